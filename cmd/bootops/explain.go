@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/bootops/bootops/plan"
+)
+
+func explainCmd() *command {
+	c := &command{
+		name:    "explain",
+		summary: "Say which node and profile a machine presenting these identifiers gets, and why (or why it is refused).",
+		usage:   "[DIR] [--site SITE] [--mac MAC] [--uuid UUID] [--serial SERIAL] [-o text|json]",
+		example: "  bootops explain examples/warehouse --serial SN-A0001 --mac 52:54:00:00:01:01\n" +
+			"  # exit 0: the machine boots (a node, or the site's default) · 1: refused or invalid repo · 2: usage",
+	}
+	c.run = func(ctx context.Context, e *env, args []string) error {
+		fs := c.flags(e)
+		site := fs.String("site", "", "site whose network the machine boots on (needed when the repo has several)")
+		mac := fs.String("mac", "", "MAC address of the booting NIC")
+		uuid := fs.String("uuid", "", "SMBIOS system UUID")
+		serial := fs.String("serial", "", "SMBIOS system serial number")
+		format := fs.String("o", "text", "output format: text or json")
+		pos, err := parse(fs, e, args)
+		if err != nil {
+			return err
+		}
+		dir, err := oneDir(pos)
+		if err != nil {
+			return err
+		}
+		if *mac == "" && *uuid == "" && *serial == "" {
+			return usagef("give at least one of --mac, --uuid, --serial")
+		}
+		if *mac != "" && plan.NormalizeMAC(*mac) == "" {
+			return usagef("--mac %q is not a MAC address", *mac)
+		}
+		if *uuid != "" && plan.NormalizeUUID(*uuid) == "" {
+			return usagef("--uuid %q is not a UUID", *uuid)
+		}
+		if *format != "text" && *format != "json" {
+			return usagef("-o %q: want text or json", *format)
+		}
+		p, err := compileDir(e, dir)
+		if err != nil {
+			return err
+		}
+		if *site != "" && p.Site(*site) == nil {
+			var names []string
+			for _, s := range p.Sites {
+				names = append(names, s.Name)
+			}
+			return usagef("no site %q (sites: %v)", *site, names)
+		}
+		d := p.Decide(*site, plan.Machine{MAC: *mac, UUID: *uuid, Serial: *serial})
+		if *format == "json" {
+			out := struct {
+				plan.Decision
+				Site string `json:"site,omitempty"`
+				Node string `json:"node,omitempty"`
+				Boots bool  `json:"boots"`
+			}{Decision: d, Boots: d.Boots()}
+			if d.Site != nil {
+				out.Site = d.Site.Name
+			}
+			if d.Node != nil {
+				out.Node = d.Node.Name
+			}
+			b, _ := json.MarshalIndent(out, "", "  ")
+			fmt.Fprintf(e.stdout, "%s\n", b)
+		} else {
+			printDecision(e, p, d)
+		}
+		if !d.Boots() {
+			return errSilent
+		}
+		return nil
+	}
+	return c
+}
+
+func printDecision(e *env, p *plan.Plan, d plan.Decision) {
+	w := e.stdout
+	switch d.Outcome {
+	case plan.Match:
+		pr := p.Profile(d.Profile)
+		fmt.Fprintf(w, "match: node %s (site %s) installs profile %s with micro-os %s\n", d.Node.Name, d.Node.Site, d.Profile, pr.MicroOS)
+	case plan.Mismatch:
+		fmt.Fprintf(w, "mismatch: refused; the machine gets a script that prints the reason and stops\n")
+		for _, c := range d.Conflicts {
+			fmt.Fprintf(w, "  %s: presented %s, node %s/%s (%s) has %s\n", c.Field, c.Presented, c.Site, c.Node, c.Source, c.Registered)
+		}
+	case plan.Unknown:
+		switch {
+		case d.Site == nil || d.Policy == plan.PolicyIgnore:
+			fmt.Fprintf(w, "unknown: not answered (policy ignore)\n")
+		case d.Policy == plan.PolicyProvision:
+			fmt.Fprintf(w, "unknown: installs site %s's default profile %s\n", d.Site.Name, d.Profile)
+		case d.Policy == plan.PolicyHold:
+			fmt.Fprintf(w, "unknown: held in the micro-os on site %s until a Node is committed\n", d.Site.Name)
+		}
+	}
+	fmt.Fprintf(w, "why: %s\n", d.Reason)
+}

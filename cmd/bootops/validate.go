@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/bootops/bootops/compiler"
+)
+
+func validateCmd() *command {
+	c := &command{
+		name:    "validate",
+		summary: "Check a repository: every error at once, as file:line:col: field: message.",
+		usage:   "[DIR]",
+		example: "  bootops validate examples/warehouse\n  # exit 0: valid · 1: invalid · 2: usage",
+	}
+	c.run = func(ctx context.Context, e *env, args []string) error {
+		fs := c.flags(e)
+		quiet := fs.Bool("q", false, "print nothing when the repository is valid")
+		pos, err := parse(fs, e, args)
+		if err != nil {
+			return err
+		}
+		dir, err := oneDir(pos)
+		if err != nil {
+			return err
+		}
+		p, err := compileDir(e, dir)
+		if err != nil {
+			return err
+		}
+		if !*quiet {
+			nodes := 0
+			for _, s := range p.Sites {
+				nodes += len(s.Nodes)
+			}
+			fmt.Fprintf(e.stdout, "%s: valid: %d sites, %d nodes, %d profiles, %d micro-os (plan %s)\n",
+				dir, len(p.Sites), nodes, len(p.Profiles), len(p.MicroOS), p.Hash[:12])
+		}
+		return nil
+	}
+	return c
+}
+
+func compileCmd() *command {
+	c := &command{
+		name:    "compile",
+		summary: "Validate a repository and write its Plan and every rendered artifact (byte-for-byte reproducible).",
+		usage:   "[DIR] -o OUT",
+		example: "  bootops compile examples/warehouse -o out\n  cat out/sites/warehouse/nodes/rack1-01/boot.ipxe",
+	}
+	c.run = func(ctx context.Context, e *env, args []string) error {
+		fs := c.flags(e)
+		out := fs.String("o", "", "output directory (replaced whole; must be empty or an earlier output)")
+		pos, err := parse(fs, e, args)
+		if err != nil {
+			return err
+		}
+		dir, err := oneDir(pos)
+		if err != nil {
+			return err
+		}
+		if *out == "" {
+			return usagef("-o OUT is required")
+		}
+		p, err := compileDir(e, dir)
+		if err != nil {
+			return err
+		}
+		if err := compiler.WriteDir(p, *out); err != nil {
+			return err
+		}
+		nodes := 0
+		for _, s := range p.Sites {
+			nodes += len(s.Nodes)
+		}
+		fmt.Fprintf(e.stdout, "wrote %s: %d sites, %d nodes (plan %s)\n", *out, len(p.Sites), nodes, p.Hash[:12])
+		return nil
+	}
+	return c
+}
+

@@ -1,0 +1,505 @@
+package compiler
+
+import (
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/bootops/bootops/plan"
+)
+
+// repo is the validated objects of a repository, indexed for the checks
+// that span objects.
+type repo struct {
+	fsys     fs.FS
+	sites    map[string]*object
+	profiles map[string]*object
+	microOS  map[string]*object
+	nodes    []*nodeObj
+	errs     Errors
+	// broken names objects that failed the schema, by kind: a reference to
+	// one is not reported again.
+	broken map[string]map[string]bool
+}
+
+type nodeObj struct {
+	*object
+	site    string
+	profile string
+}
+
+func (r *repo) errorf(pos Pos, path, format string, args ...any) {
+	r.errs = append(r.errs, errorf(pos, path, format, args...))
+}
+
+// assemble runs the cross-object rules and, when they hold, the renderers.
+func assemble(objs []*object, fsys fs.FS) (*plan.Plan, Errors) {
+	r := &repo{fsys: fsys, sites: map[string]*object{}, profiles: map[string]*object{}, microOS: map[string]*object{},
+		broken: map[string]map[string]bool{"Site": {}, "Profile": {}, "MicroOS": {}, "Node": {}}}
+	valid := objs[:0:0]
+	for _, o := range objs {
+		if o.invalid {
+			r.broken[o.kind][o.name] = true
+			continue
+		}
+		valid = append(valid, o)
+	}
+	objs = valid
+	slices.SortFunc(objs, func(a, b *object) int {
+		if a.file != b.file {
+			return strings.Compare(a.file, b.file)
+		}
+		return a.line - b.line
+	})
+	for _, o := range objs {
+		switch o.kind {
+		case "Site":
+			r.unique(r.sites, o, "Site")
+		case "Profile":
+			r.unique(r.profiles, o, "Profile")
+		case "MicroOS":
+			r.unique(r.microOS, o, "MicroOS")
+		}
+	}
+	for _, o := range objs {
+		if o.kind == "Node" {
+			r.addNode(o)
+		}
+	}
+	r.checkNodeNames()
+	r.checkIdentities()
+	for _, name := range sortedKeys(r.sites) {
+		r.checkSite(r.sites[name])
+	}
+	for _, name := range sortedKeys(r.profiles) {
+		r.checkProfile(r.profiles[name])
+	}
+	for _, name := range sortedKeys(r.microOS) {
+		r.checkMicroOS(r.microOS[name])
+	}
+	r.checkAddresses()
+	if len(r.errs) > 0 {
+		return nil, r.errs
+	}
+	return r.render()
+}
+
+func (r *repo) unique(m map[string]*object, o *object, kind string) {
+	if first, dup := m[o.name]; dup {
+		r.errorf(o.pos("name"), "name", "duplicate %s %q (also at %s)", kind, o.name, first.pos("name"))
+		return
+	}
+	m[o.name] = o
+}
+
+func (r *repo) addNode(o *object) {
+	n := &nodeObj{object: o}
+	fromPath := siteFromPath(o.file)
+	n.site = o.str("site")
+	switch {
+	case n.site != "" && fromPath != "" && n.site != fromPath:
+		r.errorf(o.pos("site"), "site", "node says site %q but its file is under sites/%s/", n.site, fromPath)
+	case n.site == "" && fromPath != "":
+		n.site = fromPath
+	case n.site == "" && len(r.sites) == 1:
+		for name := range r.sites {
+			n.site = name
+		}
+	case n.site == "":
+		r.errorf(o.pos(), "site", "missing: set site, or put the file under sites/<site>/")
+		return
+	}
+	site := r.sites[n.site]
+	if site == nil {
+		if r.broken["Site"][n.site] {
+			return
+		}
+		path := "site"
+		if o.v.get("site") == nil {
+			path = ""
+		}
+		r.errorf(o.pos("site"), path, "unknown site %q%s", n.site, DidYouMean(n.site, sortedKeys(r.sites)))
+		return
+	}
+	n.profile = o.str("profile")
+	if n.profile == "" {
+		n.profile = site.str("defaultProfile")
+		if n.profile == "" {
+			r.errorf(o.pos(), "profile", "missing: the node names no profile and site %s has no defaultProfile", n.site)
+			return
+		}
+	}
+	if r.profiles[n.profile] == nil {
+		if r.broken["Profile"][n.profile] {
+			return
+		}
+		r.errorf(o.pos("profile"), "profile", "unknown profile %q%s", n.profile, DidYouMean(n.profile, sortedKeys(r.profiles)))
+		return
+	}
+	id := o.v.get("identity")
+	if id.get("mac") == nil && id.get("uuid") == nil && id.get("serial") == nil {
+		r.errorf(o.pos("identity"), "identity", "needs at least one of mac, uuid, serial")
+		return
+	}
+	r.nodes = append(r.nodes, n)
+}
+
+func (r *repo) checkNodeNames() {
+	seen := map[string]*nodeObj{}
+	for _, n := range r.nodes {
+		key := n.site + "/" + n.name
+		if first, dup := seen[key]; dup {
+			r.errorf(n.pos("name"), "name", "duplicate Node %q in site %s (also at %s)", n.name, n.site, first.pos("name"))
+			continue
+		}
+		seen[key] = n
+	}
+}
+
+// checkIdentities makes sure each MAC, UUID and serial belongs to one node
+// in the whole repository, after normalisation.
+func (r *repo) checkIdentities() {
+	type owner struct {
+		n   *nodeObj
+		pos Pos
+	}
+	seen := map[string]owner{}
+	claim := func(n *nodeObj, field, norm string, pos Pos, path string) {
+		key := field + "=" + norm
+		if first, dup := seen[key]; dup {
+			if first.n == n {
+				r.errorf(pos, path, "%s %s listed twice (also at %s)", field, norm, first.pos)
+				return
+			}
+			r.errorf(pos, path, "%s %s is also node %s/%s's (at %s)", field, norm, first.n.site, first.n.name, first.pos)
+			return
+		}
+		seen[key] = owner{n, pos}
+	}
+	for _, n := range r.nodes {
+		id := n.v.get("identity")
+		if mac := id.get("mac"); mac != nil {
+			if mac.kind == kString {
+				claim(n, "mac", plan.NormalizeMAC(mac.str), n.pos("identity", "mac"), "identity.mac")
+			}
+			for i, m := range mac.list {
+				claim(n, "mac", plan.NormalizeMAC(m.str), Pos{File: n.file, Line: m.line, Col: m.col}, indexPath("identity.mac", i))
+			}
+		}
+		if u := id.get("uuid"); u != nil {
+			claim(n, "uuid", plan.NormalizeUUID(u.str), n.pos("identity", "uuid"), "identity.uuid")
+		}
+		if s := id.get("serial"); s != nil {
+			claim(n, "serial", plan.NormalizeSerial(s.str), n.pos("identity", "serial"), "identity.serial")
+		}
+	}
+}
+
+func (r *repo) checkSite(s *object) {
+	if dp := s.str("defaultProfile"); dp != "" && r.profiles[dp] == nil && !r.broken["Profile"][dp] {
+		r.errorf(s.pos("defaultProfile"), "defaultProfile", "unknown profile %q%s", dp, DidYouMean(dp, sortedKeys(r.profiles)))
+	}
+	switch s.str("unknownNodes") {
+	case plan.PolicyProvision:
+		if s.str("defaultProfile") == "" {
+			r.errorf(s.pos("unknownNodes"), "unknownNodes", "provision needs a defaultProfile (or set unknownNodes: hold or ignore)")
+		}
+	case plan.PolicyHold:
+		if r.holdMicroOS(s) == "" {
+			r.errorf(s.pos("unknownNodes"), "unknownNodes", "hold boots unknown machines into a Micro-OS: set a defaultProfile or define a MicroOS named \"default\"")
+		}
+	}
+	nw := s.v.get("network")
+	if nw.get("dhcp").String() != plan.DHCPReservation {
+		if nw.get("pool") != nil {
+			r.errorf(s.pos("network", "pool"), "network.pool", "only used in reservation mode (network.dhcp: reservation)")
+		}
+		return
+	}
+	if nw.get("subnet") == nil {
+		r.errorf(s.pos("network", "dhcp"), "network.subnet", "missing: reservation mode needs the subnet it hands addresses in")
+		return
+	}
+	subnet, err := netip.ParsePrefix(nw.get("subnet").str)
+	if err != nil || subnet.Masked() != subnet {
+		r.errorf(s.pos("network", "subnet"), "network.subnet", "%q is not a network address (want %s)", nw.get("subnet").str, subnet.Masked())
+		return
+	}
+	for _, f := range []string{"serverAddress", "gateway"} {
+		if v := nw.get(f); v != nil {
+			if a, err := netip.ParseAddr(v.str); err == nil && !subnet.Contains(a) {
+				r.errorf(s.pos("network", f), "network."+f, "%s is outside the subnet %s", v.str, subnet)
+			}
+		}
+	}
+	if pool := nw.get("pool"); pool != nil {
+		start, _ := netip.ParseAddr(pool.get("start").str)
+		end, _ := netip.ParseAddr(pool.get("end").str)
+		for _, f := range []string{"start", "end"} {
+			a, _ := netip.ParseAddr(pool.get(f).str)
+			if !subnet.Contains(a) {
+				r.errorf(s.pos("network", "pool", f), "network.pool."+f, "%s is outside the subnet %s", a, subnet)
+			}
+		}
+		if end.Less(start) {
+			r.errorf(s.pos("network", "pool", "end"), "network.pool.end", "%s comes before the start %s", end, start)
+		}
+	}
+}
+
+// holdMicroOS is the Micro-OS unknown machines boot under the hold policy.
+func (r *repo) holdMicroOS(s *object) string {
+	if p := r.profiles[s.str("defaultProfile")]; p != nil {
+		return p.str("microOS")
+	}
+	if r.microOS["default"] != nil {
+		return "default"
+	}
+	return ""
+}
+
+// checkAddresses: reservation IPs inside the subnet, unique, and only in
+// reservation-mode sites.
+func (r *repo) checkAddresses() {
+	type owner struct {
+		name string
+		pos  Pos
+	}
+	seen := map[string]owner{}
+	for _, n := range r.nodes {
+		ipv := n.v.get("ip")
+		if ipv == nil {
+			continue
+		}
+		site := r.sites[n.site]
+		nw := site.v.get("network")
+		pos := n.pos("ip")
+		if nw.get("dhcp").String() != plan.DHCPReservation {
+			r.errorf(pos, "ip", "site %s is in %s mode: static IPs need network.dhcp: reservation", n.site, nw.get("dhcp").String())
+			continue
+		}
+		if n.v.lookup("identity", "mac") == nil {
+			r.errorf(pos, "ip", "a DHCP reservation needs identity.mac")
+		}
+		ip, err := netip.ParseAddr(ipv.str)
+		if err != nil {
+			continue
+		}
+		if subnet, err := netip.ParsePrefix(nw.get("subnet").String()); err == nil {
+			if !subnet.Contains(ip) {
+				r.errorf(pos, "ip", "%s is outside site %s's subnet %s", ip, n.site, subnet)
+				continue
+			}
+			if ip == subnet.Addr() || ip == lastAddr(subnet) {
+				r.errorf(pos, "ip", "%s is the network or broadcast address of %s", ip, subnet)
+				continue
+			}
+		}
+		for _, f := range []string{"serverAddress", "gateway"} {
+			if nw.get(f).String() == ip.String() {
+				r.errorf(pos, "ip", "%s is the site's %s", ip, f)
+			}
+		}
+		if pool := nw.get("pool"); pool != nil {
+			start, _ := netip.ParseAddr(pool.get("start").str)
+			end, _ := netip.ParseAddr(pool.get("end").str)
+			if !ip.Less(start) && !end.Less(ip) {
+				r.errorf(pos, "ip", "%s is inside the pool %s-%s for unknown machines", ip, start, end)
+			}
+		}
+		key := n.site + "/" + ip.String()
+		if first, dup := seen[key]; dup {
+			r.errorf(pos, "ip", "%s is also node %s's (at %s)", ip, first.name, first.pos)
+			continue
+		}
+		seen[key] = owner{n.name, pos}
+	}
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As4()
+	host := 32 - p.Bits()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v |= (1<<host - 1)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// actionParams lists the parameters each workflow action takes.
+var actionParams = map[string][]string{
+	"wipe-disk":     {},
+	"image-to-disk": {},
+	"write-file":    {"partition", "fsType", "path", "content", "mode"},
+	"cloud-init":    {"partition", "fsType", "path"},
+	"exec":          {"command", "chroot", "partition", "fsType"},
+	"reboot":        {},
+	"poweroff":      {},
+	"kexec":         {"partition", "fsType"},
+}
+
+var commonParams = []string{"action", "name", "timeout", "retries"}
+
+func (r *repo) checkProfile(p *object) {
+	if m := p.str("microOS"); r.microOS[m] == nil && !r.broken["MicroOS"][m] {
+		r.errorf(p.pos("microOS"), "microOS", "unknown MicroOS %q%s", m, DidYouMean(m, sortedKeys(r.microOS)))
+	}
+	r.checkURL(p, "image.url", "image", "url")
+	r.checkTemplate(p, p.v.get("cloudInit"), "cloudInit")
+	wf := p.v.get("workflow")
+	names := map[string]int{}
+	for i, a := range wf.list {
+		base := indexPath("workflow", i)
+		act := a.get("action").str
+		allowed := actionParams[act]
+		for _, k := range a.keys {
+			if !slices.Contains(commonParams, k) && !slices.Contains(allowed, k) {
+				r.errorf(Pos{p.file, a.get(k).line, a.get(k).col}, base+"."+k, "not a parameter of %s (it takes %s)", act, paramList(allowed))
+			}
+		}
+		need := map[string][]string{"write-file": {"path", "content"}, "exec": {"command"}}[act]
+		for _, k := range need {
+			if a.get(k) == nil {
+				r.errorf(Pos{p.file, a.line, a.col}, base+"."+k, "missing: %s needs %s", act, k)
+			}
+		}
+		if c := a.get("content"); c != nil {
+			r.checkTemplate(p, c, base+".content")
+		}
+		name := a.get("name").String()
+		if name == "" {
+			name = act
+		}
+		if j, dup := names[name]; dup {
+			r.errorf(Pos{p.file, a.line, a.col}, base+".name", "two actions are called %q (the other is workflow[%d]): name them", name, j)
+		}
+		names[name] = i
+	}
+	if !slices.ContainsFunc(wf.list, func(a *value) bool { return a.get("action").str == "image-to-disk" }) {
+		r.errorf(p.pos("workflow"), "workflow", "never writes the image: add an image-to-disk action")
+	}
+}
+
+func paramList(ps []string) string {
+	if len(ps) == 0 {
+		return "no parameters"
+	}
+	return strings.Join(ps, ", ")
+}
+
+func (r *repo) checkMicroOS(m *object) {
+	for _, f := range []string{"kernel", "initrd"} {
+		a := m.v.get(f)
+		hasURL, hasPath := a.get("url") != nil, a.get("path") != nil
+		switch {
+		case hasURL == hasPath:
+			r.errorf(m.pos(f), f, "set exactly one of url and path")
+		case hasURL:
+			r.checkURL(m, f+".url", f, "url")
+			if a.get("sha256") == nil {
+				r.errorf(m.pos(f), f+".sha256", "missing: an artifact fetched from a URL needs its sha256")
+			}
+		case hasPath:
+			p := a.get("path").str
+			clean := path.Clean(p)
+			if clean == ".." || strings.HasPrefix(clean, "../") {
+				r.errorf(m.pos(f, "path"), f+".path", "%q leaves the repository", p)
+				continue
+			}
+			st, err := fs.Stat(r.fsys, clean)
+			switch {
+			case err != nil:
+				r.errorf(m.pos(f, "path"), f+".path", "%q: %v", p, unwrapPathErr(err))
+			case !st.Mode().IsRegular():
+				r.errorf(m.pos(f, "path"), f+".path", "%q is not a regular file", p)
+			}
+		}
+	}
+}
+
+func (r *repo) checkURL(o *object, field string, path ...string) {
+	s := o.str(path...)
+	u, err := url.Parse(s)
+	if err != nil {
+		r.errorf(o.pos(path...), field, "invalid URL: %v", unwrapURLErr(err))
+		return
+	}
+	if (u.Scheme == "http" || u.Scheme == "https") && u.Host == "" {
+		r.errorf(o.pos(path...), field, "URL %q has no host", s)
+	}
+}
+
+func unwrapURLErr(err error) error {
+	if ue, ok := err.(*url.Error); ok {
+		return ue.Err
+	}
+	return err
+}
+
+// templateVars are what ${…} may name in cloud-init values and file contents.
+var templateVars = []string{"node", "hostname", "site", "profile", "ip", "serial", "uuid", "mac", "server"}
+
+// checkTemplate reports every unknown ${var} in the string values of v.
+func (r *repo) checkTemplate(o *object, v *value, path string) {
+	if v == nil {
+		return
+	}
+	switch v.kind {
+	case kString:
+		if err := expand(v.str, func(name string) (string, bool) {
+			return "", slices.Contains(templateVars, name)
+		}, nil); err != nil {
+			r.errorf(Pos{o.file, v.line, v.col}, path, "%v", err)
+		}
+	case kList:
+		for i, e := range v.list {
+			r.checkTemplate(o, e, indexPath(path, i))
+		}
+	case kMap:
+		for i, k := range v.keys {
+			r.checkTemplate(o, v.vals[i], joinPath(path, k))
+		}
+	}
+}
+
+// expand replaces ${name} in s; "$$" is a literal "$". It appends to out
+// when out is not nil.
+func expand(s string, lookup func(string) (string, bool), out *strings.Builder) error {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '$' || i+1 >= len(s) {
+			if out != nil {
+				out.WriteByte(c)
+			}
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			if out != nil {
+				out.WriteByte('$')
+			}
+			i++
+		case '{':
+			end := strings.IndexByte(s[i+2:], '}')
+			if end < 0 {
+				return fmt.Errorf("unclosed ${ in %q", s)
+			}
+			name := s[i+2 : i+2+end]
+			val, ok := lookup(name)
+			if !ok {
+				return fmt.Errorf("unknown variable ${%s}: want one of %s (write $$ for a literal $)%s", name, strings.Join(templateVars, ", "), DidYouMean(name, templateVars))
+			}
+			if out != nil {
+				out.WriteString(val)
+			}
+			i += 2 + end
+		default:
+			if out != nil {
+				out.WriteByte(c)
+			}
+		}
+	}
+	return nil
+}

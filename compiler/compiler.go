@@ -1,0 +1,259 @@
+package compiler
+
+import (
+	"crypto/sha256"
+	"io/fs"
+	"path"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+
+	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/cuecontext"
+
+	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/schema"
+)
+
+// Compiler compiles repositories. It keeps a cache of parsed and validated
+// files keyed by path and content, so a daemon that recompiles after every
+// change only does the work for what changed. A Compiler is safe for
+// concurrent use; compilations run one at a time.
+type Compiler struct {
+	mu     sync.Mutex
+	ctx    *cue.Context
+	schema cue.Value
+	vd     *validator
+
+	yaml map[cacheKey]*fileResult
+	cue  struct {
+		key  [32]byte
+		objs []*object
+		errs Errors
+		ok   bool
+	}
+	// Workers is how many files are parsed at once (default GOMAXPROCS).
+	Workers int
+}
+
+type cacheKey struct {
+	path string
+	sum  [32]byte
+}
+
+type fileResult struct {
+	objs []*object
+	errs Errors
+}
+
+// object is one repository object, validated, with the schema's defaults.
+type object struct {
+	kind, name string
+	file       string
+	line, col  int
+	v          *value
+	fromCUE    bool
+	// invalid objects failed the schema: they are only kept so references
+	// to them do not cascade into more errors.
+	invalid bool
+}
+
+func (o *object) pos(path ...string) Pos {
+	v := o.v.lookup(path...)
+	if v == nil || v.line == 0 {
+		return Pos{File: o.file, Line: o.line, Col: o.col}
+	}
+	return Pos{File: o.file, Line: v.line, Col: v.col}
+}
+
+func (o *object) str(path ...string) string { return o.v.lookup(path...).String() }
+
+// New returns a Compiler for the embedded schema.
+func New() (*Compiler, error) {
+	ctx := cuecontext.New()
+	sv, err := schema.Compile(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defs, err := schema.Definitions(sv)
+	if err != nil {
+		return nil, err
+	}
+	vd, err := newValidator(defs)
+	if err != nil {
+		return nil, err
+	}
+	return &Compiler{ctx: ctx, schema: sv, vd: vd, yaml: map[cacheKey]*fileResult{}}, nil
+}
+
+// Compile loads, validates and renders the repository in fsys. On invalid
+// input the error is an Errors holding every problem, sorted.
+func (c *Compiler) Compile(fsys fs.FS) (*plan.Plan, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	objs, errs := c.load(fsys)
+	p, more := assemble(objs, fsys)
+	errs = append(errs, more...)
+	if len(errs) > 0 {
+		return nil, errs.sort()
+	}
+	return p, nil
+}
+
+// load reads, parses and validates every file.
+func (c *Compiler) load(fsys fs.FS) ([]*object, Errors) {
+	paths, errs := listFiles(fsys)
+	var yamlPaths, cuePaths []string
+	for _, p := range paths {
+		if path.Ext(p) == ".cue" {
+			cuePaths = append(cuePaths, p)
+		} else {
+			yamlPaths = append(yamlPaths, p)
+		}
+	}
+
+	// YAML files: read, parse and validate in parallel; cached by content.
+	results := make([]*fileResult, len(yamlPaths))
+	keys := make([]cacheKey, len(yamlPaths))
+	workers := c.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	var wg sync.WaitGroup
+	var cacheMu sync.Mutex
+	next := make(chan int, len(yamlPaths))
+	for i := range yamlPaths {
+		next <- i
+	}
+	close(next)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				p := yamlPaths[i]
+				data, e := readFile(fsys, p)
+				if e != nil {
+					results[i] = &fileResult{errs: Errors{e}}
+					continue
+				}
+				key := cacheKey{p, sha256.Sum256(data)}
+				keys[i] = key
+				cacheMu.Lock()
+				r := c.yaml[key]
+				cacheMu.Unlock()
+				if r == nil {
+					r = c.loadYAML(p, data)
+					cacheMu.Lock()
+					c.yaml[key] = r
+					cacheMu.Unlock()
+				}
+				results[i] = r
+			}
+		}()
+	}
+
+	// CUE files: evaluated together, on this goroutine (a cue.Context is not
+	// safe for concurrent use).
+	var cueObjs []*object
+	if len(cuePaths) > 0 {
+		var files []srcFile
+		h := sha256.New()
+		for _, p := range cuePaths {
+			data, e := readFile(fsys, p)
+			if e != nil {
+				errs = append(errs, e)
+				continue
+			}
+			files = append(files, srcFile{p, data})
+			h.Write([]byte(p))
+			h.Write([]byte{0})
+			h.Write(data)
+			h.Write([]byte{0})
+		}
+		var key [32]byte
+		copy(key[:], h.Sum(nil))
+		if !c.cue.ok || c.cue.key != key {
+			c.cue.objs, c.cue.errs = c.evalCUE(files)
+			c.cue.key, c.cue.ok = key, true
+		}
+		cueObjs, errs = c.cue.objs, append(errs, c.cue.errs...)
+	}
+	wg.Wait()
+
+	// Keep only what this compilation used, so the cache stays bounded.
+	used := make(map[cacheKey]*fileResult, len(results))
+	var objs []*object
+	for i, r := range results {
+		objs = append(objs, r.objs...)
+		errs = append(errs, r.errs...)
+		if keys[i].path != "" {
+			used[keys[i]] = r
+		}
+	}
+	c.yaml = used
+	return append(objs, cueObjs...), errs
+}
+
+// loadYAML parses one YAML file and validates each document against the
+// schema (the fast path).
+func (c *Compiler) loadYAML(file string, data []byte) *fileResult {
+	docs, errs := parseYAML(file, data)
+	r := &fileResult{errs: errs}
+	if len(errs) > 0 {
+		return r
+	}
+	if len(docs) == 0 {
+		r.errs = append(r.errs, errorf(Pos{File: file, Line: 1, Col: 1}, "", "empty file: no objects"))
+		return r
+	}
+	for _, d := range docs {
+		pos := Pos{File: file, Line: d.line, Col: d.col}
+		if d.root == nil {
+			r.errs = append(r.errs, errorf(pos, "", "empty document"))
+			continue
+		}
+		o, e := c.yamlObject(file, d.root)
+		r.errs = append(r.errs, e...)
+		if o != nil {
+			r.objs = append(r.objs, o)
+		}
+	}
+	return r
+}
+
+func (c *Compiler) yamlObject(file string, root *value) (*object, Errors) {
+	pos := Pos{File: file, Line: root.line, Col: root.col}
+	if root.kind != kMap {
+		return nil, Errors{errorf(pos, "", "want an object (a struct with apiVersion, kind and name), got %s", describe(root))}
+	}
+	kinds := schema.Kinds()
+	k := root.get("kind")
+	switch {
+	case k == nil:
+		hint := ""
+		if root.get("apiVersion") == nil {
+			hint = " (not a bootops object? list the file in .bootopsignore)"
+		}
+		return nil, Errors{errorf(pos, "kind", "missing required field: want one of %s%s", strings.Join(kinds, ", "), hint)}
+	case k.kind != kString || !slices.Contains(kinds, k.str):
+		msg := "unknown kind " + describe(k) + ": want one of " + strings.Join(kinds, ", ")
+		if k.kind == kString {
+			msg += DidYouMean(k.str, kinds)
+		}
+		return nil, Errors{errorf(Pos{File: file, Line: k.line, Col: k.col}, "kind", "%s", msg)}
+	}
+	var errs Errors
+	for _, p := range c.vd.check(k.str, root) {
+		errs = append(errs, &Error{Pos: Pos{File: file, Line: p.line, Col: p.col}, Path: p.path, Msg: p.msg})
+	}
+	if len(errs) > 0 {
+		name := root.get("name")
+		if name == nil || name.kind != kString {
+			return nil, errs
+		}
+		return &object{kind: k.str, name: name.str, file: file, invalid: true}, errs
+	}
+	return &object{kind: k.str, name: root.get("name").String(), file: file, line: root.line, col: root.col, v: root}, nil
+}

@@ -1,0 +1,205 @@
+package compiler
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/build"
+	cueerrors "cuelang.org/go/cue/errors"
+	"cuelang.org/go/cue/parser"
+	"cuelang.org/go/cue/token"
+
+	"github.com/bootops/bootops/schema"
+)
+
+// evalCUE evaluates every CUE file of the repository together, with the
+// schema's definitions (#Node, #Site, …) in scope, and collects the objects:
+// every struct with a "kind" field reached from the top level through
+// structs and lists. Each is unified with its kind's definition, so CUE
+// itself applies the schema and its defaults.
+func (c *Compiler) evalCUE(files []srcFile) ([]*object, Errors) {
+	var errs Errors
+	inst := build.NewContext().NewInstance("", nil)
+	pkg := ""
+	for _, f := range files {
+		ast, err := parser.ParseFile(f.path, f.data, parser.ParseComments)
+		if err != nil {
+			errs = append(errs, cueErrors(err, nil)...)
+			continue
+		}
+		name := ast.PackageName()
+		if pkg == "" {
+			pkg = name
+		} else if name != pkg && name != "" {
+			errs = append(errs, errorf(Pos{File: f.path, Line: 1, Col: 1}, "", "package %s: every CUE file of the repository must be in one package (found %s first)", name, pkg))
+			continue
+		}
+		imports := false
+		for im := range ast.ImportSpecs() {
+			p := im.Pos()
+			imports = true
+			errs = append(errs, errorf(Pos{File: f.path, Line: p.Line(), Col: p.Column()}, "", "imports are not supported: the schema's definitions (#Node, #Site, #Profile, #MicroOS) are in scope"))
+		}
+		if imports {
+			continue
+		}
+		if err := inst.AddSyntax(ast); err != nil {
+			errs = append(errs, cueErrors(err, nil)...)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	root := c.ctx.BuildInstance(inst, cue.Scope(c.schema))
+	if err := root.Err(); err != nil {
+		return nil, cueErrors(err, nil)
+	}
+
+	var objs []*object
+	var walk func(v cue.Value, depth int)
+	walk = func(v cue.Value, depth int) {
+		if depth > 32 {
+			return
+		}
+		switch v.IncompleteKind() {
+		case cue.StructKind:
+			if k := v.LookupPath(cue.ParsePath("kind")); k.Exists() {
+				o, e := c.cueObject(v, k)
+				errs = append(errs, e...)
+				if o != nil {
+					objs = append(objs, o)
+				}
+				return
+			}
+			it, err := v.Fields()
+			if err != nil {
+				errs = append(errs, cueErrors(err, nil)...)
+				return
+			}
+			for it.Next() {
+				walk(it.Value(), depth+1)
+			}
+		case cue.ListKind:
+			it, err := v.List()
+			if err != nil {
+				errs = append(errs, cueErrors(err, nil)...)
+				return
+			}
+			for it.Next() {
+				walk(it.Value(), depth+1)
+			}
+		}
+	}
+	walk(root, 0)
+	return objs, errs
+}
+
+func (c *Compiler) cueObject(v, k cue.Value) (*object, Errors) {
+	pos := cuePos(v.Pos())
+	kind, err := k.String()
+	if err != nil {
+		return nil, Errors{errorf(cuePos(k.Pos()), "kind", "want a concrete string (one of %s)", strings.Join(schema.Kinds(), ", "))}
+	}
+	if !slices.Contains(schema.Kinds(), kind) {
+		return nil, Errors{errorf(cuePos(k.Pos()), "kind", "unknown kind %q: want one of %s%s", kind, strings.Join(schema.Kinds(), ", "), DidYouMean(kind, schema.Kinds()))}
+	}
+	def := c.schema.LookupPath(cue.MakePath(cue.Def(kind)))
+	u := def.Unify(v)
+	prefix := v.Path().String()
+	if err := u.Validate(cue.Concrete(true), cue.Final()); err != nil {
+		o := &object{kind: kind, file: pos.File, invalid: true}
+		if n, e := v.LookupPath(cue.ParsePath("name")).String(); e == nil {
+			o.name = n
+		}
+		return o, cueErrors(err, &pos, prefix)
+	}
+	tree := cueToValue(u, pos)
+	o := &object{kind: kind, file: pos.File, v: tree, line: pos.Line, col: pos.Col, fromCUE: true}
+	o.name = tree.get("name").String()
+	return o, nil
+}
+
+// cueToValue converts a concrete CUE value into a value tree with positions;
+// values the schema supplied get the object's position.
+func cueToValue(v cue.Value, fallback Pos) *value {
+	p := cuePos(v.Pos())
+	if p.File == "" || p.File == schema.Filename {
+		p = fallback
+	}
+	out := &value{line: p.Line, col: p.Col}
+	switch v.Kind() {
+	case cue.BoolKind:
+		out.kind = kBool
+		out.b, _ = v.Bool()
+	case cue.IntKind:
+		out.kind = kInt
+		out.i, _ = v.Int64()
+	case cue.FloatKind, cue.NumberKind:
+		out.kind = kFloat
+		out.f, _ = v.Float64()
+	case cue.StringKind:
+		out.kind = kString
+		out.str, _ = v.String()
+	case cue.ListKind:
+		out.kind = kList
+		it, _ := v.List()
+		for it.Next() {
+			out.list = append(out.list, cueToValue(it.Value(), p))
+		}
+	case cue.StructKind:
+		out.kind = kMap
+		it, _ := v.Fields()
+		for it.Next() {
+			out.keys = append(out.keys, it.Selector().Unquoted())
+			out.vals = append(out.vals, cueToValue(it.Value(), p))
+		}
+	}
+	return out
+}
+
+func cuePos(p token.Pos) Pos {
+	if !p.IsValid() {
+		return Pos{}
+	}
+	return Pos{File: p.Filename(), Line: p.Line(), Col: p.Column()}
+}
+
+// cueErrors converts CUE errors into positioned Errors, preferring a
+// position inside the repository over one in the schema. prefix (the
+// object's own path in the CUE value) is cut from field paths.
+func cueErrors(err error, fallback *Pos, prefix ...string) Errors {
+	var out Errors
+	for _, e := range cueerrors.Errors(err) {
+		var pos Pos
+		for _, p := range cueerrors.Positions(e) {
+			pp := cuePos(p)
+			if pp.File != "" && pp.File != schema.Filename {
+				pos = pp
+				break
+			}
+		}
+		if pos.File == "" && fallback != nil {
+			pos = *fallback
+		}
+		if pos.File == "" {
+			pos = Pos{File: schema.Filename}
+		}
+		fp := strings.Join(e.Path(), ".")
+		for _, pre := range prefix {
+			if pre != "" {
+				fp = strings.TrimPrefix(strings.TrimPrefix(fp, pre), ".")
+			}
+		}
+		format, args := e.Msg()
+		msg := fmt.Sprintf(format, args...)
+		if fp != "" {
+			// CUE messages for a missing field don't name it.
+			msg = strings.TrimPrefix(msg, fp+": ")
+		}
+		out = append(out, &Error{Pos: pos, Path: fp, Msg: msg})
+	}
+	return out
+}
+

@@ -1,0 +1,173 @@
+package compiler
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/bootops/bootops/plan"
+)
+
+// WriteDir writes the Plan and every rendered artifact under dir, byte for
+// byte the same for the same Plan:
+//
+//	plan.json
+//	sites/<site>/site.json                  the site without its nodes
+//	sites/<site>/dhcp-reservations.json     reservation mode only
+//	sites/<site>/dnsmasq-hosts              the same, as dnsmasq dhcp-hostsfile
+//	sites/<site>/unknown/boot.ipxe, workflow.json
+//	sites/<site>/nodes/<node>/boot.ipxe, user-data, meta-data, network-config, workflow.json
+//
+// The tree is written beside dir and renamed over it, so a reader never sees
+// half of it. An existing dir is replaced only if it holds a plan.json.
+func WriteDir(p *plan.Plan, dir string) error {
+	dir = filepath.Clean(dir)
+	if st, err := os.Stat(dir); err == nil {
+		if !st.IsDir() {
+			return fmt.Errorf("write %s: not a directory", dir)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "plan.json")); err != nil {
+			ents, _ := os.ReadDir(dir)
+			if len(ents) > 0 {
+				return fmt.Errorf("write %s: exists and is not a bootops output (no plan.json): refusing to replace it", dir)
+			}
+		}
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", dir, err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := writeTree(p, tmp); err != nil {
+		return fmt.Errorf("write %s: %w", dir, err)
+	}
+	old := ""
+	if _, err := os.Stat(dir); err == nil {
+		old = tmp + ".old"
+		if err := os.Rename(dir, old); err != nil {
+			return fmt.Errorf("write %s: %w", dir, err)
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("write %s: %w", dir, err)
+	}
+	if old != "" {
+		return os.RemoveAll(old)
+	}
+	return nil
+}
+
+type outFile struct {
+	path string
+	data []byte
+}
+
+func writeTree(p *plan.Plan, dir string) error {
+	var files []outFile
+	add := func(data []byte, parts ...string) {
+		files = append(files, outFile{filepath.Join(append([]string{dir}, parts...)...), data})
+	}
+	pj, err := marshal(p)
+	if err != nil {
+		return err
+	}
+	add(pj, "plan.json")
+	dirs := []string{}
+	for _, s := range p.Sites {
+		sd := []string{"sites", s.Name}
+		dirs = append(dirs, filepath.Join(dir, "sites", s.Name))
+		head := *s
+		head.Nodes = nil
+		b, err := marshal(&head)
+		if err != nil {
+			return err
+		}
+		add(b, append(sd, "site.json")...)
+		if s.Network.DHCP == plan.DHCPReservation {
+			b, err := marshal(s.Reservations)
+			if err != nil {
+				return err
+			}
+			add(b, append(sd, "dhcp-reservations.json")...)
+			add([]byte(DnsmasqHosts(s)), append(sd, "dnsmasq-hosts")...)
+		}
+		if s.Unknown != nil {
+			dirs = append(dirs, filepath.Join(dir, "sites", s.Name, "unknown"))
+			add([]byte(s.Unknown.IPXE), append(sd, "unknown", "boot.ipxe")...)
+			b, err := marshal(s.Unknown.Workflow)
+			if err != nil {
+				return err
+			}
+			add(b, append(sd, "unknown", "workflow.json")...)
+		}
+		dirs = append(dirs, filepath.Join(dir, "sites", s.Name, "nodes"))
+		for _, n := range s.Nodes {
+			nd := append(append([]string{}, sd...), "nodes", n.Name)
+			dirs = append(dirs, filepath.Join(append([]string{dir}, nd...)...))
+			a := n.Artifacts
+			wf, err := marshal(a.Workflow)
+			if err != nil {
+				return err
+			}
+			add([]byte(a.IPXE), append(nd, "boot.ipxe")...)
+			add([]byte(a.UserData), append(nd, "user-data")...)
+			add([]byte(a.MetaData), append(nd, "meta-data")...)
+			add([]byte(a.NetworkConfig), append(nd, "network-config")...)
+			add(wf, append(nd, "workflow.json")...)
+		}
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	// Writing tens of thousands of small files is dominated by system
+	// calls: spread them over the cores.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	n := runtime.GOMAXPROCS(0)
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(files); i += n {
+				if err := os.WriteFile(files[i].path, files[i].data, 0o644); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func marshal(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// DnsmasqHosts renders a reservation site's leases in dnsmasq's
+// dhcp-hostsfile format (one "mac,ip,hostname" line per MAC).
+func DnsmasqHosts(s *plan.Site) string {
+	var b strings.Builder
+	for _, r := range s.Reservations {
+		for _, m := range r.MACs {
+			fmt.Fprintf(&b, "%s,%s,%s\n", m, r.IP, r.Hostname)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,310 @@
+package compiler
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/bootops/bootops/plan"
+)
+
+// render builds the Plan from checked objects: every node's iPXE script,
+// cloud-init, workflow, and the DHCP reservations of reservation sites.
+func (r *repo) render() (*plan.Plan, Errors) {
+	p := &plan.Plan{Sites: []*plan.Site{}, Profiles: []*plan.Profile{}, MicroOS: []*plan.MicroOS{}}
+	microOS := map[string]*plan.MicroOS{}
+	for _, name := range sortedKeys(r.microOS) {
+		o := r.microOS[name]
+		m := &plan.MicroOS{
+			Name:    name,
+			Kernel:  artifact(o.v.get("kernel")),
+			Initrd:  artifact(o.v.get("initrd")),
+			Cmdline: o.str("cmdline"),
+		}
+		m.Hash = plan.Hash(m)
+		microOS[name] = m
+		p.MicroOS = append(p.MicroOS, m)
+	}
+	profiles := map[string]*plan.Profile{}
+	for _, name := range sortedKeys(r.profiles) {
+		o := r.profiles[name]
+		pr := &plan.Profile{
+			Name:        name,
+			Description: o.str("description"),
+			OS:          plan.OS{Type: o.str("os", "type"), Arch: o.str("os", "arch"), Version: o.str("os", "version")},
+			Image:       plan.Image{URL: o.str("image", "url"), SHA256: o.str("image", "sha256"), Compression: o.str("image", "compression")},
+			MicroOS:     o.str("microOS"),
+			KernelArgs:  o.v.get("kernelArgs").strs(),
+			Disk:        o.str("disk"),
+		}
+		pr.Hash = plan.Hash(pr)
+		profiles[name] = pr
+		p.Profiles = append(p.Profiles, pr)
+	}
+	bySite := map[string][]*nodeObj{}
+	for _, n := range r.nodes {
+		bySite[n.site] = append(bySite[n.site], n)
+	}
+	for _, name := range sortedKeys(r.sites) {
+		o := r.sites[name]
+		nw := o.v.get("network")
+		s := &plan.Site{
+			Name: name,
+			Network: plan.Network{
+				Interface:     nw.get("interface").String(),
+				ServerAddress: nw.get("serverAddress").String(),
+				HTTPPort:      nw.get("httpPort").integer(),
+				DHCP:          nw.get("dhcp").String(),
+				Subnet:        nw.get("subnet").String(),
+				Gateway:       nw.get("gateway").String(),
+				DNS:           nw.get("dns").strs(),
+				LeaseSeconds:  nw.get("leaseSeconds").integer(),
+			},
+			DefaultProfile: o.str("defaultProfile"),
+			UnknownNodes:   o.str("unknownNodes"),
+			Labels:         o.v.get("labels").stringMap(),
+			Nodes:          []*plan.Node{},
+		}
+		if pool := nw.get("pool"); pool != nil {
+			s.Network.Pool = &plan.Pool{Start: pool.get("start").str, End: pool.get("end").str}
+		}
+		nodes := bySite[name]
+		slices.SortFunc(nodes, func(a, b *nodeObj) int { return strings.Compare(a.name, b.name) })
+		for _, n := range nodes {
+			pn := r.node(n, s, profiles[n.profile], microOS)
+			s.Nodes = append(s.Nodes, pn)
+			if pn.IP != "" {
+				s.Reservations = append(s.Reservations, plan.Reservation{Node: pn.Name, MACs: pn.Identity.MACs, IP: pn.IP, Hostname: pn.Hostname})
+			}
+		}
+		slices.SortFunc(s.Reservations, func(a, b plan.Reservation) int {
+			x, _ := netip.ParseAddr(a.IP)
+			y, _ := netip.ParseAddr(b.IP)
+			return x.Compare(y)
+		})
+		switch s.UnknownNodes {
+		case plan.PolicyProvision:
+			pr := profiles[s.DefaultProfile]
+			a := r.artifacts(&plan.Node{Site: name, Profile: pr.Name}, nil, s, pr, microOS[pr.MicroOS], "")
+			s.Unknown = &a
+		case plan.PolicyHold:
+			m := microOS[r.holdMicroOS(o)]
+			s.Unknown = &plan.Artifacts{IPXE: ipxeScript(s, m, nil, "", "bootops.mode=hold"), Workflow: plan.Workflow{Actions: []plan.Action{}}}
+		}
+		s.Hash = plan.Hash(s)
+		p.Sites = append(p.Sites, s)
+	}
+	p.Hash = plan.Hash(p)
+	return p, nil
+}
+
+func artifact(v *value) plan.Artifact {
+	return plan.Artifact{URL: v.get("url").String(), Path: v.get("path").String(), SHA256: v.get("sha256").String()}
+}
+
+func (r *repo) node(n *nodeObj, s *plan.Site, pr *plan.Profile, microOS map[string]*plan.MicroOS) *plan.Node {
+	id := n.v.get("identity")
+	pn := &plan.Node{
+		Name:        n.name,
+		Site:        s.Name,
+		Profile:     pr.Name,
+		Hostname:    n.str("hostname"),
+		IP:          n.str("ip"),
+		Labels:      n.v.get("labels").stringMap(),
+		Reprovision: n.v.get("reprovision").integer(),
+		Source:      fmt.Sprintf("%s:%d", n.file, n.line),
+		Identity: plan.Identity{
+			UUID:   plan.NormalizeUUID(id.get("uuid").String()),
+			Serial: plan.NormalizeSerial(id.get("serial").String()),
+		},
+	}
+	if pn.Hostname == "" {
+		pn.Hostname = n.name
+	}
+	for _, m := range id.get("mac").strs() {
+		pn.Identity.MACs = append(pn.Identity.MACs, plan.NormalizeMAC(m))
+	}
+	pn.Artifacts = r.artifacts(pn, n.v.get("cloudInit"), s, pr, microOS[pr.MicroOS], n.str("disk"))
+	pn.Hash = plan.Hash(pn)
+	return pn
+}
+
+// artifacts renders one machine's files. n.Name is "" for unknown machines.
+func (r *repo) artifacts(n *plan.Node, nodeCI *value, s *plan.Site, pr *plan.Profile, m *plan.MicroOS, disk string) plan.Artifacts {
+	vars := map[string]string{
+		"node": n.Name, "hostname": n.Hostname, "site": s.Name, "profile": pr.Name,
+		"ip": n.IP, "serial": n.Identity.Serial, "uuid": n.Identity.UUID, "server": s.ServerURL(),
+	}
+	if len(n.Identity.MACs) > 0 {
+		vars["mac"] = n.Identity.MACs[0]
+	}
+	lookup := func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	if disk == "" {
+		disk = pr.Disk
+	}
+	a := plan.Artifacts{
+		IPXE:     ipxeScript(s, m, n, pr.Name, strings.Join(pr.KernelArgs, " ")),
+		Workflow: r.workflow(n, pr, disk, lookup),
+	}
+	if n.Name == "" {
+		return a
+	}
+	ci := mergeMaps(r.profiles[pr.Name].v.get("cloudInit"), nodeCI)
+	if ci.get("hostname") == nil {
+		ci.set("hostname", &value{kind: kString, str: n.Hostname})
+	}
+	var b strings.Builder
+	b.WriteString("#cloud-config\n")
+	writeYAML(&b, expandTree(ci, lookup), 0)
+	a.UserData = b.String()
+	a.MetaData = "instance-id: " + n.Name + "-" + strconv.Itoa(n.Reprovision) + "\nlocal-hostname: " + n.Hostname + "\n"
+	a.NetworkConfig = networkConfig(n, s)
+	return a
+}
+
+// ipxeScript boots the Micro-OS. The kernel line names the initrd
+// (initrd=initrd) so UEFI kernels find it, and carries the server URL, the
+// node name and the token placeholder the boot plane fills in.
+func ipxeScript(s *plan.Site, m *plan.MicroOS, n *plan.Node, profile, extra string) string {
+	base := s.ServerURL()
+	var b strings.Builder
+	b.WriteString("#!ipxe\n")
+	args := []string{"initrd=initrd", "bootops.server=" + base}
+	if n != nil && n.Name != "" {
+		fmt.Fprintf(&b, "# bootops: node %s, site %s, profile %s, micro-os %s\n", n.Name, s.Name, profile, m.Name)
+		args = append(args, "bootops.node="+n.Name)
+	} else if profile != "" {
+		fmt.Fprintf(&b, "# bootops: unknown machine on site %s, default profile %s, micro-os %s\n", s.Name, profile, m.Name)
+		args = append(args, "bootops.profile="+profile)
+	} else {
+		fmt.Fprintf(&b, "# bootops: unknown machine on site %s held in micro-os %s\n", s.Name, m.Name)
+	}
+	args = append(args, "bootops.site="+s.Name, "bootops.token="+plan.TokenPlaceholder)
+	if m.Cmdline != "" {
+		args = append(args, m.Cmdline)
+	}
+	if extra != "" {
+		args = append(args, extra)
+	}
+	fmt.Fprintf(&b, "kernel %s/artifacts/microos/%s/kernel %s\n", base, m.Name, strings.Join(args, " "))
+	fmt.Fprintf(&b, "initrd --name initrd %s/artifacts/microos/%s/initrd\n", base, m.Name)
+	b.WriteString("boot\n")
+	return b.String()
+}
+
+func (r *repo) workflow(n *plan.Node, pr *plan.Profile, disk string, lookup func(string) (string, bool)) plan.Workflow {
+	wf := plan.Workflow{Node: n.Name, Profile: pr.Name, Actions: []plan.Action{}}
+	for _, a := range r.profiles[pr.Name].v.get("workflow").list {
+		act := plan.Action{
+			Action:  a.get("action").str,
+			Name:    a.get("name").String(),
+			Timeout: a.get("timeout").String(),
+			Retries: a.get("retries").integer(),
+		}
+		if act.Name == "" {
+			act.Name = act.Action
+		}
+		switch act.Action {
+		case "wipe-disk":
+			act.Disk = disk
+		case "image-to-disk":
+			act.Disk, act.URL, act.SHA256, act.Compression = disk, pr.Image.URL, pr.Image.SHA256, pr.Image.Compression
+		case "cloud-init", "write-file", "exec", "kexec":
+			act.Disk = disk
+			act.Partition = a.get("partition").integer()
+			if act.Partition == 0 {
+				act.Partition = 1
+			}
+			act.FSType = a.get("fsType").String()
+			if act.FSType == "" {
+				act.FSType = "ext4"
+			}
+			act.Path = a.get("path").String()
+			if act.Action == "cloud-init" && act.Path == "" {
+				act.Path = "/var/lib/cloud/seed/nocloud"
+			}
+			if c := a.get("content"); c != nil {
+				var b strings.Builder
+				_ = expand(c.str, lookup, &b)
+				act.Content = b.String()
+			}
+			act.Mode = a.get("mode").String()
+			if act.Action == "write-file" && act.Mode == "" {
+				act.Mode = "0644"
+			}
+			act.Command = a.get("command").strs()
+			act.Chroot = a.get("chroot") != nil && a.get("chroot").b
+		}
+		wf.Actions = append(wf.Actions, act)
+	}
+	return wf
+}
+
+// networkConfig renders cloud-init network-config version 2: a static
+// address in reservation mode, DHCP otherwise.
+func networkConfig(n *plan.Node, s *plan.Site) string {
+	var b strings.Builder
+	b.WriteString("version: 2\nethernets:\n  primary:\n")
+	if len(n.Identity.MACs) > 0 {
+		fmt.Fprintf(&b, "    match:\n      macaddress: %q\n", n.Identity.MACs[0])
+	} else {
+		b.WriteString("    match:\n      name: \"e*\"\n")
+	}
+	if n.IP == "" {
+		b.WriteString("    dhcp4: true\n")
+		return b.String()
+	}
+	prefix, _ := netip.ParsePrefix(s.Network.Subnet)
+	fmt.Fprintf(&b, "    dhcp4: false\n    addresses:\n      - %s/%d\n", n.IP, prefix.Bits())
+	if s.Network.Gateway != "" {
+		fmt.Fprintf(&b, "    routes:\n      - to: default\n        via: %s\n", s.Network.Gateway)
+	}
+	if len(s.Network.DNS) > 0 {
+		b.WriteString("    nameservers:\n      addresses:\n")
+		for _, d := range s.Network.DNS {
+			fmt.Fprintf(&b, "        - %s\n", d)
+		}
+	}
+	return b.String()
+}
+
+// mergeMaps deep-merges over onto a copy of base (over wins).
+func mergeMaps(base, over *value) *value {
+	out := &value{kind: kMap}
+	if base != nil && base.kind == kMap {
+		out = base.clone()
+	}
+	if over == nil || over.kind != kMap {
+		return out
+	}
+	for i, k := range over.keys {
+		ov := over.vals[i]
+		if bv := out.get(k); bv != nil && bv.kind == kMap && ov.kind == kMap {
+			out.set(k, mergeMaps(bv, ov))
+			continue
+		}
+		out.set(k, ov.clone())
+	}
+	return out
+}
+
+func expandTree(v *value, lookup func(string) (string, bool)) *value {
+	switch v.kind {
+	case kString:
+		var b strings.Builder
+		_ = expand(v.str, lookup, &b)
+		return &value{kind: kString, str: b.String()}
+	case kList, kMap:
+		c := &value{kind: v.kind, keys: v.keys}
+		for _, e := range v.list {
+			c.list = append(c.list, expandTree(e, lookup))
+		}
+		for _, e := range v.vals {
+			c.vals = append(c.vals, expandTree(e, lookup))
+		}
+		return c
+	}
+	return v
+}

@@ -1,0 +1,466 @@
+package compiler
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// validator checks value trees against the definitions CUE exports from the
+// schema (schema.Definitions) and fills in the schema's defaults. It is the
+// fast path for YAML objects: a differential test proves its verdicts and
+// defaults identical to unifying the same objects with the CUE schema.
+type validator struct {
+	defs map[string]*rule
+}
+
+// rule is one compiled schema node.
+type rule struct {
+	name     string // definition name when reached through $ref
+	desc     string // the definition's doc comment
+	ref      string
+	typ      string
+	enum     []*value
+	pattern  *regexp.Regexp
+	min, max *float64
+	props    map[string]*rule
+	order    []string
+	required map[string]bool
+	addl     *rule
+	items    *rule
+	tuple    []*rule
+	anyOf    []*rule
+	allOf    []*rule
+	def      *value
+}
+
+type rawRule struct {
+	Ref         string                     `json:"$ref"`
+	Description string                     `json:"description"`
+	Type        string                     `json:"type"`
+	Enum        []any                      `json:"enum"`
+	Pattern     string                     `json:"pattern"`
+	Minimum     *float64                   `json:"minimum"`
+	Maximum     *float64                   `json:"maximum"`
+	Properties  map[string]json.RawMessage `json:"properties"`
+	Required    []string                   `json:"required"`
+	Addl        json.RawMessage            `json:"additionalProperties"`
+	Items       json.RawMessage            `json:"items"`
+	OneOf       []json.RawMessage          `json:"oneOf"`
+	AnyOf       []json.RawMessage          `json:"anyOf"`
+	AllOf       []json.RawMessage          `json:"allOf"`
+	Default     json.RawMessage            `json:"default"`
+}
+
+func newValidator(defs map[string]json.RawMessage) (*validator, error) {
+	v := &validator{defs: map[string]*rule{}}
+	for name, raw := range defs {
+		r, err := compileRule(raw)
+		if err != nil {
+			return nil, fmt.Errorf("definition %s: %w", name, err)
+		}
+		r.name = name
+		v.defs[name] = r
+	}
+	return v, nil
+}
+
+func compileRule(raw json.RawMessage) (*rule, error) {
+	var rr rawRule
+	if err := json.Unmarshal(raw, &rr); err != nil {
+		return nil, err
+	}
+	r := &rule{ref: strings.TrimPrefix(rr.Ref, "#/components/schemas/"), desc: rr.Description, typ: rr.Type, min: rr.Minimum, max: rr.Maximum}
+	for _, e := range rr.Enum {
+		r.enum = append(r.enum, fromAny(e, 0, 0))
+	}
+	if rr.Pattern != "" {
+		re, err := regexp.Compile(rr.Pattern)
+		if err != nil {
+			return nil, err
+		}
+		r.pattern = re
+	}
+	if rr.Properties != nil {
+		r.props = map[string]*rule{}
+		for _, k := range sortedKeys(rr.Properties) {
+			p, err := compileRule(rr.Properties[k])
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			r.props[k] = p
+		}
+		r.order = propertyOrder(rr.Properties)
+	}
+	if len(rr.Required) > 0 {
+		r.required = map[string]bool{}
+		for _, k := range rr.Required {
+			r.required[k] = true
+		}
+	}
+	var err error
+	if len(rr.Addl) > 0 && string(rr.Addl) != "false" && string(rr.Addl) != "true" {
+		if r.addl, err = compileRule(rr.Addl); err != nil {
+			return nil, err
+		}
+	}
+	if len(rr.Items) > 0 {
+		if rr.Items[0] == '[' {
+			var list []json.RawMessage
+			if err := json.Unmarshal(rr.Items, &list); err != nil {
+				return nil, err
+			}
+			for _, e := range list {
+				x, err := compileRule(e)
+				if err != nil {
+					return nil, err
+				}
+				r.tuple = append(r.tuple, x)
+			}
+		} else if r.items, err = compileRule(rr.Items); err != nil {
+			return nil, err
+		}
+	}
+	for _, list := range [][]json.RawMessage{rr.OneOf, rr.AnyOf} {
+		for _, e := range list {
+			x, err := compileRule(e)
+			if err != nil {
+				return nil, err
+			}
+			r.anyOf = append(r.anyOf, x)
+		}
+	}
+	for _, e := range rr.AllOf {
+		x, err := compileRule(e)
+		if err != nil {
+			return nil, err
+		}
+		r.allOf = append(r.allOf, x)
+	}
+	if len(rr.Default) > 0 {
+		var d any
+		if err := json.Unmarshal(rr.Default, &d); err != nil {
+			return nil, err
+		}
+		r.def = fromAny(d, 0, 0)
+	}
+	return r, nil
+}
+
+// propertyOrder keeps the schema's field order (JSON objects lose it in a
+// map) for stable messages.
+func propertyOrder(props map[string]json.RawMessage) []string {
+	return sortedKeys(props)
+}
+
+// problem is one schema violation, relative to the object.
+type problem struct {
+	path string
+	line int
+	col  int
+	msg  string
+}
+
+// check validates v against definition def, filling defaults, and returns
+// every problem.
+func (vd *validator) check(def string, v *value) []problem {
+	r := vd.defs[def]
+	if r == nil {
+		return []problem{{msg: "no schema definition #" + def}}
+	}
+	var out []problem
+	vd.walk(r, v, "", true, &out)
+	return out
+}
+
+// resolve follows $ref.
+func (vd *validator) resolve(r *rule) *rule {
+	for r.ref != "" {
+		t := vd.defs[r.ref]
+		if t == nil {
+			return r
+		}
+		r = t
+	}
+	return r
+}
+
+// walk checks v against r. With fill, missing fields with defaults are
+// added; without, v is left untouched (used to try disjunction branches).
+func (vd *validator) walk(r *rule, v *value, path string, fill bool, out *[]problem) {
+	named := r
+	r = vd.resolve(r)
+	bad := func(format string, args ...any) {
+		*out = append(*out, problem{path: path, line: v.line, col: v.col, msg: fmt.Sprintf(format, args...)})
+	}
+
+	if len(r.anyOf) > 0 {
+		var first []problem
+		for i, b := range r.anyOf {
+			var p []problem
+			vd.walk(b, v, path, false, &p)
+			if len(p) == 0 {
+				if fill {
+					vd.walk(b, v, path, true, out)
+				}
+				goto rest
+			}
+			if i == 0 || len(p) < len(first) {
+				first = p
+			}
+		}
+		var alts []string
+		for _, b := range r.anyOf {
+			alts = append(alts, vd.expect(b))
+		}
+		bad("%s is not %s", describe(v), strings.Join(alts, " or "))
+		return
+	}
+rest:
+	for _, a := range r.allOf {
+		vd.walk(a, v, path, fill, out)
+	}
+
+	switch r.typ {
+	case "string":
+		if v.kind != kString {
+			bad("want a string, got %s", describe(v))
+			return
+		}
+	case "integer":
+		if v.kind != kInt {
+			bad("want an integer, got %s", describe(v))
+			return
+		}
+	case "number":
+		if v.kind != kInt && v.kind != kFloat {
+			bad("want a number, got %s", describe(v))
+			return
+		}
+	case "boolean":
+		if v.kind != kBool {
+			bad("want true or false, got %s", describe(v))
+			return
+		}
+	case "array":
+		if v.kind != kList {
+			bad("want a list, got %s", describe(v))
+			return
+		}
+	case "object":
+		if v.kind != kMap {
+			bad("want a struct, got %s", describe(v))
+			return
+		}
+	}
+
+	if len(r.enum) > 0 {
+		ok := false
+		for _, e := range r.enum {
+			if equalScalar(e, v) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			var opts []string
+			for _, e := range r.enum {
+				opts = append(opts, describe(e))
+			}
+			msg := fmt.Sprintf("%s is not allowed: want %s", describe(v), orList(opts))
+			if v.kind == kString {
+				var names []string
+				for _, e := range r.enum {
+					names = append(names, e.str)
+				}
+				msg += DidYouMean(v.str, names)
+			}
+			bad("%s", msg)
+			return
+		}
+	}
+	if r.pattern != nil && v.kind == kString && !r.pattern.MatchString(v.str) {
+		bad("%s is not %s", describe(v), vd.expect(named))
+		return
+	}
+	if v.kind == kInt || v.kind == kFloat {
+		n := float64(v.i)
+		if v.kind == kFloat {
+			n = v.f
+		}
+		if r.min != nil && n < *r.min {
+			bad("%s is less than the minimum %s", describe(v), fmtNum(*r.min))
+			return
+		}
+		if r.max != nil && n > *r.max {
+			bad("%s is more than the maximum %s", describe(v), fmtNum(*r.max))
+			return
+		}
+	}
+
+	switch v.kind {
+	case kList:
+		if r.tuple != nil {
+			if len(v.list) != len(r.tuple) {
+				bad("want a list of %d, got %d", len(r.tuple), len(v.list))
+				return
+			}
+			for i, e := range v.list {
+				vd.walk(r.tuple[i], e, indexPath(path, i), fill, out)
+			}
+		} else if r.items != nil {
+			for i, e := range v.list {
+				vd.walk(r.items, e, indexPath(path, i), fill, out)
+			}
+		}
+	case kMap:
+		props, required := vd.fields(r)
+		if props != nil || r.addl != nil {
+			for i, k := range v.keys {
+				p := props[k]
+				if p == nil {
+					p = r.addl
+				}
+				if p == nil {
+					e := v.vals[i]
+					*out = append(*out, problem{path: joinPath(path, k), line: e.line, col: e.col,
+						msg: "unknown field" + DidYouMean(k, sortedKeys(props))})
+					continue
+				}
+				vd.walk(p, v.vals[i], joinPath(path, k), fill, out)
+			}
+		}
+		for _, k := range sortedKeys(props) {
+			if v.get(k) != nil {
+				continue
+			}
+			p := vd.resolve(props[k])
+			switch {
+			case p.def != nil:
+				if fill {
+					d := p.def.clone()
+					setPos(d, v.line, v.col)
+					d.defaulted = true
+					var discard []problem
+					vd.walk(props[k], d, joinPath(path, k), true, &discard)
+					v.set(k, d)
+				}
+			case props[k].def != nil:
+				if fill {
+					d := props[k].def.clone()
+					setPos(d, v.line, v.col)
+					d.defaulted = true
+					v.set(k, d)
+				}
+			case required[k]:
+				*out = append(*out, problem{path: joinPath(path, k), line: v.line, col: v.col, msg: "missing required field"})
+			}
+		}
+	}
+}
+
+// fields collects the properties and required names of r and its allOf.
+func (vd *validator) fields(r *rule) (map[string]*rule, map[string]bool) {
+	if len(r.allOf) == 0 {
+		return r.props, r.required
+	}
+	props := map[string]*rule{}
+	req := map[string]bool{}
+	var add func(x *rule)
+	add = func(x *rule) {
+		x = vd.resolve(x)
+		for k, p := range x.props {
+			if _, ok := props[k]; !ok {
+				props[k] = p
+			}
+		}
+		for k := range x.required {
+			req[k] = true
+		}
+		for _, a := range x.allOf {
+			add(a)
+		}
+	}
+	add(r)
+	return props, req
+}
+
+// expect describes what a rule wants, for messages: a definition's doc
+// comment when there is one.
+func (vd *validator) expect(r *rule) string {
+	if r.ref != "" {
+		t := vd.resolve(r)
+		if t.desc != "" {
+			return t.desc
+		}
+		return "a valid " + r.ref
+	}
+	switch {
+	case r.pattern != nil:
+		return "a string matching " + r.pattern.String()
+	case len(r.enum) > 0:
+		var opts []string
+		for _, e := range r.enum {
+			opts = append(opts, describe(e))
+		}
+		return orList(opts)
+	case r.typ == "array":
+		if r.items != nil {
+			return "a list of " + strings.TrimPrefix(strings.TrimPrefix(vd.expect(r.items), "a "), "an ")
+		}
+		return "a list"
+	case r.typ != "":
+		return "a " + r.typ
+	}
+	return "valid"
+}
+
+func setPos(v *value, line, col int) {
+	v.line, v.col = line, col
+	for _, e := range v.list {
+		setPos(e, line, col)
+	}
+	for _, e := range v.vals {
+		setPos(e, line, col)
+	}
+}
+
+func equalScalar(a, b *value) bool {
+	if a.kind != b.kind {
+		return false
+	}
+	switch a.kind {
+	case kString:
+		return a.str == b.str
+	case kInt:
+		return a.i == b.i
+	case kFloat:
+		return a.f == b.f
+	case kBool:
+		return a.b == b.b
+	case kNull:
+		return true
+	}
+	return false
+}
+
+func fmtNum(f float64) string {
+	if f == math.Trunc(f) {
+		return fmt.Sprintf("%d", int64(f))
+	}
+	return fmt.Sprintf("%g", f)
+}
+
+func orList(opts []string) string {
+	switch len(opts) {
+	case 0:
+		return "nothing"
+	case 1:
+		return opts[0]
+	}
+	sort.Strings(opts)
+	return "one of " + strings.Join(opts, ", ")
+}

@@ -1,0 +1,232 @@
+package plan
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+	"sync"
+)
+
+// APIVersion is the only repository format version this Plan comes from.
+const APIVersion = "bootops.dev/v1alpha1"
+
+// TokenPlaceholder stands in rendered artifacts where the boot plane puts the
+// per-node token at serve time. Tokens never appear in a compiled Plan.
+const TokenPlaceholder = "@BOOTOPS_TOKEN@"
+
+// Unknown-machine policies of a site.
+const (
+	PolicyProvision = "provision"
+	PolicyHold      = "hold"
+	PolicyIgnore    = "ignore"
+)
+
+// DHCP modes of a site.
+const (
+	DHCPProxy       = "proxy"
+	DHCPReservation = "reservation"
+	DHCPOff         = "off"
+)
+
+// Plan is everything the boot plane serves, for every site of a repository.
+type Plan struct {
+	// Hash identifies the Plan's content: equal hashes, equal Plans.
+	Hash     string     `json:"hash"`
+	Sites    []*Site    `json:"sites"`
+	Profiles []*Profile `json:"profiles"`
+	MicroOS  []*MicroOS `json:"microOS"`
+
+	once  sync.Once
+	index *index
+}
+
+// Site is one L2 provisioning network and the nodes registered on it.
+type Site struct {
+	Name           string            `json:"name"`
+	Hash           string            `json:"hash"`
+	Network        Network           `json:"network"`
+	DefaultProfile string            `json:"defaultProfile,omitempty"`
+	UnknownNodes   string            `json:"unknownNodes"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	// Unknown is what an unregistered machine boots under the provision or
+	// hold policy; nil under ignore.
+	Unknown      *Artifacts    `json:"unknown,omitempty"`
+	Reservations []Reservation `json:"reservations,omitempty"`
+	Nodes        []*Node       `json:"nodes"`
+}
+
+// ServerURL is the base URL nodes use to reach the site's boot server.
+func (s *Site) ServerURL() string {
+	return "http://" + s.Network.ServerAddress + ":" + strconv.Itoa(s.Network.HTTPPort)
+}
+
+// Network is a site's provisioning network.
+type Network struct {
+	Interface     string   `json:"interface,omitempty"`
+	ServerAddress string   `json:"serverAddress"`
+	HTTPPort      int      `json:"httpPort"`
+	DHCP          string   `json:"dhcp"`
+	Subnet        string   `json:"subnet,omitempty"`
+	Gateway       string   `json:"gateway,omitempty"`
+	DNS           []string `json:"dns,omitempty"`
+	Pool          *Pool    `json:"pool,omitempty"`
+	LeaseSeconds  int      `json:"leaseSeconds"`
+}
+
+// Pool is a range of addresses for unknown machines (reservation mode).
+type Pool struct {
+	Start string `json:"start"`
+	End   string `json:"end"`
+}
+
+// Reservation is one static DHCP lease of a reservation-mode site.
+type Reservation struct {
+	Node     string   `json:"node"`
+	MACs     []string `json:"macs"`
+	IP       string   `json:"ip"`
+	Hostname string   `json:"hostname"`
+}
+
+// Identity is what a machine is registered (or presents itself) with.
+// Values are normalised: see NormalizeMAC, NormalizeUUID, NormalizeSerial.
+type Identity struct {
+	MACs   []string `json:"macs,omitempty"`
+	UUID   string   `json:"uuid,omitempty"`
+	Serial string   `json:"serial,omitempty"`
+}
+
+// Node is one registered machine with everything rendered for it.
+type Node struct {
+	Name        string            `json:"name"`
+	Site        string            `json:"site"`
+	Profile     string            `json:"profile"`
+	Hostname    string            `json:"hostname"`
+	IP          string            `json:"ip,omitempty"`
+	Identity    Identity          `json:"identity"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Reprovision int               `json:"reprovision"`
+	// Source is where the node is defined (file:line).
+	Source    string    `json:"source"`
+	Hash      string    `json:"hash"`
+	Artifacts Artifacts `json:"artifacts"`
+}
+
+// Artifacts are the files rendered for one node.
+type Artifacts struct {
+	IPXE          string   `json:"ipxe"`
+	UserData      string   `json:"userData,omitempty"`
+	MetaData      string   `json:"metaData,omitempty"`
+	NetworkConfig string   `json:"networkConfig,omitempty"`
+	Workflow      Workflow `json:"workflow"`
+}
+
+// Workflow is the ordered list of actions the agent runs, every parameter
+// resolved.
+type Workflow struct {
+	Node    string   `json:"node,omitempty"`
+	Profile string   `json:"profile"`
+	Actions []Action `json:"actions"`
+}
+
+// Action is one workflow step with its parameters resolved.
+type Action struct {
+	Action  string `json:"action"`
+	Name    string `json:"name"`
+	Timeout string `json:"timeout"`
+	Retries int    `json:"retries"`
+
+	Disk        string   `json:"disk,omitempty"`
+	URL         string   `json:"url,omitempty"`
+	SHA256      string   `json:"sha256,omitempty"`
+	Compression string   `json:"compression,omitempty"`
+	Partition   int      `json:"partition,omitempty"`
+	FSType      string   `json:"fsType,omitempty"`
+	Path        string   `json:"path,omitempty"`
+	Content     string   `json:"content,omitempty"`
+	Mode        string   `json:"mode,omitempty"`
+	Command     []string `json:"command,omitempty"`
+	Chroot      bool     `json:"chroot,omitempty"`
+}
+
+// Profile is an OS to install.
+type Profile struct {
+	Name        string   `json:"name"`
+	Hash        string   `json:"hash"`
+	Description string   `json:"description,omitempty"`
+	OS          OS       `json:"os"`
+	Image       Image    `json:"image"`
+	MicroOS     string   `json:"microOS"`
+	KernelArgs  []string `json:"kernelArgs,omitempty"`
+	Disk        string   `json:"disk"`
+}
+
+// OS describes the operating system a profile installs.
+type OS struct {
+	Type    string `json:"type"`
+	Arch    string `json:"arch"`
+	Version string `json:"version,omitempty"`
+}
+
+// Image is the OS image a profile streams to disk.
+type Image struct {
+	URL         string `json:"url"`
+	SHA256      string `json:"sha256"`
+	Compression string `json:"compression"`
+}
+
+// MicroOS is the in-memory installer a node boots into.
+type MicroOS struct {
+	Name    string   `json:"name"`
+	Hash    string   `json:"hash"`
+	Kernel  Artifact `json:"kernel"`
+	Initrd  Artifact `json:"initrd"`
+	Cmdline string   `json:"cmdline"`
+}
+
+// Artifact is a file fetched from URL or read from Path in the repository.
+type Artifact struct {
+	URL    string `json:"url,omitempty"`
+	Path   string `json:"path,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// Site returns the named site, or nil.
+func (p *Plan) Site(name string) *Site {
+	return p.idx().sites[name]
+}
+
+// Node returns the named node of a site, or nil.
+func (p *Plan) Node(site, name string) *Node {
+	return p.idx().nodes[site+"/"+name]
+}
+
+// FindNode returns every node called name, in any site.
+func (p *Plan) FindNode(name string) []*Node {
+	var out []*Node
+	for _, s := range p.Sites {
+		for _, n := range s.Nodes {
+			if n.Name == name {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// Profile returns the named profile, or nil.
+func (p *Plan) Profile(name string) *Profile {
+	return p.idx().profiles[name]
+}
+
+// Hash returns the hex sha256 of v's JSON encoding: the content hash used
+// for nodes, sites and the Plan itself.
+func Hash(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Plan types only hold strings, numbers, slices and maps.
+		panic("plan: hash: " + err.Error())
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,154 @@
+// Package schema embeds the CUE schema of the bootops repository format, the
+// single source of truth for it. The compiler unifies CUE objects with it
+// directly and validates YAML objects against the definitions CUE exports
+// from it (see Definitions); editors get the same definitions as a JSON
+// Schema (see JSONSchema).
+package schema
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"cuelang.org/go/cue"
+	"cuelang.org/go/encoding/openapi"
+)
+
+// Filename is the name positions in the schema are reported under.
+const Filename = "bootops-schema.cue"
+
+//go:embed bootops.cue
+var source []byte
+
+// Kinds are the object kinds a repository holds, each with a definition of
+// the same name prefixed by '#'.
+var kinds = []string{"MicroOS", "Node", "Profile", "Site"}
+
+// Kinds returns the object kinds in sorted order.
+func Kinds() []string { return append([]string(nil), kinds...) }
+
+// Source returns the CUE schema text.
+func Source() []byte { return append([]byte(nil), source...) }
+
+// Compile builds the schema in ctx.
+func Compile(ctx *cue.Context) (cue.Value, error) {
+	v := ctx.CompileBytes(source, cue.Filename(Filename))
+	if err := v.Err(); err != nil {
+		return v, fmt.Errorf("schema: %w", err)
+	}
+	return v, nil
+}
+
+// Definitions exports every definition of the schema as an OpenAPI 3 schema
+// object (a JSON Schema dialect), keyed by definition name without '#'.
+func Definitions(v cue.Value) (map[string]json.RawMessage, error) {
+	b, err := openapi.Gen(v, &openapi.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("schema: export definitions: %w", err)
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]json.RawMessage `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("schema: export definitions: %w", err)
+	}
+	return doc.Components.Schemas, nil
+}
+
+// JSONSchema returns a JSON Schema (draft-07) that editors such as
+// yaml-language-server use to check repository files while they are typed.
+// Every struct of the schema is closed, so every object schema that lists
+// properties gets additionalProperties: false; CUE disjunctions become anyOf.
+func JSONSchema(v cue.Value) ([]byte, error) {
+	defs, err := Definitions(v)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	names := make([]string, 0, len(defs))
+	for name := range defs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		var d any
+		if err := json.Unmarshal(defs[name], &d); err != nil {
+			return nil, err
+		}
+		out[name] = toJSONSchema(d)
+	}
+	var dispatch []any
+	for _, k := range kinds {
+		dispatch = append(dispatch, map[string]any{
+			"if":   map[string]any{"properties": map[string]any{"kind": map[string]any{"const": k}}, "required": []string{"kind"}},
+			"then": map[string]any{"$ref": "#/definitions/" + k},
+		})
+	}
+	doc := map[string]any{
+		"$schema":     "http://json-schema.org/draft-07/schema#",
+		"$id":         "https://bootops.dev/schema/v1alpha1.json",
+		"title":       "bootops repository object (bootops.dev/v1alpha1)",
+		"type":        "object",
+		"required":    []string{"apiVersion", "kind"},
+		"properties":  map[string]any{"kind": map[string]any{"enum": kinds}},
+		"allOf":       dispatch,
+		"definitions": out,
+	}
+	return json.MarshalIndent(doc, "", "  ")
+}
+
+func toJSONSchema(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := map[string]any{}
+		for k, e := range x {
+			switch k {
+			case "$ref":
+				s, _ := e.(string)
+				const prefix = "#/components/schemas/"
+				if len(s) > len(prefix) && s[:len(prefix)] == prefix {
+					e = "#/definitions/" + s[len(prefix):]
+				}
+				m[k] = e
+			case "oneOf":
+				m["anyOf"] = toJSONSchema(e)
+			default:
+				m[k] = toJSONSchema(e)
+			}
+		}
+		if props, ok := m["properties"].(map[string]any); ok {
+			// A field with a default need not be written.
+			if req, ok := m["required"].([]any); ok {
+				var keep []any
+				for _, r := range req {
+					name, _ := r.(string)
+					if p, ok := props[name].(map[string]any); ok && p["default"] != nil {
+						continue
+					}
+					keep = append(keep, r)
+				}
+				if len(keep) == 0 {
+					delete(m, "required")
+				} else {
+					m["required"] = keep
+				}
+			}
+			if _, ok := m["additionalProperties"]; !ok {
+				if _, ok := m["allOf"]; !ok {
+					m["additionalProperties"] = false
+				}
+			}
+		}
+		return m
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = toJSONSchema(e)
+		}
+		return out
+	}
+	return v
+}

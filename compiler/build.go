@@ -24,6 +24,7 @@ type repo struct {
 	// broken names objects that failed the schema, by kind: a reference to
 	// one is not reported again.
 	broken map[string]map[string]bool
+	cache  *renderCache
 }
 
 type nodeObj struct {
@@ -37,8 +38,8 @@ func (r *repo) errorf(pos Pos, path, format string, args ...any) {
 }
 
 // assemble runs the cross-object rules and, when they hold, the renderers.
-func assemble(objs []*object, fsys fs.FS) (*plan.Plan, Errors) {
-	r := &repo{fsys: fsys, sites: map[string]*object{}, profiles: map[string]*object{}, microOS: map[string]*object{},
+func assemble(objs []*object, fsys fs.FS, cache *renderCache) (*plan.Plan, Errors) {
+	r := &repo{fsys: fsys, cache: cache, sites: map[string]*object{}, profiles: map[string]*object{}, microOS: map[string]*object{},
 		broken: map[string]map[string]bool{"Site": {}, "Profile": {}, "MicroOS": {}, "Node": {}}}
 	valid := objs[:0:0]
 	for _, o := range objs {

@@ -27,12 +27,17 @@ type Compiler struct {
 	vd     *validator
 
 	yaml map[cacheKey]*fileResult
+	// stat remembers the size and mtime each file had when its content was
+	// last read, so an unchanged file is not read again (as git's index
+	// does); a file whose size or mtime moved is read and keyed by content.
+	stat map[string]statEntry
 	cue  struct {
 		key  [32]byte
 		objs []*object
 		errs Errors
 		ok   bool
 	}
+	renders renderCache
 	// Workers is how many files are parsed at once (default GOMAXPROCS).
 	Workers int
 }
@@ -40,6 +45,11 @@ type Compiler struct {
 type cacheKey struct {
 	path string
 	sum  [32]byte
+}
+
+type statEntry struct {
+	size, mtime int64
+	key         cacheKey
 }
 
 type fileResult struct {
@@ -93,7 +103,9 @@ func (c *Compiler) Compile(fsys fs.FS) (*plan.Plan, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	objs, errs := c.load(fsys)
-	p, more := assemble(objs, fsys)
+	c.renders.begin()
+	p, more := assemble(objs, fsys, &c.renders)
+	c.renders.end()
 	errs = append(errs, more...)
 	if len(errs) > 0 {
 		return nil, errs.sort()
@@ -103,27 +115,28 @@ func (c *Compiler) Compile(fsys fs.FS) (*plan.Plan, error) {
 
 // load reads, parses and validates every file.
 func (c *Compiler) load(fsys fs.FS) ([]*object, Errors) {
-	paths, errs := listFiles(fsys)
-	var yamlPaths, cuePaths []string
-	for _, p := range paths {
-		if path.Ext(p) == ".cue" {
-			cuePaths = append(cuePaths, p)
+	listing, errs := listFiles(fsys)
+	var yamlFiles []listed
+	var cuePaths []string
+	for _, l := range listing {
+		if path.Ext(l.path) == ".cue" {
+			cuePaths = append(cuePaths, l.path)
 		} else {
-			yamlPaths = append(yamlPaths, p)
+			yamlFiles = append(yamlFiles, l)
 		}
 	}
 
 	// YAML files: read, parse and validate in parallel; cached by content.
-	results := make([]*fileResult, len(yamlPaths))
-	keys := make([]cacheKey, len(yamlPaths))
+	results := make([]*fileResult, len(yamlFiles))
+	keys := make([]cacheKey, len(yamlFiles))
 	workers := c.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	var wg sync.WaitGroup
 	var cacheMu sync.Mutex
-	next := make(chan int, len(yamlPaths))
-	for i := range yamlPaths {
+	next := make(chan int, len(yamlFiles))
+	for i := range yamlFiles {
 		next <- i
 	}
 	close(next)
@@ -132,7 +145,17 @@ func (c *Compiler) load(fsys fs.FS) ([]*object, Errors) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				p := yamlPaths[i]
+				l := yamlFiles[i]
+				p := l.path
+				if st, ok := c.stat[p]; ok && l.mtime != 0 && st.size == l.size && st.mtime == l.mtime {
+					cacheMu.Lock()
+					r := c.yaml[st.key]
+					cacheMu.Unlock()
+					if r != nil {
+						keys[i], results[i] = st.key, r
+						continue
+					}
+				}
 				data, e := readFile(fsys, p)
 				if e != nil {
 					results[i] = &fileResult{errs: Errors{e}}
@@ -184,15 +207,17 @@ func (c *Compiler) load(fsys fs.FS) ([]*object, Errors) {
 
 	// Keep only what this compilation used, so the cache stays bounded.
 	used := make(map[cacheKey]*fileResult, len(results))
+	stat := make(map[string]statEntry, len(results))
 	var objs []*object
 	for i, r := range results {
 		objs = append(objs, r.objs...)
 		errs = append(errs, r.errs...)
 		if keys[i].path != "" {
 			used[keys[i]] = r
+			stat[keys[i].path] = statEntry{size: yamlFiles[i].size, mtime: yamlFiles[i].mtime, key: keys[i]}
 		}
 	}
-	c.yaml = used
+	c.yaml, c.stat = used, stat
 	return append(objs, cueObjs...), errs
 }
 

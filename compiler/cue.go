@@ -3,6 +3,7 @@ package compiler
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"cuelang.org/go/cue"
@@ -38,9 +39,13 @@ func (c *Compiler) evalCUE(files []srcFile) ([]*object, Errors) {
 		}
 		imports := false
 		for im := range ast.ImportSpecs() {
+			ip, _ := strconv.Unquote(im.Path.Value)
+			if first, _, _ := strings.Cut(ip, "/"); !strings.Contains(first, ".") {
+				continue // the CUE standard library: strings, list, math, …
+			}
 			p := im.Pos()
 			imports = true
-			errs = append(errs, errorf(Pos{File: f.path, Line: p.Line(), Col: p.Column()}, "", "imports are not supported: the schema's definitions (#Node, #Site, #Profile, #MicroOS) are in scope"))
+			errs = append(errs, errorf(Pos{File: f.path, Line: p.Line(), Col: p.Column()}, "", "import %q: only the CUE standard library can be imported; the schema's definitions (#Node, #Site, #Profile, #MicroOS) are in scope", ip))
 		}
 		if imports {
 			continue
@@ -124,6 +129,9 @@ func (c *Compiler) cueObject(v, k cue.Value) (*object, Errors) {
 // cueToValue converts a concrete CUE value into a value tree with positions;
 // values the schema supplied get the object's position.
 func cueToValue(v cue.Value, fallback Pos) *value {
+	if d, ok := v.Default(); ok {
+		v = d
+	}
 	p := cuePos(v.Pos())
 	if p.File == "" || p.File == schema.Filename {
 		p = fallback

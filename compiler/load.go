@@ -14,6 +14,14 @@ import (
 // file is an error (never silently skipped); it is not read at all.
 const maxFileSize = 8 << 20
 
+// listed is a file found in the repository, with what its directory entry
+// says of it (mtime 0 when the source has no meaningful times).
+type listed struct {
+	path  string
+	size  int64
+	mtime int64
+}
+
 // srcFile is one repository file to compile.
 type srcFile struct {
 	path string
@@ -24,9 +32,9 @@ type srcFile struct {
 // entries, cue.mod and what .bootopsignore lists. Symlinks are followed only
 // when they stay inside the repository; one that leaves it is an error and
 // its target is never read.
-func listFiles(fsys fs.FS) ([]string, Errors) {
+func listFiles(fsys fs.FS) ([]listed, Errors) {
 	ign, errs := readIgnore(fsys)
-	var files []string
+	var files []listed
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			errs = append(errs, errorf(Pos{File: p, Line: 1, Col: 1}, "", "cannot read: %v", unwrapPathErr(err)))
@@ -57,7 +65,13 @@ func listFiles(fsys fs.FS) ([]string, Errors) {
 			errs = append(errs, errorf(Pos{File: p, Line: 1, Col: 1}, "", "not a regular file"))
 			return nil
 		}
-		files = append(files, p)
+		l := listed{path: p}
+		if d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				l.size, l.mtime = info.Size(), info.ModTime().UnixNano()
+			}
+		}
+		files = append(files, l)
 		return nil
 	})
 	if err != nil {

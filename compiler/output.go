@@ -130,11 +130,11 @@ func writeTree(p *plan.Plan, dir string) error {
 		}
 	}
 	// Writing tens of thousands of small files is dominated by system
-	// calls: spread them over the cores.
+	// calls that wait on the filesystem: keep several in flight per core.
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
-	n := runtime.GOMAXPROCS(0)
+	n := 4 * runtime.GOMAXPROCS(0)
 	for w := range n {
 		wg.Add(1)
 		go func() {
@@ -171,3 +171,4 @@ func DnsmasqHosts(s *plan.Site) string {
 	}
 	return b.String()
 }
+

@@ -47,6 +47,7 @@ func (r *repo) render() (*plan.Plan, Errors) {
 	for _, n := range r.nodes {
 		bySite[n.site] = append(bySite[n.site], n)
 	}
+	var sites []*plan.Site
 	for _, name := range sortedKeys(r.sites) {
 		o := r.sites[name]
 		nw := o.v.get("network")
@@ -70,20 +71,6 @@ func (r *repo) render() (*plan.Plan, Errors) {
 		if pool := nw.get("pool"); pool != nil {
 			s.Network.Pool = &plan.Pool{Start: pool.get("start").str, End: pool.get("end").str}
 		}
-		nodes := bySite[name]
-		slices.SortFunc(nodes, func(a, b *nodeObj) int { return strings.Compare(a.name, b.name) })
-		for _, n := range nodes {
-			pn := r.node(n, s, profiles[n.profile], microOS)
-			s.Nodes = append(s.Nodes, pn)
-			if pn.IP != "" {
-				s.Reservations = append(s.Reservations, plan.Reservation{Node: pn.Name, MACs: pn.Identity.MACs, IP: pn.IP, Hostname: pn.Hostname})
-			}
-		}
-		slices.SortFunc(s.Reservations, func(a, b plan.Reservation) int {
-			x, _ := netip.ParseAddr(a.IP)
-			y, _ := netip.ParseAddr(b.IP)
-			return x.Compare(y)
-		})
 		switch s.UnknownNodes {
 		case plan.PolicyProvision:
 			pr := profiles[s.DefaultProfile]
@@ -93,10 +80,56 @@ func (r *repo) render() (*plan.Plan, Errors) {
 			m := microOS[r.holdMicroOS(o)]
 			s.Unknown = &plan.Artifacts{IPXE: ipxeScript(s, m, nil, "", "bootops.mode=hold"), Workflow: plan.Workflow{Actions: []plan.Action{}}}
 		}
-		s.Hash = plan.Hash(s)
+		sites = append(sites, s)
+	}
+
+	// Nodes: rendered in parallel, and only when the node, its site, its
+	// profile or its Micro-OS changed since the last compilation.
+	type job struct {
+		n    *nodeObj
+		site *plan.Site
+		out  *plan.Node
+	}
+	var jobs []*job
+	for _, s := range sites {
+		nodes := bySite[s.Name]
+		slices.SortFunc(nodes, func(a, b *nodeObj) int { return strings.Compare(a.name, b.name) })
+		for _, n := range nodes {
+			jobs = append(jobs, &job{n: n, site: s})
+		}
+	}
+	parallel(len(jobs), func(i int) {
+		j := jobs[i]
+		pr := profiles[j.n.profile]
+		key := renderKey{node: j.n.object, site: r.sites[j.site.Name], profile: r.profiles[pr.Name], microOS: r.microOS[pr.MicroOS], profileName: j.n.profile}
+		if r.cache != nil {
+			if out := r.cache.get(key); out != nil {
+				j.out = out
+				return
+			}
+		}
+		j.out = r.node(j.n, j.site, pr, microOS)
+		if r.cache != nil {
+			r.cache.put(key, j.out)
+		}
+	})
+	for _, j := range jobs {
+		s, pn := j.site, j.out
+		s.Nodes = append(s.Nodes, pn)
+		if pn.IP != "" {
+			s.Reservations = append(s.Reservations, plan.Reservation{Node: pn.Name, MACs: pn.Identity.MACs, IP: pn.IP, Hostname: pn.Hostname})
+		}
+	}
+	for _, s := range sites {
+		slices.SortFunc(s.Reservations, func(a, b plan.Reservation) int {
+			x, _ := netip.ParseAddr(a.IP)
+			y, _ := netip.ParseAddr(b.IP)
+			return x.Compare(y)
+		})
+		s.Hash = plan.SiteHash(s)
 		p.Sites = append(p.Sites, s)
 	}
-	p.Hash = plan.Hash(p)
+	p.Hash = plan.PlanHash(p)
 	return p, nil
 }
 

@@ -10,19 +10,36 @@ import (
 // NormalizeMAC returns mac in lower case with ':' separators, or "" when it
 // is not a 6-byte hardware address written with ':', '-' or nothing.
 func NormalizeMAC(mac string) string {
-	s := strings.ToLower(strings.TrimSpace(mac))
-	s = strings.NewReplacer(":", "", "-", "", ".", "").Replace(s)
-	if len(s) != 12 || !isHex(s) {
+	var hex [12]byte
+	n := 0
+	for i := 0; i < len(mac); i++ {
+		c := mac[i]
+		switch {
+		case c == ':' || c == '-' || c == '.' || c == ' ':
+			continue
+		case c >= 'A' && c <= 'F':
+			c += 'a' - 'A'
+		case c >= '0' && c <= '9' || c >= 'a' && c <= 'f':
+		default:
+			return ""
+		}
+		if n == 12 {
+			return ""
+		}
+		hex[n] = c
+		n++
+	}
+	if n != 12 {
 		return ""
 	}
-	var b strings.Builder
+	out := make([]byte, 0, 17)
 	for i := 0; i < 12; i += 2 {
 		if i > 0 {
-			b.WriteByte(':')
+			out = append(out, ':')
 		}
-		b.WriteString(s[i : i+2])
+		out = append(out, hex[i], hex[i+1])
 	}
-	return b.String()
+	return string(out)
 }
 
 // NormalizeUUID returns uuid in lower case in the 8-4-4-4-12 form, or "" when

@@ -230,3 +230,32 @@ func Hash(v any) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// SiteHash hashes a site's own fields and its nodes' hashes, so a site's
+// hash changes when any of its nodes does without hashing them twice.
+func SiteHash(s *Site) string {
+	head := *s
+	head.Hash, head.Nodes = "", nil
+	h := sha256.New()
+	b, _ := json.Marshal(&head)
+	h.Write(b)
+	for _, n := range s.Nodes {
+		h.Write([]byte(n.Hash))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// PlanHash hashes the sites' hashes, the profiles and the Micro-OSes.
+func PlanHash(p *Plan) string {
+	h := sha256.New()
+	for _, s := range p.Sites {
+		h.Write([]byte("site " + s.Hash + "\n"))
+	}
+	for _, pr := range p.Profiles {
+		h.Write([]byte("profile " + pr.Hash + "\n"))
+	}
+	for _, m := range p.MicroOS {
+		h.Write([]byte("microos " + m.Hash + "\n"))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

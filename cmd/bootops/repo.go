@@ -12,20 +12,20 @@ import (
 // compileDir compiles the repository at dir. Errors are printed one per line
 // to stderr, with a count, and errSilent is returned.
 func compileDir(e *env, dir string) (*plan.Plan, error) {
-	root, err := os.OpenRoot(dir)
+	st, err := os.Stat(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open repository: %w", err)
 	}
-	defer root.Close()
-	st, err := root.Stat(".")
-	if err != nil || !st.IsDir() {
+	if !st.IsDir() {
 		return nil, fmt.Errorf("open repository: %s is not a directory", dir)
 	}
 	c, err := compiler.New()
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.Compile(root.FS())
+	// os.DirFS: the compiler refuses symlinks that leave the repository
+	// before it reads them.
+	p, err := c.Compile(os.DirFS(dir))
 	var list compiler.Errors
 	if errors.As(err, &list) {
 		for _, e2 := range list {

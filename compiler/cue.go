@@ -210,4 +210,3 @@ func cueErrors(err error, fallback *Pos, prefix ...string) Errors {
 	}
 	return out
 }
-

@@ -265,4 +265,3 @@ func siteFromPath(p string) string {
 	}
 	return ""
 }
-

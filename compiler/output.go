@@ -171,4 +171,3 @@ func DnsmasqHosts(s *plan.Site) string {
 	}
 	return b.String()
 }
-

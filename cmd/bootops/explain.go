@@ -58,9 +58,9 @@ func explainCmd() *command {
 		if *format == "json" {
 			out := struct {
 				plan.Decision
-				Site string `json:"site,omitempty"`
-				Node string `json:"node,omitempty"`
-				Boots bool  `json:"boots"`
+				Site  string `json:"site,omitempty"`
+				Node  string `json:"node,omitempty"`
+				Boots bool   `json:"boots"`
 			}{Decision: d, Boots: d.Boots()}
 			if d.Site != nil {
 				out.Site = d.Site.Name

@@ -79,4 +79,3 @@ func compileCmd() *command {
 	}
 	return c
 }
-

@@ -99,11 +99,19 @@ func (r *repo) unique(m map[string]*object, o *object, kind string) {
 
 func (r *repo) addNode(o *object) {
 	n := &nodeObj{object: o}
+	// Every node takes part in the name and identity checks, even when its
+	// site or profile is wrong: all errors at once.
+	defer func() { r.nodes = append(r.nodes, n) }()
+	id := o.v.get("identity")
+	if id.get("mac") == nil && id.get("uuid") == nil && id.get("serial") == nil {
+		r.errorf(o.pos("identity"), "identity", "needs at least one of mac, uuid, serial")
+	}
 	fromPath := siteFromPath(o.file)
 	n.site = o.str("site")
 	switch {
 	case n.site != "" && fromPath != "" && n.site != fromPath:
 		r.errorf(o.pos("site"), "site", "node says site %q but its file is under sites/%s/", n.site, fromPath)
+		return
 	case n.site == "" && fromPath != "":
 		n.site = fromPath
 	case n.site == "" && len(r.sites) == 1:
@@ -116,14 +124,14 @@ func (r *repo) addNode(o *object) {
 	}
 	site := r.sites[n.site]
 	if site == nil {
-		if r.broken["Site"][n.site] {
-			return
+		if !r.broken["Site"][n.site] {
+			path := "site"
+			if o.v.get("site") == nil {
+				path = ""
+			}
+			r.errorf(o.pos("site"), path, "unknown site %q%s", n.site, DidYouMean(n.site, sortedKeys(r.sites)))
 		}
-		path := "site"
-		if o.v.get("site") == nil {
-			path = ""
-		}
-		r.errorf(o.pos("site"), path, "unknown site %q%s", n.site, DidYouMean(n.site, sortedKeys(r.sites)))
+		n.site = ""
 		return
 	}
 	n.profile = o.str("profile")
@@ -134,19 +142,9 @@ func (r *repo) addNode(o *object) {
 			return
 		}
 	}
-	if r.profiles[n.profile] == nil {
-		if r.broken["Profile"][n.profile] {
-			return
-		}
+	if r.profiles[n.profile] == nil && !r.broken["Profile"][n.profile] {
 		r.errorf(o.pos("profile"), "profile", "unknown profile %q%s", n.profile, DidYouMean(n.profile, sortedKeys(r.profiles)))
-		return
 	}
-	id := o.v.get("identity")
-	if id.get("mac") == nil && id.get("uuid") == nil && id.get("serial") == nil {
-		r.errorf(o.pos("identity"), "identity", "needs at least one of mac, uuid, serial")
-		return
-	}
-	r.nodes = append(r.nodes, n)
 }
 
 func (r *repo) checkNodeNames() {
@@ -273,7 +271,7 @@ func (r *repo) checkAddresses() {
 	seen := map[string]owner{}
 	for _, n := range r.nodes {
 		ipv := n.v.get("ip")
-		if ipv == nil {
+		if ipv == nil || n.site == "" {
 			continue
 		}
 		site := r.sites[n.site]

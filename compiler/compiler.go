@@ -236,7 +236,7 @@ func (c *Compiler) loadYAML(file string, data []byte) *fileResult {
 	for _, d := range docs {
 		pos := Pos{File: file, Line: d.line, Col: d.col}
 		if d.root == nil {
-			r.errs = append(r.errs, errorf(pos, "", "empty document"))
+			r.errs = append(r.errs, errorf(pos, "", "empty document (a stray '---'?)"))
 			continue
 		}
 		o, e := c.yamlObject(file, d.root)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"cuelang.org/go/cue"
+	cueast "cuelang.org/go/cue/ast"
 	"cuelang.org/go/cue/build"
 	cueerrors "cuelang.org/go/cue/errors"
 	"cuelang.org/go/cue/parser"
@@ -24,10 +25,11 @@ func (c *Compiler) evalCUE(files []srcFile) ([]*object, Errors) {
 	var errs Errors
 	inst := build.NewContext().NewInstance("", nil)
 	pkg := ""
+	var labels []string
 	for _, f := range files {
 		ast, err := parser.ParseFile(f.path, f.data, parser.ParseComments)
 		if err != nil {
-			errs = append(errs, cueErrors(err, nil)...)
+			errs = append(errs, c.cueErrors(err, nil)...)
 			continue
 		}
 		name := ast.PackageName()
@@ -50,8 +52,15 @@ func (c *Compiler) evalCUE(files []srcFile) ([]*object, Errors) {
 		if imports {
 			continue
 		}
+		for _, d := range ast.Decls {
+			if f, ok := d.(*cueast.Field); ok {
+				if name, _, err := cueast.LabelName(f.Label); err == nil && !strings.HasPrefix(name, "_") && !strings.HasPrefix(name, "#") && !slices.Contains(labels, name) {
+					labels = append(labels, name)
+				}
+			}
+		}
 		if err := inst.AddSyntax(ast); err != nil {
-			errs = append(errs, cueErrors(err, nil)...)
+			errs = append(errs, c.cueErrors(err, nil)...)
 		}
 	}
 	if len(errs) > 0 {
@@ -59,13 +68,18 @@ func (c *Compiler) evalCUE(files []srcFile) ([]*object, Errors) {
 	}
 	root := c.ctx.BuildInstance(inst, cue.Scope(c.schema))
 	if err := root.Err(); err != nil {
-		return nil, cueErrors(err, nil)
+		// Report every error, not only the first one Err summarises, then
+		// go on with the objects that are not in error themselves.
+		if all := root.Validate(); all != nil {
+			err = all
+		}
+		errs = append(errs, c.cueErrors(err, nil)...)
 	}
 
 	var objs []*object
 	var walk func(v cue.Value, depth int)
 	walk = func(v cue.Value, depth int) {
-		if depth > 32 {
+		if depth > 32 || depth > 0 && v.Err() != nil {
 			return
 		}
 		switch v.IncompleteKind() {
@@ -80,7 +94,7 @@ func (c *Compiler) evalCUE(files []srcFile) ([]*object, Errors) {
 			}
 			it, err := v.Fields()
 			if err != nil {
-				errs = append(errs, cueErrors(err, nil)...)
+				errs = append(errs, c.cueErrors(err, nil)...)
 				return
 			}
 			for it.Next() {
@@ -89,7 +103,7 @@ func (c *Compiler) evalCUE(files []srcFile) ([]*object, Errors) {
 		case cue.ListKind:
 			it, err := v.List()
 			if err != nil {
-				errs = append(errs, cueErrors(err, nil)...)
+				errs = append(errs, c.cueErrors(err, nil)...)
 				return
 			}
 			for it.Next() {
@@ -97,7 +111,15 @@ func (c *Compiler) evalCUE(files []srcFile) ([]*object, Errors) {
 			}
 		}
 	}
-	walk(root, 0)
+	if root.Err() == nil {
+		walk(root, 0)
+	} else {
+		// A struct in error cannot be iterated: reach its fields by the
+		// labels written in the files.
+		for _, label := range labels {
+			walk(root.LookupPath(cue.MakePath(cue.Str(label))), 1)
+		}
+	}
 	return objs, errs
 }
 
@@ -112,13 +134,20 @@ func (c *Compiler) cueObject(v, k cue.Value) (*object, Errors) {
 	}
 	def := c.schema.LookupPath(cue.MakePath(cue.Def(kind)))
 	u := def.Unify(v)
-	prefix := v.Path().String()
 	if err := u.Validate(cue.Concrete(true), cue.Final()); err != nil {
 		o := &object{kind: kind, file: pos.File, invalid: true}
 		if n, e := v.LookupPath(cue.ParsePath("name")).String(); e == nil {
 			o.name = n
 		}
-		return o, cueErrors(err, &pos, prefix)
+		errs := c.cueErrors(err, &pos)
+		// Unifying with the definition roots paths at "#Kind": show where
+		// the object is instead.
+		for _, e := range errs {
+			if rest, ok := strings.CutPrefix(e.Path, "#"+kind); ok {
+				e.Path = v.Path().String() + rest
+			}
+		}
+		return o, errs
 	}
 	tree := cueToValue(u, pos)
 	o := &object{kind: kind, file: pos.File, v: tree, line: pos.Line, col: pos.Col, fromCUE: true}
@@ -174,19 +203,29 @@ func cuePos(p token.Pos) Pos {
 	return Pos{File: p.Filename(), Line: p.Line(), Col: p.Column()}
 }
 
-// cueErrors converts CUE errors into positioned Errors, preferring a
-// position inside the repository over one in the schema. prefix (the
-// object's own path in the CUE value) is cut from field paths.
-func cueErrors(err error, fallback *Pos, prefix ...string) Errors {
+// cueErrors converts CUE errors into positioned Errors. Of an error's
+// positions, the last one inside the repository is the most specific (the
+// value, after the place it was unified); the schema's are never shown.
+// Disjunction summaries without a position of their own are dropped when
+// their details are there.
+func (c *Compiler) cueErrors(err error, fallback *Pos) Errors {
+	list := cueerrors.Errors(err)
 	var out Errors
-	for _, e := range cueerrors.Errors(err) {
+	for _, e := range list {
 		var pos Pos
 		for _, p := range cueerrors.Positions(e) {
 			pp := cuePos(p)
-			if pp.File != "" && pp.File != schema.Filename {
-				pos = pp
-				break
+			if pp.File == "" || pp.File == schema.Filename {
+				continue
 			}
+			if pos.File == "" || pp.Line > pos.Line || pp.Line == pos.Line && pp.Col > pos.Col {
+				pos = pp
+			}
+		}
+		format, args := e.Msg()
+		msg := fmt.Sprintf(format, args...)
+		if pos.File == "" && len(list) > 1 && strings.Contains(msg, "errors in empty disjunction") {
+			continue
 		}
 		if pos.File == "" && fallback != nil {
 			pos = *fallback
@@ -194,19 +233,27 @@ func cueErrors(err error, fallback *Pos, prefix ...string) Errors {
 		if pos.File == "" {
 			pos = Pos{File: schema.Filename}
 		}
-		fp := strings.Join(e.Path(), ".")
-		for _, pre := range prefix {
-			if pre != "" {
-				fp = strings.TrimPrefix(strings.TrimPrefix(fp, pre), ".")
-			}
+		path := e.Path()
+		if msg == "field not allowed" && len(path) > 0 {
+			msg += DidYouMean(path[len(path)-1], c.fieldNames())
 		}
-		format, args := e.Msg()
-		msg := fmt.Sprintf(format, args...)
-		if fp != "" {
-			// CUE messages for a missing field don't name it.
-			msg = strings.TrimPrefix(msg, fp+": ")
-		}
-		out = append(out, &Error{Pos: pos, Path: fp, Msg: msg})
+		out = append(out, &Error{Pos: pos, Path: strings.Join(path, "."), Msg: strings.TrimSuffix(msg, ":")})
 	}
 	return out
+}
+
+// fieldNames lists every field the schema declares, for hints.
+func (c *Compiler) fieldNames() []string {
+	seen := map[string]bool{}
+	for _, r := range c.vd.defs {
+		var add func(r *rule)
+		add = func(r *rule) {
+			for k, p := range r.props {
+				seen[k] = true
+				add(p)
+			}
+		}
+		add(r)
+	}
+	return sortedKeys(seen)
 }

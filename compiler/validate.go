@@ -15,6 +15,9 @@ import (
 // defaults identical to unifying the same objects with the CUE schema.
 type validator struct {
 	defs map[string]*rule
+	// byPattern finds the definition an inlined pattern came from, for
+	// its description.
+	byPattern map[string]string
 }
 
 // rule is one compiled schema node.
@@ -56,7 +59,7 @@ type rawRule struct {
 }
 
 func newValidator(defs map[string]json.RawMessage) (*validator, error) {
-	v := &validator{defs: map[string]*rule{}}
+	v := &validator{defs: map[string]*rule{}, byPattern: map[string]string{}}
 	for name, raw := range defs {
 		r, err := compileRule(raw)
 		if err != nil {
@@ -64,6 +67,9 @@ func newValidator(defs map[string]json.RawMessage) (*validator, error) {
 		}
 		r.name = name
 		v.defs[name] = r
+		if r.pattern != nil && r.desc != "" {
+			v.byPattern[r.pattern.String()] = r.desc
+		}
 	}
 	return v, nil
 }
@@ -198,8 +204,8 @@ func (vd *validator) walk(r *rule, v *value, path string, fill bool, out *[]prob
 	}
 
 	if len(r.anyOf) > 0 {
-		var first []problem
-		for i, b := range r.anyOf {
+		var sameKind [][]problem
+		for _, b := range r.anyOf {
 			var p []problem
 			vd.walk(b, v, path, false, &p)
 			if len(p) == 0 {
@@ -208,9 +214,15 @@ func (vd *validator) walk(r *rule, v *value, path string, fill bool, out *[]prob
 				}
 				goto rest
 			}
-			if i == 0 || len(p) < len(first) {
-				first = p
+			if vd.kindMatches(b, v) {
+				sameKind = append(sameKind, p)
 			}
+		}
+		// One alternative is of the value's type: its problems are the
+		// precise ones (mac[1] is not a MAC rather than "not a list of …").
+		if len(sameKind) == 1 {
+			*out = append(*out, sameKind[0]...)
+			return
 		}
 		var alts []string
 		for _, b := range r.anyOf {
@@ -362,6 +374,30 @@ rest:
 	}
 }
 
+// kindMatches reports whether r asks for v's type (without looking at
+// anything else).
+func (vd *validator) kindMatches(r *rule, v *value) bool {
+	r = vd.resolve(r)
+	switch r.typ {
+	case "string":
+		return v.kind == kString
+	case "integer":
+		return v.kind == kInt
+	case "number":
+		return v.kind == kInt || v.kind == kFloat
+	case "boolean":
+		return v.kind == kBool
+	case "array":
+		return v.kind == kList
+	case "object":
+		return v.kind == kMap
+	}
+	if len(r.enum) > 0 {
+		return r.enum[0].kind == v.kind
+	}
+	return false
+}
+
 // fields collects the properties and required names of r and its allOf.
 func (vd *validator) fields(r *rule) (map[string]*rule, map[string]bool) {
 	if len(r.allOf) == 0 {
@@ -400,6 +436,9 @@ func (vd *validator) expect(r *rule) string {
 	}
 	switch {
 	case r.pattern != nil:
+		if d := vd.byPattern[r.pattern.String()]; d != "" {
+			return d
+		}
 		return "a string matching " + r.pattern.String()
 	case len(r.enum) > 0:
 		var opts []string

@@ -37,7 +37,7 @@ func parseYAML(file string, data []byte) ([]yamlDoc, Errors) {
 			break
 		}
 		if err != nil {
-			errs = append(errs, yamlError(file, err))
+			errs = append(errs, yamlError(file, data, err))
 			break // the decoder cannot resynchronise after a syntax error
 		}
 		d := yamlDoc{line: n.Line, col: n.Column}
@@ -55,7 +55,7 @@ func parseYAML(file string, data []byte) ([]yamlDoc, Errors) {
 	return docs, errs
 }
 
-func yamlError(file string, err error) *Error {
+func yamlError(file string, data []byte, err error) *Error {
 	msg := err.Error()
 	var te *yaml.TypeError
 	if errors.As(err, &te) && len(te.Errors) > 0 {
@@ -63,6 +63,13 @@ func yamlError(file string, err error) *Error {
 	}
 	if m := yamlErrLine.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
+		// The parser blames the line; find the tab it tripped on.
+		if text := lineOf(data, line); strings.Contains(m[2], "cannot start any token") {
+			indent := len(text) - len(strings.TrimLeft(text, " \t"))
+			if i := strings.IndexByte(text[:indent], '\t'); i >= 0 {
+				return &Error{Pos: Pos{File: file, Line: line, Col: i + 1}, Msg: "yaml: tab in indentation (YAML indents with spaces)"}
+			}
+		}
 		return &Error{Pos: Pos{File: file, Line: line, Col: 1}, Msg: "yaml: " + m[2]}
 	}
 	return &Error{Pos: Pos{File: file, Line: 1, Col: 1}, Msg: strings.TrimPrefix(msg, "yaml: ")}
@@ -165,4 +172,19 @@ func (c *converter) scalar(n *yaml.Node, v *value) {
 	default:
 		c.errorf(n, "unsupported YAML tag %s", n.Tag)
 	}
+}
+
+// lineOf returns line n (from 1) of data.
+func lineOf(data []byte, n int) string {
+	for i := 1; i < n; i++ {
+		j := bytes.IndexByte(data, '\n')
+		if j < 0 {
+			return ""
+		}
+		data = data[j+1:]
+	}
+	if j := bytes.IndexByte(data, '\n'); j >= 0 {
+		data = data[:j]
+	}
+	return string(data)
 }

@@ -38,7 +38,7 @@ func (r *repo) errorf(pos Pos, path, format string, args ...any) {
 }
 
 // assemble runs the cross-object rules and, when they hold, the renderers.
-func assemble(objs []*object, fsys fs.FS, cache *renderCache) (*plan.Plan, Errors) {
+func assemble(objs []*object, fsys fs.FS, cache *renderCache, loadErrs Errors) (*plan.Plan, Errors) {
 	r := &repo{fsys: fsys, cache: cache, sites: map[string]*object{}, profiles: map[string]*object{}, microOS: map[string]*object{},
 		broken: map[string]map[string]bool{"Site": {}, "Profile": {}, "MicroOS": {}, "Node": {}}}
 	valid := objs[:0:0]
@@ -83,8 +83,8 @@ func assemble(objs []*object, fsys fs.FS, cache *renderCache) (*plan.Plan, Error
 		r.checkMicroOS(r.microOS[name])
 	}
 	r.checkAddresses()
-	if len(r.errs) > 0 {
-		return nil, r.errs
+	if len(r.errs) > 0 || len(loadErrs) > 0 {
+		return nil, append(loadErrs, r.errs...)
 	}
 	return r.render()
 }
@@ -106,6 +106,7 @@ func (r *repo) addNode(o *object) {
 	if id.get("mac") == nil && id.get("uuid") == nil && id.get("serial") == nil {
 		r.errorf(o.pos("identity"), "identity", "needs at least one of mac, uuid, serial")
 	}
+	r.checkTemplate(o, o.v.get("cloudInit"), "cloudInit")
 	fromPath := siteFromPath(o.file)
 	n.site = o.str("site")
 	switch {

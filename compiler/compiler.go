@@ -104,9 +104,8 @@ func (c *Compiler) Compile(fsys fs.FS) (*plan.Plan, error) {
 	defer c.mu.Unlock()
 	objs, errs := c.load(fsys)
 	c.renders.begin()
-	p, more := assemble(objs, fsys, &c.renders)
+	p, errs := assemble(objs, fsys, &c.renders, errs)
 	c.renders.end()
-	errs = append(errs, more...)
 	if len(errs) > 0 {
 		return nil, errs.sort()
 	}

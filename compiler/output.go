@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -65,66 +66,22 @@ func WriteDir(p *plan.Plan, dir string) error {
 	return nil
 }
 
-type outFile struct {
-	path string
-	data []byte
+// File is one file of a compiled output, its path slash-separated.
+type File struct {
+	Path string
+	Data []byte
 }
 
 func writeTree(p *plan.Plan, dir string) error {
-	var files []outFile
-	add := func(data []byte, parts ...string) {
-		files = append(files, outFile{filepath.Join(append([]string{dir}, parts...)...), data})
-	}
-	pj, err := marshal(p)
+	files, err := Files(p)
 	if err != nil {
 		return err
 	}
-	add(pj, "plan.json")
-	dirs := []string{}
-	for _, s := range p.Sites {
-		sd := []string{"sites", s.Name}
-		dirs = append(dirs, filepath.Join(dir, "sites", s.Name))
-		head := *s
-		head.Nodes = nil
-		b, err := marshal(&head)
-		if err != nil {
-			return err
-		}
-		add(b, append(sd, "site.json")...)
-		if s.Network.DHCP == plan.DHCPReservation {
-			b, err := marshal(s.Reservations)
-			if err != nil {
-				return err
-			}
-			add(b, append(sd, "dhcp-reservations.json")...)
-			add([]byte(DnsmasqHosts(s)), append(sd, "dnsmasq-hosts")...)
-		}
-		if s.Unknown != nil {
-			dirs = append(dirs, filepath.Join(dir, "sites", s.Name, "unknown"))
-			add([]byte(s.Unknown.IPXE), append(sd, "unknown", "boot.ipxe")...)
-			b, err := marshal(s.Unknown.Workflow)
-			if err != nil {
-				return err
-			}
-			add(b, append(sd, "unknown", "workflow.json")...)
-		}
-		dirs = append(dirs, filepath.Join(dir, "sites", s.Name, "nodes"))
-		for _, n := range s.Nodes {
-			nd := append(append([]string{}, sd...), "nodes", n.Name)
-			dirs = append(dirs, filepath.Join(append([]string{dir}, nd...)...))
-			a := n.Artifacts
-			wf, err := marshal(a.Workflow)
-			if err != nil {
-				return err
-			}
-			add([]byte(a.IPXE), append(nd, "boot.ipxe")...)
-			add([]byte(a.UserData), append(nd, "user-data")...)
-			add([]byte(a.MetaData), append(nd, "meta-data")...)
-			add([]byte(a.NetworkConfig), append(nd, "network-config")...)
-			add(wf, append(nd, "workflow.json")...)
-		}
+	dirs := map[string]bool{}
+	for _, f := range files {
+		dirs[filepath.Dir(filepath.Join(dir, f.Path))] = true
 	}
-	for _, d := range dirs {
+	for _, d := range sortedKeys(dirs) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -140,7 +97,7 @@ func writeTree(p *plan.Plan, dir string) error {
 		go func() {
 			defer wg.Done()
 			for i := w; i < len(files); i += n {
-				if err := os.WriteFile(files[i].path, files[i].data, 0o644); err != nil {
+				if err := os.WriteFile(filepath.Join(dir, files[i].Path), files[i].Data, 0o644); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -150,6 +107,59 @@ func writeTree(p *plan.Plan, dir string) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// Files returns every file WriteDir writes, in a fixed order.
+func Files(p *plan.Plan) ([]File, error) {
+	var files []File
+	add := func(data []byte, parts ...string) {
+		files = append(files, File{path.Join(parts...), data})
+	}
+	pj, err := marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	add(pj, "plan.json")
+	for _, s := range p.Sites {
+		sd := []string{"sites", s.Name}
+		head := *s
+		head.Nodes = nil
+		b, err := marshal(&head)
+		if err != nil {
+			return nil, err
+		}
+		add(b, append(sd, "site.json")...)
+		if s.Network.DHCP == plan.DHCPReservation {
+			b, err := marshal(s.Reservations)
+			if err != nil {
+				return nil, err
+			}
+			add(b, append(sd, "dhcp-reservations.json")...)
+			add([]byte(DnsmasqHosts(s)), append(sd, "dnsmasq-hosts")...)
+		}
+		if s.Unknown != nil {
+			add([]byte(s.Unknown.IPXE), append(sd, "unknown", "boot.ipxe")...)
+			b, err := marshal(s.Unknown.Workflow)
+			if err != nil {
+				return nil, err
+			}
+			add(b, append(sd, "unknown", "workflow.json")...)
+		}
+		for _, n := range s.Nodes {
+			nd := append(append([]string{}, sd...), "nodes", n.Name)
+			a := n.Artifacts
+			wf, err := marshal(a.Workflow)
+			if err != nil {
+				return nil, err
+			}
+			add([]byte(a.IPXE), append(nd, "boot.ipxe")...)
+			add([]byte(a.UserData), append(nd, "user-data")...)
+			add([]byte(a.MetaData), append(nd, "meta-data")...)
+			add([]byte(a.NetworkConfig), append(nd, "network-config")...)
+			add(wf, append(nd, "workflow.json")...)
+		}
+	}
+	return files, nil
 }
 
 func marshal(v any) ([]byte, error) {

@@ -220,6 +220,20 @@ func (vd *validator) walk(r *rule, v *value, path string, fill bool, out *[]prob
 		}
 		// One alternative is of the value's type: its problems are the
 		// precise ones (mac[1] is not a MAC rather than "not a list of …").
+		// A fixed-length list is only ever the literal default.
+		if len(sameKind) > 1 {
+			var general [][]problem
+			for _, b := range r.anyOf {
+				if vd.kindMatches(b, v) && !vd.isTuple(b) {
+					var p []problem
+					vd.walk(b, v, path, false, &p)
+					general = append(general, p)
+				}
+			}
+			if len(general) == 1 {
+				sameKind = general
+			}
+		}
 		if len(sameKind) == 1 {
 			*out = append(*out, sameKind[0]...)
 			return
@@ -239,6 +253,10 @@ rest:
 	switch r.typ {
 	case "string":
 		if v.kind != kString {
+			if v.raw != "" || v.kind == kBool {
+				bad("want a string, got %s: YAML reads it as %s, quote it (%q)", describe(v), map[kind]string{kInt: "an integer", kFloat: "a number", kBool: "a boolean"}[v.kind], yamlText(v))
+				return
+			}
 			bad("want a string, got %s", describe(v))
 			return
 		}
@@ -374,6 +392,20 @@ rest:
 	}
 }
 
+// isTuple reports whether r is a fixed-length list (a literal default).
+func (vd *validator) isTuple(r *rule) bool {
+	r = vd.resolve(r)
+	if r.tuple != nil {
+		return true
+	}
+	for _, a := range r.allOf {
+		if vd.isTuple(a) {
+			return true
+		}
+	}
+	return false
+}
+
 // kindMatches reports whether r asks for v's type (without looking at
 // anything else).
 func (vd *validator) kindMatches(r *rule, v *value) bool {
@@ -394,6 +426,17 @@ func (vd *validator) kindMatches(r *rule, v *value) bool {
 	}
 	if len(r.enum) > 0 {
 		return r.enum[0].kind == v.kind
+	}
+	switch {
+	case r.items != nil || r.tuple != nil:
+		return v.kind == kList
+	case r.props != nil || r.addl != nil:
+		return v.kind == kMap
+	}
+	for _, a := range r.allOf {
+		if vd.kindMatches(a, v) {
+			return true
+		}
 	}
 	return false
 }
@@ -502,4 +545,12 @@ func orList(opts []string) string {
 	}
 	sort.Strings(opts)
 	return "one of " + strings.Join(opts, ", ")
+}
+
+// yamlText is how a scalar was written.
+func yamlText(v *value) string {
+	if v.raw != "" {
+		return v.raw
+	}
+	return v.String()
 }

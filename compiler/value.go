@@ -28,6 +28,8 @@ func (k kind) String() string {
 type value struct {
 	kind kind
 	str  string
+	// raw is how a YAML number was written, for messages.
+	raw string
 	b    bool
 	i    int64
 	f    float64
@@ -223,6 +225,10 @@ func describe(v *value) string {
 		return "a struct"
 	case kNull:
 		return "null"
+	case kInt, kFloat:
+		if v.raw != "" {
+			return v.raw
+		}
 	}
 	return strings.TrimSpace(v.String())
 }

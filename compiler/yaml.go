@@ -158,13 +158,13 @@ func (c *converter) scalar(n *yaml.Node, v *value) {
 		if err := n.Decode(&i); err != nil {
 			c.errorf(n, "integer %s out of range", n.Value)
 		}
-		v.kind, v.i = kInt, i
+		v.kind, v.i, v.raw = kInt, i, n.Value
 	case "!!float":
 		var f float64
 		if err := n.Decode(&f); err != nil {
 			c.errorf(n, "invalid number %q", n.Value)
 		}
-		v.kind, v.f = kFloat, f
+		v.kind, v.f, v.raw = kFloat, f, n.Value
 	case "!!str", "!!timestamp":
 		v.kind, v.str = kString, n.Value
 	case "!!binary":

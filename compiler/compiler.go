@@ -79,6 +79,10 @@ func (o *object) pos(path ...string) Pos {
 
 func (o *object) str(path ...string) string { return o.v.lookup(path...).String() }
 
+// maxObjectErrors bounds the errors reported for one object: past that,
+// the rest are counted, so a pathological file cannot flood the output.
+const maxObjectErrors = 50
+
 // New returns a Compiler for the embedded schema.
 func New() (*Compiler, error) {
 	ctx := cuecontext.New()
@@ -269,7 +273,12 @@ func (c *Compiler) yamlObject(file string, root *value) (*object, Errors) {
 		return nil, Errors{errorf(Pos{File: file, Line: k.line, Col: k.col}, "kind", "%s", msg)}
 	}
 	var errs Errors
-	for _, p := range c.vd.check(k.str, root) {
+	probs := c.vd.check(k.str, root)
+	for i, p := range probs {
+		if i == maxObjectErrors {
+			errs = append(errs, errorf(Pos{File: file, Line: root.line, Col: root.col}, "", "and %d more errors in this object", len(probs)-i))
+			break
+		}
 		errs = append(errs, &Error{Pos: Pos{File: file, Line: p.line, Col: p.col}, Path: p.path, Msg: p.msg})
 	}
 	if len(errs) > 0 {

@@ -39,6 +39,9 @@ func WriteDir(p *plan.Plan, dir string) error {
 			}
 		}
 	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", dir, err)
+	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".tmp-")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", dir, err)

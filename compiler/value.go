@@ -29,7 +29,7 @@ type value struct {
 	kind kind
 	str  string
 	// raw is how a YAML number was written, for messages.
-	raw string
+	raw  string
 	b    bool
 	i    int64
 	f    float64

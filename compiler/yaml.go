@@ -13,7 +13,7 @@ import (
 
 // maxNodes bounds how many values one YAML document may expand to, aliases
 // included, so a "billion laughs" document is an error rather than an outage.
-const maxNodes = 1 << 20
+const maxNodes = 1 << 16
 
 // yamlDoc is one document of a YAML file.
 type yamlDoc struct {

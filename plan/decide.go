@@ -287,19 +287,19 @@ func unknown(s *Site, site string, m Machine) Decision {
 			presented = append(presented, kv[0]+" "+kv[1])
 		}
 	}
-	what := "no identifiers"
+	why := "the machine presented no usable mac, uuid or serial"
 	if len(presented) > 0 {
-		what = strings.Join(presented, ", ")
+		why = "no registered node has " + strings.Join(presented, ", ")
 	}
 	d := Decision{Outcome: Unknown, Site: s, Policy: s.UnknownNodes}
 	switch s.UnknownNodes {
 	case PolicyProvision:
 		d.Profile = s.DefaultProfile
-		d.Reason = fmt.Sprintf("no registered node has %s; site %s provisions unknown machines with its default profile %s", what, s.Name, s.DefaultProfile)
+		d.Reason = fmt.Sprintf("%s; site %s provisions unknown machines with its default profile %s", why, s.Name, s.DefaultProfile)
 	case PolicyHold:
-		d.Reason = fmt.Sprintf("no registered node has %s; site %s holds unknown machines in the Micro-OS until a Node is committed", what, s.Name)
+		d.Reason = fmt.Sprintf("%s; site %s holds unknown machines in the Micro-OS until a Node is committed", why, s.Name)
 	default:
-		d.Reason = fmt.Sprintf("no registered node has %s; site %s ignores unknown machines", what, s.Name)
+		d.Reason = fmt.Sprintf("%s; site %s ignores unknown machines", why, s.Name)
 	}
 	return d
 }

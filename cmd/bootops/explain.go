@@ -90,6 +90,10 @@ func printDecision(e *env, p *plan.Plan, d plan.Decision) {
 	case plan.Mismatch:
 		fmt.Fprintf(w, "mismatch: refused; the machine gets a script that prints the reason and stops\n")
 		for _, c := range d.Conflicts {
+			if c.Registered == c.Presented {
+				fmt.Fprintf(w, "  %s %s belongs to node %s/%s (%s)\n", c.Field, c.Presented, c.Site, c.Node, c.Source)
+				continue
+			}
 			fmt.Fprintf(w, "  %s: presented %s, node %s/%s (%s) has %s\n", c.Field, c.Presented, c.Site, c.Node, c.Source, c.Registered)
 		}
 	case plan.Unknown:

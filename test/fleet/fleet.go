@@ -1,32 +1,20 @@
-// Command gen writes a synthetic fleet repository for benchmarks: N sites,
-// M nodes spread over them, one node per file, two profiles, one Micro-OS.
-//
-//	go run ./test/gen -sites 50 -nodes 10000 -o /tmp/fleet
-package main
+// Package fleet generates synthetic fleet repositories for benchmarks and
+// scale tests: N sites, M nodes spread over them, one node per file, two
+// profiles, one Micro-OS. `go run ./test/fleet/gen` is its command.
+package fleet
 
 import (
-	"flag"
 	"fmt"
-	"log"
 	"os"
 	"path/filepath"
 )
 
-func main() {
-	sites := flag.Int("sites", 50, "number of sites")
-	nodes := flag.Int("nodes", 10000, "number of nodes")
-	out := flag.String("o", "", "output directory (must not exist)")
-	flag.Parse()
-	if *out == "" || *sites < 1 || *nodes < 0 {
-		flag.Usage()
-		os.Exit(2)
-	}
-	if err := Generate(*out, *sites, *nodes); err != nil {
-		log.Fatal(err)
-	}
+// NodeFile is the path of node i's file in a generated repository.
+func NodeFile(sites, i int) string {
+	return fmt.Sprintf("sites/site-%03d/nodes/node-%05d.yaml", i%sites, i)
 }
 
-// Generate writes the repository under dir.
+// Generate writes the repository under dir, which must not exist.
 func Generate(dir string, sites, nodes int) error {
 	if _, err := os.Stat(dir); err == nil {
 		return fmt.Errorf("%s exists", dir)
@@ -82,7 +70,6 @@ defaultProfile: edge-immutable
 		}
 	}
 	for i := range nodes {
-		site := fmt.Sprintf("site-%03d", i%sites)
 		profile := "edge-immutable"
 		if i%3 == 0 {
 			profile = "edge-mutable"
@@ -99,7 +86,7 @@ labels:
   rack: r%d
   row: "%d"
 `, i, i, (i>>24)&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff, i, profile, i%40, i%7)
-		if err := write(fmt.Sprintf("sites/%s/nodes/node-%05d.yaml", site, i), body); err != nil {
+		if err := write(NodeFile(sites, i), body); err != nil {
 			return err
 		}
 	}

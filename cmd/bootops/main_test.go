@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// bootops runs the CLI in-process and returns its exit code and output.
+func bootops(t *testing.T, environ map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	e := &env{stdout: &out, stderr: &errb, getenv: func(k string) string { return environ[k] }}
+	code := run(context.Background(), e, args)
+	return code, out.String(), errb.String()
+}
+
+func TestExamplesValidate(t *testing.T) {
+	for dir, want := range map[string]string{
+		"../../examples/warehouse":   "valid: 1 sites, 20 nodes, 2 profiles, 1 micro-os",
+		"../../examples/cue-fleet":   "valid: 2 sites, 200 nodes, 1 profiles, 1 micro-os",
+		"../../examples/reservation": "valid: 1 sites, 3 nodes, 1 profiles, 1 micro-os",
+	} {
+		code, out, stderr := bootops(t, nil, "validate", dir)
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("validate %s: exit %d, stdout %q, stderr %q; want %q", dir, code, out, stderr, want)
+		}
+	}
+}
+
+func TestValidateInvalid(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "n.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n\nidenity: {}\n")
+	code, out, stderr := bootops(t, nil, "validate", dir)
+	want := "n.yaml:1:1: identity: missing required field\nn.yaml:4:1: idenity: unknown field (did you mean \"identity\"?)\n2 errors in " + dir + "\n"
+	if code != 1 || out != "" || stderr != want {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant:\n%s", code, out, stderr, want)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"frobnicate"},
+		{"validate", "a", "b"},
+		{"compile", "../../examples/warehouse"},
+		{"render", "../../examples/warehouse"},
+		{"render", "../../examples/warehouse", "--node", "rack1-01", "--what", "ipxee"},
+		{"explain", "../../examples/warehouse"},
+		{"explain", "../../examples/warehouse", "--mac", "nope"},
+		{"validate", "--no-such-flag"},
+	} {
+		code, _, stderr := bootops(t, nil, args...)
+		if code != 2 || stderr == "" {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a message", args, code, stderr)
+		}
+	}
+	code, _, stderr := bootops(t, nil, "validate", filepath.Join(t.TempDir(), "missing"))
+	if code != 1 || !strings.Contains(stderr, "no such file or directory") {
+		t.Errorf("missing dir: exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestHelpHasExamples(t *testing.T) {
+	for _, c := range commands() {
+		code, out, _ := bootops(t, nil, c.name, "--help")
+		if code != 0 || !strings.Contains(out, "Example:\n  bootops "+c.name) {
+			t.Errorf("%s --help: exit %d, output %q", c.name, code, out)
+		}
+	}
+	code, out, _ := bootops(t, nil, "help")
+	if code != 0 || !strings.Contains(out, "validate") {
+		t.Errorf("help: exit %d, %q", code, out)
+	}
+}
+
+func TestCompileIsReproducible(t *testing.T) {
+	for _, ex := range []string{"warehouse", "cue-fleet", "reservation"} {
+		a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+		for _, out := range []string{a, b} {
+			if code, _, stderr := bootops(t, nil, "compile", "../../examples/"+ex, "-o", out); code != 0 {
+				t.Fatalf("compile %s: %d %s", ex, code, stderr)
+			}
+		}
+		ta, tb := tree(t, a), tree(t, b)
+		if len(ta) < 5 {
+			t.Fatalf("%s: only %d files", ex, len(ta))
+		}
+		for name, data := range ta {
+			if !bytes.Equal(data, tb[name]) {
+				t.Errorf("%s: %s differs between two compilations", ex, name)
+			}
+		}
+		// Compiling over an earlier output replaces it whole.
+		if code, _, stderr := bootops(t, nil, "compile", "../../examples/"+ex, "-o", a); code != 0 {
+			t.Fatalf("recompile: %s", stderr)
+		}
+		if len(tree(t, a)) != len(ta) {
+			t.Errorf("%s: recompiling changed the file count", ex)
+		}
+	}
+	// A directory that is not an earlier output is never overwritten.
+	other := t.TempDir()
+	write(t, other, "precious.txt", "keep")
+	code, _, stderr := bootops(t, nil, "compile", "../../examples/warehouse", "-o", other)
+	if code != 1 || !strings.Contains(stderr, "not a bootops output") {
+		t.Errorf("compile into a foreign dir: exit %d, %q", code, stderr)
+	}
+}
+
+func TestRender(t *testing.T) {
+	dir := "../../examples/warehouse"
+	for what, want := range map[string]string{
+		"ipxe":           "initrd=initrd bootops.server=http://198.18.0.1:8080 bootops.node=rack1-12",
+		"user-data":      "#cloud-config\nhostname: rack1-12\n",
+		"meta-data":      "instance-id: rack1-12-0\n",
+		"network-config": "macaddress: \"52:54:00:00:01:0c\"",
+		"cloud-init":     "# ---- network-config\nversion: 2\n",
+		"workflow":       "\"action\": \"image-to-disk\"",
+	} {
+		code, out, stderr := bootops(t, nil, "render", dir, "--node", "rack1-12", "--what", what)
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("render --what %s: exit %d, stderr %q, output:\n%s\nwant it to contain %q", what, code, stderr, out, want)
+		}
+	}
+	code, _, stderr := bootops(t, nil, "render", dir, "--node", "rack1-1")
+	if code != 1 || !strings.Contains(stderr, `no node "rack1-1" (did you mean "rack1-01"?)`) {
+		t.Errorf("unknown node: exit %d, %q", code, stderr)
+	}
+	// Flags from the environment.
+	code, out, _ := bootops(t, map[string]string{"BOOTOPS_NODE": "rack1-02", "BOOTOPS_WHAT": "meta-data"}, "render", dir)
+	if code != 0 || out != "instance-id: rack1-02-0\nlocal-hostname: rack1-02\n" {
+		t.Errorf("render from env: exit %d, %q", code, out)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	dir := "../../examples/warehouse"
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--serial", "sn-a0001"}, 0, "match: node rack1-01 (site warehouse) installs profile microvisor"},
+		{[]string{"--uuid", "4C4C4544-0041-3110-8042-B4C04F4E0002"}, 0, "match: node rack1-02"},
+		{[]string{"--mac", "52-54-00-00-01-03"}, 0, "match: node rack1-03"},
+		{[]string{"--serial", "SN-A0004", "--mac", "52:54:00:00:02:04"}, 0, "match: node rack1-04"},
+		{[]string{"--serial", "SN-A0004", "--mac", "52:54:00:00:01:03"}, 1, "identifiers point at different nodes"},
+		{[]string{"--serial", "SN-A0004", "--uuid", "4c4c4544-0041-3110-8042-b4c04f4e9999"}, 1, "uuid 4c4c4544-0041-3110-8042-b4c04f4e9999 presented, 4c4c4544-0041-3110-8042-b4c04f4e0004 registered"},
+		{[]string{"--serial", "NEW-MACHINE"}, 0, "unknown: installs site warehouse's default profile microvisor"},
+	} {
+		code, out, stderr := bootops(t, nil, append([]string{"explain", dir}, c.args...)...)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Errorf("explain %v: exit %d (want %d), stderr %q, output:\n%s\nwant it to contain %q", c.args, code, c.code, stderr, out, c.want)
+		}
+	}
+	code, out, _ := bootops(t, nil, "explain", dir, "--serial", "SN-A0001", "-o", "json")
+	var d struct {
+		Outcome, Node, Site, Profile string
+		Boots                        bool
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil || code != 0 || d.Outcome != "match" || d.Node != "rack1-01" || !d.Boots {
+		t.Errorf("explain -o json: %d %v %+v\n%s", code, err, d, out)
+	}
+	// Several sites and no --site: an unknown machine cannot be placed.
+	code, out, _ = bootops(t, nil, "explain", "../../examples/cue-fleet", "--serial", "NOBODY")
+	if code != 1 || !strings.Contains(out, "name the site") {
+		t.Errorf("explain unknown without site: %d %q", code, out)
+	}
+}
+
+func TestSchema(t *testing.T) {
+	code, out, _ := bootops(t, nil, "schema")
+	if code != 0 || !strings.Contains(out, "#Node: {") {
+		t.Errorf("schema: %d %q", code, out)
+	}
+	code, out, _ = bootops(t, nil, "schema", "--jsonschema")
+	var js struct {
+		Schema      string                     `json:"$schema"`
+		Definitions map[string]json.RawMessage `json:"definitions"`
+	}
+	if err := json.Unmarshal([]byte(out), &js); err != nil || code != 0 {
+		t.Fatalf("schema --jsonschema: %d %v", code, err)
+	}
+	var node struct {
+		Required             []string       `json:"required"`
+		AdditionalProperties *bool          `json:"additionalProperties"`
+		Properties           map[string]any `json:"properties"`
+	}
+	if err := json.Unmarshal(js.Definitions["Node"], &node); err != nil {
+		t.Fatal(err)
+	}
+	if node.AdditionalProperties == nil || *node.AdditionalProperties || strings.Join(node.Required, ",") != "apiVersion,kind,name,identity" || node.Properties["reprovision"] == nil {
+		t.Errorf("Node definition: %s", js.Definitions["Node"])
+	}
+}
+
+func write(t *testing.T, dir, name, body string) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tree(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = data
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/bootops/bootops/compiler"
+	"github.com/bootops/bootops/test/fleet"
+)
+
+// BenchmarkRecompileOneNode measures what the daemon does after a push that
+// changes one node file of the 10,000-node, 50-site fleet: a compilation
+// with a warm content cache.
+//
+//	go test ./test/bench -run XXX -bench RecompileOneNode -benchtime 50x
+func BenchmarkRecompileOneNode(b *testing.B) {
+	const sites, nodes = 50, 10000
+	dir := filepath.Join(b.TempDir(), "fleet")
+	if err := fleet.Generate(dir, sites, nodes); err != nil {
+		b.Fatal(err)
+	}
+	c, err := compiler.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	fsys := os.DirFS(dir)
+	if _, err := c.Compile(fsys); err != nil {
+		b.Fatal(err)
+	}
+	node := filepath.Join(dir, fleet.NodeFile(sites, 1234))
+	orig, err := os.ReadFile(node)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		body := fmt.Appendf(append([]byte(nil), orig...), "reprovision: %d\n", i+1)
+		if err := os.WriteFile(node, body, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		p, err := c.Compile(fsys)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n := p.Node("site-034", "node-01234"); n == nil || n.Reprovision != i+1 {
+			b.Fatalf("recompile did not pick up the change: %+v", n)
+		}
+	}
+}
+
+// BenchmarkCompileCold compiles the 10,000-node fleet with a new Compiler
+// each time (in process: no process start, no output written).
+func BenchmarkCompileCold(b *testing.B) {
+	dir := filepath.Join(b.TempDir(), "fleet")
+	if err := fleet.Generate(dir, 50, 10000); err != nil {
+		b.Fatal(err)
+	}
+	fsys := os.DirFS(dir)
+	b.ResetTimer()
+	for range b.N {
+		c, err := compiler.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Compile(fsys); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -25,6 +25,7 @@ type repo struct {
 	// one is not reported again.
 	broken map[string]map[string]bool
 	cache  *renderCache
+	index  *index
 }
 
 type nodeObj struct {
@@ -38,8 +39,8 @@ func (r *repo) errorf(pos Pos, path, format string, args ...any) {
 }
 
 // assemble runs the cross-object rules and, when they hold, the renderers.
-func assemble(objs []*object, fsys fs.FS, cache *renderCache, loadErrs Errors) (*plan.Plan, Errors) {
-	r := &repo{fsys: fsys, cache: cache, sites: map[string]*object{}, profiles: map[string]*object{}, microOS: map[string]*object{},
+func assemble(objs []*object, fsys fs.FS, cache *renderCache, ix *index, loadErrs Errors) (*plan.Plan, Errors) {
+	r := &repo{fsys: fsys, cache: cache, index: ix, sites: map[string]*object{}, profiles: map[string]*object{}, microOS: map[string]*object{},
 		broken: map[string]map[string]bool{"Site": {}, "Profile": {}, "MicroOS": {}, "Node": {}}}
 	valid := objs[:0:0]
 	for _, o := range objs {
@@ -50,12 +51,9 @@ func assemble(objs []*object, fsys fs.FS, cache *renderCache, loadErrs Errors) (
 		valid = append(valid, o)
 	}
 	objs = valid
-	slices.SortFunc(objs, func(a, b *object) int {
-		if a.file != b.file {
-			return strings.Compare(a.file, b.file)
-		}
-		return a.line - b.line
-	})
+	if !slices.IsSortedFunc(objs, byPlace) {
+		slices.SortFunc(objs, byPlace)
+	}
 	for _, o := range objs {
 		switch o.kind {
 		case "Site":
@@ -71,8 +69,7 @@ func assemble(objs []*object, fsys fs.FS, cache *renderCache, loadErrs Errors) (
 			r.addNode(o)
 		}
 	}
-	r.checkNodeNames()
-	r.checkIdentities()
+	r.errs = append(r.errs, r.index.update(r.nodes)...)
 	for _, name := range sortedKeys(r.sites) {
 		r.checkSite(r.sites[name])
 	}
@@ -97,29 +94,56 @@ func (r *repo) unique(m map[string]*object, o *object, kind string) {
 	m[o.name] = o
 }
 
+// nodeFacts are what a node says of itself, worked out once per object
+// (objects are cached across compilations).
+type nodeFacts struct {
+	site, fromPath, profile string
+	hasIdentity             bool
+	errs                    Errors // problems of the object alone
+}
+
+func (o *object) facts() *nodeFacts {
+	if o.nodeFacts != nil {
+		return o.nodeFacts
+	}
+	id := o.v.get("identity")
+	f := &nodeFacts{
+		site:        o.str("site"),
+		fromPath:    siteFromPath(o.file),
+		profile:     o.str("profile"),
+		hasIdentity: id.get("mac") != nil || id.get("uuid") != nil || id.get("serial") != nil,
+	}
+	if !f.hasIdentity {
+		f.errs = append(f.errs, errorf(o.pos("identity"), "identity", "needs at least one of mac, uuid, serial"))
+	}
+	if f.site != "" && f.fromPath != "" && f.site != f.fromPath {
+		f.errs = append(f.errs, errorf(o.pos("site"), "site", "node says site %q but its file is under sites/%s/", f.site, f.fromPath))
+	}
+	tr := &repo{}
+	tr.checkTemplate(o, o.v.get("cloudInit"), "cloudInit")
+	f.errs = append(f.errs, tr.errs...)
+	o.nodeFacts = f
+	return f
+}
+
 func (r *repo) addNode(o *object) {
 	n := &nodeObj{object: o}
 	// Every node takes part in the name and identity checks, even when its
 	// site or profile is wrong: all errors at once.
 	defer func() { r.nodes = append(r.nodes, n) }()
-	id := o.v.get("identity")
-	if id.get("mac") == nil && id.get("uuid") == nil && id.get("serial") == nil {
-		r.errorf(o.pos("identity"), "identity", "needs at least one of mac, uuid, serial")
-	}
-	r.checkTemplate(o, o.v.get("cloudInit"), "cloudInit")
-	fromPath := siteFromPath(o.file)
-	n.site = o.str("site")
+	f := o.facts()
+	r.errs = append(r.errs, f.errs...)
+	n.site = f.site
 	switch {
-	case n.site != "" && fromPath != "" && n.site != fromPath:
-		r.errorf(o.pos("site"), "site", "node says site %q but its file is under sites/%s/", n.site, fromPath)
+	case f.site != "" && f.fromPath != "" && f.site != f.fromPath:
 		return
-	case n.site == "" && fromPath != "":
-		n.site = fromPath
-	case n.site == "" && len(r.sites) == 1:
+	case f.site == "" && f.fromPath != "":
+		n.site = f.fromPath
+	case f.site == "" && len(r.sites) == 1:
 		for name := range r.sites {
 			n.site = name
 		}
-	case n.site == "":
+	case f.site == "":
 		r.errorf(o.pos(), "site", "missing: set site, or put the file under sites/<site>/")
 		return
 	}
@@ -127,7 +151,7 @@ func (r *repo) addNode(o *object) {
 	if site == nil {
 		if !r.broken["Site"][n.site] {
 			path := "site"
-			if o.v.get("site") == nil {
+			if f.site == "" {
 				path = ""
 			}
 			r.errorf(o.pos("site"), path, "unknown site %q%s", n.site, DidYouMean(n.site, sortedKeys(r.sites)))
@@ -135,7 +159,7 @@ func (r *repo) addNode(o *object) {
 		n.site = ""
 		return
 	}
-	n.profile = o.str("profile")
+	n.profile = f.profile
 	if n.profile == "" {
 		n.profile = site.str("defaultProfile")
 		if n.profile == "" {
@@ -148,55 +172,40 @@ func (r *repo) addNode(o *object) {
 	}
 }
 
-func (r *repo) checkNodeNames() {
-	seen := map[string]*nodeObj{}
-	for _, n := range r.nodes {
-		key := n.site + "/" + n.name
-		if first, dup := seen[key]; dup {
-			r.errorf(n.pos("name"), "name", "duplicate Node %q in site %s (also at %s)", n.name, n.site, first.pos("name"))
-			continue
-		}
-		seen[key] = n
-	}
+// claim is one normalised identifier a node registers.
+type claim struct {
+	key               string // field=value
+	field, norm, path string
+	pos               Pos
 }
 
-// checkIdentities makes sure each MAC, UUID and serial belongs to one node
-// in the whole repository, after normalisation.
-func (r *repo) checkIdentities() {
-	type owner struct {
-		n   *nodeObj
-		pos Pos
+// identityClaims normalises the node's identifiers once: objects are cached
+// across compilations, and so are their claims.
+func (o *object) identityClaims() []claim {
+	if o.claims != nil {
+		return o.claims
 	}
-	seen := map[string]owner{}
-	claim := func(n *nodeObj, field, norm string, pos Pos, path string) {
-		key := field + "=" + norm
-		if first, dup := seen[key]; dup {
-			if first.n == n {
-				r.errorf(pos, path, "%s %s listed twice (also at %s)", field, norm, first.pos)
-				return
-			}
-			r.errorf(pos, path, "%s %s is also node %s/%s's (at %s)", field, norm, first.n.site, first.n.name, first.pos)
-			return
-		}
-		seen[key] = owner{n, pos}
+	out := []claim{}
+	add := func(field, norm, path string, pos Pos) {
+		out = append(out, claim{key: field + "=" + norm, field: field, norm: norm, path: path, pos: pos})
 	}
-	for _, n := range r.nodes {
-		id := n.v.get("identity")
-		if mac := id.get("mac"); mac != nil {
-			if mac.kind == kString {
-				claim(n, "mac", plan.NormalizeMAC(mac.str), n.pos("identity", "mac"), "identity.mac")
-			}
-			for i, m := range mac.list {
-				claim(n, "mac", plan.NormalizeMAC(m.str), Pos{File: n.file, Line: m.line, Col: m.col}, indexPath("identity.mac", i))
-			}
+	id := o.v.get("identity")
+	if mac := id.get("mac"); mac != nil {
+		if mac.kind == kString {
+			add("mac", plan.NormalizeMAC(mac.str), "identity.mac", o.pos("identity", "mac"))
 		}
-		if u := id.get("uuid"); u != nil {
-			claim(n, "uuid", plan.NormalizeUUID(u.str), n.pos("identity", "uuid"), "identity.uuid")
-		}
-		if s := id.get("serial"); s != nil {
-			claim(n, "serial", plan.NormalizeSerial(s.str), n.pos("identity", "serial"), "identity.serial")
+		for i, m := range mac.list {
+			add("mac", plan.NormalizeMAC(m.str), indexPath("identity.mac", i), Pos{File: o.file, Line: m.line, Col: m.col})
 		}
 	}
+	if u := id.get("uuid"); u != nil {
+		add("uuid", plan.NormalizeUUID(u.str), "identity.uuid", o.pos("identity", "uuid"))
+	}
+	if s := id.get("serial"); s != nil {
+		add("serial", plan.NormalizeSerial(s.str), "identity.serial", o.pos("identity", "serial"))
+	}
+	o.claims = out
+	return out
 }
 
 func (r *repo) checkSite(s *object) {

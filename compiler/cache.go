@@ -14,33 +14,53 @@ type renderKey struct {
 	profileName                  string
 }
 
-// renderCache keeps the rendered nodes of the last compilation; entries not
-// used by a compilation are dropped at its end.
+// renderCache keeps rendered nodes; an entry no compilation used is
+// dropped at the end of that compilation (swept by generation, so a large
+// cache is not rebuilt every time). It is used from one goroutine; a nil
+// cache holds nothing.
 type renderCache struct {
-	mu   sync.Mutex
-	old  map[renderKey]*plan.Node
-	used map[renderKey]*plan.Node
+	gen     uint64
+	entries map[renderKey]*renderEntry
+}
+
+type renderEntry struct {
+	node *plan.Node
+	gen  uint64
 }
 
 func (c *renderCache) get(k renderKey) *plan.Node {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.old[k]
-	if n != nil {
-		c.used[k] = n
+	if c == nil {
+		return nil
 	}
-	return n
+	e := c.entries[k]
+	if e == nil {
+		return nil
+	}
+	e.gen = c.gen
+	return e.node
 }
 
 func (c *renderCache) put(k renderKey, n *plan.Node) {
-	c.mu.Lock()
-	c.used[k] = n
-	c.mu.Unlock()
+	if c != nil {
+		c.entries[k] = &renderEntry{node: n, gen: c.gen}
+	}
 }
 
-// begin starts a compilation; end keeps only what it used.
-func (c *renderCache) begin() { c.used = make(map[renderKey]*plan.Node, len(c.old)) }
-func (c *renderCache) end()   { c.old, c.used = c.used, nil }
+// begin starts a compilation; end drops what it did not use.
+func (c *renderCache) begin() {
+	c.gen++
+	if c.entries == nil {
+		c.entries = map[renderKey]*renderEntry{}
+	}
+}
+
+func (c *renderCache) end() {
+	for k, e := range c.entries {
+		if e.gen != c.gen {
+			delete(c.entries, k)
+		}
+	}
+}
 
 // parallel runs f(0…n-1) on every core.
 func parallel(n int, f func(i int)) {

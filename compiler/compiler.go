@@ -31,13 +31,18 @@ type Compiler struct {
 	// last read, so an unchanged file is not read again (as git's index
 	// does); a file whose size or mtime moved is read and keyed by content.
 	stat map[string]statEntry
-	cue  struct {
+	// listing and ignore are the last walk's result, for CompileChanged.
+	listing []listed
+	ignore  ignore
+	cue     struct {
 		key  [32]byte
 		objs []*object
 		errs Errors
 		ok   bool
 	}
 	renders renderCache
+	index   index
+	gen     uint64
 	// Workers is how many files are parsed at once (default GOMAXPROCS).
 	Workers int
 }
@@ -50,11 +55,13 @@ type cacheKey struct {
 type statEntry struct {
 	size, mtime int64
 	key         cacheKey
+	gen         uint64
 }
 
 type fileResult struct {
 	objs []*object
 	errs Errors
+	gen  uint64 // the last compilation that used it
 }
 
 // object is one repository object, validated, with the schema's defaults.
@@ -67,6 +74,9 @@ type object struct {
 	// invalid objects failed the schema: they are only kept so references
 	// to them do not cascade into more errors.
 	invalid bool
+	// claims and nodeFacts cache what a Node says of itself.
+	claims    []claim
+	nodeFacts *nodeFacts
 }
 
 func (o *object) pos(path ...string) Pos {
@@ -98,17 +108,34 @@ func New() (*Compiler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Compiler{ctx: ctx, schema: sv, vd: vd, yaml: map[cacheKey]*fileResult{}}, nil
+	return &Compiler{ctx: ctx, schema: sv, vd: vd, yaml: map[cacheKey]*fileResult{}, stat: map[string]statEntry{}}, nil
 }
 
 // Compile loads, validates and renders the repository in fsys. On invalid
 // input the error is an Errors holding every problem, sorted.
 func (c *Compiler) Compile(fsys fs.FS) (*plan.Plan, error) {
+	return c.compile(fsys, nil)
+}
+
+// CompileChanged is Compile for a caller that knows which paths changed
+// since its last compilation of the same fsys (a file watcher, a Git diff):
+// changed must name every file or folder modified, added or removed. Files
+// not named are taken from the cache without a stat, and the tree is walked
+// only when a folder, a symlink or .bootopsignore changed.
+func (c *Compiler) CompileChanged(fsys fs.FS, changed []string) (*plan.Plan, error) {
+	set := make(map[string]bool, len(changed))
+	for _, p := range changed {
+		set[path.Clean(strings.TrimPrefix(p, "./"))] = true
+	}
+	return c.compile(fsys, set)
+}
+
+func (c *Compiler) compile(fsys fs.FS, changed map[string]bool) (*plan.Plan, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	objs, errs := c.load(fsys)
+	objs, errs := c.load(fsys, changed)
 	c.renders.begin()
-	p, errs := assemble(objs, fsys, &c.renders, errs)
+	p, errs := assemble(objs, fsys, &c.renders, &c.index, errs)
 	c.renders.end()
 	if len(errs) > 0 {
 		return nil, errs.sort()
@@ -117,8 +144,22 @@ func (c *Compiler) Compile(fsys fs.FS) (*plan.Plan, error) {
 }
 
 // load reads, parses and validates every file.
-func (c *Compiler) load(fsys fs.FS) ([]*object, Errors) {
-	listing, errs := listFiles(fsys)
+func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors) {
+	var listing []listed
+	var errs Errors
+	ok := false
+	if changed != nil && c.listing != nil {
+		listing, ok = updateListing(fsys, c.listing, c.ignore, changed)
+	}
+	if !ok {
+		listing, c.ignore, errs = listFiles(fsys, changed == nil)
+	}
+	// A listing with errors is walked again next time, so its errors
+	// are reported again.
+	c.listing = nil
+	if len(errs) == 0 {
+		c.listing = listing
+	}
 	var yamlFiles []listed
 	var cuePaths []string
 	for _, l := range listing {
@@ -150,7 +191,21 @@ func (c *Compiler) load(fsys fs.FS) ([]*object, Errors) {
 			for i := range next {
 				l := yamlFiles[i]
 				p := l.path
-				if st, ok := c.stat[p]; ok && l.mtime != 0 && st.size == l.size && st.mtime == l.mtime {
+				st, ok := c.stat[p]
+				if changed != nil {
+					// What a watcher reports changed is read; its old size
+					// and mtime say nothing, so none is recorded.
+					l.size, l.mtime = 0, 0
+					if ok && !changed[p] {
+						l.size, l.mtime = st.size, st.mtime
+					}
+					yamlFiles[i] = l
+				}
+				unchanged := l.mtime != 0 && st.size == l.size && st.mtime == l.mtime
+				if changed != nil {
+					unchanged = !changed[p]
+				}
+				if ok && unchanged {
 					cacheMu.Lock()
 					r := c.yaml[st.key]
 					cacheMu.Unlock()
@@ -209,18 +264,26 @@ func (c *Compiler) load(fsys fs.FS) ([]*object, Errors) {
 	wg.Wait()
 
 	// Keep only what this compilation used, so the cache stays bounded.
-	used := make(map[cacheKey]*fileResult, len(results))
-	stat := make(map[string]statEntry, len(results))
-	var objs []*object
+	c.gen++
+	objs := make([]*object, 0, len(results))
 	for i, r := range results {
 		objs = append(objs, r.objs...)
 		errs = append(errs, r.errs...)
 		if keys[i].path != "" {
-			used[keys[i]] = r
-			stat[keys[i].path] = statEntry{size: yamlFiles[i].size, mtime: yamlFiles[i].mtime, key: keys[i]}
+			r.gen = c.gen
+			c.stat[keys[i].path] = statEntry{size: yamlFiles[i].size, mtime: yamlFiles[i].mtime, key: keys[i], gen: c.gen}
 		}
 	}
-	c.yaml, c.stat = used, stat
+	for k, r := range c.yaml {
+		if r.gen != c.gen {
+			delete(c.yaml, k)
+		}
+	}
+	for k, st := range c.stat {
+		if st.gen != c.gen {
+			delete(c.stat, k)
+		}
+	}
 	return append(objs, cueObjs...), errs
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -32,7 +33,7 @@ type srcFile struct {
 // entries, cue.mod and what .bootopsignore lists. Symlinks are followed only
 // when they stay inside the repository; one that leaves it is an error and
 // its target is never read.
-func listFiles(fsys fs.FS) ([]listed, Errors) {
+func listFiles(fsys fs.FS, stat bool) ([]listed, ignore, Errors) {
 	ign, errs := readIgnore(fsys)
 	var files []listed
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
@@ -66,7 +67,7 @@ func listFiles(fsys fs.FS) ([]listed, Errors) {
 			return nil
 		}
 		l := listed{path: p}
-		if d.Type().IsRegular() {
+		if stat && d.Type().IsRegular() {
 			if info, err := d.Info(); err == nil {
 				l.size, l.mtime = info.Size(), info.ModTime().UnixNano()
 			}
@@ -77,7 +78,68 @@ func listFiles(fsys fs.FS) ([]listed, Errors) {
 	if err != nil {
 		errs = append(errs, errorf(Pos{File: ".", Line: 1, Col: 1}, "", "walk: %v", err))
 	}
-	return files, errs
+	return files, ign, errs
+}
+
+// updateListing applies a watcher's list of changed paths to the previous
+// listing without walking the tree. It reports false when only a walk can
+// tell (an ignore file, a folder or a symlink changed).
+func updateListing(fsys fs.FS, prev []listed, ign ignore, changed map[string]bool) ([]listed, bool) {
+	byPath := make(map[string]int, len(prev))
+	for i, l := range prev {
+		byPath[l.path] = i
+	}
+	out := append([]listed(nil), prev...)
+	removed := map[string]bool{}
+	added := false
+	for p := range changed {
+		if p == ".bootopsignore" {
+			return nil, false
+		}
+		if excluded(p, ign) {
+			continue
+		}
+		st, err := fs.Lstat(fsys, p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if _, ok := byPath[p]; ok {
+				removed[p] = true
+			} else if !isSource(p) {
+				// A removed folder: which files it held only a walk says.
+				return nil, false
+			}
+			continue
+		case err != nil || st.IsDir() || st.Mode()&fs.ModeSymlink != 0 || !st.Mode().IsRegular():
+			return nil, false
+		}
+		if !isSource(p) {
+			continue
+		}
+		if _, ok := byPath[p]; !ok {
+			out = append(out, listed{path: p})
+			added = true
+		}
+	}
+	if len(removed) > 0 {
+		out = slices.DeleteFunc(out, func(l listed) bool { return removed[l.path] })
+	}
+	if added {
+		slices.SortFunc(out, func(a, b listed) int { return strings.Compare(a.path, b.path) })
+	}
+	return out, true
+}
+
+// excluded reports whether a walk would skip p: a hidden name or cue.mod on
+// the way, or a match in .bootopsignore.
+func excluded(p string, ign ignore) bool {
+	parts := strings.Split(p, "/")
+	for i, part := range parts {
+		dir := i < len(parts)-1
+		if strings.HasPrefix(part, ".") || (dir && part == "cue.mod") || ign.match(strings.Join(parts[:i+1], "/"), dir) {
+			return true
+		}
+	}
+	return false
 }
 
 func isSource(p string) bool {

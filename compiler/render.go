@@ -98,21 +98,23 @@ func (r *repo) render() (*plan.Plan, Errors) {
 			jobs = append(jobs, &job{n: n, site: s})
 		}
 	}
-	parallel(len(jobs), func(i int) {
-		j := jobs[i]
+	var misses []*job
+	keys := map[*job]renderKey{}
+	for _, j := range jobs {
 		pr := profiles[j.n.profile]
 		key := renderKey{node: j.n.object, site: r.sites[j.site.Name], profile: r.profiles[pr.Name], microOS: r.microOS[pr.MicroOS], profileName: j.n.profile}
-		if r.cache != nil {
-			if out := r.cache.get(key); out != nil {
-				j.out = out
-				return
-			}
+		if j.out = r.cache.get(key); j.out == nil {
+			misses = append(misses, j)
+			keys[j] = key
 		}
-		j.out = r.node(j.n, j.site, pr, microOS)
-		if r.cache != nil {
-			r.cache.put(key, j.out)
-		}
+	}
+	parallel(len(misses), func(i int) {
+		j := misses[i]
+		j.out = r.node(j.n, j.site, profiles[j.n.profile], microOS)
 	})
+	for _, j := range misses {
+		r.cache.put(keys[j], j.out)
+	}
 	for _, j := range jobs {
 		s, pn := j.site, j.out
 		s.Nodes = append(s.Nodes, pn)

@@ -33,6 +33,7 @@ type Compiler struct {
 	stat map[string]statEntry
 	// listing and ignore are the last walk's result, for CompileChanged.
 	listing []listed
+	listed  map[string]bool
 	ignore  ignore
 	cue     struct {
 		key  [32]byte
@@ -149,10 +150,14 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors)
 	var errs Errors
 	ok := false
 	if changed != nil && c.listing != nil {
-		listing, ok = updateListing(fsys, c.listing, c.ignore, changed)
+		listing, ok = updateListing(fsys, c.listing, c.listed, c.ignore, changed)
 	}
 	if !ok {
 		listing, c.ignore, errs = listFiles(fsys, changed == nil)
+		c.listed = make(map[string]bool, len(listing))
+		for _, l := range listing {
+			c.listed[l.path] = true
+		}
 	}
 	// A listing with errors is walked again next time, so its errors
 	// are reported again.

@@ -84,14 +84,13 @@ func listFiles(fsys fs.FS, stat bool) ([]listed, ignore, Errors) {
 // updateListing applies a watcher's list of changed paths to the previous
 // listing without walking the tree. It reports false when only a walk can
 // tell (an ignore file, a folder or a symlink changed).
-func updateListing(fsys fs.FS, prev []listed, ign ignore, changed map[string]bool) ([]listed, bool) {
-	byPath := make(map[string]int, len(prev))
-	for i, l := range prev {
-		byPath[l.path] = i
-	}
-	out := append([]listed(nil), prev...)
+//
+// known holds the paths of prev; it is updated in place when the listing
+// changes.
+func updateListing(fsys fs.FS, prev []listed, known map[string]bool, ign ignore, changed map[string]bool) ([]listed, bool) {
+	out := prev
 	removed := map[string]bool{}
-	added := false
+	var added []string
 	for p := range changed {
 		if p == ".bootopsignore" {
 			return nil, false
@@ -102,7 +101,7 @@ func updateListing(fsys fs.FS, prev []listed, ign ignore, changed map[string]boo
 		st, err := fs.Lstat(fsys, p)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			if _, ok := byPath[p]; ok {
+			if known[p] {
 				removed[p] = true
 			} else if !isSource(p) {
 				// A removed folder: which files it held only a walk says.
@@ -115,15 +114,21 @@ func updateListing(fsys fs.FS, prev []listed, ign ignore, changed map[string]boo
 		if !isSource(p) {
 			continue
 		}
-		if _, ok := byPath[p]; !ok {
+		if !known[p] {
 			out = append(out, listed{path: p})
-			added = true
+			added = append(added, p)
 		}
 	}
 	if len(removed) > 0 {
 		out = slices.DeleteFunc(out, func(l listed) bool { return removed[l.path] })
 	}
-	if added {
+	for p := range removed {
+		delete(known, p)
+	}
+	for _, p := range added {
+		known[p] = true
+	}
+	if len(added) > 0 {
 		slices.SortFunc(out, func(a, b listed) int { return strings.Compare(a.path, b.path) })
 	}
 	return out, true

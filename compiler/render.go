@@ -90,12 +90,15 @@ func (r *repo) render() (*plan.Plan, Errors) {
 		site *plan.Site
 		out  *plan.Node
 	}
-	var jobs []*job
+	jobs := make([]*job, 0, len(r.nodes))
+	slab := make([]job, len(r.nodes))
 	for _, s := range sites {
 		nodes := bySite[s.Name]
 		slices.SortFunc(nodes, func(a, b *nodeObj) int { return strings.Compare(a.name, b.name) })
 		for _, n := range nodes {
-			jobs = append(jobs, &job{n: n, site: s})
+			j := &slab[len(jobs)]
+			j.n, j.site = n, s
+			jobs = append(jobs, j)
 		}
 	}
 	var misses []*job

@@ -115,7 +115,20 @@ func New() (*Compiler, error) {
 // Compile loads, validates and renders the repository in fsys. On invalid
 // input the error is an Errors holding every problem, sorted.
 func (c *Compiler) Compile(fsys fs.FS) (*plan.Plan, error) {
-	return c.compile(fsys, nil)
+	return c.compile(fsys, nil, nil)
+}
+
+// Stats counts a repository's objects.
+type Stats struct {
+	Sites, Nodes, Profiles, MicroOS int
+}
+
+// Check validates the repository in fsys as Compile does, without
+// rendering anything: every error Compile would report, for less work.
+func (c *Compiler) Check(fsys fs.FS) (Stats, error) {
+	var st Stats
+	_, err := c.compile(fsys, nil, &st)
+	return st, err
 }
 
 // CompileChanged is Compile for a caller that knows which paths changed
@@ -128,15 +141,23 @@ func (c *Compiler) CompileChanged(fsys fs.FS, changed []string) (*plan.Plan, err
 	for _, p := range changed {
 		set[path.Clean(strings.TrimPrefix(p, "./"))] = true
 	}
-	return c.compile(fsys, set)
+	return c.compile(fsys, set, nil)
 }
 
-func (c *Compiler) compile(fsys fs.FS, changed map[string]bool) (*plan.Plan, error) {
+func (c *Compiler) compile(fsys fs.FS, changed map[string]bool, stats *Stats) (*plan.Plan, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	objs, errs := c.load(fsys, changed)
+	if stats != nil {
+		// Checking renders nothing: the render cache is left as it is.
+		_, errs = assemble(objs, fsys, nil, &c.index, errs, stats)
+		if len(errs) > 0 {
+			return nil, errs.sort()
+		}
+		return nil, nil
+	}
 	c.renders.begin()
-	p, errs := assemble(objs, fsys, &c.renders, &c.index, errs)
+	p, errs := assemble(objs, fsys, &c.renders, &c.index, errs, nil)
 	c.renders.end()
 	if len(errs) > 0 {
 		return nil, errs.sort()
@@ -153,7 +174,9 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors)
 		listing, ok = updateListing(fsys, c.listing, c.listed, c.ignore, changed)
 	}
 	if !ok {
-		listing, c.ignore, errs = listFiles(fsys, changed == nil)
+		// Sizes and mtimes only matter when there is a cache to check them
+		// against: a first compilation records them as it reads.
+		listing, c.ignore, errs = listFiles(fsys, changed == nil && len(c.stat) > 0)
 		c.listed = make(map[string]bool, len(listing))
 		for _, l := range listing {
 			c.listed[l.path] = true
@@ -197,15 +220,6 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors)
 				l := yamlFiles[i]
 				p := l.path
 				st, ok := c.stat[p]
-				if changed != nil {
-					// What a watcher reports changed is read; its old size
-					// and mtime say nothing, so none is recorded.
-					l.size, l.mtime = 0, 0
-					if ok && !changed[p] {
-						l.size, l.mtime = st.size, st.mtime
-					}
-					yamlFiles[i] = l
-				}
 				unchanged := l.mtime != 0 && st.size == l.size && st.mtime == l.mtime
 				if changed != nil {
 					unchanged = !changed[p]
@@ -215,15 +229,19 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors)
 					r := c.yaml[st.key]
 					cacheMu.Unlock()
 					if r != nil {
+						yamlFiles[i].size, yamlFiles[i].mtime = st.size, st.mtime
 						keys[i], results[i] = st.key, r
 						continue
 					}
 				}
-				data, e := readFile(fsys, p)
+				data, info, e := readFile(fsys, p)
 				if e != nil {
 					results[i] = &fileResult{errs: Errors{e}}
 					continue
 				}
+				// What was read is recorded with the size and mtime it had
+				// when it was read.
+				yamlFiles[i].size, yamlFiles[i].mtime = info.Size(), info.ModTime().UnixNano()
 				key := cacheKey{p, sha256.Sum256(data)}
 				keys[i] = key
 				cacheMu.Lock()
@@ -247,7 +265,7 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors)
 		var files []srcFile
 		h := sha256.New()
 		for _, p := range cuePaths {
-			data, e := readFile(fsys, p)
+			data, _, e := readFile(fsys, p)
 			if e != nil {
 				errs = append(errs, e)
 				continue

@@ -44,6 +44,11 @@ func TestGolden(t *testing.T) {
 				fsys[f.Path] = &fstest.MapFile{Data: f.Data}
 			}
 			got := compileText(t, c, fsys)
+			// Check must find exactly what Compile finds.
+			_, cerr := newCompiler(t).Check(fsys)
+			if strings.HasPrefix(got, "ok\n") != (cerr == nil) || cerr != nil && "errors:\n"+cerr.Error()+"\n" != got {
+				t.Errorf("Check disagrees with Compile: %v", cerr)
+			}
 			wantPath := filepath.Join(dir, "want.txt")
 			if *update {
 				if err := os.WriteFile(wantPath, []byte(got), 0o644); err != nil {

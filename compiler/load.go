@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"path"
 	"slices"
@@ -176,49 +177,47 @@ func checkSymlink(fsys fs.FS, p string) *Error {
 }
 
 // readFile reads one file with the size and text checks.
-func readFile(fsys fs.FS, p string) ([]byte, *Error) {
+func readFile(fsys fs.FS, p string) ([]byte, fs.FileInfo, *Error) {
 	pos := Pos{File: p, Line: 1, Col: 1}
 	f, err := fsys.Open(p)
 	if err != nil {
-		return nil, errorf(pos, "", "cannot read: %v", unwrapPathErr(err))
+		return nil, nil, errorf(pos, "", "cannot read: %v", unwrapPathErr(err))
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, errorf(pos, "", "cannot read: %v", unwrapPathErr(err))
+		return nil, nil, errorf(pos, "", "cannot read: %v", unwrapPathErr(err))
 	}
 	if st.IsDir() {
-		return nil, errorf(pos, "", "is a directory")
+		return nil, nil, errorf(pos, "", "is a directory")
 	}
 	if st.Size() > maxFileSize {
-		return nil, errorf(pos, "", "file is %d bytes, more than the %d MiB limit: split it", st.Size(), maxFileSize>>20)
+		return nil, nil, errorf(pos, "", "file is %d bytes, more than the %d MiB limit: split it", st.Size(), maxFileSize>>20)
 	}
-	data := make([]byte, 0, st.Size()+1)
-	buf := bytes.NewBuffer(data)
-	if _, err := buf.ReadFrom(limitReader{f, maxFileSize + 1}); err != nil {
-		return nil, errorf(pos, "", "cannot read: %v", unwrapPathErr(err))
-	}
-	data = buf.Bytes()
-	if len(data) > maxFileSize {
-		return nil, errorf(pos, "", "file is more than the %d MiB limit: split it", maxFileSize>>20)
+	// One read of the size stat gave, and one more to see the end (the
+	// file may have grown since).
+	data := make([]byte, 0, st.Size()+512)
+	for {
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+		n, err := f.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if len(data) > maxFileSize {
+			return nil, nil, errorf(pos, "", "file is more than the %d MiB limit: split it", maxFileSize>>20)
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, nil, errorf(pos, "", "cannot read: %v", unwrapPathErr(err))
+		}
 	}
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	if e := checkText(p, data); e != nil {
-		return nil, e
+		return nil, nil, e
 	}
-	return data, nil
-}
-
-type limitReader struct {
-	r interface{ Read([]byte) (int, error) }
-	n int64
-}
-
-func (l limitReader) Read(p []byte) (int, error) {
-	if int64(len(p)) > l.n {
-		p = p[:l.n]
-	}
-	return l.r.Read(p)
+	return data, st, nil
 }
 
 // checkText refuses binary content with the position of the first bad byte.

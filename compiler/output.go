@@ -76,31 +76,32 @@ type File struct {
 }
 
 func writeTree(p *plan.Plan, dir string) error {
-	files, err := Files(p)
-	if err != nil {
-		return err
+	dirs := []string{dir}
+	for _, s := range p.Sites {
+		sd := filepath.Join(dir, "sites", s.Name)
+		dirs = append(dirs, sd, filepath.Join(sd, "unknown"))
+		for _, n := range s.Nodes {
+			dirs = append(dirs, filepath.Join(sd, "nodes", n.Name))
+		}
 	}
-	dirs := map[string]bool{}
-	for _, f := range files {
-		dirs[filepath.Dir(filepath.Join(dir, f.Path))] = true
-	}
-	for _, d := range sortedKeys(dirs) {
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
 	// Writing tens of thousands of small files is dominated by system
 	// calls that wait on the filesystem: keep several in flight per core.
+	// Files are made as they are written, so memory stays bounded.
+	files := make(chan File, 256)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
-	n := 4 * runtime.GOMAXPROCS(0)
-	for w := range n {
+	for range 4 * runtime.GOMAXPROCS(0) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := w; i < len(files); i += n {
-				if err := os.WriteFile(filepath.Join(dir, files[i].Path), files[i].Data, 0o644); err != nil {
+			for f := range files {
+				if err := os.WriteFile(filepath.Join(dir, f.Path), f.Data, 0o644); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -108,61 +109,88 @@ func writeTree(p *plan.Plan, dir string) error {
 			}
 		}()
 	}
+	err := eachFile(p, func(f File) error {
+		files <- f
+		return nil
+	})
+	close(files)
 	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, err)...)
 }
 
 // Files returns every file WriteDir writes, in a fixed order.
 func Files(p *plan.Plan) ([]File, error) {
 	var files []File
-	add := func(data []byte, parts ...string) {
-		files = append(files, File{path.Join(parts...), data})
+	err := eachFile(p, func(f File) error {
+		files = append(files, f)
+		return nil
+	})
+	return files, err
+}
+
+// eachFile makes every output file in a fixed order and hands it to emit.
+func eachFile(p *plan.Plan, emit func(File) error) error {
+	add := func(data []byte, parts ...string) error {
+		return emit(File{path.Join(parts...), data})
 	}
 	pj, err := marshal(p)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	add(pj, "plan.json")
+	if err := add(pj, "plan.json"); err != nil {
+		return err
+	}
 	for _, s := range p.Sites {
 		sd := []string{"sites", s.Name}
 		head := *s
 		head.Nodes = nil
 		b, err := marshal(&head)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		add(b, append(sd, "site.json")...)
+		if err := add(b, append(sd, "site.json")...); err != nil {
+			return err
+		}
 		if s.Network.DHCP == plan.DHCPReservation {
 			b, err := marshal(s.Reservations)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			add(b, append(sd, "dhcp-reservations.json")...)
-			add([]byte(DnsmasqHosts(s)), append(sd, "dnsmasq-hosts")...)
+			if err := errors.Join(
+				add(b, append(sd, "dhcp-reservations.json")...),
+				add([]byte(DnsmasqHosts(s)), append(sd, "dnsmasq-hosts")...)); err != nil {
+				return err
+			}
 		}
 		if s.Unknown != nil {
-			add([]byte(s.Unknown.IPXE), append(sd, "unknown", "boot.ipxe")...)
 			b, err := marshal(s.Unknown.Workflow)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			add(b, append(sd, "unknown", "workflow.json")...)
+			if err := errors.Join(
+				add([]byte(s.Unknown.IPXE), append(sd, "unknown", "boot.ipxe")...),
+				add(b, append(sd, "unknown", "workflow.json")...)); err != nil {
+				return err
+			}
 		}
 		for _, n := range s.Nodes {
 			nd := append(append([]string{}, sd...), "nodes", n.Name)
 			a := n.Artifacts
 			wf, err := marshal(a.Workflow)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			add([]byte(a.IPXE), append(nd, "boot.ipxe")...)
-			add([]byte(a.UserData), append(nd, "user-data")...)
-			add([]byte(a.MetaData), append(nd, "meta-data")...)
-			add([]byte(a.NetworkConfig), append(nd, "network-config")...)
-			add(wf, append(nd, "workflow.json")...)
+			if err := errors.Join(
+				add([]byte(a.IPXE), append(nd, "boot.ipxe")...),
+				add([]byte(a.UserData), append(nd, "user-data")...),
+				add([]byte(a.MetaData), append(nd, "meta-data")...),
+				add([]byte(a.NetworkConfig), append(nd, "network-config")...),
+				add(wf, append(nd, "workflow.json")...)); err != nil {
+				return err
+			}
 		}
 	}
-	return files, nil
+	return nil
 }
 
 func marshal(v any) ([]byte, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/bootops/bootops/compiler"
@@ -12,20 +13,39 @@ import (
 // compileDir compiles the repository at dir. Errors are printed one per line
 // to stderr, with a count, and errSilent is returned.
 func compileDir(e *env, dir string) (*plan.Plan, error) {
+	var p *plan.Plan
+	err := withRepo(e, dir, func(c *compiler.Compiler, fsys fs.FS) (err error) {
+		p, err = c.Compile(fsys)
+		return err
+	})
+	return p, err
+}
+
+// checkDir validates the repository at dir without rendering it.
+func checkDir(e *env, dir string) (compiler.Stats, error) {
+	var st compiler.Stats
+	err := withRepo(e, dir, func(c *compiler.Compiler, fsys fs.FS) (err error) {
+		st, err = c.Check(fsys)
+		return err
+	})
+	return st, err
+}
+
+func withRepo(e *env, dir string, f func(*compiler.Compiler, fs.FS) error) error {
 	st, err := os.Stat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("open repository: %w", err)
+		return fmt.Errorf("open repository: %w", err)
 	}
 	if !st.IsDir() {
-		return nil, fmt.Errorf("open repository: %s is not a directory", dir)
+		return fmt.Errorf("open repository: %s is not a directory", dir)
 	}
 	c, err := compiler.New()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// os.DirFS: the compiler refuses symlinks that leave the repository
 	// before it reads them.
-	p, err := c.Compile(os.DirFS(dir))
+	err = f(c, os.DirFS(dir))
 	var list compiler.Errors
 	if errors.As(err, &list) {
 		for _, e2 := range list {
@@ -36,7 +56,7 @@ func compileDir(e *env, dir string) (*plan.Plan, error) {
 			noun = "error"
 		}
 		fmt.Fprintf(e.stderr, "%d %s in %s\n", len(list), noun, dir)
-		return nil, errSilent
+		return errSilent
 	}
-	return p, err
+	return err
 }

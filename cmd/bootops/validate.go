@@ -25,17 +25,13 @@ func validateCmd() *command {
 		if err != nil {
 			return err
 		}
-		p, err := compileDir(e, dir)
+		st, err := checkDir(e, dir)
 		if err != nil {
 			return err
 		}
 		if !*quiet {
-			nodes := 0
-			for _, s := range p.Sites {
-				nodes += len(s.Nodes)
-			}
-			fmt.Fprintf(e.stdout, "%s: valid: %d sites, %d nodes, %d profiles, %d micro-os (plan %s)\n",
-				dir, len(p.Sites), nodes, len(p.Profiles), len(p.MicroOS), p.Hash[:12])
+			fmt.Fprintf(e.stdout, "%s: valid: %d sites, %d nodes, %d profiles, %d micro-os\n",
+				dir, st.Sites, st.Nodes, st.Profiles, st.MicroOS)
 		}
 		return nil
 	}

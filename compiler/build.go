@@ -39,7 +39,7 @@ func (r *repo) errorf(pos Pos, path, format string, args ...any) {
 }
 
 // assemble runs the cross-object rules and, when they hold, the renderers.
-func assemble(objs []*object, fsys fs.FS, cache *renderCache, ix *index, loadErrs Errors, stats *Stats) (*plan.Plan, Errors) {
+func assemble(objs []*object, fsys fs.FS, cache *renderCache, ix *index, loadErrs Errors, stats *Stats) (*plan.Plan, *repo, Errors) {
 	r := &repo{fsys: fsys, cache: cache, index: ix, sites: map[string]*object{}, profiles: map[string]*object{}, microOS: map[string]*object{},
 		broken: map[string]map[string]bool{"Site": {}, "Profile": {}, "MicroOS": {}, "Node": {}}}
 	valid := objs[:0:0]
@@ -81,13 +81,14 @@ func assemble(objs []*object, fsys fs.FS, cache *renderCache, ix *index, loadErr
 	}
 	r.checkAddresses()
 	if len(r.errs) > 0 || len(loadErrs) > 0 {
-		return nil, append(loadErrs, r.errs...)
+		return nil, r, append(loadErrs, r.errs...)
 	}
 	if stats != nil {
 		*stats = Stats{Sites: len(r.sites), Nodes: len(r.nodes), Profiles: len(r.profiles), MicroOS: len(r.microOS)}
-		return nil, nil
+		return nil, r, nil
 	}
-	return r.render()
+	p, errs := r.render()
+	return p, r, errs
 }
 
 func (r *repo) unique(m map[string]*object, o *object, kind string) {

@@ -30,7 +30,7 @@ type Compiler struct {
 	// stat remembers the size and mtime each file had when its content was
 	// last read, so an unchanged file is not read again (as git's index
 	// does); a file whose size or mtime moved is read and keyed by content.
-	stat map[string]statEntry
+	stat map[string]*statEntry
 	// listing and ignore are the last walk's result, for CompileChanged.
 	listing []listed
 	listed  map[string]bool
@@ -42,6 +42,10 @@ type Compiler struct {
 		ok   bool
 	}
 	renders renderCache
+	// last is the last Plan compiled without errors, for CompileChanged's
+	// fast path.
+	last    *lastGood
+	patched int // compilations the fast path did, for tests
 	index   index
 	gen     uint64
 	// Workers is how many files are parsed at once (default GOMAXPROCS).
@@ -109,7 +113,7 @@ func New() (*Compiler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Compiler{ctx: ctx, schema: sv, vd: vd, yaml: map[cacheKey]*fileResult{}, stat: map[string]statEntry{}}, nil
+	return &Compiler{ctx: ctx, schema: sv, vd: vd, yaml: map[cacheKey]*fileResult{}, stat: map[string]*statEntry{}}, nil
 }
 
 // Compile loads, validates and renders the repository in fsys. On invalid
@@ -147,21 +151,28 @@ func (c *Compiler) CompileChanged(fsys fs.FS, changed []string) (*plan.Plan, err
 func (c *Compiler) compile(fsys fs.FS, changed map[string]bool, stats *Stats) (*plan.Plan, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if changed != nil && stats == nil {
+		if p := c.patch(fsys, changed); p != nil {
+			return p, nil
+		}
+	}
+	c.last = nil
 	objs, errs := c.load(fsys, changed)
 	if stats != nil {
 		// Checking renders nothing: the render cache is left as it is.
-		_, errs = assemble(objs, fsys, nil, &c.index, errs, stats)
+		_, _, errs = assemble(objs, fsys, nil, &c.index, errs, stats)
 		if len(errs) > 0 {
 			return nil, errs.sort()
 		}
 		return nil, nil
 	}
 	c.renders.begin()
-	p, errs := assemble(objs, fsys, &c.renders, &c.index, errs, nil)
+	p, r, errs := assemble(objs, fsys, &c.renders, &c.index, errs, nil)
 	c.renders.end()
 	if len(errs) > 0 {
 		return nil, errs.sort()
 	}
+	c.last = newLastGood(p, r, objs)
 	return p, nil
 }
 
@@ -198,62 +209,57 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors)
 		}
 	}
 
-	// YAML files: read, parse and validate in parallel; cached by content.
+	// YAML files: what the cache holds is taken first, in one pass; the
+	// rest is read, parsed and validated in parallel, keyed by content.
+	c.gen++
 	results := make([]*fileResult, len(yamlFiles))
 	keys := make([]cacheKey, len(yamlFiles))
+	var misses []int
+	for i, l := range yamlFiles {
+		st := c.stat[l.path]
+		unchanged := st != nil && l.mtime != 0 && st.size == l.size && st.mtime == l.mtime
+		if changed != nil {
+			unchanged = st != nil && !changed[l.path]
+		}
+		if unchanged {
+			if r := c.yaml[st.key]; r != nil {
+				st.gen, r.gen = c.gen, c.gen
+				keys[i], results[i] = st.key, r
+				continue
+			}
+		}
+		misses = append(misses, i)
+	}
+	infos := make([]fs.FileInfo, len(yamlFiles))
 	workers := c.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	var wg sync.WaitGroup
-	var cacheMu sync.Mutex
-	next := make(chan int, len(yamlFiles))
-	for i := range yamlFiles {
+	next := make(chan int, len(misses))
+	for _, i := range misses {
 		next <- i
 	}
 	close(next)
-	for range workers {
+	for range min(workers, len(misses)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				l := yamlFiles[i]
-				p := l.path
-				st, ok := c.stat[p]
-				unchanged := l.mtime != 0 && st.size == l.size && st.mtime == l.mtime
-				if changed != nil {
-					unchanged = !changed[p]
-				}
-				if ok && unchanged {
-					cacheMu.Lock()
-					r := c.yaml[st.key]
-					cacheMu.Unlock()
-					if r != nil {
-						yamlFiles[i].size, yamlFiles[i].mtime = st.size, st.mtime
-						keys[i], results[i] = st.key, r
-						continue
-					}
-				}
+				p := yamlFiles[i].path
 				data, info, e := readFile(fsys, p)
 				if e != nil {
 					results[i] = &fileResult{errs: Errors{e}}
 					continue
 				}
-				// What was read is recorded with the size and mtime it had
-				// when it was read.
-				yamlFiles[i].size, yamlFiles[i].mtime = info.Size(), info.ModTime().UnixNano()
 				key := cacheKey{p, sha256.Sum256(data)}
-				keys[i] = key
-				cacheMu.Lock()
-				r := c.yaml[key]
-				cacheMu.Unlock()
-				if r == nil {
-					r = c.loadYAML(p, data)
-					cacheMu.Lock()
-					c.yaml[key] = r
-					cacheMu.Unlock()
+				keys[i], infos[i] = key, info
+				// c.yaml is only read here; it is written after Wait.
+				if r := c.yaml[key]; r != nil {
+					results[i] = r
+					continue
 				}
-				results[i] = r
+				results[i] = c.loadYAML(p, data)
 			}
 		}()
 	}
@@ -286,25 +292,38 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors)
 	}
 	wg.Wait()
 
-	// Keep only what this compilation used, so the cache stays bounded.
-	c.gen++
+	// Record what was read, with the size and mtime it had when read;
+	// then keep only what this compilation used, so the cache stays bounded.
+	for _, i := range misses {
+		r := results[i]
+		if keys[i].path == "" {
+			continue
+		}
+		r.gen = c.gen
+		c.yaml[keys[i]] = r
+		c.stat[keys[i].path] = &statEntry{size: infos[i].Size(), mtime: infos[i].ModTime().UnixNano(), key: keys[i], gen: c.gen}
+	}
 	objs := make([]*object, 0, len(results))
+	used := 0
 	for i, r := range results {
 		objs = append(objs, r.objs...)
 		errs = append(errs, r.errs...)
 		if keys[i].path != "" {
-			r.gen = c.gen
-			c.stat[keys[i].path] = statEntry{size: yamlFiles[i].size, mtime: yamlFiles[i].mtime, key: keys[i], gen: c.gen}
+			used++
 		}
 	}
-	for k, r := range c.yaml {
-		if r.gen != c.gen {
-			delete(c.yaml, k)
+	if len(c.yaml) != used {
+		for k, r := range c.yaml {
+			if r.gen != c.gen {
+				delete(c.yaml, k)
+			}
 		}
 	}
-	for k, st := range c.stat {
-		if st.gen != c.gen {
-			delete(c.stat, k)
+	if len(c.stat) != used {
+		for k, st := range c.stat {
+			if st.gen != c.gen {
+				delete(c.stat, k)
+			}
 		}
 	}
 	return append(objs, cueObjs...), errs

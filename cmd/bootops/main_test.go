@@ -226,3 +226,30 @@ func tree(t *testing.T, dir string) map[string][]byte {
 	}
 	return out
 }
+
+// The README's "break something" walk-through, as written there.
+func TestReadmeBrokenExample(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "warehouse")
+	if err := os.CopyFS(dir, os.DirFS("../../examples/warehouse")); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(dir, "sites/warehouse/nodes/rack1-01.yaml")
+	data, _ := os.ReadFile(f)
+	os.WriteFile(f, bytes.Replace(data, []byte("identity:"), []byte("idenity:"), 1), 0o644)
+	code, _, stderr := bootops(t, nil, "validate", dir)
+	want := "sites/warehouse/nodes/rack1-01.yaml:1:1: identity: missing required field\n" +
+		"sites/warehouse/nodes/rack1-01.yaml:4:1: idenity: unknown field (did you mean \"identity\"?)\n" +
+		"2 errors in " + dir + "\n"
+	if code != 1 || stderr != want {
+		t.Errorf("exit %d, stderr:\n%s\nwant:\n%s", code, stderr, want)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(strings.ReplaceAll(want, dir, "examples/warehouse")), "\n") {
+		if !strings.Contains(string(readme), "# "+line) {
+			t.Errorf("README does not show %q", line)
+		}
+	}
+}

@@ -73,4 +73,4 @@ rm -rf "$shm"
 
 echo
 echo "In-process benchmarks (go test -bench):"
-go test ./test/bench -run XXX -bench 'CompileCold|RecompileOneNode' -benchtime 20x -count 3 -benchmem | tee "$results/go-bench.txt" | grep Benchmark
+go test ./test/bench -run XXX -bench 'CompileCold|RecompileOne' -benchtime 20x -count 3 -benchmem | tee "$results/go-bench.txt" | grep Benchmark

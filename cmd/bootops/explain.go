@@ -23,11 +23,7 @@ func explainCmd() *command {
 		uuid := fs.String("uuid", "", "SMBIOS system UUID")
 		serial := fs.String("serial", "", "SMBIOS system serial number")
 		format := fs.String("o", "text", "output format: text or json")
-		pos, err := parse(fs, e, args)
-		if err != nil {
-			return err
-		}
-		dir, err := oneDir(pos)
+		dir, err := parseDir(fs, e, args)
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"sort"
 	"strings"
 )
 
@@ -174,8 +173,13 @@ func parse(fs *flag.FlagSet, e *env, args []string) ([]string, error) {
 	return pos, nil
 }
 
-// oneDir returns the repository directory argument (default ".").
-func oneDir(pos []string) (string, error) {
+// parseDir parses the flags and the one optional repository directory
+// argument (default ".").
+func parseDir(fs *flag.FlagSet, e *env, args []string) (string, error) {
+	pos, err := parse(fs, e, args)
+	if err != nil {
+		return "", err
+	}
 	switch len(pos) {
 	case 0:
 		return ".", nil
@@ -183,13 +187,4 @@ func oneDir(pos []string) (string, error) {
 		return pos[0], nil
 	}
 	return "", usagef("want at most one directory, got %d arguments: %s", len(pos), strings.Join(pos, " "))
-}
-
-func sortedNames[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

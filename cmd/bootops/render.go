@@ -22,11 +22,7 @@ func renderCmd() *command {
 		node := fs.String("node", "", "node name (required)")
 		site := fs.String("site", "", "site of the node, when several sites have a node of that name")
 		what := fs.String("what", "ipxe", "artifact: ipxe, cloud-init (all three files), user-data, meta-data, network-config, workflow")
-		pos, err := parse(fs, e, args)
-		if err != nil {
-			return err
-		}
-		dir, err := oneDir(pos)
+		dir, err := parseDir(fs, e, args)
 		if err != nil {
 			return err
 		}

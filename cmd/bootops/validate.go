@@ -17,11 +17,7 @@ func validateCmd() *command {
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
 		quiet := fs.Bool("q", false, "print nothing when the repository is valid")
-		pos, err := parse(fs, e, args)
-		if err != nil {
-			return err
-		}
-		dir, err := oneDir(pos)
+		dir, err := parseDir(fs, e, args)
 		if err != nil {
 			return err
 		}
@@ -48,11 +44,7 @@ func compileCmd() *command {
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
 		out := fs.String("o", "", "output directory (replaced whole; must be empty or an earlier output)")
-		pos, err := parse(fs, e, args)
-		if err != nil {
-			return err
-		}
-		dir, err := oneDir(pos)
+		dir, err := parseDir(fs, e, args)
 		if err != nil {
 			return err
 		}

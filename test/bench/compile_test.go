@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,19 +27,7 @@ func BenchmarkRecompileOneNode(b *testing.B) {
 // a profile edit reaches 3,334 nodes, so the whole fleet is checked again
 // (from the content cache) and those nodes are rendered again.
 func BenchmarkRecompileOneProfile(b *testing.B) {
-	const sites, nodes = 50, 10000
-	dir := filepath.Join(b.TempDir(), "fleet")
-	if err := fleet.Generate(dir, sites, nodes); err != nil {
-		b.Fatal(err)
-	}
-	c, err := compiler.New()
-	if err != nil {
-		b.Fatal(err)
-	}
-	fsys := os.DirFS(dir)
-	if _, err := c.Compile(fsys); err != nil {
-		b.Fatal(err)
-	}
+	dir, c, fsys := warmFleet(b)
 	const rel = "profiles/edge-mutable.yaml"
 	orig, err := os.ReadFile(filepath.Join(dir, rel))
 	if err != nil {
@@ -59,19 +48,7 @@ func BenchmarkRecompileOneProfile(b *testing.B) {
 }
 
 func benchRecompile(b *testing.B, watched bool) {
-	const sites, nodes = 50, 10000
-	dir := filepath.Join(b.TempDir(), "fleet")
-	if err := fleet.Generate(dir, sites, nodes); err != nil {
-		b.Fatal(err)
-	}
-	c, err := compiler.New()
-	if err != nil {
-		b.Fatal(err)
-	}
-	fsys := os.DirFS(dir)
-	if _, err := c.Compile(fsys); err != nil {
-		b.Fatal(err)
-	}
+	dir, c, fsys := warmFleet(b)
 	node := filepath.Join(dir, fleet.NodeFile(sites, 1234))
 	orig, err := os.ReadFile(node)
 	if err != nil {
@@ -102,11 +79,31 @@ func benchRecompile(b *testing.B, watched bool) {
 	}
 }
 
+const sites, nodes = 50, 10000
+
+// warmFleet generates the fleet and compiles it once.
+func warmFleet(b *testing.B) (string, *compiler.Compiler, fs.FS) {
+	b.Helper()
+	dir := filepath.Join(b.TempDir(), "fleet")
+	if err := fleet.Generate(dir, sites, nodes); err != nil {
+		b.Fatal(err)
+	}
+	c, err := compiler.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	fsys := os.DirFS(dir)
+	if _, err := c.Compile(fsys); err != nil {
+		b.Fatal(err)
+	}
+	return dir, c, fsys
+}
+
 // BenchmarkCompileCold compiles the 10,000-node fleet with a new Compiler
 // each time (in process: no process start, no output written).
 func BenchmarkCompileCold(b *testing.B) {
 	dir := filepath.Join(b.TempDir(), "fleet")
-	if err := fleet.Generate(dir, 50, 10000); err != nil {
+	if err := fleet.Generate(dir, sites, nodes); err != nil {
 		b.Fatal(err)
 	}
 	fsys := os.DirFS(dir)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,6 +22,8 @@ type yamlDoc struct {
 	line int
 	col  int
 }
+
+var yaml11Octal = regexp.MustCompile(`^[-+]?0[0-9_]+$`)
 
 var yamlErrLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
@@ -160,11 +163,22 @@ func (c *converter) scalar(n *yaml.Node, v *value) {
 		}
 		v.kind, v.i, v.raw = kInt, i, n.Value
 	case "!!float":
+		// As CUE reads YAML: an untagged "float" that looks like a YAML
+		// 1.1 octal with an 8 or 9 in it (01289) is a string, and a float
+		// written without fraction or exponent (!!float 123) is a number
+		// that is also an integer.
+		if n.Style&yaml.TaggedStyle == 0 && yaml11Octal.MatchString(n.Value) {
+			v.kind, v.str = kString, n.Value
+			return
+		}
 		var f float64
 		if err := n.Decode(&f); err != nil {
 			c.errorf(n, "invalid number %q", n.Value)
 		}
 		v.kind, v.f, v.raw = kFloat, f, n.Value
+		if !strings.ContainsAny(n.Value, ".eEiInN") && f == math.Trunc(f) && math.Abs(f) < 1<<63 {
+			v.kind, v.i = kInt, int64(f)
+		}
 	case "!!str", "!!timestamp":
 		v.kind, v.str = kString, n.Value
 	case "!!binary":

@@ -1,0 +1,30 @@
+// Package boot holds the network boot plane: boot/dhcp, boot/tftp and
+// boot/http serve machines from the live Plan, and boot/status records what
+// they did. The servers import plan, never the compiler: they read the Plan
+// through the small Plans interface, which the daemon swaps atomically.
+package boot
+
+import (
+	"sync/atomic"
+
+	"github.com/bootops/bootops/plan"
+)
+
+// Plans gives the Plan being served. Every request reads it once and uses
+// that one Plan throughout, so no request sees parts of two Plans.
+type Plans interface {
+	Current() *plan.Plan
+}
+
+// Live is the daemon's current Plan, swapped atomically.
+type Live struct {
+	p atomic.Pointer[plan.Plan]
+}
+
+// Current returns the Plan being served (nil before the first).
+func (l *Live) Current() *plan.Plan { return l.p.Load() }
+
+// Swap makes p the Plan being served.
+func (l *Live) Swap(p *plan.Plan) { l.p.Store(p) }
+
+var _ Plans = (*Live)(nil)

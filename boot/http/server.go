@@ -1,0 +1,287 @@
+// Package http serves the boot plane over HTTP: the entry script that makes
+// iPXE say who it is, the per-machine script chosen by plan.Decide (the
+// function `bootops explain` calls), the Micro-OS files, and the status API.
+package http
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
+)
+
+// Tokens gives the token that replaces plan.TokenPlaceholder.
+type Tokens interface {
+	Token(site, node string) string
+}
+
+// StatusReader is what the status API shows.
+type StatusReader interface {
+	Machines() []status.Machine
+	Events(key string) []status.Event
+}
+
+// Source says which revision is served and which was last attempted.
+type Source interface {
+	Status() SourceStatus
+}
+
+// SourceStatus is the "source" part of GET /api/v1/status.
+type SourceStatus struct {
+	Applied   Revision `json:"applied"`
+	Attempted Revision `json:"attempted"`
+}
+
+// Revision is one revision of the repository and what became of it.
+type Revision struct {
+	Revision string    `json:"revision"`
+	At       time.Time `json:"at"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// Server is the HTTP boot server. Plans, Events and Tokens are required.
+type Server struct {
+	Plans     boot.Plans
+	Events    status.Recorder
+	Tokens    Tokens
+	Artifacts *Artifacts
+	Status    StatusReader
+	Source    Source
+	// Provisioned reports the generation a node was last provisioned at;
+	// a node provisioned at its current reprovision generation boots from
+	// its disk. Nil: no node is provisioned.
+	Provisioned func(site, node string) (generation int, ok bool)
+	Log         *slog.Logger
+}
+
+// Handler returns the server's routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /boot.ipxe", s.entry)
+	mux.HandleFunc("GET /ipxe", s.script)
+	mux.HandleFunc("GET /artifacts/microos/{name}/{file}", s.artifact)
+	mux.HandleFunc("GET /api/v1/status", s.status)
+	mux.HandleFunc("GET /api/v1/events", s.events)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if s.Plans.Current() == nil {
+			http.Error(w, "no plan yet", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+// Serve serves on ln until ctx ends, then drains requests for up to 10 s.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.logger().Handler(), slog.LevelWarn)}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	drain, cancel := context.WithTimeoutCause(context.Background(), 10*time.Second, errors.New("http: drain deadline"))
+	defer cancel()
+	if err := srv.Shutdown(drain); err != nil {
+		return fmt.Errorf("http: shutdown: %w", err)
+	}
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// entry is the first script iPXE fetches: it comes back with its identity.
+func (s *Server) entry(w http.ResponseWriter, r *http.Request) {
+	site := word(r.URL.Query().Get("site"), 63)
+	q := "mac=${netX/mac}&uuid=${uuid}&serial=${serial:uristring}&arch=${buildarch}&platform=${platform}"
+	if site != "" {
+		q += "&site=" + site
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintf(w, "#!ipxe\n# bootops: tell the boot server who this machine is\nchain http://%s/ipxe?%s || goto failed\nexit\n:failed\necho bootops: the boot server did not answer; retrying in 10 s\nsleep 10\nchain http://%s/boot.ipxe?site=%s\n", r.Host, q, r.Host, site)
+}
+
+// script answers the per-machine request with what plan.Decide says.
+func (s *Server) script(w http.ResponseWriter, r *http.Request) {
+	p := s.Plans.Current()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if p == nil {
+		http.Error(w, "#!ipxe\necho bootops: no plan loaded yet\nsleep 10\nexit 1\n", http.StatusServiceUnavailable)
+		return
+	}
+	id := parseIdentity(r.URL.Query())
+	site := id.Site
+	if site != "" && p.Site(site) == nil {
+		site = "" // a site we do not serve: decide as if none was given
+	}
+	d := p.Decide(site, id.Machine)
+	ev := status.Event{Kind: status.KindScript, MAC: id.Machine.MAC, UUID: id.Machine.UUID, Serial: id.Machine.Serial}
+	if d.Site != nil {
+		ev.Site = d.Site.Name
+	}
+	var body string
+	switch {
+	case d.Outcome == plan.Match:
+		n := d.Node
+		ev.Site, ev.Node = n.Site, n.Name
+		if gen, ok := s.provisioned(n.Site, n.Name); ok && gen >= n.Reprovision {
+			body = localBoot(fmt.Sprintf("node %s is provisioned (generation %d): booting from its disk", n.Name, gen))
+			ev.Message = "served local-disk script: provisioned at generation " + fmt.Sprint(gen)
+			break
+		}
+		body = strings.ReplaceAll(n.Artifacts.IPXE, plan.TokenPlaceholder, s.Tokens.Token(n.Site, n.Name))
+		ev.State, ev.Message = status.StateBooting, fmt.Sprintf("served the Micro-OS script of profile %s (%s)", n.Profile, d.Reason)
+	case d.Outcome == plan.Mismatch:
+		ev.State, ev.Error = status.StateMismatch, true
+		ev.Message = "refused: " + d.Reason
+		body = refusal(d.Reason)
+		// Every node the machine's identifiers point at gets the event.
+		if d.Node == nil {
+			for i, c := range d.Conflicts {
+				if i > 0 && c.Node == d.Conflicts[0].Node {
+					continue
+				}
+				e := ev
+				e.Site, e.Node = c.Site, c.Node
+				if i < len(d.Conflicts)-1 {
+					s.Events.Record(e)
+				} else {
+					ev = e
+				}
+			}
+		} else {
+			ev.Site, ev.Node = d.Node.Site, d.Node.Name
+		}
+	case d.Boots():
+		token := s.Tokens.Token(d.Site.Name, "unknown-"+id.Machine.MAC+id.Machine.UUID+id.Machine.Serial)
+		body = strings.ReplaceAll(d.Site.Unknown.IPXE, plan.TokenPlaceholder, token)
+		ev.State = status.StateBooting
+		if d.Policy == plan.PolicyHold {
+			ev.State = status.StateHeld
+		}
+		ev.Message = "unknown machine: " + d.Reason
+	default:
+		ev.Message = "not answered: " + d.Reason
+		body = "#!ipxe\necho bootops: " + ipxeText(d.Reason) + "\nexit 1\n"
+	}
+	s.Events.Record(ev)
+	s.logger().Info("script", "site", ev.Site, "node", ev.Node, "mac", ev.MAC, "uuid", ev.UUID, "serial", ev.Serial, "outcome", string(d.Outcome), "message", ev.Message)
+	io.WriteString(w, body)
+}
+
+func (s *Server) provisioned(site, node string) (int, bool) {
+	if s.Provisioned == nil {
+		return 0, false
+	}
+	return s.Provisioned(site, node)
+}
+
+// localBoot hands the machine back to its firmware, which boots the disk.
+func localBoot(why string) string {
+	return "#!ipxe\necho bootops: " + ipxeText(why) + "\nexit\n"
+}
+
+// refusal prints why and stops here: never a wrong OS, never a wipe.
+func refusal(why string) string {
+	var b strings.Builder
+	b.WriteString("#!ipxe\necho bootops: REFUSED, this machine does not match its registration\n")
+	for _, part := range strings.Split(why, "; ") {
+		b.WriteString("echo bootops:   " + ipxeText(part) + "\n")
+	}
+	b.WriteString("echo bootops: fix the Node in Git (bootops explain shows the decision); waiting\n:wait\nsleep 3600\ngoto wait\n")
+	return b.String()
+}
+
+// ipxeText keeps a message from being read as iPXE syntax.
+func ipxeText(s string) string {
+	r := strings.NewReplacer("$", "", "\n", " ", "\r", " ", "||", "|", "&&", "&")
+	return r.Replace(s)
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	doc := StatusDoc{Machines: []status.Machine{}}
+	if s.Source != nil {
+		doc.Source = s.Source.Status()
+	}
+	if p := s.Plans.Current(); p != nil {
+		doc.Plan = p.Hash
+		seen := map[string]bool{}
+		var machines []status.Machine
+		if s.Status != nil {
+			machines = s.Status.Machines()
+		}
+		for _, m := range machines {
+			seen[m.Key] = true
+		}
+		// Every registered node is listed, seen or not.
+		for _, site := range p.Sites {
+			for _, n := range site.Nodes {
+				if !seen[site.Name+"/"+n.Name] {
+					doc.Nodes = append(doc.Nodes, status.Machine{Key: site.Name + "/" + n.Name, Site: site.Name, Node: n.Name, State: status.StateRegistered})
+				}
+			}
+		}
+		for _, m := range machines {
+			if m.Node != "" {
+				doc.Nodes = append(doc.Nodes, m)
+			} else {
+				doc.Machines = append(doc.Machines, m)
+			}
+		}
+	}
+	writeJSON(w, doc)
+}
+
+// StatusDoc is GET /api/v1/status: the source revision, every registered
+// node, and machines the boot plane saw that are no node.
+type StatusDoc struct {
+	Source   SourceStatus     `json:"source"`
+	Plan     string           `json:"plan"`
+	Nodes    []status.Machine `json:"nodes"`
+	Machines []status.Machine `json:"unknown"`
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	if s.Status == nil {
+		writeJSON(w, []status.Event{})
+		return
+	}
+	key := r.URL.Query().Get("key")
+	if node := r.URL.Query().Get("node"); node != "" {
+		key = r.URL.Query().Get("site") + "/" + node
+	}
+	ev := s.Status.Events(key)
+	if ev == nil {
+		ev = []status.Event{}
+	}
+	writeJSON(w, ev)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

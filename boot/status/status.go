@@ -1,0 +1,191 @@
+// Package status records what the boot plane did, as timestamped events
+// keyed by node (or by an unknown machine's identifiers), and derives each
+// node's state from them. The store is an interface: this package's Memory
+// store is bounded and forgets on restart; the durable store comes with the
+// agent.
+package status
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// Kinds of events.
+const (
+	KindDHCP   = "dhcp"   // a DHCP/proxyDHCP reply was sent
+	KindTFTP   = "tftp"   // a TFTP transfer ended
+	KindScript = "script" // an iPXE script was served
+	KindFile   = "file"   // an artifact (kernel, initrd) was served
+)
+
+// Node states (DESIGN.md §4) the boot plane can tell.
+const (
+	StateRegistered = "registered"
+	StateDiscovered = "discovered"
+	StateBooting    = "booting"
+	StateMismatch   = "mismatch"
+	StateHeld       = "held"
+)
+
+// Event is one thing the boot plane did for a machine.
+type Event struct {
+	Time time.Time `json:"time"`
+	Kind string    `json:"kind"`
+	// Site and Node name the registered node, when the machine is one.
+	Site string `json:"site,omitempty"`
+	Node string `json:"node,omitempty"`
+	// The machine's identifiers, as it presented them.
+	MAC    string `json:"mac,omitempty"`
+	UUID   string `json:"uuid,omitempty"`
+	Serial string `json:"serial,omitempty"`
+	// State the event puts the node in ("" leaves it).
+	State   string `json:"state,omitempty"`
+	Message string `json:"message"`
+	Error   bool   `json:"error,omitempty"`
+}
+
+// Key is what events are grouped by: site/node, or the machine's MAC (or
+// UUID, or serial) for a machine that is not a registered node.
+func (e Event) Key() string {
+	switch {
+	case e.Node != "":
+		return e.Site + "/" + e.Node
+	case e.MAC != "":
+		return "mac:" + e.MAC
+	case e.UUID != "":
+		return "uuid:" + e.UUID
+	case e.Serial != "":
+		return "serial:" + e.Serial
+	}
+	return "unknown"
+}
+
+// Recorder takes events.
+type Recorder interface {
+	Record(Event)
+}
+
+// Machine is one node or unknown machine and where it stands.
+type Machine struct {
+	Key    string `json:"key"`
+	Site   string `json:"site,omitempty"`
+	Node   string `json:"node,omitempty"`
+	MAC    string `json:"mac,omitempty"`
+	UUID   string `json:"uuid,omitempty"`
+	Serial string `json:"serial,omitempty"`
+	State  string `json:"state"`
+	// Last is the newest event.
+	Last   Event `json:"last"`
+	Events int   `json:"events"`
+}
+
+// Memory keeps the newest events of each machine in memory: at most
+// PerMachine events per machine and MaxMachines machines (the least recently
+// seen go first), so 10,000 different identities from one client cannot
+// grow it without bound.
+type Memory struct {
+	PerMachine  int // default 200
+	MaxMachines int // default 20,000
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+
+	mu       sync.Mutex
+	machines map[string]*entry
+}
+
+type entry struct {
+	m      Machine
+	events []Event
+}
+
+var _ Recorder = (*Memory)(nil)
+
+// Record stores e, stamping its time when it has none.
+func (s *Memory) Record(e Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.Time.IsZero() {
+		now := time.Now
+		if s.Now != nil {
+			now = s.Now
+		}
+		e.Time = now().UTC()
+	}
+	if s.machines == nil {
+		s.machines = map[string]*entry{}
+	}
+	k := e.Key()
+	en := s.machines[k]
+	if en == nil {
+		if limit := orDefault(s.MaxMachines, 20000); len(s.machines) >= limit {
+			s.evictOldest()
+		}
+		en = &entry{m: Machine{Key: k, State: StateRegistered}}
+		s.machines[k] = en
+	}
+	m := &en.m
+	m.Site, m.Node = or(e.Site, m.Site), or(e.Node, m.Node)
+	m.MAC, m.UUID, m.Serial = or(e.MAC, m.MAC), or(e.UUID, m.UUID), or(e.Serial, m.Serial)
+	if e.State != "" {
+		m.State = e.State
+	}
+	m.Last = e
+	m.Events++
+	en.events = append(en.events, e)
+	if limit := orDefault(s.PerMachine, 200); len(en.events) > limit {
+		en.events = append(en.events[:0:0], en.events[len(en.events)-limit:]...)
+	}
+}
+
+func (s *Memory) evictOldest() {
+	var oldest string
+	var t time.Time
+	for k, en := range s.machines {
+		if oldest == "" || en.m.Last.Time.Before(t) {
+			oldest, t = k, en.m.Last.Time
+		}
+	}
+	delete(s.machines, oldest)
+}
+
+// Machines lists every machine seen, registered nodes first, by key.
+func (s *Memory) Machines() []Machine {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Machine, 0, len(s.machines))
+	for _, en := range s.machines {
+		out = append(out, en.m)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if (out[i].Node == "") != (out[j].Node == "") {
+			return out[i].Node != ""
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}
+
+// Events returns a machine's events, oldest first.
+func (s *Memory) Events(key string) []Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if en := s.machines[key]; en != nil {
+		return append([]Event(nil), en.events...)
+	}
+	return nil
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func orDefault(n, d int) int {
+	if n > 0 {
+		return n
+	}
+	return d
+}

@@ -3,6 +3,7 @@ package compiler
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -24,6 +25,9 @@ type verdict struct {
 	ok    bool
 	value any // with defaults, when ok
 	why   string
+	// cuePanicked: CUE's own YAML decoder panicked (it does on some inputs
+	// with bare CR line ends); there is no reference verdict to compare.
+	cuePanicked bool
 }
 
 func fastVerdict(t testing.TB, c *Compiler, kind string, root *value) verdict {
@@ -36,8 +40,13 @@ func fastVerdict(t testing.TB, c *Compiler, kind string, root *value) verdict {
 	return verdict{ok: true, value: normalise(t, root.toAny())}
 }
 
-func cueVerdict(t testing.TB, c *Compiler, kind string, doc []byte) verdict {
+func cueVerdict(t testing.TB, c *Compiler, kind string, doc []byte) (v verdict) {
 	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			v = verdict{cuePanicked: true, why: fmt.Sprint(r)}
+		}
+	}()
 	f, err := cueyaml.Extract("doc.yaml", doc)
 	if err != nil {
 		return verdict{why: "cue yaml: " + err.Error()}
@@ -90,6 +99,10 @@ func compareDoc(t testing.TB, c *Compiler, name string, doc []byte) bool {
 	}
 	fast := fastVerdict(t, c, k.str, docs[0].root)
 	slow := cueVerdict(t, c, k.str, doc)
+	if slow.cuePanicked {
+		t.Logf("%s: CUE's YAML decoder panicked (%s); our parser did not", name, slow.why)
+		return false
+	}
 	if fast.ok != slow.ok {
 		t.Errorf("%s: fast path says ok=%v (%s), CUE says ok=%v (%s)\n%s", name, fast.ok, fast.why, slow.ok, slow.why, doc)
 		return true

@@ -40,11 +40,11 @@ func fastVerdict(t testing.TB, c *Compiler, kind string, root *value) verdict {
 	return verdict{ok: true, value: normalise(t, root.toAny())}
 }
 
-func cueVerdict(t testing.TB, c *Compiler, kind string, doc []byte) (out verdict) {
+func cueVerdict(t testing.TB, c *Compiler, kind string, doc []byte) (res verdict) {
 	t.Helper()
 	defer func() {
 		if r := recover(); r != nil {
-			out = verdict{cuePanicked: true, why: fmt.Sprint(r)}
+			res = verdict{cuePanicked: true, why: fmt.Sprint(r)}
 		}
 	}()
 	f, err := cueyaml.Extract("doc.yaml", doc)

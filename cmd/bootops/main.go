@@ -49,7 +49,7 @@ type env struct {
 
 func commands() []*command {
 	return []*command{
-		validateCmd(), compileCmd(), renderCmd(), explainCmd(), schemaCmd(), versionCmd(),
+		validateCmd(), compileCmd(), renderCmd(), explainCmd(), serveCmd(), statusCmd(), schemaCmd(), versionCmd(),
 	}
 }
 

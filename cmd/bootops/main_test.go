@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // bootops runs the CLI in-process and returns its exit code and output.
@@ -251,5 +256,99 @@ func TestReadmeBrokenExample(t *testing.T) {
 		if !strings.Contains(string(readme), "# "+line) {
 			t.Errorf("README does not show %q", line)
 		}
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// demoRepo copies sites/ with stand-in Micro-OS files.
+func demoRepo(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "sites")
+	if err := os.CopyFS(dir, os.DirFS("../../sites")); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dir, "microos/vmlinuz", "kernel bytes")
+	write(t, dir, "microos/initrd.img", "initrd bytes")
+	return dir
+}
+
+func TestServeAndStatus(t *testing.T) {
+	repo := demoRepo(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		e := &env{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+		done <- run(ctx, e, []string{"serve", "--source", repo, "--state-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--dhcp", "off", "--tftp-addr", ""})
+	}()
+	var addr string
+	for i := 0; i < 200 && addr == ""; i++ {
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			var l struct{ Msg, HTTP string }
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "serving" {
+				addr = l.HTTP
+			}
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if addr == "" {
+		t.Fatalf("serve did not start:\n%s", stderr.String())
+	}
+	resp, err := http.Get("http://" + addr + "/ipxe?serial=demo-0001&mac=52:54:00:12:34:56")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "bootops.node=vm-serial") || strings.Contains(string(b), "@BOOTOPS_TOKEN@") || !strings.Contains(string(b), "bootops.token=") {
+		t.Errorf("script:\n%s", b)
+	}
+	resp, err = http.Get("http://" + addr + "/artifacts/microos/default/kernel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "kernel bytes" {
+		t.Errorf("kernel: %q", b)
+	}
+	code, out, errs := bootops(t, nil, "status", "--server", "http://"+addr)
+	if code != 0 || !strings.Contains(out, "revision: dir:") || !regexp.MustCompile(`vm-serial\s+lab\s+booting`).MatchString(out) || !regexp.MustCompile(`vm-uuid\s+lab\s+registered`).MatchString(out) {
+		t.Errorf("status: exit %d %s\n%s", code, errs, out)
+	}
+	code, out, _ = bootops(t, nil, "status", "--server", "http://"+addr, "-o", "json")
+	if code != 0 || !strings.Contains(out, `"applied"`) || !strings.Contains(out, `"state": "booting"`) {
+		t.Errorf("status -o json: %d\n%s", code, out)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("serve exit %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	// Nothing listening: a clear error.
+	code, _, errs = bootops(t, nil, "status", "--server", "http://"+addr)
+	if code != 1 || !strings.Contains(errs, "is `bootops serve` running there?") {
+		t.Errorf("status without a daemon: %d %q", code, errs)
 	}
 }

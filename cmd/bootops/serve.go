@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/bootops/bootops/boot"
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/compiler"
+	"github.com/bootops/bootops/plan"
+)
+
+// serveConfig is what `bootops serve` runs with.
+type serveConfig struct {
+	source, site, httpAddr, dhcp, iface, ipxeDir, stateDir, tftpAddr, artifactMode, logFormat string
+}
+
+func serveCmd() *command {
+	c := &command{
+		name:    "serve",
+		summary: "Run the boot plane: compile the repository and serve it over HTTP (and DHCP, TFTP).",
+		usage:   "--source DIR [--site S] [--http-addr A] [--dhcp proxy|reservation|off] [--interface IF] [--state-dir D]",
+		example: "  bootops serve --source sites --state-dir /tmp/bootops --http-addr 127.0.0.1:8080 --dhcp off\n" +
+			"  curl 'http://127.0.0.1:8080/ipxe?serial=DEMO-0001'",
+	}
+	c.run = func(ctx context.Context, e *env, args []string) error {
+		fs := c.flags(e)
+		var cfg serveConfig
+		fs.StringVar(&cfg.source, "source", "", "repository folder to serve (required)")
+		fs.StringVar(&cfg.site, "site", "", "site whose network this daemon serves (default: the repository's only site)")
+		fs.StringVar(&cfg.httpAddr, "http-addr", ":8080", "HTTP listen address")
+		fs.StringVar(&cfg.dhcp, "dhcp", "", "DHCP mode: proxy, reservation or off (default: the site's network.dhcp)")
+		fs.StringVar(&cfg.iface, "interface", "", "network interface of the provisioning LAN (default: the site's network.interface)")
+		fs.StringVar(&cfg.ipxeDir, "ipxe-dir", "/usr/lib/ipxe", "folder with the iPXE binaries served over TFTP")
+		fs.StringVar(&cfg.tftpAddr, "tftp-addr", ":69", "TFTP listen address (\"\" for none)")
+		fs.StringVar(&cfg.stateDir, "state-dir", "/var/lib/bootops", "folder for the node-token secret and the artifact cache")
+		fs.StringVar(&cfg.artifactMode, "artifact-mode", "serve", "Micro-OS files from a URL: serve (fetch, verify, cache) or redirect (send machines to the URL)")
+		fs.StringVar(&cfg.logFormat, "log-format", "json", "log format: json or text")
+		pos, err := parse(fs, e, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) > 0 {
+			return usagef("unexpected arguments: %v", pos)
+		}
+		if cfg.source == "" {
+			return usagef("--source is required")
+		}
+		if cfg.artifactMode != "serve" && cfg.artifactMode != "redirect" {
+			return usagef("--artifact-mode %q: want serve or redirect", cfg.artifactMode)
+		}
+		return serve(ctx, e, cfg)
+	}
+	return c
+}
+
+func serve(ctx context.Context, e *env, cfg serveConfig) error {
+	var handler slog.Handler = slog.NewJSONHandler(e.stderr, nil)
+	if cfg.logFormat == "text" {
+		handler = slog.NewTextHandler(e.stderr, nil)
+	}
+	log := slog.New(handler)
+
+	comp, err := compiler.New()
+	if err != nil {
+		return err
+	}
+	src := &dirSource{dir: cfg.source, comp: comp}
+	p, err := src.compile()
+	if err != nil {
+		for _, l := range src.errorLines(err) {
+			fmt.Fprintln(e.stderr, l)
+		}
+		return fmt.Errorf("%s does not compile: nothing to serve", cfg.source)
+	}
+	site, err := pickSite(p, cfg.site)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if cfg.dhcp == "" {
+		cfg.dhcp = site.Network.DHCP
+	}
+	secret, err := boot.LoadSecret(cfg.stateDir)
+	if err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(cfg.source)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+
+	live := &boot.Live{}
+	live.Swap(p)
+	events := &status.Memory{}
+	httpSrv := &bhttp.Server{
+		Plans: live, Events: events, Status: events, Tokens: secret, Source: src, Log: log,
+		Artifacts: &bhttp.Artifacts{Repo: root, CacheDir: filepath.Join(cfg.stateDir, "cache"), Redirect: cfg.artifactMode == "redirect"},
+	}
+	ln, err := net.Listen("tcp", cfg.httpAddr)
+	if err != nil {
+		return err
+	}
+	log.Info("serving", "site", site.Name, "plan", p.Hash, "http", ln.Addr().String(), "dhcp", cfg.dhcp)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return httpSrv.Serve(ctx, ln) })
+	if cfg.dhcp != plan.DHCPOff {
+		log.Warn("dhcp", "mode", cfg.dhcp, "msg", "the DHCP server is not built yet: run with --dhcp off and a DHCP server of your own")
+	}
+	return g.Wait()
+}
+
+func pickSite(p *plan.Plan, name string) (*plan.Site, error) {
+	if name != "" {
+		if s := p.Site(name); s != nil {
+			return s, nil
+		}
+		return nil, fmt.Errorf("--site %q: no such site in the repository", name)
+	}
+	if len(p.Sites) == 1 {
+		return p.Sites[0], nil
+	}
+	return nil, errors.New("the repository has several sites: pick one with --site")
+}
+
+// dirSource compiles a repository folder and says which revision it serves.
+type dirSource struct {
+	dir  string
+	comp *compiler.Compiler
+
+	mu     sync.Mutex
+	status bhttp.SourceStatus
+}
+
+func (d *dirSource) compile() (*plan.Plan, error) {
+	p, err := d.comp.Compile(os.DirFS(d.dir))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now().UTC()
+	if err != nil {
+		d.status.Attempted = bhttp.Revision{At: now, Error: err.Error()}
+		return nil, err
+	}
+	rev := bhttp.Revision{Revision: "dir:" + p.Hash[:12], At: now}
+	d.status.Applied, d.status.Attempted = rev, rev
+	return p, nil
+}
+
+func (d *dirSource) Status() bhttp.SourceStatus {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.status
+}
+
+func (d *dirSource) errorLines(err error) []string {
+	var list compiler.Errors
+	if errors.As(err, &list) {
+		var out []string
+		for _, e := range list {
+			out = append(out, e.Error())
+		}
+		return out
+	}
+	return []string{err.Error()}
+}

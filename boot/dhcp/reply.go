@@ -1,0 +1,269 @@
+// Package dhcp answers PXE and UEFI HTTP-boot clients: as a proxyDHCP
+// server beside the site's own DHCP server (proxy mode), or as the LAN's
+// DHCP server for registered static addresses (reservation mode). Reply is
+// a pure function from request to answer; Server moves the packets.
+package dhcp
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/iana"
+
+	"github.com/bootops/bootops/plan"
+)
+
+// Config is what replies are made of.
+type Config struct {
+	// ServerIP is this server's address on the provisioning LAN: siaddr,
+	// option 54, and the host of the HTTP URLs.
+	ServerIP netip.Addr
+	HTTPPort int
+	// Mode is plan.DHCPProxy or plan.DHCPReservation.
+	Mode string
+}
+
+// Answer is a reply and what it means, for events and logs.
+type Answer struct {
+	Reply *dhcpv4.DHCPv4 // nil: say nothing
+	Node  *plan.Node     // the node the MAC or UUID belongs to, if any
+	Boot  string         // the boot file or URL offered
+	Why   string
+}
+
+// bootFiles maps client architectures (option 93) to the iPXE build that
+// runs there; Debian's ipxe package ships the x86 ones, an ARM64 snp.efi
+// must be supplied in --ipxe-dir.
+func bootFile(arch iana.Arch) (string, bool) {
+	switch arch {
+	case iana.INTEL_X86PC, iana.NEC_PC98, iana.EFI_ITANIUM, iana.DEC_ALPHA, iana.ARC_X86, iana.INTEL_LEAN_CLIENT:
+		return "undionly.kpxe", true
+	case iana.EFI_IA32, iana.EFI_X86_64, iana.EFI_BC, iana.EFI_X86_HTTP, iana.EFI_X86_64_HTTP, iana.EFI_BC_HTTP:
+		return "ipxe.efi", true
+	case iana.EFI_ARM32, iana.EFI_ARM64, iana.EFI_ARM32_HTTP, iana.EFI_ARM64_HTTP:
+		return "snp.efi", true
+	}
+	return "", false
+}
+
+func isHTTPArch(arch iana.Arch) bool {
+	switch arch {
+	case iana.EFI_X86_HTTP, iana.EFI_X86_64_HTTP, iana.EFI_BC_HTTP, iana.EFI_ARM32_HTTP, iana.EFI_ARM64_HTTP, iana.INTEL_X86PC_HTTP:
+		return true
+	}
+	return false
+}
+
+// Reply answers req, received on port 67 or 4011, for site. It never
+// panics on a well-formed packet and answers nothing it does not
+// understand.
+func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port int) Answer {
+	if req.OpCode != dhcpv4.OpcodeBootRequest || len(req.ClientHWAddr) != 6 {
+		return Answer{Why: "not an Ethernet BOOTREQUEST"}
+	}
+	mt := req.MessageType()
+	class := string(req.GetOneOption(dhcpv4.OptionClassIdentifier))
+	pxe := bytes.HasPrefix([]byte(class), []byte("PXEClient"))
+	httpBoot := bytes.HasPrefix([]byte(class), []byte("HTTPClient"))
+	var arch iana.Arch
+	archs := req.ClientArch()
+	if len(archs) > 0 {
+		arch = archs[0]
+	}
+	if len(archs) == 0 && (pxe || httpBoot) {
+		return Answer{Why: "PXE client without an architecture (option 93)"}
+	}
+	// iPXE says so in its user class: give it the script URL, not another
+	// iPXE (the chain-load loop break).
+	ipxe := isIPXE(req)
+	m := machine(req)
+	d := p.Decide(site.Name, m)
+	a := Answer{Node: d.Node}
+
+	if cfg.Mode == plan.DHCPProxy {
+		if !pxe && !httpBoot {
+			a.Why = "not a PXE or HTTP-boot client"
+			return a
+		}
+		if d.Outcome == plan.Unknown && site.UnknownNodes == plan.PolicyIgnore && !serialOnlyNodes(site) {
+			a.Why = "unknown machine and site ignores unknown machines"
+			return a
+		}
+		var resp dhcpv4.MessageType
+		switch {
+		case mt == dhcpv4.MessageTypeDiscover && port != 4011:
+			resp = dhcpv4.MessageTypeOffer
+		case mt == dhcpv4.MessageTypeRequest && port == 4011, mt == dhcpv4.MessageTypeInform:
+			resp = dhcpv4.MessageTypeAck
+		default:
+			a.Why = fmt.Sprintf("proxy mode does not answer %s on port %d", mt, port)
+			return a
+		}
+		reply, boot, err := pxeReply(req, cfg, site, arch, ipxe, httpBoot, resp)
+		if err != nil {
+			a.Why = err.Error()
+			return a
+		}
+		a.Reply, a.Boot, a.Why = reply, boot, fmt.Sprintf("proxy %s: %s", resp, boot)
+		return a
+	}
+
+	// Reservation mode: the registered address, or nothing.
+	res, ok := reservation(site, m.MAC)
+	if !ok {
+		a.Why = "no reservation for " + m.MAC
+		return a
+	}
+	var resp dhcpv4.MessageType
+	switch mt {
+	case dhcpv4.MessageTypeDiscover:
+		resp = dhcpv4.MessageTypeOffer
+	case dhcpv4.MessageTypeRequest:
+		if want := req.RequestedIPAddress(); want != nil && !want.Equal(net.ParseIP(res.IP)) {
+			reply, _ := dhcpv4.NewReplyFromRequest(req, dhcpv4.WithMessageType(dhcpv4.MessageTypeNak), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(cfg.ServerIP.AsSlice())))
+			a.Reply, a.Why = reply, "NAK: requested "+want.String()+", reserved "+res.IP
+			return a
+		}
+		if sid := req.ServerIdentifier(); sid != nil && !sid.Equal(cfg.ServerIP.AsSlice()) {
+			a.Why = "REQUEST for another server"
+			return a
+		}
+		resp = dhcpv4.MessageTypeAck
+	default:
+		a.Why = fmt.Sprintf("reservation mode does not answer %s", mt)
+		return a
+	}
+	prefix, err := netip.ParsePrefix(site.Network.Subnet)
+	if err != nil {
+		a.Why = "site has no subnet"
+		return a
+	}
+	mods := []dhcpv4.Modifier{
+		dhcpv4.WithMessageType(resp),
+		dhcpv4.WithYourIP(net.ParseIP(res.IP)),
+		dhcpv4.WithServerIP(cfg.ServerIP.AsSlice()),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(cfg.ServerIP.AsSlice())),
+		dhcpv4.WithNetmask(net.CIDRMask(prefix.Bits(), 32)),
+		dhcpv4.WithLeaseTime(uint32(site.Network.LeaseSeconds)),
+		dhcpv4.WithOption(dhcpv4.OptHostName(res.Hostname)),
+	}
+	if gw, err := netip.ParseAddr(site.Network.Gateway); err == nil {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptRouter(gw.AsSlice())))
+	}
+	var dns []net.IP
+	for _, s := range site.Network.DNS {
+		if ip, err := netip.ParseAddr(s); err == nil {
+			dns = append(dns, ip.AsSlice())
+		}
+	}
+	if len(dns) > 0 {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptDNS(dns...)))
+	}
+	reply, err := dhcpv4.NewReplyFromRequest(req, mods...)
+	if err != nil {
+		a.Why = err.Error()
+		return a
+	}
+	a.Reply, a.Why = reply, fmt.Sprintf("%s %s to %s", resp, res.IP, res.Node)
+	if pxe || httpBoot {
+		if file, ok := bootTarget(cfg, site, arch, ipxe, httpBoot); ok {
+			reply.BootFileName = file
+			a.Boot = file
+			if httpBoot {
+				reply.UpdateOption(dhcpv4.OptClassIdentifier("HTTPClient"))
+			}
+		}
+	}
+	return a
+}
+
+// pxeReply is the proxyDHCP answer: no address, just where to boot from.
+func pxeReply(req *dhcpv4.DHCPv4, cfg Config, site *plan.Site, arch iana.Arch, ipxe, httpBoot bool, mt dhcpv4.MessageType) (*dhcpv4.DHCPv4, string, error) {
+	file, ok := bootTarget(cfg, site, arch, ipxe, httpBoot)
+	if !ok {
+		return nil, "", fmt.Errorf("no boot file for architecture %s", arch)
+	}
+	class := "PXEClient"
+	if httpBoot {
+		class = "HTTPClient"
+	}
+	reply, err := dhcpv4.NewReplyFromRequest(req,
+		dhcpv4.WithMessageType(mt),
+		dhcpv4.WithServerIP(cfg.ServerIP.AsSlice()),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(cfg.ServerIP.AsSlice())),
+		dhcpv4.WithOption(dhcpv4.OptClassIdentifier(class)),
+		// Option 43, sub-option 6 = 8: boot the file in the header, skip
+		// boot server discovery (what PXE ROMs expect from a proxy).
+		dhcpv4.WithGeneric(dhcpv4.OptionVendorSpecificInformation, []byte{6, 1, 8, 255}),
+	)
+	if err != nil {
+		return nil, "", err
+	}
+	reply.YourIPAddr = net.IPv4zero
+	reply.ServerHostName = cfg.ServerIP.String()
+	reply.BootFileName = file
+	// Some ROMs want the client's UUID echoed.
+	if uuid := req.GetOneOption(dhcpv4.OptionClientMachineIdentifier); len(uuid) > 0 {
+		reply.UpdateOption(dhcpv4.OptGeneric(dhcpv4.OptionClientMachineIdentifier, uuid))
+	}
+	return reply, file, nil
+}
+
+// bootTarget is what the client is told to boot: the script URL for iPXE,
+// an http:// URL for UEFI HTTP boot, a TFTP file name otherwise.
+func bootTarget(cfg Config, site *plan.Site, arch iana.Arch, ipxe, httpBoot bool) (string, bool) {
+	base := "http://" + netip.AddrPortFrom(cfg.ServerIP, uint16(cfg.HTTPPort)).String()
+	if ipxe {
+		return base + "/boot.ipxe?site=" + site.Name, true
+	}
+	file, ok := bootFile(arch)
+	if !ok {
+		return "", false
+	}
+	if httpBoot || isHTTPArch(arch) {
+		return base + "/tftp/" + file, true
+	}
+	return file, true
+}
+
+func isIPXE(req *dhcpv4.DHCPv4) bool {
+	uc := req.GetOneOption(dhcpv4.OptionUserClassInformation)
+	if bytes.Equal(uc, []byte("iPXE")) {
+		return true
+	}
+	// RFC 3004 form: length-prefixed.
+	return len(uc) == 5 && uc[0] == 4 && string(uc[1:]) == "iPXE"
+}
+
+// machine is what the packet says of the client: its MAC, and its SMBIOS
+// UUID from option 97 (type 0 + 16 bytes).
+func machine(req *dhcpv4.DHCPv4) plan.Machine {
+	m := plan.Machine{MAC: plan.NormalizeMAC(req.ClientHWAddr.String())}
+	if g := req.GetOneOption(dhcpv4.OptionClientMachineIdentifier); len(g) == 17 && g[0] == 0 {
+		m.UUID = plan.NormalizeUUID(fmt.Sprintf("%x", g[1:]))
+	}
+	return m
+}
+
+func serialOnlyNodes(site *plan.Site) bool {
+	for _, n := range site.Nodes {
+		if len(n.Identity.MACs) == 0 && n.Identity.UUID == "" {
+			return true
+		}
+	}
+	return false
+}
+
+func reservation(site *plan.Site, mac string) (plan.Reservation, bool) {
+	for _, r := range site.Reservations {
+		for _, m := range r.MACs {
+			if m == mac {
+				return r, true
+			}
+		}
+	}
+	return plan.Reservation{}, false
+}

@@ -4,6 +4,7 @@
 package http
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,7 +62,12 @@ type Server struct {
 	// a node provisioned at its current reprovision generation boots from
 	// its disk. Nil: no node is provisioned.
 	Provisioned func(site, node string) (generation int, ok bool)
-	Log         *slog.Logger
+	// Binaries are the iPXE builds, also served over HTTP for UEFI HTTP
+	// boot (GET /tftp/<name>). Nil: none.
+	Binaries interface {
+		Lookup(name string) ([]byte, bool)
+	}
+	Log *slog.Logger
 }
 
 // Handler returns the server's routes.
@@ -70,6 +76,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /boot.ipxe", s.entry)
 	mux.HandleFunc("GET /ipxe", s.script)
 	mux.HandleFunc("GET /artifacts/microos/{name}/{file}", s.artifact)
+	mux.HandleFunc("GET /tftp/{file}", s.binary)
 	mux.HandleFunc("GET /api/v1/status", s.status)
 	mux.HandleFunc("GET /api/v1/events", s.events)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -189,6 +196,30 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 	s.Events.Record(ev)
 	s.logger().Info("script", "site", ev.Site, "node", ev.Node, "mac", ev.MAC, "uuid", ev.UUID, "serial", ev.Serial, "outcome", string(d.Outcome), "message", ev.Message)
 	io.WriteString(w, body)
+}
+
+// binary serves an iPXE build to a UEFI HTTP-boot client.
+func (s *Server) binary(w http.ResponseWriter, r *http.Request) {
+	if s.Binaries == nil {
+		http.NotFound(w, r)
+		return
+	}
+	b, ok := s.Binaries.Lookup(r.PathValue("file"))
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/efi")
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
+	s.Events.Record(status.Event{Kind: status.KindFile, IP: clientIP(r), Message: "http: sent " + r.PathValue("file")})
+}
+
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return ""
+	}
+	return host
 }
 
 func (s *Server) provisioned(site, node string) (int, bool) {

@@ -39,6 +39,8 @@ type Event struct {
 	MAC    string `json:"mac,omitempty"`
 	UUID   string `json:"uuid,omitempty"`
 	Serial string `json:"serial,omitempty"`
+	// IP is the machine's address, when only that is known (TFTP).
+	IP string `json:"ip,omitempty"`
 	// State the event puts the node in ("" leaves it).
 	State   string `json:"state,omitempty"`
 	Message string `json:"message"`
@@ -57,6 +59,8 @@ func (e Event) Key() string {
 		return "uuid:" + e.UUID
 	case e.Serial != "":
 		return "serial:" + e.Serial
+	case e.IP != "":
+		return "ip:" + e.IP
 	}
 	return "unknown"
 }

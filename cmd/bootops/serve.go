@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,8 +15,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/dhcp"
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/boot/tftp"
 	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/plan"
 )
@@ -90,6 +93,11 @@ func serve(ctx context.Context, e *env, cfg serveConfig) error {
 	if cfg.dhcp == "" {
 		cfg.dhcp = site.Network.DHCP
 	}
+	switch cfg.dhcp {
+	case plan.DHCPProxy, plan.DHCPReservation, plan.DHCPOff:
+	default:
+		return usagef("--dhcp %q: want proxy, reservation or off", cfg.dhcp)
+	}
 	secret, err := boot.LoadSecret(cfg.stateDir)
 	if err != nil {
 		return err
@@ -107,16 +115,43 @@ func serve(ctx context.Context, e *env, cfg serveConfig) error {
 		Plans: live, Events: events, Status: events, Tokens: secret, Source: src, Log: log,
 		Artifacts: &bhttp.Artifacts{Repo: root, CacheDir: filepath.Join(cfg.stateDir, "cache"), Redirect: cfg.artifactMode == "redirect"},
 	}
+	iface := cfg.iface
+	if iface == "" {
+		iface = site.Network.Interface
+	}
+	serverIP, err := netip.ParseAddr(site.Network.ServerAddress)
+	if err != nil {
+		return err
+	}
+	var binaries tftp.Files
+	if cfg.tftpAddr != "" || cfg.dhcp != plan.DHCPOff {
+		if binaries, err = tftp.Load(cfg.ipxeDir); err != nil {
+			return err
+		}
+		httpSrv.Binaries = binaries
+	}
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		return err
 	}
-	log.Info("serving", "site", site.Name, "plan", p.Hash, "http", ln.Addr().String(), "dhcp", cfg.dhcp)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return httpSrv.Serve(ctx, ln) })
-	if cfg.dhcp != plan.DHCPOff {
-		log.Warn("dhcp", "mode", cfg.dhcp, "msg", "the DHCP server is not built yet: run with --dhcp off and a DHCP server of your own")
+	tftpAddr := ""
+	if cfg.tftpAddr != "" {
+		conn, err := net.ListenPacket("udp4", cfg.tftpAddr)
+		if err != nil {
+			return fmt.Errorf("tftp: %w", err)
+		}
+		tftpAddr = conn.LocalAddr().String()
+		ts := &tftp.Server{Files: binaries, Events: events, Log: log}
+		g.Go(func() error { return ts.Serve(ctx, conn) })
 	}
+	if cfg.dhcp != plan.DHCPOff {
+		ds := &dhcp.Server{Plans: live, Site: site.Name, Interface: iface, Events: events, Log: log,
+			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: cfg.dhcp}}
+		g.Go(func() error { return ds.Serve(ctx) })
+	}
+	log.Info("serving", "site", site.Name, "plan", p.Hash, "http", ln.Addr().String(), "tftp", tftpAddr, "dhcp", cfg.dhcp, "interface", iface)
 	return g.Wait()
 }
 

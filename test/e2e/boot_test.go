@@ -1,0 +1,139 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var bootops string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "bootops-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	bootops = filepath.Join(dir, "bootops")
+	if out, err := exec.Command("go", "build", "-o", bootops, "../../cmd/bootops").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build bootops: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// repo writes a repository whose Micro-OS is the Debian kernel and the
+// test initramfs.
+func repo(t *testing.T, site string, nodes ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "repo")
+	os.MkdirAll(filepath.Join(dir, "microos"), 0o755)
+	k, err := os.ReadFile(kernel(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "microos/vmlinuz"), k, 0o644)
+	initramfs(t, filepath.Join(dir, "microos/initrd.img"))
+	files := map[string]string{
+		"microos/default.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\ncmdline: console=ttyS0,115200 panic=-1\n",
+		"profiles/test-os.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os\nos: {type: immutable}\n" +
+			"image: {url: \"http://198.18.0.1:8080/images/test.raw.gz\", sha256: aba2c9d06fdff3e9329ddd3e8be90714ac05250b4260a0c7ae04dd4406db25a9, compression: gz}\n",
+		"sites/lab/site.yaml": site,
+	}
+	for i, n := range nodes {
+		files[fmt.Sprintf("sites/lab/nodes/n%d.yaml", i)] = n
+	}
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(body), 0o644)
+	}
+	return dir
+}
+
+func node(name, identity string) string {
+	return "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: " + name + "\nidentity: {" + identity + "}\nprofile: test-os\n"
+}
+
+func (l *lab) serve(repo string) {
+	l.t.Helper()
+	l.start("bootops", "ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
+		"--http-addr", "198.18.0.1:8080", "--tftp-addr", "198.18.0.1:69", "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text")
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if strings.Contains(l.log("bootops"), "msg=serving") {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	l.t.Fatalf("bootops did not start:\n%s", l.log("bootops"))
+}
+
+// status asks the daemon, inside the lab, where every machine stands.
+func (l *lab) status() map[string]any {
+	l.t.Helper()
+	out := run(l.t, "ip", "netns", "exec", l.lan, bootops, "status", "--server", "http://198.18.0.1:8080", "-o", "json")
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		l.t.Fatalf("status: %v\n%s", err, out)
+	}
+	return doc
+}
+
+const proxySite = "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: proxy}\ndefaultProfile: test-os\nunknownNodes: provision\n"
+
+// Proxy mode beside the site's own DHCP server: a BIOS VM registered by
+// serial only, an unregistered VM, and a VM presenting one node's MAC and
+// another node's serial.
+func TestProxyModeBIOS(t *testing.T) {
+	l := newLab(t, true)
+	l.serve(repo(t, proxySite,
+		node("vm-serial", "serial: E2E-SERIAL-1"),
+		node("node-a", "mac: \"52:54:00:e2:00:0a\""),
+		node("node-b", "serial: E2E-B"),
+	))
+	serial := l.vm("bios-serial", "52:54:00:e2:00:01", "-smbios", "type=1,serial=E2E-SERIAL-1,uuid=01020304-0506-0708-090a-0b0c0d0e0f10")
+	unknown := l.vm("bios-unknown", "52:54:00:e2:00:02", "-smbios", "type=1,serial=E2E-NOBODY")
+	mismatch := l.vm("bios-mismatch", "52:54:00:e2:00:0a", "-smbios", "type=1,serial=E2E-B")
+
+	out := serial.wait(t, "BOOTOPS-MICROOS", 6*time.Minute)
+	if !strings.Contains(out, "BOOTOPS-MICROOS node=vm-serial profile=none serial=E2E-SERIAL-1") {
+		t.Errorf("registered VM booted the wrong thing:\n%s", tail(out, 5))
+	}
+	out = unknown.wait(t, "BOOTOPS-MICROOS", 6*time.Minute)
+	if !strings.Contains(out, "BOOTOPS-MICROOS node=none profile=test-os serial=E2E-NOBODY") {
+		t.Errorf("unknown VM did not boot the default profile:\n%s", tail(out, 5))
+	}
+	// The mismatched VM must be refused: an event, and no Micro-OS.
+	deadline := time.Now().Add(3 * time.Minute)
+	refused := false
+	for time.Now().Before(deadline) && !refused {
+		doc := l.status()
+		nodes, _ := doc["nodes"].([]any)
+		for _, n := range nodes {
+			m := n.(map[string]any)
+			if m["node"] == "node-a" && m["state"] == "mismatch" {
+				refused = true
+			}
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if !refused {
+		t.Errorf("no mismatch for the VM with node-a's MAC and node-b's serial; status: %v", l.status())
+	}
+	if b, _ := os.ReadFile(mismatch.console); strings.Contains(string(b), "BOOTOPS-MICROOS") {
+		t.Errorf("the mismatched VM booted a Micro-OS:\n%s", tail(string(b), 5))
+	}
+	// Every registered VM's DHCP reply and script were recorded.
+	if log := l.log("bootops"); !strings.Contains(log, "msg=dhcp") || !strings.Contains(log, "node=vm-serial") {
+		t.Errorf("no DHCP/script log lines for vm-serial")
+	}
+}

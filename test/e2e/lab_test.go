@@ -1,0 +1,232 @@
+//go:build e2e
+
+// Package e2e boots real firmware against bootops: QEMU (TCG) VMs on a LAN
+// made of network namespaces, where dnsmasq plays the site's own DHCP
+// server. It needs root, iproute2, QEMU, dnsmasq and a kernel; `make e2e`
+// (and `make test`) install them. Missing any of them fails the tests: they
+// never skip.
+package e2e
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// lab is one provisioning LAN: namespace lan holds bridge br0
+// (198.18.0.1/24, where bootops listens) and the VMs' tap devices;
+// namespace dhcp holds dnsmasq at 198.18.0.2, joined to the bridge by a
+// veth pair, handing out 198.18.0.100-199 without any PXE option.
+type lab struct {
+	t        *testing.T
+	lan, dhc string
+	dir      string
+	procs    []*exec.Cmd
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func need(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the end-to-end tests need root (network namespaces, tap devices): run them as root, as CI does")
+	}
+	for _, bin := range []string{"ip", "qemu-system-x86_64", "dnsmasq"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s is missing: run `make e2e`, which installs it", bin)
+		}
+	}
+}
+
+func newLab(t *testing.T, withDHCP bool) *lab {
+	need(t)
+	id := fmt.Sprintf("%d%d", os.Getpid()%10000, time.Now().UnixNano()%1000)
+	l := &lab{t: t, lan: "bo-lan-" + id, dhc: "bo-dhcp-" + id, dir: t.TempDir()}
+	t.Cleanup(l.close)
+	run(t, "ip", "netns", "add", l.lan)
+	run(t, "ip", "-n", l.lan, "link", "set", "lo", "up")
+	run(t, "ip", "-n", l.lan, "link", "add", "br0", "type", "bridge")
+	run(t, "ip", "-n", l.lan, "addr", "add", "198.18.0.1/24", "dev", "br0")
+	run(t, "ip", "-n", l.lan, "link", "set", "br0", "up")
+	if withDHCP {
+		run(t, "ip", "netns", "add", l.dhc)
+		run(t, "ip", "-n", l.lan, "link", "add", "vdhcp", "type", "veth", "peer", "name", "eth0", "netns", l.dhc)
+		run(t, "ip", "-n", l.lan, "link", "set", "vdhcp", "master", "br0", "up")
+		run(t, "ip", "-n", l.dhc, "addr", "add", "198.18.0.2/24", "dev", "eth0")
+		run(t, "ip", "-n", l.dhc, "link", "set", "eth0", "up")
+		run(t, "ip", "-n", l.dhc, "link", "set", "lo", "up")
+		l.start("dnsmasq", "ip", "netns", "exec", l.dhc, "dnsmasq", "--keep-in-foreground", "--no-daemon", "--port=0",
+			"--interface=eth0", "--bind-interfaces", "--dhcp-range=198.18.0.100,198.18.0.199,255.255.255.0,10m",
+			"--dhcp-leasefile="+filepath.Join(l.dir, "leases"), "--log-dhcp", "--pid-file="+filepath.Join(l.dir, "dnsmasq.pid"))
+	}
+	return l
+}
+
+// start runs a process in the background, its output in dir/<name>.log.
+func (l *lab) start(name string, argv ...string) *exec.Cmd {
+	l.t.Helper()
+	f, err := os.Create(filepath.Join(l.dir, name+".log"))
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		l.t.Fatalf("start %s: %v", name, err)
+	}
+	l.procs = append(l.procs, cmd)
+	return cmd
+}
+
+func (l *lab) log(name string) string {
+	b, _ := os.ReadFile(filepath.Join(l.dir, name+".log"))
+	return string(b)
+}
+
+func (l *lab) close() {
+	for _, p := range l.procs {
+		if p.Process != nil {
+			p.Process.Kill()
+			p.Wait()
+		}
+	}
+	exec.Command("ip", "netns", "del", l.lan).Run()
+	exec.Command("ip", "netns", "del", l.dhc).Run()
+	if l.t.Failed() {
+		for _, name := range []string{"bootops", "dnsmasq"} {
+			l.t.Logf("---- %s log\n%s", name, tail(l.log(name), 60))
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// vm is a QEMU guest on the lab's bridge, its serial console in a file.
+type vm struct {
+	name    string
+	console string
+	cmd     *exec.Cmd
+}
+
+func (l *lab) vm(name, mac string, extra ...string) *vm {
+	l.t.Helper()
+	tap := "tap-" + name
+	if len(tap) > 15 {
+		tap = tap[:15]
+	}
+	run(l.t, "ip", "-n", l.lan, "tuntap", "add", "dev", tap, "mode", "tap")
+	run(l.t, "ip", "-n", l.lan, "link", "set", tap, "master", "br0", "up")
+	console := filepath.Join(l.dir, name+".console")
+	args := []string{"netns", "exec", l.lan, "qemu-system-x86_64", "-accel", "tcg", "-m", "512", "-nographic", "-no-reboot",
+		"-serial", "file:" + console, "-monitor", "none",
+		"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
+		"-device", "virtio-net-pci,netdev=n0,mac=" + mac, "-boot", "n"}
+	args = append(args, extra...)
+	cmd := l.start(name, append([]string{"ip"}, args...)...)
+	return &vm{name: name, console: console, cmd: cmd}
+}
+
+// wait reads the VM's console until it shows want, or fails after d.
+func (v *vm) wait(t *testing.T, want string, d time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(v.console)
+		if bytes.Contains(b, []byte(want)) {
+			return string(b)
+		}
+		time.Sleep(time.Second)
+	}
+	b, _ := os.ReadFile(v.console)
+	t.Fatalf("%s: %q not on its console after %s; console:\n%s", v.name, want, d, tail(string(b), 40))
+	return ""
+}
+
+// initramfs builds the test Micro-OS: busybox and an init that prints the
+// identity the kernel and firmware give it, then powers off.
+func initramfs(t *testing.T, path string) {
+	t.Helper()
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatalf("busybox-static is missing: %v", err)
+	}
+	init := `#!/bin/busybox sh
+/bin/busybox mkdir -p /proc /sys /dev
+/bin/busybox mount -t proc proc /proc
+/bin/busybox mount -t sysfs sys /sys
+node=$(/bin/busybox sed -n 's/.*bootops.node=\([^ ]*\).*/\1/p' /proc/cmdline)
+profile=$(/bin/busybox sed -n 's/.*bootops.profile=\([^ ]*\).*/\1/p' /proc/cmdline)
+echo "BOOTOPS-MICROOS node=${node:-none} profile=${profile:-none} serial=$(/bin/busybox cat /sys/class/dmi/id/product_serial) uuid=$(/bin/busybox cat /sys/class/dmi/id/product_uuid)"
+/bin/busybox poweroff -f
+`
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	w := cpioWriter{w: zw}
+	w.dir("bin")
+	w.file("bin/busybox", bb, 0o755)
+	w.file("init", []byte(init), 0o755)
+	w.trailer()
+	zw.Close()
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type cpioWriter struct {
+	w   interface{ Write([]byte) (int, error) }
+	ino int
+}
+
+func (c *cpioWriter) header(name string, mode uint32, size int) {
+	c.ino++
+	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
+		c.ino, mode, 0, 0, 1, 0, size, 0, 0, 0, 0, len(name)+1, 0)
+	c.w.Write([]byte(hdr))
+	c.w.Write(append([]byte(name), 0))
+	c.pad(110 + len(name) + 1)
+}
+
+func (c *cpioWriter) pad(n int) {
+	if r := n % 4; r != 0 {
+		c.w.Write(make([]byte, 4-r))
+	}
+}
+
+func (c *cpioWriter) dir(name string) { c.header(name, 0o040755, 0) }
+
+func (c *cpioWriter) file(name string, data []byte, perm uint32) {
+	c.header(name, 0o100000|perm, len(data))
+	c.w.Write(data)
+	c.pad(len(data))
+}
+
+func (c *cpioWriter) trailer() { c.header("TRAILER!!!", 0, 0) }
+
+// kernel is the Debian kernel (package linux-image-amd64).
+func kernel(t *testing.T) string {
+	t.Helper()
+	m, _ := filepath.Glob("/boot/vmlinuz-*")
+	if len(m) == 0 {
+		t.Fatal("no kernel in /boot: install linux-image-amd64 (make e2e does)")
+	}
+	return m[len(m)-1]
+}

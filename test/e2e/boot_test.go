@@ -137,3 +137,20 @@ func TestProxyModeBIOS(t *testing.T) {
 		t.Errorf("no DHCP/script log lines for vm-serial")
 	}
 }
+
+// UEFI: OVMF's own PXE → TFTP ipxe.efi from bootops → iPXE → HTTP → the
+// Micro-OS of a node registered by its SMBIOS UUID only (an asymmetric one,
+// so a byte-order mix-up would not match).
+func TestProxyModeUEFI(t *testing.T) {
+	l := newLab(t, true)
+	l.serve(repo(t, proxySite, node("vm-uuid", "uuid: 01020304-0506-0708-090a-0b0c0d0e0f10")))
+	v := l.uefiVM("uefi-uuid", "52:54:00:e2:00:11", "-smbios", "type=1,serial=E2E-UEFI,uuid=01020304-0506-0708-090a-0b0c0d0e0f10")
+	out := v.wait(t, "BOOTOPS-MICROOS", 8*time.Minute)
+	if !strings.Contains(out, "BOOTOPS-MICROOS node=vm-uuid profile=none serial=E2E-UEFI uuid=01020304-0506-0708-090a-0b0c0d0e0f10") {
+		t.Errorf("UEFI VM booted the wrong thing:\n%s", tail(out, 5))
+	}
+	log := l.log("bootops")
+	if !strings.Contains(log, "file=ipxe.efi") || !strings.Contains(log, "msg=tftp") {
+		t.Errorf("ipxe.efi was not fetched over TFTP from bootops:\n%s", tail(log, 30))
+	}
+}

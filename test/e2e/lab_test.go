@@ -128,6 +128,25 @@ type vm struct {
 }
 
 func (l *lab) vm(name, mac string, extra ...string) *vm {
+	return l.boot(name, mac, "", extra...)
+}
+
+// uefiVM boots OVMF with the NIC's option ROM removed, so OVMF's own PXE
+// client runs (and fetches iPXE over TFTP).
+func (l *lab) uefiVM(name, mac string, extra ...string) *vm {
+	l.t.Helper()
+	vars := filepath.Join(l.dir, name+"-vars.fd")
+	b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")
+	if err != nil {
+		l.t.Fatalf("OVMF is missing (Debian package ovmf): %v", err)
+	}
+	os.WriteFile(vars, b, 0o644)
+	fw := []string{"-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
+		"-drive", "if=pflash,format=raw,file=" + vars}
+	return l.boot(name, mac, ",romfile=", append(fw, extra...)...)
+}
+
+func (l *lab) boot(name, mac, nicOpts string, extra ...string) *vm {
 	l.t.Helper()
 	tap := "tap-" + name
 	if len(tap) > 15 {
@@ -139,7 +158,7 @@ func (l *lab) vm(name, mac string, extra ...string) *vm {
 	args := []string{"netns", "exec", l.lan, "qemu-system-x86_64", "-accel", "tcg", "-m", "512", "-nographic", "-no-reboot",
 		"-serial", "file:" + console, "-monitor", "none",
 		"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
-		"-device", "virtio-net-pci,netdev=n0,mac=" + mac, "-boot", "n"}
+		"-device", "virtio-net-pci,netdev=n0,mac=" + mac + nicOpts, "-boot", "n"}
 	args = append(args, extra...)
 	cmd := l.start(name, append([]string{"ip"}, args...)...)
 	return &vm{name: name, console: console, cmd: cmd}

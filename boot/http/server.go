@@ -144,7 +144,7 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 		site = "" // a site we do not serve: decide as if none was given
 	}
 	d := p.Decide(site, id.Machine)
-	ev := status.Event{Kind: status.KindScript, MAC: id.Machine.MAC, UUID: id.Machine.UUID, Serial: id.Machine.Serial}
+	ev := status.Event{Kind: status.KindScript, MAC: id.Machine.MAC, UUID: id.Machine.UUID, Serial: id.Machine.Serial, IP: clientIP(r)}
 	if d.Site != nil {
 		ev.Site = d.Site.Name
 	}

@@ -154,3 +154,20 @@ func TestProxyModeUEFI(t *testing.T) {
 		t.Errorf("ipxe.efi was not fetched over TFTP from bootops:\n%s", tail(log, 30))
 	}
 }
+
+// Reservation mode on an isolated LAN (no other DHCP server): the VM gets
+// its registered static address from bootops, and boots from it.
+func TestReservationMode(t *testing.T) {
+	l := newLab(t, false)
+	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: reservation, subnet: 198.18.0.0/24, gateway: 198.18.0.254}\ndefaultProfile: test-os\nunknownNodes: ignore\n"
+	l.serve(repo(t, site, node("vm-static", "mac: \"52:54:00:e2:00:21\"")+"ip: 198.18.0.21\n"))
+	v := l.vm("bios-static", "52:54:00:e2:00:21", "-smbios", "type=1,serial=E2E-STATIC")
+	out := v.wait(t, "BOOTOPS-MICROOS", 6*time.Minute)
+	if !strings.Contains(out, "BOOTOPS-MICROOS node=vm-static") {
+		t.Errorf("VM booted the wrong thing:\n%s", tail(out, 5))
+	}
+	ev := run(t, "ip", "netns", "exec", l.lan, "busybox", "wget", "-qO-", "http://198.18.0.1:8080/api/v1/events?site=lab&node=vm-static")
+	if !strings.Contains(ev, `"message": "ACK 198.18.0.21 to vm-static"`) || !strings.Contains(ev, `"ip": "198.18.0.21"`) {
+		t.Errorf("no ACK of the reserved address, or the script was not fetched from it:\n%s", ev)
+	}
+}

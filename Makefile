@@ -1,7 +1,9 @@
 # bootops — make targets. Every target installs what it needs.
 #   make build   the bootops binary (bin/bootops)
-#   make test    vet + every test (unit, golden, differential, CLI)
-#   make demo    the most end-to-end thing that works today (see README)
+#   make test    vet + every test: unit, golden, differential, CLI, and the
+#                end-to-end boots of QEMU VMs in network namespaces (root)
+#   make e2e     only the end-to-end boots
+#   make demo    PXE-boot a VM from the demo repository in sites/
 #   make bench   benchmarks, written to test/bench/results/ (see BENCHMARKS.md)
 #   make fuzz    run the fuzz targets for a while (FUZZTIME=2m each)
 
@@ -9,10 +11,12 @@ GO       ?= go
 BIN      := bin/bootops
 FUZZTIME ?= 2m
 CUE_VERSION := v0.17.1
+# What the end-to-end tests and the demo boot with (DESIGN.md §5).
+LAB_DEBS := iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build test demo bench fuzz clean go-check
+.PHONY: build test e2e lab-deps demo bench fuzz clean go-check
 
 build: go-check
 	$(GO) build -o $(BIN) ./cmd/bootops
@@ -22,11 +26,19 @@ build: go-check
 go-check:
 	@command -v $(GO) >/dev/null || { echo "make: Go is required (see go.mod for the version)"; exit 1; }
 
-test: go-check
-	$(GO) vet ./...
-	$(GO) test -count=1 ./...
+lab-deps:
+	@bash test/deps.sh $(LAB_DEBS)
 
-demo: build
+test: go-check lab-deps
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/e2e
+	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -tags e2e -timeout 30m ./test/e2e
+
+e2e: go-check lab-deps
+	$(GO) test -count=1 -tags e2e -timeout 30m -v ./test/e2e
+
+demo: build lab-deps
 	@bash test/demo.sh
 
 bench: build

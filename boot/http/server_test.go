@@ -90,7 +90,7 @@ func TestScripts(t *testing.T) {
 		"mismatch":             {"mac=52:54:00:00:00:0b&serial=SER-A", "REFUSED", status.StateMismatch, "lab/a"},
 		"unknown provision":    {"serial=NEW1&site=lab", "# unknown\nkernel k bootops.token=tok-lab-unknown-NEW1", status.StateBooting, "serial:NEW1"},
 		"unknown ignored":      {"mac=52:54:00:12:34:56&site=quiet", "site quiet ignores unknown machines\nexit 1", "", "mac:52:54:00:12:34:56"},
-		"junk identity":        {"serial=To%20Be%20Filled&uuid=00000000-0000-0000-0000-000000000000&mac=zz&site=lab", "# unknown", status.StateBooting, "unknown"},
+		"junk identity":        {"serial=To%20Be%20Filled&uuid=00000000-0000-0000-0000-000000000000&mac=zz&site=lab", "# unknown", status.StateBooting, "ip:192.0.2.1"},
 		"no token left":        {"serial=SER-A", "bootops.token=tok-lab-a\n", status.StateBooting, "lab/a"},
 	} {
 		t.Run(name, func(t *testing.T) {

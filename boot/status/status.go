@@ -121,6 +121,19 @@ func (s *Memory) Record(e Event) {
 	}
 	k := e.Key()
 	en := s.machines[k]
+	// A machine first seen by its MAC (DHCP, before anything else is
+	// known) turns out to be a node: its history joins the node's.
+	if e.Node != "" && e.MAC != "" {
+		if early := s.machines["mac:"+e.MAC]; early != nil {
+			delete(s.machines, "mac:"+e.MAC)
+			if en == nil {
+				en = &entry{m: Machine{Key: k, State: early.m.State}}
+				s.machines[k] = en
+			}
+			en.events = append(early.events, en.events...)
+			en.m.Events += early.m.Events
+		}
+	}
 	if en == nil {
 		if limit := orDefault(s.MaxMachines, 20000); len(s.machines) >= limit {
 			s.evictOldest()

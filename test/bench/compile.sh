@@ -11,14 +11,7 @@ runs=${1:-5}
 results=test/bench/results
 mkdir -p "$results" .cache/bin
 
-need_deb() { # install Debian packages that are missing
-  local missing=()
-  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if [ ${#missing[@]} -gt 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-  fi
-}
-need_deb time
+bash test/deps.sh time
 cue=.cache/bin/cue
 if ! "$cue" version 2>/dev/null | grep -q v0.17.1; then
   GOBIN="$PWD/.cache/bin" go install cuelang.org/go/cmd/cue@v0.17.1

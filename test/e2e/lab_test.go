@@ -9,7 +9,6 @@ package e2e
 
 import (
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	microos "github.com/bootops/bootops/test/microos/initramfs"
 )
 
 // lab is one provisioning LAN: namespace lan holds bridge br0
@@ -180,65 +181,13 @@ func (v *vm) wait(t *testing.T, want string, d time.Duration) string {
 	return ""
 }
 
-// initramfs builds the test Micro-OS: busybox and an init that prints the
-// identity the kernel and firmware give it, then powers off.
+// initramfs builds the test Micro-OS.
 func initramfs(t *testing.T, path string) {
 	t.Helper()
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Fatalf("busybox-static is missing: %v", err)
-	}
-	init := `#!/bin/busybox sh
-/bin/busybox mkdir -p /proc /sys /dev
-/bin/busybox mount -t proc proc /proc
-/bin/busybox mount -t sysfs sys /sys
-node=$(/bin/busybox sed -n 's/.*bootops.node=\([^ ]*\).*/\1/p' /proc/cmdline)
-profile=$(/bin/busybox sed -n 's/.*bootops.profile=\([^ ]*\).*/\1/p' /proc/cmdline)
-echo "BOOTOPS-MICROOS node=${node:-none} profile=${profile:-none} serial=$(/bin/busybox cat /sys/class/dmi/id/product_serial) uuid=$(/bin/busybox cat /sys/class/dmi/id/product_uuid)"
-/bin/busybox poweroff -f
-`
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	w := cpioWriter{w: zw}
-	w.dir("bin")
-	w.file("bin/busybox", bb, 0o755)
-	w.file("init", []byte(init), 0o755)
-	w.trailer()
-	zw.Close()
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+	if err := microos.Write(path, "/bin/busybox"); err != nil {
 		t.Fatal(err)
 	}
 }
-
-type cpioWriter struct {
-	w   interface{ Write([]byte) (int, error) }
-	ino int
-}
-
-func (c *cpioWriter) header(name string, mode uint32, size int) {
-	c.ino++
-	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		c.ino, mode, 0, 0, 1, 0, size, 0, 0, 0, 0, len(name)+1, 0)
-	c.w.Write([]byte(hdr))
-	c.w.Write(append([]byte(name), 0))
-	c.pad(110 + len(name) + 1)
-}
-
-func (c *cpioWriter) pad(n int) {
-	if r := n % 4; r != 0 {
-		c.w.Write(make([]byte, 4-r))
-	}
-}
-
-func (c *cpioWriter) dir(name string) { c.header(name, 0o040755, 0) }
-
-func (c *cpioWriter) file(name string, data []byte, perm uint32) {
-	c.header(name, 0o100000|perm, len(data))
-	c.w.Write(data)
-	c.pad(len(data))
-}
-
-func (c *cpioWriter) trailer() { c.header("TRAILER!!!", 0, 0) }
 
 // kernel is the Debian kernel (package linux-image-amd64).
 func kernel(t *testing.T) string {

@@ -34,6 +34,13 @@ type Answer struct {
 	Why   string
 }
 
+func (a Answer) nodeName() string {
+	if a.Node == nil {
+		return ""
+	}
+	return a.Node.Name
+}
+
 // bootFiles maps client architectures (option 93) to the iPXE build that
 // runs there; Debian's ipxe package ships the x86 ones, an ARM64 snp.efi
 // must be supplied in --ipxe-dir.
@@ -239,12 +246,23 @@ func isIPXE(req *dhcpv4.DHCPv4) bool {
 }
 
 // machine is what the packet says of the client: its MAC, and its SMBIOS
-// UUID from option 97 (type 0 + 16 bytes).
+// UUID from option 97 (type 0 + 16 bytes). Firmware sends the UUID as
+// SMBIOS stores it, the first three fields little-endian (captured from
+// OVMF and iPXE: 01020304-0506-… arrives as 04 03 02 01 06 05 …), so they
+// are swapped back; an all-zero or all-ones UUID means none.
 func machine(req *dhcpv4.DHCPv4) plan.Machine {
 	m := plan.Machine{MAC: plan.NormalizeMAC(req.ClientHWAddr.String())}
-	if g := req.GetOneOption(dhcpv4.OptionClientMachineIdentifier); len(g) == 17 && g[0] == 0 {
-		m.UUID = plan.NormalizeUUID(fmt.Sprintf("%x", g[1:]))
+	g := req.GetOneOption(dhcpv4.OptionClientMachineIdentifier)
+	if len(g) != 17 || g[0] != 0 {
+		return m
 	}
+	u := g[1:]
+	if bytes.Count(u, []byte{0}) == 16 || bytes.Count(u, []byte{0xff}) == 16 {
+		return m
+	}
+	b := []byte{u[3], u[2], u[1], u[0], u[5], u[4], u[7], u[6]}
+	b = append(b, u[8:]...)
+	m.UUID = plan.NormalizeUUID(fmt.Sprintf("%x", b))
 	return m
 }
 

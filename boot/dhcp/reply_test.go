@@ -5,6 +5,8 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,8 +20,9 @@ import (
 
 var server = netip.MustParseAddr("198.18.0.1")
 
-// withGUID adds option 97 with node n2's SMBIOS UUID.
-var withGUID = dhcpv4.WithGeneric(dhcpv4.OptionClientMachineIdentifier, []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
+// withGUID adds option 97 with node n2's SMBIOS UUID
+// (01020304-0506-0708-090a-0b0c0d0e0f10), in the byte order firmware uses.
+var withGUID = dhcpv4.WithGeneric(dhcpv4.OptionClientMachineIdentifier, []byte{0, 4, 3, 2, 1, 6, 5, 8, 7, 9, 10, 11, 12, 13, 14, 15, 16})
 
 func testPlan(mode, policy string) *plan.Plan {
 	s := &plan.Site{Name: "lab", UnknownNodes: policy, Network: plan.Network{ServerAddress: "198.18.0.1", HTTPPort: 8080, DHCP: mode,
@@ -228,4 +231,48 @@ func FuzzReply(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Packets captured from real firmware by test/capture.sh: QEMU's iPXE ROM
+// under SeaBIOS (000-002), OVMF's own PXE client (003-004), and iPXE for
+// EFI loaded by it (005-006).
+func TestCapturedPackets(t *testing.T) {
+	p := testPlan(plan.DHCPProxy, plan.PolicyProvision)
+	cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPProxy}
+	for file, c := range map[string]struct {
+		mt   dhcpv4.MessageType // 0: no answer
+		boot string
+		node string
+		uuid string
+	}{
+		"000-67.bin": {dhcpv4.MessageTypeOffer, "http://198.18.0.1:8080/boot.ipxe?site=lab", "", ""},
+		"002-67.bin": {0, "", "", ""}, // REQUEST to the site's DHCP server
+		"003-67.bin": {dhcpv4.MessageTypeOffer, "ipxe.efi", "n2", "01020304-0506-0708-090a-0b0c0d0e0f10"},
+		"004-67.bin": {0, "", "n2", "01020304-0506-0708-090a-0b0c0d0e0f10"},
+		"005-67.bin": {dhcpv4.MessageTypeOffer, "http://198.18.0.1:8080/boot.ipxe?site=lab", "n2", "01020304-0506-0708-090a-0b0c0d0e0f10"},
+	} {
+		t.Run(file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata/captured", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, err := dhcpv4.FromBytes(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := machine(req).UUID; got != c.uuid {
+				t.Errorf("uuid %q, want %q", got, c.uuid)
+			}
+			a := Reply(p, p.Sites[0], cfg, req, 67)
+			switch {
+			case c.mt == 0 && a.Reply != nil:
+				t.Errorf("answered %s", a.Reply.MessageType())
+			case c.mt != 0 && (a.Reply == nil || a.Reply.MessageType() != c.mt || a.Reply.BootFileName != c.boot):
+				t.Errorf("reply %v (%s), want %s %s", a.Reply, a.Why, c.mt, c.boot)
+			}
+			if node := a.nodeName(); node != c.node {
+				t.Errorf("node %q, want %q", node, c.node)
+			}
+		})
+	}
 }

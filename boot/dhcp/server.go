@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
+	"sync"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
@@ -55,54 +57,91 @@ func (s *Server) Serve(ctx context.Context) error {
 	return g.Wait()
 }
 
-// Addr is the local address of a listening socket, for tests that listen
-// on port 0.
+// loop reads packets and hands them to a worker per core: a reply costs
+// more than a read, and a burst of a thousand machines must not queue
+// behind one goroutine.
 func (s *Server) loop(ctx context.Context, conn *net.UDPConn, port int) error {
 	log := s.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	buf := make([]byte, 4096)
+	// Room for a burst while the workers catch up.
+	_ = conn.SetReadBuffer(8 << 20)
+	type packet struct {
+		buf  []byte
+		peer netip.AddrPort
+	}
+	pool := sync.Pool{New: func() any { b := make([]byte, 1500); return &b }}
+	work := make(chan packet, 4096)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				s.answer(conn, port, p.buf, p.peer, log)
+				b := p.buf[:cap(p.buf)]
+				pool.Put(&b)
+			}
+		}()
+	}
+	defer func() {
+		close(work)
+		wg.Wait()
+	}()
 	for {
-		n, peer, err := conn.ReadFromUDPAddrPort(buf)
+		bp := pool.Get().(*[]byte)
+		n, peer, err := conn.ReadFromUDPAddrPort(*bp)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
 			return fmt.Errorf("dhcp: read: %w", err)
 		}
-		req, err := dhcpv4.FromBytes(buf[:n])
-		if err != nil {
-			log.Debug("dhcp: bad packet", "peer", peer.String(), "err", err)
-			continue
+		select {
+		case work <- packet{(*bp)[:n], peer}:
+		default:
+			// Full: drop it here rather than grow without bound; the
+			// client retransmits.
+			pool.Put(bp)
 		}
-		p := s.Plans.Current()
-		if p == nil {
-			continue
-		}
-		site := p.Site(s.Site)
-		if site == nil {
-			continue
-		}
-		a := Reply(p, site, s.Config, req, port)
-		if a.Reply == nil {
-			log.Debug("dhcp: no answer", "mac", req.ClientHWAddr.String(), "why", a.Why)
-			continue
-		}
-		dst := destination(req, peer, port)
-		if _, err := conn.WriteToUDPAddrPort(a.Reply.ToBytes(), dst); err != nil {
-			log.Warn("dhcp: send", "to", dst.String(), "err", err)
-			continue
-		}
-		ev := status.Event{Kind: status.KindDHCP, Site: site.Name, MAC: plan.NormalizeMAC(req.ClientHWAddr.String()), State: status.StateDiscovered, Message: a.Why}
-		if a.Node != nil {
-			ev.Node = a.Node.Name
-		}
-		if s.Events != nil {
-			s.Events.Record(ev)
-		}
-		log.Info("dhcp", "mac", ev.MAC, "node", ev.Node, "type", a.Reply.MessageType().String(), "boot", a.Boot, "to", dst.String())
 	}
+}
+
+// answer replies to one packet.
+func (s *Server) answer(conn *net.UDPConn, port int, pkt []byte, peer netip.AddrPort, log *slog.Logger) {
+	req, err := dhcpv4.FromBytes(pkt)
+	if err != nil {
+		log.Debug("dhcp: bad packet", "peer", peer.String(), "err", err)
+		return
+	}
+	p := s.Plans.Current()
+	if p == nil {
+		return
+	}
+	site := p.Site(s.Site)
+	if site == nil {
+		return
+	}
+	a := Reply(p, site, s.Config, req, port)
+	if a.Reply == nil {
+		log.Debug("dhcp: no answer", "mac", req.ClientHWAddr.String(), "why", a.Why)
+		return
+	}
+	dst := destination(req, peer, port)
+	if _, err := conn.WriteToUDPAddrPort(a.Reply.ToBytes(), dst); err != nil {
+		log.Warn("dhcp: send", "to", dst.String(), "err", err)
+		return
+	}
+	ev := status.Event{Kind: status.KindDHCP, Site: site.Name, MAC: plan.NormalizeMAC(req.ClientHWAddr.String()), State: status.StateDiscovered, Message: a.Why}
+	if a.Node != nil {
+		ev.Node = a.Node.Name
+	}
+	if s.Events != nil {
+		s.Events.Record(ev)
+	}
+	// One line per reply would cost more than the reply: events keep them.
+	log.Debug("dhcp", "mac", ev.MAC, "node", ev.Node, "type", a.Reply.MessageType().String(), "boot", a.Boot, "to", dst.String())
 }
 
 // destination is where a reply goes: the relay, the client's address when

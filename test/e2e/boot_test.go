@@ -132,9 +132,10 @@ func TestProxyModeBIOS(t *testing.T) {
 	if b, _ := os.ReadFile(mismatch.console); strings.Contains(string(b), "BOOTOPS-MICROOS") {
 		t.Errorf("the mismatched VM booted a Micro-OS:\n%s", tail(string(b), 5))
 	}
-	// Every registered VM's DHCP reply and script were recorded.
-	if log := l.log("bootops"); !strings.Contains(log, "msg=dhcp") || !strings.Contains(log, "node=vm-serial") {
-		t.Errorf("no DHCP/script log lines for vm-serial")
+	// The registered VM's DHCP replies and script are in its timeline.
+	ev := run(t, "ip", "netns", "exec", l.lan, "busybox", "wget", "-qO-", "http://198.18.0.1:8080/api/v1/events?site=lab&node=vm-serial")
+	if !strings.Contains(ev, `"kind": "dhcp"`) || !strings.Contains(ev, `"kind": "script"`) {
+		t.Errorf("vm-serial's timeline lacks its DHCP reply or its script:\n%s", ev)
 	}
 }
 

@@ -63,10 +63,11 @@ func node(name, identity string) string {
 	return "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: " + name + "\nidentity: {" + identity + "}\nprofile: test-os\n"
 }
 
-func (l *lab) serve(repo string) {
+func (l *lab) serve(repo string, flags ...string) {
 	l.t.Helper()
-	l.start("bootops", "ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
-		"--http-addr", "198.18.0.1:8080", "--tftp-addr", "198.18.0.1:69", "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text")
+	args := []string{"ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
+		"--http-addr", "198.18.0.1:8080", "--tftp-addr", "198.18.0.1:69", "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text"}
+	l.start("bootops", append(args, flags...)...)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		if strings.Contains(l.log("bootops"), "msg=serving") {
@@ -170,5 +171,42 @@ func TestReservationMode(t *testing.T) {
 	ev := run(t, "ip", "netns", "exec", l.lan, "busybox", "wget", "-qO-", "http://198.18.0.1:8080/api/v1/events?site=lab&node=vm-static")
 	if !strings.Contains(ev, `"message": "ACK 198.18.0.21 to vm-static"`) || !strings.Contains(ev, `"ip": "198.18.0.21"`) {
 		t.Errorf("no ACK of the reserved address, or the script was not fetched from it:\n%s", ev)
+	}
+}
+
+// --dhcp off: the site's DHCP server does the PXE part too, configured as
+// the README shows (examples/dhcp-off/), and bootops only serves TFTP and
+// HTTP. One BIOS VM per server.
+func TestDHCPOff(t *testing.T) {
+	conf, _ := filepath.Abs("../../examples/dhcp-off")
+	for name, start := range map[string]func(l *lab){
+		"dnsmasq": func(l *lab) {
+			l.start("dhcp", "ip", "netns", "exec", l.dhc, "dnsmasq", "--keep-in-foreground", "--port=0", "--interface=eth0", "--bind-interfaces",
+				"--conf-file="+filepath.Join(conf, "dnsmasq.conf"), "--dhcp-leasefile="+filepath.Join(l.dir, "leases"), "--pid-file="+filepath.Join(l.dir, "d.pid"))
+		},
+		"isc-dhcpd": func(l *lab) {
+			leases := filepath.Join(l.dir, "dhcpd.leases")
+			os.WriteFile(leases, nil, 0o644)
+			l.start("dhcp", "ip", "netns", "exec", l.dhc, "dhcpd", "-4", "-f", "-d", "-cf", filepath.Join(conf, "dhcpd.conf"),
+				"-lf", leases, "-pf", filepath.Join(l.dir, "dhcpd.pid"), "eth0")
+		},
+		"kea": func(l *lab) {
+			os.MkdirAll("/run/kea", 0o755)
+			l.start("dhcp", "ip", "netns", "exec", l.dhc, "kea-dhcp4", "-c", filepath.Join(conf, "kea-dhcp4.conf"))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := newLabNS(t, true)
+			start(l)
+			l.serve(repo(t, proxySite, node("vm-serial", "serial: E2E-OFF")), "--dhcp", "off")
+			v := l.vm("off-"+name, "52:54:00:e2:00:31", "-smbios", "type=1,serial=E2E-OFF")
+			out := v.wait(t, "BOOTOPS-MICROOS", 6*time.Minute)
+			if !strings.Contains(out, "BOOTOPS-MICROOS node=vm-serial") {
+				t.Errorf("booted the wrong thing:\n%s", tail(out, 5))
+			}
+			if t.Failed() {
+				t.Logf("---- %s log\n%s", name, tail(l.log("dhcp"), 40))
+			}
+		})
 	}
 }

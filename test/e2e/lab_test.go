@@ -53,6 +53,18 @@ func need(t *testing.T) {
 }
 
 func newLab(t *testing.T, withDHCP bool) *lab {
+	l := newLabNS(t, withDHCP)
+	if withDHCP {
+		l.start("dnsmasq", "ip", "netns", "exec", l.dhc, "dnsmasq", "--keep-in-foreground", "--no-daemon", "--port=0",
+			"--interface=eth0", "--bind-interfaces", "--dhcp-range=198.18.0.100,198.18.0.199,255.255.255.0,10m",
+			"--dhcp-leasefile="+filepath.Join(l.dir, "leases"), "--log-dhcp", "--pid-file="+filepath.Join(l.dir, "dnsmasq.pid"))
+	}
+	return l
+}
+
+// newLabNS builds the namespaces; with dhcpNS, the second one is there for
+// a DHCP server the test starts itself.
+func newLabNS(t *testing.T, withDHCP bool) *lab {
 	need(t)
 	id := fmt.Sprintf("%d%d", os.Getpid()%10000, time.Now().UnixNano()%1000)
 	l := &lab{t: t, lan: "bo-lan-" + id, dhc: "bo-dhcp-" + id, dir: t.TempDir()}
@@ -69,9 +81,6 @@ func newLab(t *testing.T, withDHCP bool) *lab {
 		run(t, "ip", "-n", l.dhc, "addr", "add", "198.18.0.2/24", "dev", "eth0")
 		run(t, "ip", "-n", l.dhc, "link", "set", "eth0", "up")
 		run(t, "ip", "-n", l.dhc, "link", "set", "lo", "up")
-		l.start("dnsmasq", "ip", "netns", "exec", l.dhc, "dnsmasq", "--keep-in-foreground", "--no-daemon", "--port=0",
-			"--interface=eth0", "--bind-interfaces", "--dhcp-range=198.18.0.100,198.18.0.199,255.255.255.0,10m",
-			"--dhcp-leasefile="+filepath.Join(l.dir, "leases"), "--log-dhcp", "--pid-file="+filepath.Join(l.dir, "dnsmasq.pid"))
 	}
 	return l
 }

@@ -24,6 +24,9 @@ type Config struct {
 	HTTPPort int
 	// Mode is plan.DHCPProxy or plan.DHCPReservation.
 	Mode string
+	// Leases hands out the site's pool to unknown machines in reservation
+	// mode (nil: no pool).
+	Leases Leaser
 }
 
 // Answer is a reply and what it means, for events and logs.
@@ -118,11 +121,16 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 		return a
 	}
 
-	// Reservation mode: the registered address, or nothing.
+	// Reservation mode: the registered address; for an unknown machine an
+	// address of the site's pool, unless the site ignores unknown machines.
 	res, ok := reservation(site, m.MAC)
 	if !ok {
-		a.Why = "no reservation for " + m.MAC
-		return a
+		lease, why := poolLease(site, cfg, m.MAC, d)
+		if !lease.IsValid() {
+			a.Why = why
+			return a
+		}
+		res = plan.Reservation{IP: lease.String(), Node: "unknown machine " + m.MAC}
 	}
 	var resp dhcpv4.MessageType
 	switch mt {
@@ -155,7 +163,9 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(cfg.ServerIP.AsSlice())),
 		dhcpv4.WithNetmask(net.CIDRMask(prefix.Bits(), 32)),
 		dhcpv4.WithLeaseTime(uint32(site.Network.LeaseSeconds)),
-		dhcpv4.WithOption(dhcpv4.OptHostName(res.Hostname)),
+	}
+	if res.Hostname != "" {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptHostName(res.Hostname)))
 	}
 	if gw, err := netip.ParseAddr(site.Network.Gateway); err == nil {
 		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptRouter(gw.AsSlice())))
@@ -264,6 +274,34 @@ func machine(req *dhcpv4.DHCPv4) plan.Machine {
 	b = append(b, u[8:]...)
 	m.UUID = plan.NormalizeUUID(fmt.Sprintf("%x", b))
 	return m
+}
+
+// poolLease is an unknown machine's address from the site's pool.
+func poolLease(site *plan.Site, cfg Config, mac string, d plan.Decision) (netip.Addr, string) {
+	switch {
+	case site.Network.Pool == nil || cfg.Leases == nil:
+		return netip.Addr{}, "no reservation for " + mac + " and no pool"
+	case d.Outcome == plan.Mismatch:
+		return netip.Addr{}, "no reservation for " + mac + ": " + d.Reason
+	case d.Outcome == plan.Unknown && site.UnknownNodes == plan.PolicyIgnore:
+		return netip.Addr{}, "unknown machine " + mac + " and site ignores unknown machines"
+	}
+	start, err1 := netip.ParseAddr(site.Network.Pool.Start)
+	end, err2 := netip.ParseAddr(site.Network.Pool.End)
+	if err1 != nil || err2 != nil {
+		return netip.Addr{}, "bad pool"
+	}
+	reserved := map[netip.Addr]bool{}
+	for _, r := range site.Reservations {
+		if a, err := netip.ParseAddr(r.IP); err == nil {
+			reserved[a] = true
+		}
+	}
+	a, err := cfg.Leases.Lease(mac, [2]netip.Addr{start, end}, func(a netip.Addr) bool { return reserved[a] || a == cfg.ServerIP })
+	if err != nil {
+		return netip.Addr{}, err.Error()
+	}
+	return a, ""
 }
 
 func serialOnlyNodes(site *plan.Site) bool {

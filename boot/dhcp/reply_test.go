@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -274,5 +275,38 @@ func TestCapturedPackets(t *testing.T) {
 				t.Errorf("node %q, want %q", node, c.node)
 			}
 		})
+	}
+}
+
+func TestPoolForUnknownMachines(t *testing.T) {
+	p := testPlan(plan.DHCPReservation, plan.PolicyProvision)
+	p.Sites[0].Network.Pool = &plan.Pool{Start: "198.18.0.10", End: "198.18.0.12"}
+	leases := filepath.Join(t.TempDir(), "leases.json")
+	cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPReservation, Leases: &Pool{Path: leases}}
+	offer := func(cfg Config, mac string) string {
+		a := Reply(p, p.Sites[0], cfg, pxeDiscover(t, mac, iana.INTEL_X86PC, "PXEClient"), 67)
+		if a.Reply == nil {
+			return "none: " + a.Why
+		}
+		return a.Reply.YourIPAddr.String()
+	}
+	// .11 is n1's reservation: skipped.
+	for _, c := range [][2]string{{"52:54:00:aa:00:01", "198.18.0.10"}, {"52:54:00:aa:00:02", "198.18.0.12"}, {"52:54:00:aa:00:01", "198.18.0.10"}} {
+		if got := offer(cfg, c[0]); got != c[1] {
+			t.Errorf("%s: %s, want %s", c[0], got, c[1])
+		}
+	}
+	if got := offer(cfg, "52:54:00:aa:00:03"); got != "none: dhcp: pool exhausted" {
+		t.Errorf("full pool: %s", got)
+	}
+	// A restart keeps every machine's address.
+	cfg.Leases = &Pool{Path: leases}
+	if got := offer(cfg, "52:54:00:aa:00:02"); got != "198.18.0.12" {
+		t.Errorf("after restart: %s", got)
+	}
+	// A site that ignores unknown machines leases nothing.
+	p.Sites[0].UnknownNodes = plan.PolicyIgnore
+	if got := offer(cfg, "52:54:00:aa:00:09"); !strings.HasPrefix(got, "none: unknown machine") {
+		t.Errorf("ignore policy: %s", got)
 	}
 }

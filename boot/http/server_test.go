@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -226,4 +227,21 @@ func FuzzParseIdentity(f *testing.F) {
 			t.Fatalf("mac %q not normalised", id.Machine.MAC)
 		}
 	})
+}
+
+// 10,000 different identities from one client: every request answered,
+// the status store stays within its bound.
+func TestManyIdentitiesFromOneClient(t *testing.T) {
+	s, mem, _ := newServer(t, testPlan("", ""))
+	mem.MaxMachines = 1000
+	h := s.Handler()
+	for i := range 10000 {
+		r := get(t, h, fmt.Sprintf("/ipxe?serial=FLOOD%05d&mac=52:54:%02x:%02x:00:01&uuid=junk%d&site=lab", i, i>>8, i&0xff, i))
+		if r.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %d", i, r.StatusCode)
+		}
+	}
+	if n := len(mem.Machines()); n > 1000 {
+		t.Errorf("%d machines kept, bound 1000", n)
+	}
 }

@@ -148,7 +148,8 @@ func serve(ctx context.Context, e *env, cfg serveConfig) error {
 	}
 	if cfg.dhcp != plan.DHCPOff {
 		ds := &dhcp.Server{Plans: live, Site: site.Name, Interface: iface, Events: events, Log: log,
-			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: cfg.dhcp}}
+			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: cfg.dhcp,
+				Leases: &dhcp.Pool{Path: filepath.Join(cfg.stateDir, "leases-"+site.Name+".json")}}}
 		g.Go(func() error { return ds.Serve(ctx) })
 	}
 	log.Info("serving", "site", site.Name, "plan", p.Hash, "http", ln.Addr().String(), "tftp", tftpAddr, "dhcp", cfg.dhcp, "interface", iface)

@@ -173,6 +173,18 @@ func parse(fs *flag.FlagSet, e *env, args []string) ([]string, error) {
 	return pos, nil
 }
 
+// parseNone parses the flags of a command that takes no arguments.
+func parseNone(fs *flag.FlagSet, e *env, args []string) error {
+	pos, err := parse(fs, e, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments: %s", strings.Join(pos, " "))
+	}
+	return nil
+}
+
 // parseDir parses the flags and the one optional repository directory
 // argument (default ".").
 func parseDir(fs *flag.FlagSet, e *env, args []string) (string, error) {

@@ -21,12 +21,8 @@ func schemaCmd() *command {
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
 		js := fs.Bool("jsonschema", false, "print a JSON Schema (draft-07) instead of CUE")
-		pos, err := parse(fs, e, args)
-		if err != nil {
+		if err := parseNone(fs, e, args); err != nil {
 			return err
-		}
-		if len(pos) > 0 {
-			return usagef("no arguments expected, got %v", pos)
 		}
 		if !*js {
 			_, err := e.stdout.Write(schema.Source())
@@ -52,7 +48,7 @@ var version = "dev"
 func versionCmd() *command {
 	c := &command{name: "version", summary: "Print the version.", usage: "", example: "  bootops version"}
 	c.run = func(ctx context.Context, e *env, args []string) error {
-		if _, err := parse(c.flags(e), e, args); err != nil {
+		if err := parseNone(c.flags(e), e, args); err != nil {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "bootops %s (repository format %s)\n", version, "bootops.dev/v1alpha1")

@@ -49,12 +49,8 @@ func serveCmd() *command {
 		fs.StringVar(&cfg.stateDir, "state-dir", "/var/lib/bootops", "folder for the node-token secret and the artifact cache")
 		fs.StringVar(&cfg.artifactMode, "artifact-mode", "serve", "Micro-OS files from a URL: serve (fetch, verify, cache) or redirect (send machines to the URL)")
 		fs.StringVar(&cfg.logFormat, "log-format", "json", "log format: json or text")
-		pos, err := parse(fs, e, args)
-		if err != nil {
+		if err := parseNone(fs, e, args); err != nil {
 			return err
-		}
-		if len(pos) > 0 {
-			return usagef("unexpected arguments: %v", pos)
 		}
 		if cfg.source == "" {
 			return usagef("--source is required")

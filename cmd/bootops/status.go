@@ -24,12 +24,8 @@ func statusCmd() *command {
 		fs := c.flags(e)
 		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
 		format := fs.String("o", "table", "output: table or json")
-		pos, err := parse(fs, e, args)
-		if err != nil {
+		if err := parseNone(fs, e, args); err != nil {
 			return err
-		}
-		if len(pos) > 0 {
-			return usagef("unexpected arguments: %v", pos)
 		}
 		if *format != "table" && *format != "json" {
 			return usagef("-o %q: want table or json", *format)

@@ -140,24 +140,40 @@ type index struct {
 	byMAC    map[string]*Node
 	byUUID   map[string]*Node
 	bySerial map[string]*Node
+	// reservations by site/MAC; sites with a node known by serial only.
+	reservations map[string]Reservation
+	reservedIPs  map[string]bool
+	serialOnly   map[string]bool
 }
 
 func (p *Plan) idx() *index {
 	p.once.Do(func() {
 		ix := &index{
-			sites:    map[string]*Site{},
-			nodes:    map[string]*Node{},
-			profiles: map[string]*Profile{},
-			byMAC:    map[string]*Node{},
-			byUUID:   map[string]*Node{},
-			bySerial: map[string]*Node{},
+			sites:        map[string]*Site{},
+			nodes:        map[string]*Node{},
+			profiles:     map[string]*Profile{},
+			byMAC:        map[string]*Node{},
+			byUUID:       map[string]*Node{},
+			bySerial:     map[string]*Node{},
+			reservations: map[string]Reservation{},
+			reservedIPs:  map[string]bool{},
+			serialOnly:   map[string]bool{},
 		}
 		for _, pr := range p.Profiles {
 			ix.profiles[pr.Name] = pr
 		}
 		for _, s := range p.Sites {
 			ix.sites[s.Name] = s
+			for _, r := range s.Reservations {
+				ix.reservedIPs[s.Name+"/"+r.IP] = true
+				for _, m := range r.MACs {
+					ix.reservations[s.Name+"/"+m] = r
+				}
+			}
 			for _, n := range s.Nodes {
+				if len(n.Identity.MACs) == 0 && n.Identity.UUID == "" {
+					ix.serialOnly[s.Name] = true
+				}
 				ix.nodes[s.Name+"/"+n.Name] = n
 				for _, m := range n.Identity.MACs {
 					ix.byMAC[m] = n
@@ -302,4 +318,22 @@ func unknown(s *Site, site string, m Machine) Decision {
 		d.Reason = fmt.Sprintf("%s; site %s ignores unknown machines", why, s.Name)
 	}
 	return d
+}
+
+// Reservation returns the static lease of a MAC (normalised) on a site.
+func (p *Plan) Reservation(site, mac string) (Reservation, bool) {
+	r, ok := p.idx().reservations[site+"/"+mac]
+	return r, ok
+}
+
+// Reserved reports whether ip is a node's static address on a site.
+func (p *Plan) Reserved(site, ip string) bool {
+	return p.idx().reservedIPs[site+"/"+ip]
+}
+
+// HasSerialOnlyNodes reports whether a site has a node registered by serial
+// alone: such a node cannot be recognised before iPXE reports the serial, so
+// the DHCP server must answer machines it does not know.
+func (p *Plan) HasSerialOnlyNodes(site string) bool {
+	return p.idx().serialOnly[site]
 }

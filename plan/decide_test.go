@@ -81,3 +81,22 @@ func TestNormalize(t *testing.T) {
 		t.Errorf("NormalizeSerial = %q", got)
 	}
 }
+
+func TestReservationIndex(t *testing.T) {
+	s := &Site{Name: "r", UnknownNodes: PolicyIgnore,
+		Reservations: []Reservation{{Node: "a", MACs: []string{"52:54:00:00:00:01", "52:54:00:00:01:01"}, IP: "198.18.0.11"}},
+		Nodes:        []*Node{{Name: "a", Site: "r", Identity: Identity{MACs: []string{"52:54:00:00:00:01"}}}}}
+	p := &Plan{Sites: []*Site{s, {Name: "q", Nodes: []*Node{{Name: "b", Site: "q", Identity: Identity{Serial: "S"}}}}}}
+	if r, ok := p.Reservation("r", "52:54:00:00:01:01"); !ok || r.IP != "198.18.0.11" {
+		t.Errorf("second MAC: %+v %v", r, ok)
+	}
+	if _, ok := p.Reservation("q", "52:54:00:00:00:01"); ok {
+		t.Error("a reservation leaked into another site")
+	}
+	if !p.Reserved("r", "198.18.0.11") || p.Reserved("r", "198.18.0.12") {
+		t.Error("Reserved")
+	}
+	if p.HasSerialOnlyNodes("r") || !p.HasSerialOnlyNodes("q") {
+		t.Error("HasSerialOnlyNodes")
+	}
+}

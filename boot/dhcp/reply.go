@@ -98,7 +98,7 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 			a.Why = "not a PXE or HTTP-boot client"
 			return a
 		}
-		if d.Outcome == plan.Unknown && site.UnknownNodes == plan.PolicyIgnore && !serialOnlyNodes(site) {
+		if d.Outcome == plan.Unknown && site.UnknownNodes == plan.PolicyIgnore && !p.HasSerialOnlyNodes(site.Name) {
 			a.Why = "unknown machine and site ignores unknown machines"
 			return a
 		}
@@ -123,9 +123,9 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 
 	// Reservation mode: the registered address; for an unknown machine an
 	// address of the site's pool, unless the site ignores unknown machines.
-	res, ok := reservation(site, m.MAC)
+	res, ok := p.Reservation(site.Name, m.MAC)
 	if !ok {
-		lease, why := poolLease(site, cfg, m.MAC, d)
+		lease, why := poolLease(p, site, cfg, m.MAC, d)
 		if !lease.IsValid() {
 			a.Why = why
 			return a
@@ -277,7 +277,7 @@ func machine(req *dhcpv4.DHCPv4) plan.Machine {
 }
 
 // poolLease is an unknown machine's address from the site's pool.
-func poolLease(site *plan.Site, cfg Config, mac string, d plan.Decision) (netip.Addr, string) {
+func poolLease(p *plan.Plan, site *plan.Site, cfg Config, mac string, d plan.Decision) (netip.Addr, string) {
 	switch {
 	case site.Network.Pool == nil || cfg.Leases == nil:
 		return netip.Addr{}, "no reservation for " + mac + " and no pool"
@@ -291,35 +291,11 @@ func poolLease(site *plan.Site, cfg Config, mac string, d plan.Decision) (netip.
 	if err1 != nil || err2 != nil {
 		return netip.Addr{}, "bad pool"
 	}
-	reserved := map[netip.Addr]bool{}
-	for _, r := range site.Reservations {
-		if a, err := netip.ParseAddr(r.IP); err == nil {
-			reserved[a] = true
-		}
-	}
-	a, err := cfg.Leases.Lease(mac, [2]netip.Addr{start, end}, func(a netip.Addr) bool { return reserved[a] || a == cfg.ServerIP })
+	a, err := cfg.Leases.Lease(mac, [2]netip.Addr{start, end}, func(a netip.Addr) bool {
+		return a == cfg.ServerIP || p.Reserved(site.Name, a.String())
+	})
 	if err != nil {
 		return netip.Addr{}, err.Error()
 	}
 	return a, ""
-}
-
-func serialOnlyNodes(site *plan.Site) bool {
-	for _, n := range site.Nodes {
-		if len(n.Identity.MACs) == 0 && n.Identity.UUID == "" {
-			return true
-		}
-	}
-	return false
-}
-
-func reservation(site *plan.Site, mac string) (plan.Reservation, bool) {
-	for _, r := range site.Reservations {
-		for _, m := range r.MACs {
-			if m == mac {
-				return r, true
-			}
-		}
-	}
-	return plan.Reservation{}, false
 }

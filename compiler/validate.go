@@ -30,7 +30,6 @@ type rule struct {
 	pattern  *regexp.Regexp
 	min, max *float64
 	props    map[string]*rule
-	order    []string
 	required map[string]bool
 	addl     *rule
 	items    *rule
@@ -99,7 +98,6 @@ func compileRule(raw json.RawMessage) (*rule, error) {
 			}
 			r.props[k] = p
 		}
-		r.order = propertyOrder(rr.Properties)
 	}
 	if len(rr.Required) > 0 {
 		r.required = map[string]bool{}
@@ -154,12 +152,6 @@ func compileRule(raw json.RawMessage) (*rule, error) {
 		r.def = fromAny(d, 0, 0)
 	}
 	return r, nil
-}
-
-// propertyOrder keeps the schema's field order (JSON objects lose it in a
-// map) for stable messages.
-func propertyOrder(props map[string]json.RawMessage) []string {
-	return sortedKeys(props)
 }
 
 // problem is one schema violation, relative to the object.

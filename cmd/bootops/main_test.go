@@ -337,6 +337,26 @@ func TestServeAndStatus(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"applied"`) || !strings.Contains(out, `"state": "booting"`) {
 		t.Errorf("status -o json: %d\n%s", code, out)
 	}
+	// A broken edit of the folder: the daemon keeps serving the last good
+	// Plan, and status says which attempt was refused and why.
+	write(t, repo, "sites/lab/nodes/vm-serial.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: vm-serial\nidenity: {}\n")
+	var statusOut string
+	for i := 0; i < 100 && !strings.Contains(statusOut, "refused"); i++ {
+		time.Sleep(50 * time.Millisecond)
+		_, statusOut, _ = bootops(t, nil, "status", "--server", "http://"+addr)
+	}
+	if !strings.Contains(statusOut, "refused: sites/lab/nodes/vm-serial.yaml:") {
+		t.Errorf("status after a broken edit:\n%s", statusOut)
+	}
+	resp, err = http.Get("http://" + addr + "/ipxe?serial=demo-0001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "bootops.node=vm-serial") {
+		t.Errorf("the last good plan is no longer served:\n%s", b)
+	}
 	cancel()
 	select {
 	case code := <-done:

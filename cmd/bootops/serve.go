@@ -9,8 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sync"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/bootops/bootops/boot/tftp"
 	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/reconciler"
 )
 
 // serveConfig is what `bootops serve` runs with.
@@ -74,11 +73,15 @@ func serve(ctx context.Context, e *env, cfg serveConfig) error {
 	if err != nil {
 		return err
 	}
-	src := &dirSource{dir: cfg.source, comp: comp}
-	p, err := src.compile()
+	live := &boot.Live{}
+	src := &reconciler.Dir{Path: cfg.source, Compiler: comp, Live: live, Log: log}
+	p, err := src.Load()
 	if err != nil {
-		for _, l := range src.errorLines(err) {
-			fmt.Fprintln(e.stderr, l)
+		var list compiler.Errors
+		if errors.As(err, &list) {
+			for _, l := range list {
+				fmt.Fprintln(e.stderr, l)
+			}
 		}
 		return fmt.Errorf("%s does not compile: nothing to serve", cfg.source)
 	}
@@ -104,11 +107,9 @@ func serve(ctx context.Context, e *env, cfg serveConfig) error {
 	}
 	defer root.Close()
 
-	live := &boot.Live{}
-	live.Swap(p)
 	events := &status.Memory{}
 	httpSrv := &bhttp.Server{
-		Plans: live, Events: events, Status: events, Tokens: secret, Source: src, Log: log,
+		Plans: live, Events: events, Status: events, Tokens: secret, Source: sourceStatus{src}, Log: log,
 		Artifacts: &bhttp.Artifacts{Repo: root, CacheDir: filepath.Join(cfg.stateDir, "cache"), Redirect: cfg.artifactMode == "redirect"},
 	}
 	iface := cfg.iface
@@ -132,6 +133,8 @@ func serve(ctx context.Context, e *env, cfg serveConfig) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return httpSrv.Serve(ctx, ln) })
+	// Edits to the folder are compiled and, when they compile, served.
+	g.Go(func() error { return src.Run(ctx) })
 	tftpAddr := ""
 	if cfg.tftpAddr != "" {
 		conn, err := net.ListenPacket("udp4", cfg.tftpAddr)
@@ -165,43 +168,17 @@ func pickSite(p *plan.Plan, name string) (*plan.Site, error) {
 	return nil, errors.New("the repository has several sites: pick one with --site")
 }
 
-// dirSource compiles a repository folder and says which revision it serves.
-type dirSource struct {
-	dir  string
-	comp *compiler.Compiler
+// sourceStatus shows the reconciler's revisions in the status API.
+type sourceStatus struct{ d *reconciler.Dir }
 
-	mu     sync.Mutex
-	status bhttp.SourceStatus
-}
-
-func (d *dirSource) compile() (*plan.Plan, error) {
-	p, err := d.comp.Compile(os.DirFS(d.dir))
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	now := time.Now().UTC()
-	if err != nil {
-		d.status.Attempted = bhttp.Revision{At: now, Error: err.Error()}
-		return nil, err
-	}
-	rev := bhttp.Revision{Revision: "dir:" + p.Hash[:12], At: now}
-	d.status.Applied, d.status.Attempted = rev, rev
-	return p, nil
-}
-
-func (d *dirSource) Status() bhttp.SourceStatus {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.status
-}
-
-func (d *dirSource) errorLines(err error) []string {
-	var list compiler.Errors
-	if errors.As(err, &list) {
-		var out []string
-		for _, e := range list {
-			out = append(out, e.Error())
+func (s sourceStatus) Status() bhttp.SourceStatus {
+	st := s.d.Status()
+	conv := func(a reconciler.Attempt) bhttp.Revision {
+		r := bhttp.Revision{Revision: a.Revision, At: a.At}
+		if a.Error != nil {
+			r.Error = a.Error.Error()
 		}
-		return out
+		return r
 	}
-	return []string{err.Error()}
+	return bhttp.SourceStatus{Applied: conv(st.Applied), Attempted: conv(st.Attempted)}
 }

@@ -174,13 +174,15 @@ func (l *lab) boot(name, mac, nicOpts string, extra ...string) *vm {
 	return &vm{name: name, console: console, cmd: cmd}
 }
 
-// wait reads the VM's console until it shows want, or fails after d.
+// wait reads the VM's console until it shows a whole line with want (the
+// console file is written as the guest prints: a line may be cut short),
+// or fails after d.
 func (v *vm) wait(t *testing.T, want string, d time.Duration) string {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		b, _ := os.ReadFile(v.console)
-		if bytes.Contains(b, []byte(want)) {
+		if i := bytes.Index(b, []byte(want)); i >= 0 && bytes.IndexByte(b[i:], '\n') >= 0 {
 			return string(b)
 		}
 		time.Sleep(time.Second)

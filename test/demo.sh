@@ -74,6 +74,7 @@ for i in $(seq 60); do
   status
   grep -q BOOTOPS-MICROOS "$work/console" 2>/dev/null && break
 done
+sleep 1 # the console line may still be being written
 bold "the VM's console"
 if grep BOOTOPS-MICROOS "$work/console"; then
   echo "the VM booted the Micro-OS of node vm-serial, chosen by its serial number"

@@ -52,7 +52,7 @@ func TestDirFollowsEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := &boot.Live{}
-	d := &Dir{Path: dir, Compiler: c, Live: live, Debounce: 100 * time.Millisecond}
+	d := &Dir{Path: dir, Compiler: c, Live: live, Debounce: 300 * time.Millisecond}
 	if _, err := d.Load(); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestDirFollowsEdits(t *testing.T) {
 		write(t, dir, "sites/s1/nodes/n1.yaml", node+"reprovision: "+string(rune('2'+i%8))+"\n")
 	}
 	eventually(t, "the burst", func() bool { return d.Compilations() > before })
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(time.Second)
 	if n := d.Compilations() - before; n != 1 {
 		t.Errorf("a burst of 20 writes made %d compilations", n)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
@@ -76,8 +77,13 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 	}
 	mt := req.MessageType()
 	class := string(req.GetOneOption(dhcpv4.OptionClassIdentifier))
-	pxe := bytes.HasPrefix([]byte(class), []byte("PXEClient"))
-	httpBoot := bytes.HasPrefix([]byte(class), []byte("HTTPClient"))
+	pxe := strings.HasPrefix(class, "PXEClient")
+	httpBoot := strings.HasPrefix(class, "HTTPClient")
+	// Most DHCP traffic on a shared LAN is not PXE: in proxy mode it is
+	// dropped before anything is looked up.
+	if cfg.Mode == plan.DHCPProxy && !pxe && !httpBoot {
+		return Answer{Why: "not a PXE or HTTP-boot client"}
+	}
 	var arch iana.Arch
 	archs := req.ClientArch()
 	if len(archs) > 0 {
@@ -94,10 +100,6 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 	a := Answer{Node: d.Node}
 
 	if cfg.Mode == plan.DHCPProxy {
-		if !pxe && !httpBoot {
-			a.Why = "not a PXE or HTTP-boot client"
-			return a
-		}
 		if d.Outcome == plan.Unknown && site.UnknownNodes == plan.PolicyIgnore && !p.HasSerialOnlyNodes(site.Name) {
 			a.Why = "unknown machine and site ignores unknown machines"
 			return a

@@ -139,7 +139,7 @@ func (c *Compiler) patch(fsys fs.FS, changed map[string]bool) *plan.Plan {
 	for _, n := range t.nodes {
 		s := siteOf(n.site)
 		pr := lg.profiles[n.profile]
-		key := renderKey{node: n.object, site: r.sites[n.site], profile: r.profiles[n.profile], microOS: r.microOS[pr.MicroOS], profileName: n.profile}
+		key := r.renderKey(n, pr.MicroOS)
 		pn := c.renders.get(key)
 		if pn == nil {
 			pn = r.node(n, s, pr, lg.microOS)

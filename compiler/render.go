@@ -88,35 +88,30 @@ func (r *repo) render() (*plan.Plan, Errors) {
 	type job struct {
 		n    *nodeObj
 		site *plan.Site
+		key  renderKey
 		out  *plan.Node
 	}
-	jobs := make([]*job, 0, len(r.nodes))
-	slab := make([]job, len(r.nodes))
+	jobs := make([]job, 0, len(r.nodes))
 	for _, s := range sites {
 		nodes := bySite[s.Name]
 		slices.SortFunc(nodes, func(a, b *nodeObj) int { return strings.Compare(a.name, b.name) })
 		for _, n := range nodes {
-			j := &slab[len(jobs)]
-			j.n, j.site = n, s
-			jobs = append(jobs, j)
+			key := r.renderKey(n, profiles[n.profile].MicroOS)
+			jobs = append(jobs, job{n: n, site: s, key: key, out: r.cache.get(key)})
 		}
 	}
-	var misses []*job
-	keys := map[*job]renderKey{}
-	for _, j := range jobs {
-		pr := profiles[j.n.profile]
-		key := renderKey{node: j.n.object, site: r.sites[j.site.Name], profile: r.profiles[pr.Name], microOS: r.microOS[pr.MicroOS], profileName: j.n.profile}
-		if j.out = r.cache.get(key); j.out == nil {
-			misses = append(misses, j)
-			keys[j] = key
+	var misses []int
+	for i := range jobs {
+		if jobs[i].out == nil {
+			misses = append(misses, i)
 		}
 	}
 	parallel(len(misses), func(i int) {
-		j := misses[i]
+		j := &jobs[misses[i]]
 		j.out = r.node(j.n, j.site, profiles[j.n.profile], microOS)
 	})
-	for _, j := range misses {
-		r.cache.put(keys[j], j.out)
+	for _, i := range misses {
+		r.cache.put(jobs[i].key, jobs[i].out)
 	}
 	for _, j := range jobs {
 		s, pn := j.site, j.out
@@ -136,6 +131,12 @@ func (r *repo) render() (*plan.Plan, Errors) {
 	}
 	p.Hash = plan.PlanHash(p)
 	return p, nil
+}
+
+// renderKey is what a node's rendering depends on; microOS is the name of
+// its profile's Micro-OS.
+func (r *repo) renderKey(n *nodeObj, microOS string) renderKey {
+	return renderKey{node: n.object, site: r.sites[n.site], profile: r.profiles[n.profile], microOS: r.microOS[microOS], profileName: n.profile}
 }
 
 func artifact(v *value) plan.Artifact {

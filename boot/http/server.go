@@ -245,11 +245,11 @@ func refusal(why string) string {
 	return b.String()
 }
 
-// ipxeText keeps a message from being read as iPXE syntax.
-func ipxeText(s string) string {
-	r := strings.NewReplacer("$", "", "\n", " ", "\r", " ", "||", "|", "&&", "&")
-	return r.Replace(s)
-}
+// ipxeSafe keeps a message from being read as iPXE syntax; built once (a
+// Replacer builds its tables on first use).
+var ipxeSafe = strings.NewReplacer("$", "", "\n", " ", "\r", " ", "||", "|", "&&", "&")
+
+func ipxeText(s string) string { return ipxeSafe.Replace(s) }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	doc := StatusDoc{Machines: []status.Machine{}}

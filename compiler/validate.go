@@ -22,7 +22,6 @@ type validator struct {
 
 // rule is one compiled schema node.
 type rule struct {
-	name     string // definition name when reached through $ref
 	desc     string // the definition's doc comment
 	ref      string
 	typ      string
@@ -64,7 +63,6 @@ func newValidator(defs map[string]json.RawMessage) (*validator, error) {
 		if err != nil {
 			return nil, fmt.Errorf("definition %s: %w", name, err)
 		}
-		r.name = name
 		v.defs[name] = r
 		if r.pattern != nil && r.desc != "" {
 			v.byPattern[r.pattern.String()] = r.desc
@@ -359,22 +357,19 @@ rest:
 			if v.get(k) != nil {
 				continue
 			}
-			p := vd.resolve(props[k])
+			// A default sits on the property or on the definition it names.
+			def := vd.resolve(props[k]).def
+			if def == nil {
+				def = props[k].def
+			}
 			switch {
-			case p.def != nil:
+			case def != nil:
 				if fill {
-					d := p.def.clone()
+					// The default's own fields get their defaults too.
+					d := def.clone()
 					setPos(d, v.line, v.col)
-					d.defaulted = true
 					var discard []problem
 					vd.walk(props[k], d, joinPath(path, k), true, &discard)
-					v.set(k, d)
-				}
-			case props[k].def != nil:
-				if fill {
-					d := props[k].def.clone()
-					setPos(d, v.line, v.col)
-					d.defaulted = true
 					v.set(k, d)
 				}
 			case required[k]:

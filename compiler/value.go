@@ -38,8 +38,6 @@ type value struct {
 	vals []*value
 	line int
 	col  int
-	// defaulted marks a value the schema filled in.
-	defaulted bool
 }
 
 func (v *value) get(key string) *value {

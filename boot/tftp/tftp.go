@@ -86,7 +86,9 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 		b, ok := s.Files.Lookup(name)
 		if !ok {
 			log.Info("tftp: not found", "file", name, "peer", peer(rf))
-			s.record(status.Event{Kind: status.KindTFTP, IP: peer(rf), Message: "tftp: no file " + quote(name), Error: true})
+			if s.Events != nil {
+				s.Events.Record(status.Event{Kind: status.KindTFTP, IP: peer(rf), Message: "tftp: no file " + quote(name), Error: true})
+			}
 			return fmt.Errorf("no such file")
 		}
 		// A bytes.Reader is an io.Seeker: the library answers tsize.
@@ -110,13 +112,6 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 		<-done
 		return nil
 	}
-}
-
-func (s *Server) record(e status.Event) {
-	if s.Events == nil {
-		return
-	}
-	s.Events.Record(e)
 }
 
 type hook struct {

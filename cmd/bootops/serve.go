@@ -32,8 +32,8 @@ func serveCmd() *command {
 		name:    "serve",
 		summary: "Run the boot plane: compile the repository and serve it over HTTP (and DHCP, TFTP).",
 		usage:   "--source DIR [--site S] [--http-addr A] [--dhcp proxy|reservation|off] [--interface IF] [--state-dir D]",
-		example: "  # without root: HTTP only (DHCP and TFTP need ports 67 and 69)\n" +
-			"  bootops serve --source sites --state-dir /tmp/bootops --http-addr 127.0.0.1:8080 --dhcp off --tftp-addr \"\"\n" +
+		example: "  bootops serve --source sites --state-dir /tmp/bootops --http-addr 127.0.0.1:8080 --dhcp off --tftp-addr \"\"\n" +
+			"  # (runs as any user: HTTP only; DHCP and TFTP need root for ports 67 and 69)\n" +
 			"  curl 'http://127.0.0.1:8080/ipxe?serial=DEMO-0001'",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {

@@ -1,6 +1,3 @@
-// Package reconciler keeps the live Plan in step with the repository: it
-// compiles every change, swaps the Plan in only when the compilation
-// succeeds, and says which revision is served and why not the newest.
 package reconciler
 
 import (
@@ -11,63 +8,29 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/plan"
 )
-
-// Swapper takes a new Plan; the boot plane's boot.Live is one.
-type Swapper interface {
-	Swap(*plan.Plan)
-}
-
-// Attempt is one compilation of the repository.
-type Attempt struct {
-	Revision string
-	At       time.Time
-	Duration time.Duration
-	Error    error
-}
-
-// Status is what the source served and tried last.
-type Status struct {
-	Applied   Attempt
-	Attempted Attempt
-}
 
 // Dir follows a repository folder with fsnotify: an editor's burst of
 // writes becomes one compilation, of the files that changed.
 type Dir struct {
-	Path     string
-	Compiler *compiler.Compiler
-	Live     Swapper
+	Path string
+	R    *Reconciler
 	// Debounce is how long the folder must be quiet before compiling
 	// (default 200 ms).
 	Debounce time.Duration
 	Log      *slog.Logger
 
-	mu     sync.Mutex
-	status Status
-	runs   int
-}
-
-// Status reports the last applied and the last attempted revision.
-func (d *Dir) Status() Status {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.status
+	runs atomic.Int64
 }
 
 // Compilations counts the compilations so far.
-func (d *Dir) Compilations() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.runs
-}
+func (d *Dir) Compilations() int { return int(d.runs.Load()) }
 
 // Load compiles the whole folder once and serves it if it compiles.
 func (d *Dir) Load() (*plan.Plan, error) {
@@ -77,33 +40,8 @@ func (d *Dir) Load() (*plan.Plan, error) {
 // reconcile compiles (changed != nil: only those paths changed) and swaps
 // the Plan in on success.
 func (d *Dir) reconcile(changed []string) (*plan.Plan, error) {
-	start := time.Now()
-	fsys := os.DirFS(d.Path)
-	var p *plan.Plan
-	var err error
-	if changed == nil {
-		p, err = d.Compiler.Compile(fsys)
-	} else {
-		p, err = d.Compiler.CompileChanged(fsys, changed)
-	}
-	a := Attempt{At: start.UTC(), Duration: time.Since(start), Error: err}
-	if p != nil {
-		a.Revision = "dir:" + p.Hash[:12]
-	}
-	d.mu.Lock()
-	d.runs++
-	d.status.Attempted = a
-	if err == nil {
-		d.status.Applied = a
-	}
-	d.mu.Unlock()
-	if err != nil {
-		d.log().Warn("reconcile: keeping the last good plan", "path", d.Path, "changed", len(changed), "errors", strings.Count(err.Error(), "\n")+1, "first", firstLine(err.Error()))
-		return nil, err
-	}
-	d.Live.Swap(p)
-	d.log().Info("reconcile: serving", "revision", a.Revision, "changed", len(changed), "duration", a.Duration.String())
-	return p, nil
+	d.runs.Add(1)
+	return d.R.Apply(Snapshot{FS: os.DirFS(d.Path), Changed: changed})
 }
 
 // Run watches the folder until ctx ends.
@@ -177,9 +115,4 @@ func (d *Dir) log() *slog.Logger {
 		return d.Log
 	}
 	return slog.New(slog.DiscardHandler)
-}
-
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(s, "\n")
-	return s
 }

@@ -52,7 +52,7 @@ func TestDirFollowsEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := &boot.Live{}
-	d := &Dir{Path: dir, Compiler: c, Live: live, Debounce: 300 * time.Millisecond}
+	d := &Dir{Path: dir, R: &Reconciler{Compiler: c, Live: live}, Debounce: 300 * time.Millisecond}
 	if _, err := d.Load(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,18 +86,18 @@ func TestDirFollowsEdits(t *testing.T) {
 	// A broken edit keeps the last good Plan, and says why.
 	good := live.Current()
 	write(t, dir, "sites/s1/nodes/n1.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n1\nidentity: {serial: [x]}\n")
-	eventually(t, "the failed attempt", func() bool { return d.Status().Attempted.Error != nil })
+	eventually(t, "the failed attempt", func() bool { return d.R.Status().Attempted.Result == ResultRefused })
 	if live.Current() != good {
 		t.Error("a broken commit replaced the live plan")
 	}
-	if st := d.Status(); !strings.Contains(st.Attempted.Error.Error(), "sites/s1/nodes/n1.yaml:4:") || st.Applied.Revision != "dir:"+good.Hash[:12] {
+	if st := d.R.Status(); len(st.Attempted.Errors) != 1 || !strings.HasPrefix(st.Attempted.Errors[0], "sites/s1/nodes/n1.yaml:4:") || st.Applied.Revision != "dir:"+good.Hash[:12] || !st.Stale {
 		t.Errorf("status: %+v", st)
 	}
 
 	// New folders and files are followed too.
 	write(t, dir, "sites/s1/nodes/n1.yaml", node)
 	write(t, dir, "sites/s1/more/n2.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n2\nidentity: {serial: S2}\n")
-	eventually(t, "the new folder", func() bool { return live.Current().Node("s1", "n2") != nil && d.Status().Attempted.Error == nil })
+	eventually(t, "the new folder", func() bool { return live.Current().Node("s1", "n2") != nil && d.R.Status().Attempted.Result == ResultApplied })
 	if live.Current().Hash == first.Hash {
 		t.Error("plan did not change")
 	}

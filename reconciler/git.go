@@ -1,0 +1,280 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5"
+	gitconfig "github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/go-git/go-git/v5/storage/memory"
+)
+
+// Git reads one ref of a remote repository: it lists the remote's refs to
+// see whether the ref moved, and when it did, clones that one commit
+// (shallow, single branch, no tags) into a fresh folder and reads its tree
+// straight from the object store.
+type Git struct {
+	URL string
+	// Ref is a branch, a tag, a full ref name (refs/…) or a commit SHA;
+	// empty: the remote's default branch (HEAD).
+	Ref string
+	// Credentials.
+	Username     string // https (default "git" when a password is set)
+	Password     string // https password or token
+	SSHKeyFile   string // ssh private key
+	SSHKeyPass   string
+	KnownHosts   string // ssh known_hosts file
+	CABundle     []byte // https: extra CA certificates (PEM)
+	WorkDir      string // clones go in folders below it
+	auth         transport.AuthMethod
+	authResolved bool
+}
+
+var shaRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// Pinned reports whether the ref is a commit: it never moves, so it is
+// fetched once.
+func (g *Git) Pinned() bool { return shaRE.MatchString(g.Ref) }
+
+// Redacted is the URL without its password, fit for logs and status.
+func Redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// IsGitURL tells a Git remote from a local folder: a URL with a scheme,
+// or scp-style user@host:path.
+func IsGitURL(s string) bool {
+	if strings.Contains(s, "://") {
+		return true
+	}
+	return scpRE.MatchString(s)
+}
+
+var scpRE = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/]?`)
+
+// Check verifies the configuration before any network use: the URL's
+// kind and the credentials it needs.
+func (g *Git) Check() error {
+	_, err := g.authMethod()
+	return err
+}
+
+func (g *Git) authMethod() (transport.AuthMethod, error) {
+	if g.authResolved {
+		return g.auth, nil
+	}
+	ep, err := transport.NewEndpoint(g.URL)
+	if err != nil {
+		return nil, fmt.Errorf("git: %s: not a Git URL: %w", Redacted(g.URL), err)
+	}
+	var auth transport.AuthMethod
+	switch ep.Protocol {
+	case "ssh":
+		if g.SSHKeyFile == "" {
+			return nil, fmt.Errorf("git: %s is an ssh URL: give the private key with --git-ssh-key (and the server's key with --git-known-hosts)", Redacted(g.URL))
+		}
+		user := ep.User
+		if user == "" {
+			user = "git"
+		}
+		keys, err := gitssh.NewPublicKeysFromFile(user, g.SSHKeyFile, g.SSHKeyPass)
+		if err != nil {
+			return nil, fmt.Errorf("git: ssh key %s: %w", g.SSHKeyFile, err)
+		}
+		var files []string
+		if g.KnownHosts != "" {
+			files = []string{g.KnownHosts}
+		}
+		cb, err := gitssh.NewKnownHostsCallback(files...)
+		if err != nil {
+			return nil, fmt.Errorf("git: ssh known hosts: %w (give the server's public key in a known_hosts file with --git-known-hosts)", err)
+		}
+		keys.HostKeyCallback = cb
+		auth = keys
+	case "http", "https":
+		if g.Password != "" {
+			user := g.Username
+			if user == "" {
+				user = "git"
+			}
+			auth = &githttp.BasicAuth{Username: user, Password: g.Password}
+		}
+	case "file", "git":
+	default:
+		return nil, fmt.Errorf("git: %s: protocol %q is not supported (use https, ssh, git or file)", Redacted(g.URL), ep.Protocol)
+	}
+	g.auth, g.authResolved = auth, true
+	return auth, nil
+}
+
+// Head lists the remote's refs and returns the ref's full name and the
+// commit it points at (for an annotated tag, the commit it peels to).
+func (g *Git) Head(ctx context.Context) (plumbing.ReferenceName, plumbing.Hash, error) {
+	if g.Pinned() {
+		return "", plumbing.NewHash(g.Ref), nil
+	}
+	auth, err := g.authMethod()
+	if err != nil {
+		return "", plumbing.ZeroHash, err
+	}
+	rem := git.NewRemote(memory.NewStorage(), &gitconfig.RemoteConfig{Name: "origin", URLs: []string{g.URL}})
+	refs, err := rem.ListContext(ctx, &git.ListOptions{Auth: auth, CABundle: g.CABundle, PeelingOption: git.AppendPeeled})
+	if err != nil {
+		return "", plumbing.ZeroHash, fmt.Errorf("git: list %s: %w", Redacted(g.URL), explain(err))
+	}
+	byName := map[plumbing.ReferenceName]*plumbing.Reference{}
+	for _, r := range refs {
+		byName[r.Name()] = r
+	}
+	var candidates []plumbing.ReferenceName
+	switch {
+	case g.Ref == "" || g.Ref == "HEAD":
+		head := byName[plumbing.HEAD]
+		if head == nil {
+			return "", plumbing.ZeroHash, fmt.Errorf("git: %s has no HEAD: name a branch with --ref", Redacted(g.URL))
+		}
+		if head.Type() == plumbing.SymbolicReference {
+			candidates = []plumbing.ReferenceName{head.Target()}
+		} else {
+			candidates = []plumbing.ReferenceName{plumbing.HEAD}
+		}
+	case strings.HasPrefix(g.Ref, "refs/"):
+		candidates = []plumbing.ReferenceName{plumbing.ReferenceName(g.Ref)}
+	default:
+		candidates = []plumbing.ReferenceName{plumbing.NewBranchReferenceName(g.Ref), plumbing.NewTagReferenceName(g.Ref)}
+	}
+	for _, name := range candidates {
+		if r := byName[name]; r != nil {
+			if peeled := byName[name+"^{}"]; peeled != nil {
+				return name, peeled.Hash(), nil
+			}
+			return name, r.Hash(), nil
+		}
+	}
+	return "", plumbing.ZeroHash, fmt.Errorf("git: %s has no branch or tag %q", Redacted(g.URL), g.Ref)
+}
+
+// Checkout is one fetched commit, read from the object store.
+type Checkout struct {
+	Commit *object.Commit
+	FS     *treeFS
+	dir    string
+}
+
+// Close removes the clone.
+func (c *Checkout) Close() error { return os.RemoveAll(c.dir) }
+
+// Fetch clones ref (as Head named it) into a new folder and opens the
+// commit want. A pinned commit is fetched with its history, since a
+// server need not serve a single commit by SHA.
+func (g *Git) Fetch(ctx context.Context, ref plumbing.ReferenceName, want plumbing.Hash) (*Checkout, error) {
+	auth, err := g.authMethod()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(g.WorkDir, 0o700); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(g.WorkDir, "fetch-")
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(dir)
+		}
+	}()
+	// On disk, not in memory: a big file or a big pack does not grow the
+	// daemon; objects above 1 MiB are read from the pack when needed.
+	st := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(16*cache.MiByte), filesystem.Options{LargeObjectThreshold: 1 << 20})
+	opts := &git.CloneOptions{URL: g.URL, Auth: auth, CABundle: g.CABundle, NoCheckout: true, Tags: git.NoTags}
+	if !g.Pinned() {
+		opts.ReferenceName, opts.SingleBranch, opts.Depth = ref, true, 1
+	}
+	repo, err := git.CloneContext(ctx, st, nil, opts)
+	if err != nil {
+		return nil, fmt.Errorf("git: fetch %s %s: %w", Redacted(g.URL), refLabel(ref, g.Ref), explain(err))
+	}
+	h := want
+	if !g.Pinned() {
+		// The ref may have moved since it was listed: serve what came.
+		r, err := repo.Reference(ref, true)
+		if err != nil {
+			return nil, fmt.Errorf("git: fetch %s: %s not in the clone: %w", Redacted(g.URL), ref, err)
+		}
+		h = r.Hash()
+		if tag, err := repo.TagObject(h); err == nil {
+			c, err := tag.Commit()
+			if err != nil {
+				return nil, fmt.Errorf("git: tag %s: %w", ref, err)
+			}
+			h = c.Hash
+		}
+	}
+	commit, err := repo.CommitObject(h)
+	if err != nil {
+		return nil, fmt.Errorf("git: commit %s is not on %s: %w", h, Redacted(g.URL), err)
+	}
+	tree, err := commit.Tree()
+	if err != nil {
+		return nil, fmt.Errorf("git: commit %s: %w", h, err)
+	}
+	tfs, err := newTreeFS(repo.Storer, tree)
+	if err != nil {
+		return nil, fmt.Errorf("git: commit %s: %w", h, err)
+	}
+	ok = true
+	return &Checkout{Commit: commit, FS: tfs, dir: dir}, nil
+}
+
+// CleanWorkDir removes clones a crash left behind.
+func (g *Git) CleanWorkDir() {
+	old, _ := filepath.Glob(filepath.Join(g.WorkDir, "fetch-*"))
+	for _, d := range old {
+		os.RemoveAll(d)
+	}
+}
+
+func refLabel(ref plumbing.ReferenceName, asked string) string {
+	if ref != "" {
+		return string(ref)
+	}
+	return asked
+}
+
+// explain adds what to do to the errors an operator meets first.
+func explain(err error) error {
+	switch {
+	case errors.Is(err, transport.ErrAuthenticationRequired):
+		return fmt.Errorf("%w: give credentials (--git-password-file, --git-ssh-key)", err)
+	case errors.Is(err, transport.ErrAuthorizationFailed):
+		return fmt.Errorf("%w: the credentials were refused", err)
+	case errors.Is(err, transport.ErrRepositoryNotFound):
+		return fmt.Errorf("%w: check the URL (and that the credentials may read it)", err)
+	case errors.Is(err, transport.ErrEmptyRemoteRepository):
+		return fmt.Errorf("%w: push a first commit", err)
+	}
+	return err
+}

@@ -97,7 +97,9 @@ func TestDirFollowsEdits(t *testing.T) {
 	// New folders and files are followed too.
 	write(t, dir, "sites/s1/nodes/n1.yaml", node)
 	write(t, dir, "sites/s1/more/n2.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n2\nidentity: {serial: S2}\n")
-	eventually(t, "the new folder", func() bool { return live.Current().Node("s1", "n2") != nil && d.R.Status().Attempted.Result == ResultApplied })
+	eventually(t, "the new folder", func() bool {
+		return live.Current().Node("s1", "n2") != nil && d.R.Status().Attempted.Result == ResultApplied
+	})
 	if live.Current().Hash == first.Hash {
 		t.Error("plan did not change")
 	}

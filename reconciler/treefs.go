@@ -250,8 +250,9 @@ func (t *treeFS) CopyTo(name string, w io.Writer) (int64, error) {
 
 type entryInfo struct{ e *treeEntry }
 
-func (i *entryInfo) Name() string       { return i.e.name }
-func (i *entryInfo) Size() int64        { return max(i.e.size, 0) }
+func (i *entryInfo) Name() string { return i.e.name }
+func (i *entryInfo) Size() int64  { return max(i.e.size, 0) }
+
 // ModTime is the Unix epoch: a tree has no file times, and a zero
 // UnixNano tells the compiler to trust content, never size and time.
 func (i *entryInfo) ModTime() time.Time { return time.Unix(0, 0) }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 )
@@ -28,6 +29,7 @@ type Follower struct {
 	interval time.Duration
 	keyring  string
 	trigger  chan string
+	ref      plumbing.ReferenceName   // the ref as the remote named it last
 	seen     plumbing.Hash            // the last commit compiled (served or refused)
 	blobs    map[string]plumbing.Hash // the files the compiler saw last
 }
@@ -70,6 +72,14 @@ func (f *Follower) ch() chan string {
 		f.trigger = make(chan string, 1)
 	}
 	return f.trigger
+}
+
+// Ref is the full name of the ref followed ("refs/heads/main"), once the
+// remote was listed; "" before, or for a pinned commit.
+func (f *Follower) Ref() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return string(f.ref)
 }
 
 // Trigger asks for a look now; it never blocks.
@@ -139,6 +149,7 @@ func (f *Follower) Sync(ctx context.Context, reason string) error {
 	}
 	f.mu.Lock()
 	seen, keyring := f.seen, f.keyring
+	f.ref = ref
 	f.mu.Unlock()
 	if h == seen {
 		f.R.Checked(h.String(), nil)
@@ -174,6 +185,19 @@ func (f *Follower) Sync(ctx context.Context, reason string) error {
 	f.mu.Unlock()
 	f.log().Info("source: synced", "reason", reason, "revision", rev, "fetch_ms", fetched.Milliseconds(), "total_ms", time.Since(start).Milliseconds(), "ok", err == nil)
 	return nil // a refused revision is the repository's problem, not the source's
+}
+
+// CheckKeyring reads an armored OpenPGP keyring, to report a bad one at
+// start rather than at the first commit.
+func CheckKeyring(armored string) error {
+	keys, err := openpgp.ReadArmoredKeyRing(strings.NewReader(armored))
+	if err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return errors.New("no public key in the keyring")
+	}
+	return nil
 }
 
 // verifyCommit checks the commit's OpenPGP signature against the keyring.

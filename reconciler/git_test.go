@@ -21,6 +21,7 @@ import (
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/test/gitserver"
 )
 
 // follow makes a Follower of url with its state in stateDir.
@@ -73,17 +74,17 @@ func nodeYAML(name, serial string) string {
 }
 
 func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
-	rem := newRemote(t)
+	rem := gitserver.New(t, repo(t))
 	f, live := follow(t, rem.URL, t.TempDir())
 	running(t, f)
 	eventually(t, "the first revision", func() bool { return served(live, "S1") })
 	first := f.R.Status().Applied.Revision
-	if first != gitCmd(t, rem.work, "rev-parse", "HEAD") {
+	if first != gitserver.Git(t, rem.Work, "rev-parse", "HEAD") {
 		t.Fatalf("applied %s", first)
 	}
 
 	// Push → live through a webhook.
-	sha := rem.commit("add n2", map[string]string{"sites/s1/nodes/n2.yaml": nodeYAML("n2", "S2")})
+	sha := rem.Commit("add n2", map[string]string{"sites/s1/nodes/n2.yaml": nodeYAML("n2", "S2")})
 	hook := &Webhook{Secret: func() []byte { return []byte("s3cret") }, Ref: func() string { return "refs/heads/main" }, Trigger: f.Trigger}
 	body := []byte(`{"ref":"refs/heads/main","after":"` + sha + `"}`)
 	mac := hmac.New(sha256.New, []byte("s3cret"))
@@ -104,7 +105,7 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	// A broken commit: the old Plan stays; status names the file and line
 	// for the attempted SHA.
 	good := live.Current()
-	bad := rem.commit("broken", map[string]string{"sites/s1/nodes/n3.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n3\nidentity: {serial: S3}\nprofle: base\n"})
+	bad := rem.Commit("broken", map[string]string{"sites/s1/nodes/n3.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n3\nidentity: {serial: S3}\nprofle: base\n"})
 	f.Trigger("test")
 	eventually(t, "the refused attempt", func() bool { return f.R.Status().Attempted.Revision == bad })
 	st := f.R.Status()
@@ -119,15 +120,15 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	configured := time.Now()
 	f.Configure(150*time.Millisecond, "")
 	eventually(t, "a look after the new interval", func() bool { return f.R.Status().LastCheck.At.After(configured) })
-	fixed := rem.commit("fix", map[string]string{"sites/s1/nodes/n3.yaml": nodeYAML("n3", "S3")})
+	fixed := rem.Commit("fix", map[string]string{"sites/s1/nodes/n3.yaml": nodeYAML("n3", "S3")})
 	eventually(t, "the fix by polling", func() bool { return f.R.Status().Applied.Revision == fixed })
 	if !served(live, "S3") || f.R.Status().Stale {
 		t.Errorf("fix not served: %+v", f.R.Status())
 	}
 
 	// Force-push a rewind to the first commit.
-	gitCmd(t, rem.work, "reset", "-q", "--hard", first)
-	gitCmd(t, rem.work, "push", "-q", "-f", "origin", "HEAD:main")
+	gitserver.Git(t, rem.Work, "reset", "-q", "--hard", first)
+	gitserver.Git(t, rem.Work, "push", "-q", "-f", "origin", "HEAD:main")
 	eventually(t, "the rewind", func() bool { return f.R.Status().Applied.Revision == first })
 	if served(live, "S2") || !served(live, "S1") {
 		t.Error("the rewind is not what is served")
@@ -135,9 +136,9 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 
 	// Two pushes in quick succession end at the last.
 	f.Configure(time.Hour, "")
-	rem.commit("a", map[string]string{"sites/s1/nodes/n4.yaml": nodeYAML("n4", "S4")})
+	rem.Commit("a", map[string]string{"sites/s1/nodes/n4.yaml": nodeYAML("n4", "S4")})
 	f.Trigger("a")
-	last := rem.commit("b", map[string]string{"sites/s1/nodes/n5.yaml": nodeYAML("n5", "S5")})
+	last := rem.Commit("b", map[string]string{"sites/s1/nodes/n5.yaml": nodeYAML("n5", "S5")})
 	f.Trigger("b")
 	eventually(t, "the last of two pushes", func() bool { return f.R.Status().Applied.Revision == last })
 	if !served(live, "S4") || !served(live, "S5") {
@@ -149,7 +150,7 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 }
 
 func TestGitServerDownAndRestart(t *testing.T) {
-	rem := newRemote(t)
+	rem := gitserver.New(t, repo(t))
 	state := t.TempDir()
 	f, live := follow(t, rem.URL, state)
 	f.Configure(100*time.Millisecond, "")
@@ -160,15 +161,15 @@ func TestGitServerDownAndRestart(t *testing.T) {
 	good := live.Current()
 
 	// Down: still serving, status says stale and why.
-	rem.stop()
+	rem.Stop()
 	eventually(t, "stale", func() bool { return f.R.Status().Stale })
 	st := f.R.Status()
 	if live.Current() != good || !strings.Contains(st.Reason, "cannot read the source") || !strings.Contains(st.LastCheck.Error, "connection refused") {
 		t.Errorf("while down: %+v", st)
 	}
 	// Back: recovery without a restart.
-	rem.restart()
-	sha := rem.commit("n2", map[string]string{"sites/s1/nodes/n2.yaml": nodeYAML("n2", "S2")})
+	rem.Restart()
+	sha := rem.Commit("n2", map[string]string{"sites/s1/nodes/n2.yaml": nodeYAML("n2", "S2")})
 	eventually(t, "recovery", func() bool { return f.R.Status().Applied.Revision == sha })
 	if f.R.Status().Stale {
 		t.Errorf("still stale: %+v", f.R.Status())
@@ -177,7 +178,7 @@ func TestGitServerDownAndRestart(t *testing.T) {
 	<-done
 
 	// Restart with the server down: the kept Plan is served at once.
-	rem.stop()
+	rem.Stop()
 	f2, live2 := follow(t, rem.URL, state)
 	saved, err := f2.R.Restore()
 	if err != nil || saved == nil {
@@ -195,7 +196,7 @@ func TestGitServerDownAndRestart(t *testing.T) {
 	}
 	// The server comes back at the same commit: nothing is fetched, and
 	// the kept Plan is confirmed.
-	rem.restart()
+	rem.Restart()
 	eventually(t, "confirmed", func() bool { st := f2.R.Status(); return !st.Stale && !st.Restored })
 	if n := len(f2.R.Status().History); n != 0 {
 		t.Errorf("%d compilations for an unchanged remote", n)
@@ -203,7 +204,7 @@ func TestGitServerDownAndRestart(t *testing.T) {
 }
 
 func TestGitBadInput(t *testing.T) {
-	rem := newRemote(t)
+	rem := gitserver.New(t, repo(t))
 	f, live := follow(t, rem.URL, t.TempDir())
 	ctx := context.Background()
 	if err := f.Sync(ctx, "test"); err != nil {
@@ -212,18 +213,18 @@ func TestGitBadInput(t *testing.T) {
 	good := live.Current()
 
 	// A commit deleting everything is refused.
-	gitCmd(t, rem.work, "rm", "-q", "-r", "microos", "profiles", "sites")
-	empty := rem.commitAll("delete everything")
+	gitserver.Git(t, rem.Work, "rm", "-q", "-r", "microos", "profiles", "sites")
+	empty := rem.CommitAll("delete everything")
 	f.Sync(ctx, "test")
 	if st := f.R.Status(); live.Current() != good || st.Attempted.Revision != empty || !strings.Contains(st.Attempted.Error, "--allow-empty") {
 		t.Errorf("empty revision: %+v", st.Attempted)
 	}
-	gitCmd(t, rem.work, "reset", "-q", "--hard", "HEAD~1")
+	gitserver.Git(t, rem.Work, "reset", "-q", "--hard", "HEAD~1")
 
 	// A 100 MB YAML file is refused by its size, unread; a big binary
 	// is not a source file and is left alone.
 	big := strings.Repeat("# padding to make a very large file\n", 3_000_000)
-	bigRev := rem.commit("big", map[string]string{"sites/s1/nodes/huge.yaml": big})
+	bigRev := rem.Commit("big", map[string]string{"sites/s1/nodes/huge.yaml": big})
 	f.Sync(ctx, "test")
 	if st := f.R.Status(); live.Current() != good || st.Attempted.Revision != bigRev || len(st.Attempted.Errors) != 1 || !strings.Contains(st.Attempted.Errors[0], "huge.yaml:1:1: file is 108000000 bytes, more than the 8 MiB limit") {
 		t.Errorf("100 MB file: %+v", st.Attempted)
@@ -232,7 +233,7 @@ func TestGitBadInput(t *testing.T) {
 	// Wrong credentials: a clear error, the Plan untouched.
 	rem.User, rem.Password = "ops", "right"
 	f.Git.Username, f.Git.Password, f.Git.authResolved = "ops", "wrong", false
-	rem.commit("n9", map[string]string{"sites/s1/nodes/huge.yaml": "", "sites/s1/nodes/n9.yaml": nodeYAML("n9", "S9")})
+	rem.Commit("n9", map[string]string{"sites/s1/nodes/huge.yaml": "", "sites/s1/nodes/n9.yaml": nodeYAML("n9", "S9")})
 	if err := f.Sync(ctx, "test"); err == nil || !strings.Contains(err.Error(), "authentication") {
 		t.Errorf("wrong password: %v", err)
 	}
@@ -252,11 +253,11 @@ func TestGitBadInput(t *testing.T) {
 }
 
 func TestGitRefs(t *testing.T) {
-	rem := newRemote(t)
-	first := gitCmd(t, rem.work, "rev-parse", "HEAD")
-	gitCmd(t, rem.work, "tag", "-a", "-m", "release", "v1")
-	gitCmd(t, rem.work, "push", "-q", "origin", "v1")
-	rem.commit("n2", map[string]string{"sites/s1/nodes/n2.yaml": nodeYAML("n2", "S2")})
+	rem := gitserver.New(t, repo(t))
+	first := gitserver.Git(t, rem.Work, "rev-parse", "HEAD")
+	gitserver.Git(t, rem.Work, "tag", "-a", "-m", "release", "v1")
+	gitserver.Git(t, rem.Work, "push", "-q", "origin", "v1")
+	rem.Commit("n2", map[string]string{"sites/s1/nodes/n2.yaml": nodeYAML("n2", "S2")})
 	for _, ref := range []string{"v1", "refs/tags/v1", first} {
 		f, live := follow(t, rem.URL, t.TempDir())
 		f.Git.Ref = ref
@@ -273,7 +274,7 @@ func TestGitRefs(t *testing.T) {
 		t.Errorf("missing ref: %v", err)
 	}
 	// file:// works too, with the default branch.
-	f, live := follow(t, "file://"+rem.bare, t.TempDir())
+	f, live := follow(t, "file://"+rem.Bare, t.TempDir())
 	f.Git.Ref = ""
 	if err := f.Sync(context.Background(), "test"); err != nil || !served(live, "S2") {
 		t.Errorf("file://: %v", err)
@@ -304,9 +305,9 @@ func TestGitURLsAndCredentials(t *testing.T) {
 
 // signedCommit commits the working tree with go-git, signed by key (nil:
 // unsigned), and pushes it.
-func signedCommit(t *testing.T, rem *remote, msg string, key *openpgp.Entity) string {
+func signedCommit(t *testing.T, rem *gitserver.Remote, msg string, key *openpgp.Entity) string {
 	t.Helper()
-	repo, err := git.PlainOpen(rem.work)
+	repo, err := git.PlainOpen(rem.Work)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +323,7 @@ func signedCommit(t *testing.T, rem *remote, msg string, key *openpgp.Entity) st
 	if err != nil {
 		t.Fatal(err)
 	}
-	gitCmd(t, rem.work, "push", "-q", "-f", "origin", "HEAD:main")
+	gitserver.Git(t, rem.Work, "push", "-q", "-f", "origin", "HEAD:main")
 	return h.String()
 }
 
@@ -348,7 +349,7 @@ func TestVerifyCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rem := newRemote(t)
+	rem := gitserver.New(t, repo(t))
 	f, live := follow(t, rem.URL, t.TempDir())
 	f.Configure(time.Hour, armored(t, trusted))
 	ctx := context.Background()
@@ -365,7 +366,7 @@ func TestVerifyCommits(t *testing.T) {
 		t.Fatalf("signed: %+v", st.Attempted)
 	}
 	good := live.Current()
-	write(t, rem.work, "sites/s1/nodes/n2.yaml", nodeYAML("n2", "S2"))
+	write(t, rem.Work, "sites/s1/nodes/n2.yaml", nodeYAML("n2", "S2"))
 	wrong := signedCommit(t, rem, "by a stranger", stranger)
 	f.Sync(ctx, "test")
 	if st := f.R.Status(); live.Current() != good || st.Attempted.Revision != wrong || !strings.Contains(st.Attempted.Error, "signature not verified") {

@@ -32,22 +32,11 @@ type StatusReader interface {
 	Events(key string) []status.Event
 }
 
-// Source says which revision is served and which was last attempted.
+// Source says which revision is served, which was last attempted and
+// why; the document is the "source" part of GET /api/v1/status, shown as
+// it is.
 type Source interface {
-	Status() SourceStatus
-}
-
-// SourceStatus is the "source" part of GET /api/v1/status.
-type SourceStatus struct {
-	Applied   Revision `json:"applied"`
-	Attempted Revision `json:"attempted"`
-}
-
-// Revision is one revision of the repository and what became of it.
-type Revision struct {
-	Revision string    `json:"revision"`
-	At       time.Time `json:"at"`
-	Error    string    `json:"error,omitempty"`
+	Status() any
 }
 
 // Server is the HTTP boot server. Plans, Events and Tokens are required.
@@ -67,7 +56,13 @@ type Server struct {
 	Binaries interface {
 		Lookup(name string) ([]byte, bool)
 	}
-	Log *slog.Logger
+	// Routes are more handlers on the same listener, by pattern (the
+	// webhook, the metrics).
+	Routes map[string]http.Handler
+	// DrainTimeout bounds how long requests in flight may finish after the
+	// context ends (default 10 s).
+	DrainTimeout time.Duration
+	Log          *slog.Logger
 }
 
 // Handler returns the server's routes.
@@ -87,6 +82,9 @@ func (s *Server) Handler() http.Handler {
 		}
 		io.WriteString(w, "ok\n")
 	})
+	for pattern, h := range s.Routes {
+		mux.Handle(pattern, h)
+	}
 	return mux
 }
 
@@ -100,7 +98,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
-	drain, cancel := context.WithTimeoutCause(context.Background(), 10*time.Second, errors.New("http: drain deadline"))
+	timeout := s.DrainTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	drain, cancel := context.WithTimeoutCause(context.Background(), timeout, errors.New("http: drain deadline"))
 	defer cancel()
 	if err := srv.Shutdown(drain); err != nil {
 		return fmt.Errorf("http: shutdown: %w", err)
@@ -288,7 +290,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 // StatusDoc is GET /api/v1/status: the source revision, every registered
 // node, and machines the boot plane saw that are no node.
 type StatusDoc struct {
-	Source   SourceStatus     `json:"source"`
+	Source   any              `json:"source"`
 	Plan     string           `json:"plan"`
 	Nodes    []status.Machine `json:"nodes"`
 	Machines []status.Machine `json:"unknown"`

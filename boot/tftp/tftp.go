@@ -74,6 +74,9 @@ type Server struct {
 	// Timeout per packet before a resend (default 2 s: one lost packet
 	// should not cost a boot storm 5 s).
 	Timeout time.Duration
+	// DrainTimeout bounds how long transfers in flight may finish once
+	// the context ends (default 10 s).
+	DrainTimeout time.Duration
 }
 
 // Serve answers on conn until ctx ends.
@@ -108,10 +111,24 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		srv.Shutdown() // waits for transfers in flight
-		<-done
-		return nil
 	}
+	drain := s.DrainTimeout
+	if drain <= 0 {
+		drain = 10 * time.Second
+	}
+	stopped := make(chan struct{})
+	go func() {
+		srv.Shutdown() // stops accepting, waits for transfers in flight
+		<-done
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(drain):
+		log.Warn("tftp: transfers still in flight at the drain deadline", "deadline", drain.String())
+		conn.Close()
+	}
+	return nil
 }
 
 type hook struct {

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"syscall"
 )
 
 // exit codes shared by every command.
@@ -59,7 +60,8 @@ func main() {
 	// compile stays fast and well under 300 MB.
 	debug.SetGCPercent(200)
 	debug.SetMemoryLimit(200 << 20)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGINT and SIGTERM end the context: the daemon drains, then exits.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:]))
 }

@@ -330,7 +330,7 @@ func TestServeAndStatus(t *testing.T) {
 		t.Errorf("kernel: %q", b)
 	}
 	code, out, errs := bootops(t, nil, "status", "--server", "http://"+addr)
-	if code != 0 || !strings.Contains(out, "revision: dir:") || !regexp.MustCompile(`vm-serial\s+lab\s+booting`).MatchString(out) || !regexp.MustCompile(`vm-uuid\s+lab\s+registered`).MatchString(out) {
+	if code != 0 || !strings.Contains(out, "serving:  dir:") || !regexp.MustCompile(`vm-serial\s+lab\s+booting`).MatchString(out) || !regexp.MustCompile(`vm-uuid\s+lab\s+registered`).MatchString(out) {
 		t.Errorf("status: exit %d %s\n%s", code, errs, out)
 	}
 	code, out, _ = bootops(t, nil, "status", "--server", "http://"+addr, "-o", "json")
@@ -345,7 +345,7 @@ func TestServeAndStatus(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		_, statusOut, _ = bootops(t, nil, "status", "--server", "http://"+addr)
 	}
-	if !strings.Contains(statusOut, "refused: sites/lab/nodes/vm-serial.yaml:") {
+	if !strings.Contains(statusOut, "STALE:    the newest revision dir was refused: 2 errors") || !strings.Contains(statusOut, "\n          sites/lab/nodes/vm-serial.yaml:4:1: idenity: unknown field") {
 		t.Errorf("status after a broken edit:\n%s", statusOut)
 	}
 	resp, err = http.Get("http://" + addr + "/ipxe?serial=demo-0001")

@@ -6,10 +6,19 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/bootops/bootops/boot"
@@ -24,118 +33,319 @@ import (
 
 // serveConfig is what `bootops serve` runs with.
 type serveConfig struct {
-	source, site, httpAddr, dhcp, iface, ipxeDir, stateDir, tftpAddr, artifactMode, logFormat string
+	source, ref, site, httpAddr, dhcp, iface, ipxeDir, stateDir, tftpAddr, artifactMode, logFormat, logLevel string
+	gitUser, gitPasswordFile, gitSSHKey, gitKnownHosts, gitCAFile                                            string
+	webhookSecretFile, verifyCommits, configFile                                                             string
+	interval, drainTimeout                                                                                   time.Duration
+	allowEmpty                                                                                               bool
 }
 
 func serveCmd() *command {
 	c := &command{
 		name:    "serve",
-		summary: "Run the boot plane: compile the repository and serve it over HTTP (and DHCP, TFTP).",
-		usage:   "--source DIR [--site S] [--http-addr A] [--dhcp proxy|reservation|off] [--interface IF] [--state-dir D]",
+		summary: "Run the boot plane: follow a Git repository (or a folder), compile every revision and serve the last good one over HTTP, DHCP and TFTP.",
+		usage:   "--source GIT-URL|DIR [--ref R] [--interval 30s] [--site S[,S…]] [--http-addr A] [--dhcp proxy|reservation|off] [--interface IF] [--state-dir D] [--webhook-secret-file F] [--verify-commits KEYRING] [--config FILE]",
 		example: "  bootops serve --source sites --state-dir /tmp/bootops --http-addr 127.0.0.1:8080 --dhcp off --tftp-addr \"\"\n" +
 			"  # (runs as any user: HTTP only; DHCP and TFTP need root for ports 67 and 69)\n" +
-			"  curl 'http://127.0.0.1:8080/ipxe?serial=DEMO-0001'",
+			"  curl 'http://127.0.0.1:8080/ipxe?serial=DEMO-0001'\n\n" +
+			"  # Follow a branch; a push webhook makes it look at once, else it polls:\n" +
+			"  bootops serve --source https://git.example.com/ops/fleet.git --ref main --site store-0042 \\\n" +
+			"      --git-password-file /etc/bootops/token --webhook-secret-file /etc/bootops/hook-secret \\\n" +
+			"      --verify-commits /etc/bootops/keys.asc --state-dir /var/lib/bootops\n" +
+			"  # Settings may also come from BOOTOPS_<FLAG> variables and a --config YAML file\n" +
+			"  # (flag: value per line); SIGHUP re-reads it; SIGTERM drains transfers, then exits.",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
-		fs := c.flags(e)
-		var cfg serveConfig
-		fs.StringVar(&cfg.source, "source", "", "repository folder to serve (required)")
-		fs.StringVar(&cfg.site, "site", "", "site whose network this daemon serves (default: the repository's only site)")
-		fs.StringVar(&cfg.httpAddr, "http-addr", ":8080", "HTTP listen address")
-		fs.StringVar(&cfg.dhcp, "dhcp", "", "DHCP mode: proxy, reservation or off (default: the site's network.dhcp)")
-		fs.StringVar(&cfg.iface, "interface", "", "network interface of the provisioning LAN (default: the site's network.interface)")
-		fs.StringVar(&cfg.ipxeDir, "ipxe-dir", "/usr/lib/ipxe", "folder with the iPXE binaries served over TFTP")
-		fs.StringVar(&cfg.tftpAddr, "tftp-addr", ":69", "TFTP listen address (\"\" for none)")
-		fs.StringVar(&cfg.stateDir, "state-dir", "/var/lib/bootops", "folder for the node-token secret and the artifact cache")
-		fs.StringVar(&cfg.artifactMode, "artifact-mode", "serve", "Micro-OS files from a URL: serve (fetch, verify, cache) or redirect (send machines to the URL)")
-		fs.StringVar(&cfg.logFormat, "log-format", "json", "log format: json or text")
-		if err := parseNone(fs, e, args); err != nil {
+		cfg, err := c.serveConfig(e, args)
+		if err != nil {
 			return err
 		}
-		if cfg.source == "" {
-			return usagef("--source is required")
-		}
-		if cfg.artifactMode != "serve" && cfg.artifactMode != "redirect" {
-			return usagef("--artifact-mode %q: want serve or redirect", cfg.artifactMode)
-		}
-		return serve(ctx, e, cfg)
+		return serve(ctx, e, cfg, func() (serveConfig, error) { return c.serveConfig(e, args) })
 	}
 	return c
 }
 
-func serve(ctx context.Context, e *env, cfg serveConfig) error {
-	var handler slog.Handler = slog.NewJSONHandler(e.stderr, nil)
+// serveConfig reads the flags, BOOTOPS_* variables and the config file;
+// SIGHUP calls it again.
+func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
+	fs := c.flags(e)
+	var cfg serveConfig
+	fs.StringVar(&cfg.source, "source", "", "Git URL (https://, ssh://, user@host:path, git://, file://) or repository folder to serve (required)")
+	fs.StringVar(&cfg.ref, "ref", "", "Git branch, tag or commit to follow (default: the remote's default branch)")
+	fs.DurationVar(&cfg.interval, "interval", 30*time.Second, "how often to look at the Git remote (±10% jitter); a webhook looks at once")
+	fs.StringVar(&cfg.site, "site", "", "sites this daemon serves, comma-separated (default: the repository's only site)")
+	fs.StringVar(&cfg.httpAddr, "http-addr", ":8080", "HTTP listen address")
+	fs.StringVar(&cfg.dhcp, "dhcp", "", "DHCP mode: proxy, reservation or off (default: the site's network.dhcp)")
+	fs.StringVar(&cfg.iface, "interface", "", "network interface of the provisioning LAN (default: the site's network.interface)")
+	fs.StringVar(&cfg.ipxeDir, "ipxe-dir", "/usr/lib/ipxe", "folder with the iPXE binaries served over TFTP")
+	fs.StringVar(&cfg.tftpAddr, "tftp-addr", ":69", "TFTP listen address (\"\" for none)")
+	fs.StringVar(&cfg.stateDir, "state-dir", "/var/lib/bootops", "folder for the last good plan, the node-token secret, DHCP leases and the artifact cache")
+	fs.StringVar(&cfg.artifactMode, "artifact-mode", "serve", "Micro-OS files from a URL: serve (fetch, verify, cache) or redirect (send machines to the URL)")
+	fs.StringVar(&cfg.logFormat, "log-format", "json", "log format: json or text")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&cfg.gitUser, "git-username", "", "https user name (default \"git\" when a password is given)")
+	fs.StringVar(&cfg.gitPasswordFile, "git-password-file", "", "file holding the https password or access token")
+	fs.StringVar(&cfg.gitSSHKey, "git-ssh-key", "", "ssh private key file (ssh:// and user@host:path URLs)")
+	fs.StringVar(&cfg.gitKnownHosts, "git-known-hosts", "", "known_hosts file with the ssh server's key (default ~/.ssh/known_hosts)")
+	fs.StringVar(&cfg.gitCAFile, "git-ca-file", "", "PEM file of CA certificates the https server's certificate may chain to")
+	fs.StringVar(&cfg.webhookSecretFile, "webhook-secret-file", "", "file holding the shared secret of POST /hooks/git (GitHub, GitLab, Gitea/Forgejo, generic HMAC)")
+	fs.StringVar(&cfg.verifyCommits, "verify-commits", "", "armored OpenPGP public keys: serve only commits signed by one of them")
+	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "serve a revision with no site, or one that removes every node")
+	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long transfers in flight may finish")
+	fs.StringVar(&cfg.configFile, "config", "", "YAML file of settings (flag-name: value); flags and BOOTOPS_* variables win over it")
+	if err := parseNone(fs, e, args); err != nil {
+		return cfg, err
+	}
+	if cfg.configFile != "" {
+		if err := applyConfigFile(fs, cfg.configFile); err != nil {
+			return cfg, err
+		}
+	}
+	if cfg.source == "" {
+		return cfg, usagef("--source is required")
+	}
+	if cfg.artifactMode != "serve" && cfg.artifactMode != "redirect" {
+		return cfg, usagef("--artifact-mode %q: want serve or redirect", cfg.artifactMode)
+	}
+	if _, err := parseLevel(cfg.logLevel); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, usagef("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func (cfg serveConfig) sites() []string {
+	var out []string
+	for _, s := range strings.Split(cfg.site, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// readSecret reads a one-line secret file ("" name: none).
+func readSecret(name, what string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s: %s is empty", what, name)
+	}
+	return s, nil
+}
+
+// reloadable is what SIGHUP changes without a restart.
+type reloadable struct {
+	interval      time.Duration
+	keyring       string
+	webhookSecret []byte
+	level         slog.Level
+}
+
+func (cfg serveConfig) reloadable() (reloadable, error) {
+	var r reloadable
+	var err error
+	r.interval = cfg.interval
+	r.level, _ = parseLevel(cfg.logLevel)
+	if r.keyring, err = readSecret(cfg.verifyCommits, "--verify-commits"); err != nil {
+		return r, err
+	}
+	if r.keyring != "" {
+		if err := reconciler.CheckKeyring(r.keyring); err != nil {
+			return r, fmt.Errorf("--verify-commits %s: %w", cfg.verifyCommits, err)
+		}
+	}
+	secret, err := readSecret(cfg.webhookSecretFile, "--webhook-secret-file")
+	if err != nil {
+		return r, err
+	}
+	if secret != "" {
+		r.webhookSecret = []byte(secret)
+	}
+	return r, nil
+}
+
+func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveConfig, error)) error {
+	level := new(slog.LevelVar)
+	opts := &slog.HandlerOptions{Level: level}
+	var handler slog.Handler = slog.NewJSONHandler(e.stderr, opts)
 	if cfg.logFormat == "text" {
-		handler = slog.NewTextHandler(e.stderr, nil)
+		handler = slog.NewTextHandler(e.stderr, opts)
 	}
 	log := slog.New(handler)
+	live, err := reloadableValues(cfg)
+	if err != nil {
+		return err
+	}
+	level.Set(live.level)
+	var settings atomic.Pointer[reloadable]
+	settings.Store(&live)
 
+	if err := os.MkdirAll(cfg.stateDir, 0o700); err != nil {
+		return err
+	}
 	comp, err := compiler.New()
 	if err != nil {
 		return err
 	}
-	live := &boot.Live{}
-	src := &reconciler.Dir{Path: cfg.source, Compiler: comp, Live: live, Log: log}
-	p, err := src.Load()
-	if err != nil {
-		var list compiler.Errors
-		if errors.As(err, &list) {
-			for _, l := range list {
-				fmt.Fprintln(e.stderr, l)
-			}
+	plans := &boot.Live{}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := reconciler.NewMetrics(reg)
+	state := &reconciler.State{Dir: cfg.stateDir}
+	rec := &reconciler.Reconciler{Compiler: comp, Live: plans, Sites: cfg.sites(), AllowEmpty: cfg.allowEmpty, State: state, Metrics: metrics, Log: log}
+
+	g, ctx := errgroup.WithContext(ctx)
+	var follower *reconciler.Follower
+	var repoRoot string
+	if reconciler.IsGitURL(cfg.source) {
+		gsrc, err := gitSource(cfg, filepath.Join(cfg.stateDir, "git"))
+		if err != nil {
+			return err
 		}
-		return fmt.Errorf("%s does not compile: nothing to serve", cfg.source)
-	}
-	site, err := pickSite(p, cfg.site)
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	if cfg.dhcp == "" {
-		cfg.dhcp = site.Network.DHCP
-	}
-	switch cfg.dhcp {
-	case plan.DHCPProxy, plan.DHCPReservation, plan.DHCPOff:
-	default:
-		return usagef("--dhcp %q: want proxy, reservation or off", cfg.dhcp)
+		rec.SetSource(reconciler.Redacted(cfg.source), cfg.ref)
+		follower = &reconciler.Follower{Git: gsrc, R: rec, Log: log}
+		follower.Configure(live.interval, live.keyring)
+		if saved, err := rec.Restore(); err != nil {
+			log.Warn("state: the kept plan cannot be read", "err", err)
+		} else if saved != nil {
+			follower.Restored(saved.Revision)
+		}
+		repoRoot = state.FilesDir()
+		if err := os.MkdirAll(repoRoot, 0o755); err != nil {
+			return err
+		}
+		g.Go(func() error { return follower.Run(ctx) })
+	} else {
+		abs, _ := filepath.Abs(cfg.source)
+		rec.SetSource("dir:"+abs, "")
+		if _, err := rec.Restore(); err != nil {
+			log.Warn("state: the kept plan cannot be read", "err", err)
+		}
+		dir := &reconciler.Dir{Path: cfg.source, R: rec, Log: log}
+		if _, err := dir.Load(); err != nil && rec.Current() == nil {
+			var list compiler.Errors
+			if errors.As(err, &list) {
+				for _, l := range list {
+					fmt.Fprintln(e.stderr, l)
+				}
+			} else {
+				fmt.Fprintln(e.stderr, err)
+			}
+			return fmt.Errorf("%s does not compile: nothing to serve", cfg.source)
+		}
+		repoRoot = cfg.source
+		// Edits to the folder are compiled and, when they compile, served.
+		g.Go(func() error { return dir.Run(ctx) })
 	}
 	secret, err := boot.LoadSecret(cfg.stateDir)
 	if err != nil {
 		return err
 	}
-	root, err := os.OpenRoot(cfg.source)
+	root, err := os.OpenRoot(repoRoot)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
 
 	events := &status.Memory{}
+	hook := &reconciler.Webhook{
+		Secret: func() []byte { return settings.Load().webhookSecret },
+		Ref:    func() string { return "" },
+		Trigger: func(reason string) {
+			if follower != nil {
+				follower.Trigger(reason)
+			}
+		},
+		Count: metrics.Webhook,
+		Log:   log,
+	}
+	if follower != nil {
+		hook.Ref = func() string { return follower.Ref() }
+	}
 	httpSrv := &bhttp.Server{
-		Plans: live, Events: events, Status: events, Tokens: secret, Source: sourceStatus{src}, Log: log,
-		Artifacts: &bhttp.Artifacts{Repo: root, CacheDir: filepath.Join(cfg.stateDir, "cache"), Redirect: cfg.artifactMode == "redirect"},
-	}
-	iface := cfg.iface
-	if iface == "" {
-		iface = site.Network.Interface
-	}
-	serverIP, err := netip.ParseAddr(site.Network.ServerAddress)
-	if err != nil {
-		return err
-	}
-	var binaries tftp.Files
-	if cfg.tftpAddr != "" || cfg.dhcp != plan.DHCPOff {
-		if binaries, err = tftp.Load(cfg.ipxeDir); err != nil {
-			return err
-		}
-		httpSrv.Binaries = binaries
+		Plans: plans, Events: events, Status: events, Tokens: secret, Source: sourceStatus{rec}, Log: log,
+		Artifacts:    &bhttp.Artifacts{Repo: root, CacheDir: filepath.Join(cfg.stateDir, "cache"), Redirect: cfg.artifactMode == "redirect"},
+		DrainTimeout: cfg.drainTimeout,
+		Routes: map[string]http.Handler{
+			"POST /hooks/git": hook,
+			"/hooks/git":      hook, // other methods: 405 from the handler
+			"GET /metrics":    promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		},
 	}
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		return err
 	}
-	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return httpSrv.Serve(ctx, ln) })
-	// Edits to the folder are compiled and, when they compile, served.
-	g.Go(func() error { return src.Run(ctx) })
+	g.Go(func() error { return reloadOnHUP(ctx, log, cfg, reload, level, &settings, follower) })
+	g.Go(func() error {
+		// DHCP and TFTP need the site's network: they start with the
+		// first Plan (kept, fetched or compiled).
+		p := waitPlan(ctx, rec)
+		if p == nil {
+			return nil
+		}
+		return bootPlane(ctx, g, cfg, log, p, plans, events, httpSrv, ln.Addr().String())
+	})
+	log.Info("started", "source", reconciler.Redacted(cfg.source), "http", ln.Addr().String(), "state_dir", cfg.stateDir)
+	return g.Wait()
+}
+
+func reloadableValues(cfg serveConfig) (reloadable, error) {
+	r, err := cfg.reloadable()
+	if err != nil {
+		return r, usageError{err.Error()}
+	}
+	return r, nil
+}
+
+// bootPlane starts TFTP and DHCP for the sites served.
+func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, p *plan.Plan, plans boot.Plans, events *status.Memory, httpSrv *bhttp.Server, httpAddr string) error {
+	var sites []*plan.Site
+	if names := cfg.sites(); len(names) > 0 {
+		for _, n := range names {
+			if s := p.Site(n); s != nil {
+				sites = append(sites, s)
+			}
+		}
+	} else {
+		s, err := pickSite(p, "")
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		sites = []*plan.Site{s}
+	}
+	if len(sites) > 1 && cfg.iface != "" {
+		return usagef("--interface names one network, but %d sites are served: set network.interface in each site instead", len(sites))
+	}
+	var binaries tftp.Files
+	needDHCP := false
+	for _, s := range sites {
+		if mode(cfg, s) != plan.DHCPOff {
+			needDHCP = true
+		}
+	}
+	if cfg.tftpAddr != "" || needDHCP {
+		var err error
+		if binaries, err = tftp.Load(cfg.ipxeDir); err != nil {
+			return err
+		}
+		httpSrv.Binaries = binaries
+	}
 	tftpAddr := ""
 	if cfg.tftpAddr != "" {
 		conn, err := net.ListenPacket("udp4", cfg.tftpAddr)
@@ -143,17 +353,121 @@ func serve(ctx context.Context, e *env, cfg serveConfig) error {
 			return fmt.Errorf("tftp: %w", err)
 		}
 		tftpAddr = conn.LocalAddr().String()
-		ts := &tftp.Server{Files: binaries, Events: events, Log: log}
+		ts := &tftp.Server{Files: binaries, Events: events, Log: log, DrainTimeout: cfg.drainTimeout}
 		g.Go(func() error { return ts.Serve(ctx, conn) })
 	}
-	if cfg.dhcp != plan.DHCPOff {
-		ds := &dhcp.Server{Plans: live, Site: site.Name, Interface: iface, Events: events, Log: log,
-			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: cfg.dhcp,
-				Leases: &dhcp.Pool{Path: filepath.Join(cfg.stateDir, "leases-"+site.Name+".json")}}}
-		g.Go(func() error { return ds.Serve(ctx) })
+	for _, site := range sites {
+		m := mode(cfg, site)
+		switch m {
+		case plan.DHCPProxy, plan.DHCPReservation, plan.DHCPOff:
+		default:
+			return usagef("--dhcp %q: want proxy, reservation or off", m)
+		}
+		iface := cfg.iface
+		if iface == "" {
+			iface = site.Network.Interface
+		}
+		if m != plan.DHCPOff {
+			serverIP, err := netip.ParseAddr(site.Network.ServerAddress)
+			if err != nil {
+				return err
+			}
+			ds := &dhcp.Server{Plans: plans, Site: site.Name, Interface: iface, Events: events, Log: log,
+				Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m,
+					Leases: &dhcp.Pool{Path: filepath.Join(cfg.stateDir, "leases-"+site.Name+".json")}}}
+			g.Go(func() error { return ds.Serve(ctx) })
+		}
+		log.Info("serving", "site", site.Name, "plan", p.Hash, "http", httpAddr, "tftp", tftpAddr, "dhcp", m, "interface", iface)
 	}
-	log.Info("serving", "site", site.Name, "plan", p.Hash, "http", ln.Addr().String(), "tftp", tftpAddr, "dhcp", cfg.dhcp, "interface", iface)
-	return g.Wait()
+	return nil
+}
+
+func mode(cfg serveConfig, s *plan.Site) string {
+	if cfg.dhcp != "" {
+		return cfg.dhcp
+	}
+	return s.Network.DHCP
+}
+
+// waitPlan waits for the reconciler's first Plan; nil when ctx ends.
+func waitPlan(ctx context.Context, rec *reconciler.Reconciler) *plan.Plan {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if p := rec.Current(); p != nil {
+			return p
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// reloadOnHUP re-reads the settings on SIGHUP: the poll interval, the
+// keyring, the webhook secret and the log level change at once; the others
+// need a restart, and the log says which.
+func reloadOnHUP(ctx context.Context, log *slog.Logger, cfg serveConfig, reload func() (serveConfig, error), level *slog.LevelVar, settings *atomic.Pointer[reloadable], f *reconciler.Follower) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+		}
+		next, err := reload()
+		if err == nil {
+			var r reloadable
+			if r, err = next.reloadable(); err == nil {
+				settings.Store(&r)
+				level.Set(r.level)
+				if f != nil {
+					f.Configure(r.interval, r.keyring)
+				}
+				if restart := restartNeeded(cfg, next); len(restart) > 0 {
+					log.Warn("reload: these settings change only with a restart", "settings", restart)
+				}
+				log.Info("reload: settings re-read", "interval", r.interval.String(), "verify_commits", r.keyring != "", "webhook_secret", r.webhookSecret != nil, "log_level", r.level.String())
+				continue
+			}
+		}
+		log.Error("reload: settings not changed", "err", err)
+	}
+}
+
+func restartNeeded(a, b serveConfig) []string {
+	var out []string
+	for name, same := range map[string]bool{
+		"source": a.source == b.source, "ref": a.ref == b.ref, "site": a.site == b.site, "http-addr": a.httpAddr == b.httpAddr,
+		"dhcp": a.dhcp == b.dhcp, "interface": a.iface == b.iface, "tftp-addr": a.tftpAddr == b.tftpAddr, "state-dir": a.stateDir == b.stateDir,
+		"ipxe-dir": a.ipxeDir == b.ipxeDir, "allow-empty": a.allowEmpty == b.allowEmpty, "artifact-mode": a.artifactMode == b.artifactMode,
+		"git-username": a.gitUser == b.gitUser, "git-password-file": a.gitPasswordFile == b.gitPasswordFile, "git-ssh-key": a.gitSSHKey == b.gitSSHKey,
+	} {
+		if !same {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func gitSource(cfg serveConfig, workDir string) (*reconciler.Git, error) {
+	g := &reconciler.Git{URL: cfg.source, Ref: cfg.ref, Username: cfg.gitUser, SSHKeyFile: cfg.gitSSHKey, KnownHosts: cfg.gitKnownHosts, WorkDir: workDir}
+	var err error
+	if g.Password, err = readSecret(cfg.gitPasswordFile, "--git-password-file"); err != nil {
+		return nil, usageError{err.Error()}
+	}
+	if cfg.gitCAFile != "" {
+		if g.CABundle, err = os.ReadFile(cfg.gitCAFile); err != nil {
+			return nil, usagef("--git-ca-file: %v", err)
+		}
+	}
+	if err := g.Check(); err != nil {
+		return nil, usageError{err.Error()}
+	}
+	return g, nil
 }
 
 func pickSite(p *plan.Plan, name string) (*plan.Site, error) {
@@ -170,16 +484,6 @@ func pickSite(p *plan.Plan, name string) (*plan.Site, error) {
 }
 
 // sourceStatus shows the reconciler's revisions in the status API.
-type sourceStatus struct{ d *reconciler.Dir }
+type sourceStatus struct{ r *reconciler.Reconciler }
 
-func (s sourceStatus) Status() bhttp.SourceStatus {
-	st := s.d.Status()
-	conv := func(a reconciler.Attempt) bhttp.Revision {
-		r := bhttp.Revision{Revision: a.Revision, At: a.At}
-		if a.Error != nil {
-			r.Error = a.Error.Error()
-		}
-		return r
-	}
-	return bhttp.SourceStatus{Applied: conv(st.Applied), Attempted: conv(st.Attempted)}
-}
+func (s sourceStatus) Status() any { return s.r.Status() }

@@ -10,7 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/reconciler"
 )
 
 func statusCmd() *command {
@@ -51,7 +52,7 @@ func statusCmd() *command {
 			_, err := e.stdout.Write(body)
 			return err
 		}
-		var doc bhttp.StatusDoc
+		var doc statusDoc
 		if err := json.Unmarshal(body, &doc); err != nil {
 			return fmt.Errorf("%s: not a status document: %w", *server, err)
 		}
@@ -61,12 +62,59 @@ func statusCmd() *command {
 	return c
 }
 
-func printStatus(w io.Writer, doc bhttp.StatusDoc) {
+// statusDoc is GET /api/v1/status as the CLI reads it.
+type statusDoc struct {
+	Source   reconciler.Status `json:"source"`
+	Plan     string            `json:"plan"`
+	Nodes    []status.Machine  `json:"nodes"`
+	Machines []status.Machine  `json:"unknown"`
+}
+
+func printStatus(w io.Writer, doc statusDoc) {
 	src := doc.Source
-	fmt.Fprintf(w, "revision: %s (applied %s)\n", or(src.Applied.Revision, "none"), src.Applied.At.Format(time.RFC3339))
-	if src.Attempted.Error != "" {
-		fmt.Fprintf(w, "newest attempt %s refused: %s\n", src.Attempted.At.Format(time.RFC3339), firstLine(src.Attempted.Error))
+	where := src.URL
+	if src.Ref != "" {
+		where += " @ " + src.Ref
 	}
+	fmt.Fprintf(w, "source:   %s\n", where)
+	fmt.Fprintf(w, "serving:  %s", or(src.Applied.Revision, "nothing yet"))
+	if src.Applied.Message != "" {
+		fmt.Fprintf(w, " %q", src.Applied.Message)
+	}
+	if !src.Applied.At.IsZero() {
+		fmt.Fprintf(w, " (applied %s)", src.Applied.At.Local().Format(time.DateTime))
+	}
+	if src.Restored {
+		fmt.Fprintf(w, " [kept plan, not yet confirmed by the source]")
+	}
+	fmt.Fprintln(w)
+	if src.Stale {
+		fmt.Fprintf(w, "STALE:    %s\n", src.Reason)
+	}
+	if a := src.Attempted; a.Result == reconciler.ResultRefused {
+		fmt.Fprintf(w, "refused:  %s (%s): %s\n", a.Revision, a.At.Local().Format(time.DateTime), a.Error)
+		for i, e := range a.Errors {
+			if i == 10 {
+				fmt.Fprintf(w, "          … and %d more\n", a.Total-10)
+				break
+			}
+			fmt.Fprintf(w, "          %s\n", e)
+		}
+	}
+	if len(src.History) > 0 {
+		fmt.Fprintf(w, "\nlast reconciles:\n")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "AT\tREVISION\tRESULT\tNODES\tDURATION\tMESSAGE")
+		for _, a := range src.History {
+			msg := a.Message
+			if a.Error != "" {
+				msg = a.Error
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f ms\t%s\n", a.At.Local().Format("15:04:05"), shortRev(a.Revision), a.Result, a.Nodes, a.DurationMS, firstLine(msg))
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSITE\tSTATE\tSEEN\tLAST MESSAGE")
 	for _, n := range doc.Nodes {
@@ -86,6 +134,13 @@ func printStatus(w io.Writer, doc bhttp.StatusDoc) {
 		}
 		tw.Flush()
 	}
+}
+
+func shortRev(r string) string {
+	if len(r) == 40 {
+		return r[:12]
+	}
+	return r
 }
 
 func or(a, b string) string {

@@ -39,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Looks at the source (list the remote ref, fetch), by result.",
 		}, []string{"result"}),
 		revisionG: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "bootops_source_revisionGinfo",
+			Name: "bootops_source_revision_info",
 			Help: "The revision served: 1 for the current one.",
 		}, []string{"revision"}),
 		staleG: prometheus.NewGauge(prometheus.GaugeOpts{

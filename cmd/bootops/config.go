@@ -61,7 +61,7 @@ func applyConfigFile(fs *flag.FlagSet, file string) error {
 			continue
 		}
 		if err := fs.Set(k.Value, val); err != nil {
-			errs = append(errs, fmt.Errorf("%s:%d:%d: %s: %v", file, v.Line, v.Column, k.Value, err))
+			errs = append(errs, fmt.Errorf("%s:%d:%d: %s: invalid value %q (%v)", file, v.Line, v.Column, k.Value, val, err))
 		}
 	}
 	if len(errs) > 0 {

@@ -105,7 +105,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	drain, cancel := context.WithTimeoutCause(context.Background(), timeout, errors.New("http: drain deadline"))
 	defer cancel()
 	if err := srv.Shutdown(drain); err != nil {
-		return fmt.Errorf("http: shutdown: %w", err)
+		// The deadline passed: what is still in flight is cut.
+		s.logger().Warn("http: requests still in flight at the drain deadline: closed", "deadline", timeout.String())
+		srv.Close()
 	}
 	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
 		return err

@@ -11,8 +11,8 @@ GO       ?= go
 BIN      := bin/bootops
 FUZZTIME ?= 2m
 CUE_VERSION := v0.17.1
-# What the end-to-end tests and the demo boot with (DESIGN.md §5).
-LAB_DEBS := iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server kea-dhcp4-server
+# What the tests (a Git server, VMs) and the demo need (DESIGN.md §5).
+LAB_DEBS := git iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server kea-dhcp4-server
 
 export GOFLAGS := -buildvcs=false
 

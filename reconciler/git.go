@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/go-git/go-billy/v5/osfs"
@@ -152,7 +153,14 @@ func (g *Git) Head(ctx context.Context) (plumbing.ReferenceName, plumbing.Hash, 
 	case g.Ref == "" || g.Ref == "HEAD":
 		head := byName[plumbing.HEAD]
 		if head == nil {
-			return "", plumbing.ZeroHash, fmt.Errorf("git: %s has no HEAD: name a branch with --ref", Redacted(g.URL))
+			var branches []string
+			for _, r := range refs {
+				if r.Name().IsBranch() {
+					branches = append(branches, r.Name().Short())
+				}
+			}
+			slices.Sort(branches)
+			return "", plumbing.ZeroHash, fmt.Errorf("git: %s has no HEAD (or it names a branch that does not exist): name a branch with --ref (branches: %s)", Redacted(g.URL), strings.Join(branches, ", "))
 		}
 		if head.Type() == plumbing.SymbolicReference {
 			candidates = []plumbing.ReferenceName{head.Target()}

@@ -2,26 +2,27 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// TestMain lets a test run this test binary as the bootops command, to
-// send it real signals.
+// TestMain lets a test run this test binary as the bootops command (with
+// BOOTOPS_TEST_AS_MAIN=1), to send it real signals or run a script with it.
 func TestMain(m *testing.M) {
 	if os.Getenv("BOOTOPS_TEST_AS_MAIN") == "1" {
-		var args []string
-		if err := json.Unmarshal([]byte(os.Getenv("BOOTOPS_TEST_ARGS")), &args); err != nil {
-			panic(err)
-		}
-		os.Args = append([]string{"bootops"}, args...)
+		os.Args[0] = "bootops"
 		main()
 		return
 	}
@@ -32,9 +33,8 @@ func TestMain(m *testing.M) {
 // its HTTP address.
 func daemonProcess(t *testing.T, args ...string) (*exec.Cmd, string, *lockedBuffer) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	argv, _ := json.Marshal(append([]string{"serve"}, args...))
-	cmd.Env = append(os.Environ(), "BOOTOPS_TEST_AS_MAIN=1", "BOOTOPS_TEST_ARGS="+string(argv))
+	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
+	cmd.Env = append(os.Environ(), "BOOTOPS_TEST_AS_MAIN=1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -143,4 +143,80 @@ func TestSIGTERMDrains(t *testing.T) {
 		}
 	}
 
+}
+
+// The README's GitOps walk-through, run as written there (with the bootops
+// on PATH being this test binary), its shown output checked.
+func TestReadmeGitOps(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "## GitOps in five minutes\n")
+	_, rest, ok2 := strings.Cut(rest, "```sh\n")
+	block, _, ok3 := strings.Cut(rest, "```\n")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README: no GitOps walk-through")
+	}
+	dir := t.TempDir()
+	write(t, dir, "bin/bootops", "#!/bin/sh\nBOOTOPS_TEST_AS_MAIN=1 exec "+os.Args[0]+" \"$@\"\n")
+	os.Chmod(filepath.Join(dir, "bin/bootops"), 0o755)
+	if err := os.CopyFS(filepath.Join(dir, "examples/warehouse"), os.DirFS("../../examples/warehouse")); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", block)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=ops", "GIT_AUTHOR_EMAIL=ops@example.invalid",
+		"GIT_COMMITTER_NAME=ops", "GIT_COMMITTER_EMAIL=ops@example.invalid", "BOOTOPS_HTTP_ADDR="+addr, "BOOTOPS_SERVER=http://"+addr)
+	// The daemon the walk-through starts is in bash's process group: the
+	// group goes when the test ends, whatever happened.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var buf lockedBuffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	out := []byte(buf.String())
+	if err != nil {
+		log, _ := exec.Command("sh", "-c", "cat /tmp/tmp.*/serve.log 2>/dev/null | tail -5").Output()
+		t.Fatalf("walk-through: %v\n%s\n%s", err, out, log)
+	}
+	// Every output the README shows (the "# …" lines after a status
+	// command) is in the real output, SHAs and times aside.
+	var shown []string
+	after := false
+	for _, line := range strings.Split(block, "\n") {
+		switch {
+		case strings.Contains(line, "bootops status"):
+			after = true
+		case after && strings.HasPrefix(line, "# "):
+			shown = append(shown, strings.TrimPrefix(line, "# "))
+		default:
+			after = false
+		}
+	}
+	if len(shown) < 4 {
+		t.Fatalf("README shows %d output lines", len(shown))
+	}
+	for _, s := range shown {
+		re := regexp.QuoteMeta(s)
+		re = regexp.MustCompile(`[0-9a-f]+…`).ReplaceAllString(re, `[0-9a-f]+`)
+		re = regexp.MustCompile(`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d`).ReplaceAllString(re, `\d{4}-\d\d-\d\d \d\d:\d\d:\d\d`)
+		re = regexp.MustCompile(` +`).ReplaceAllString(re, `\s+`)
+		if !regexp.MustCompile(`(?m)^` + re + `\s*$`).Match(out) {
+			t.Errorf("README shows %q; the walk-through printed:\n%s", s, out)
+		}
+	}
 }

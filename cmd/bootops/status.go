@@ -18,48 +18,92 @@ func statusCmd() *command {
 	c := &command{
 		name:    "status",
 		summary: "Show the served revision and where every node stands, from a running daemon.",
-		usage:   "[--server URL] [-o table|json]",
-		example: "  bootops status --server http://127.0.0.1:8080\n  bootops status -o json | jq '.nodes[] | select(.state==\"mismatch\")'",
+		usage:   "[--server URL] [-o table|json] [--wait REV [--timeout D]]",
+		example: "  bootops status --server http://127.0.0.1:8080\n  bootops status -o json | jq '.nodes[] | select(.state==\"mismatch\")'\n" +
+			"  bootops status --wait \"$(git rev-parse HEAD)\"   # after a push: exit 0 once served, 1 if refused",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
 		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
 		format := fs.String("o", "table", "output: table or json")
+		wait := fs.String("wait", "", "wait until this revision (a commit SHA or its prefix) is served (exit 0) or refused (exit 1)")
+		timeout := fs.Duration("timeout", 2*time.Minute, "with --wait: how long to wait")
 		if err := parseNone(fs, e, args); err != nil {
 			return err
 		}
 		if *format != "table" && *format != "json" {
 			return usagef("-o %q: want table or json", *format)
 		}
-		req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimSuffix(*server, "/")+"/api/v1/status", nil)
-		if err != nil {
-			return usagef("--server %q: %v", *server, err)
-		}
-		client := &http.Client{Timeout: 10 * time.Second}
-		resp, err := client.Do(req)
-		if err != nil {
-			return fmt.Errorf("no answer from %s: %w (is `bootops serve` running there?)", *server, err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", *server, resp.Status)
+		url := strings.TrimSuffix(*server, "/") + "/api/v1/status"
+		var body []byte
+		var doc statusDoc
+		var err error
+		if *wait == "" {
+			if body, err = fetchStatus(ctx, url, &doc); err != nil {
+				return fmt.Errorf("no answer from %s: %w (is `bootops serve` running there?)", *server, err)
+			}
+		} else {
+			deadline := time.Now().Add(*timeout)
+			for {
+				body, err = fetchStatus(ctx, url, &doc)
+				if err == nil && (hasPrefix(doc.Source.Applied.Revision, *wait) || refused(doc.Source.Attempted, *wait)) {
+					break
+				}
+				if time.Now().After(deadline) {
+					if err != nil {
+						return fmt.Errorf("--wait %s: no answer from %s after %s: %w", *wait, *server, *timeout, err)
+					}
+					return fmt.Errorf("--wait %s: not served after %s (serving %s)", *wait, *timeout, or(doc.Source.Applied.Revision, "nothing"))
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
 		}
 		if *format == "json" {
-			_, err := e.stdout.Write(body)
-			return err
+			_, err = e.stdout.Write(body)
+		} else {
+			printStatus(e.stdout, doc)
 		}
-		var doc statusDoc
-		if err := json.Unmarshal(body, &doc); err != nil {
-			return fmt.Errorf("%s: not a status document: %w", *server, err)
+		if err == nil && *wait != "" && !hasPrefix(doc.Source.Applied.Revision, *wait) {
+			return errSilent // refused: the status above says why
 		}
-		printStatus(e.stdout, doc)
-		return nil
+		return err
 	}
 	return c
+}
+
+func hasPrefix(rev, want string) bool { return rev != "" && strings.HasPrefix(rev, want) }
+
+func refused(a reconciler.Attempt, want string) bool {
+	return a.Result == reconciler.ResultRefused && hasPrefix(a.Revision, want)
+}
+
+// fetchStatus GETs the status document into doc and returns its bytes.
+func fetchStatus(ctx context.Context, url string, doc *statusDoc) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return nil, usagef("--server: %v", err)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s", resp.Status)
+	}
+	if err := json.Unmarshal(body, doc); err != nil {
+		return nil, fmt.Errorf("not a status document: %w", err)
+	}
+	return body, nil
 }
 
 // statusDoc is GET /api/v1/status as the CLI reads it.

@@ -281,6 +281,33 @@ func TestGitRefs(t *testing.T) {
 	}
 }
 
+func TestGitHTTPSCustomCAAndToken(t *testing.T) {
+	rem := gitserver.NewTLS(t, repo(t))
+	rem.User, rem.Password = "x-access-token", "tok-123"
+	ctx := context.Background()
+	g := &Git{URL: rem.URL, Password: "tok-123", Username: "x-access-token", WorkDir: t.TempDir()}
+	if _, _, err := g.Head(ctx); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("without the CA: %v", err)
+	}
+	g = &Git{URL: rem.URL, Password: "tok-123", Username: "x-access-token", CABundle: rem.CA, WorkDir: t.TempDir()}
+	ref, h, err := g.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := g.Fetch(ctx, ref, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	if co.Commit.Hash != h || co.FS.BlobID("sites/s1/nodes/n1.yaml") == "" {
+		t.Errorf("fetched %s", co.Commit.Hash)
+	}
+	g = &Git{URL: rem.URL, CABundle: rem.CA, WorkDir: t.TempDir()}
+	if _, _, err := g.Head(ctx); err == nil || !strings.Contains(err.Error(), "authentication required") || !strings.Contains(err.Error(), "give credentials") {
+		t.Errorf("no token: %v", err)
+	}
+}
+
 func TestGitURLsAndCredentials(t *testing.T) {
 	for _, tc := range []struct{ url, key, want string }{
 		{"ssh://git@198.18.0.1/ops/fleet.git", "", "is an ssh URL: give the private key with --git-ssh-key"},

@@ -4,10 +4,14 @@
 package gitserver
 
 import (
+	"encoding/pem"
 	"errors"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/cgi"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +33,9 @@ type Remote struct {
 	srv  *http.Server
 	// User and Password, when set, are required (basic auth).
 	User, Password string
+	// CA is the PEM certificate of an https server (NewTLS); nil for http.
+	CA  []byte
+	tls bool
 }
 
 // Git runs the git command in dir and returns its trimmed output.
@@ -45,14 +52,19 @@ func Git(t testing.TB, dir string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// NewTLS is New over https, with a certificate of its own (r.CA).
+func NewTLS(t testing.TB, work string) *Remote { return newRemote(t, work, true) }
+
 // New makes a bare repository, turns the folder work into its working
 // clone, commits and pushes what work holds to main, and serves it.
-func New(t testing.TB, work string) *Remote {
+func New(t testing.TB, work string) *Remote { return newRemote(t, work, false) }
+
+func newRemote(t testing.TB, work string, tls bool) *Remote {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("git is needed (Debian package git): ", err)
 	}
 	root := t.TempDir()
-	r := &Remote{t: t, Bare: filepath.Join(root, "repo.git"), Work: work}
+	r := &Remote{t: t, Bare: filepath.Join(root, "repo.git"), Work: work, tls: tls}
 	Git(t, root, "init", "-q", "--bare", "-b", "main", r.Bare)
 	Git(t, r.Bare, "config", "http.receivepack", "true")
 	Git(t, r.Work, "init", "-q", "-b", "main")
@@ -107,12 +119,24 @@ func (r *Remote) start(addr string) {
 		}
 		backend.ServeHTTP(w, req)
 	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.addr = ln.Addr().String()
+	if r.tls {
+		ts := httptest.NewUnstartedServer(h)
+		ts.Listener.Close()
+		ts.Listener = ln
+		ts.Config.ErrorLog = log.New(io.Discard, "", 0) // handshakes the tests make fail
+		ts.StartTLS()
+		r.srv = ts.Config
+		r.CA = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+		r.URL = "https://" + r.addr + "/repo.git"
+		return
+	}
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
-	r.mu.Lock()
-	r.addr, r.srv = ln.Addr().String(), srv
+	r.srv = srv
 	r.URL = "http://" + r.addr + "/repo.git"
-	r.mu.Unlock()
 }
 
 // Stop takes the server down: connections are refused.

@@ -172,6 +172,9 @@ func (c *Compiler) compile(fsys fs.FS, changed map[string]bool, stats *Stats) (*
 	if len(errs) > 0 {
 		return nil, errs.sort()
 	}
+	// The kept repo outlives this compilation's files: a Git snapshot's
+	// object store must not stay reachable through it.
+	r.fsys = nil
 	c.last = newLastGood(p, r, objs)
 	return p, nil
 }

@@ -188,10 +188,14 @@ type Checkout struct {
 	Commit *object.Commit
 	FS     *treeFS
 	dir    string
+	store  *filesystem.Storage
 }
 
-// Close removes the clone.
-func (c *Checkout) Close() error { return os.RemoveAll(c.dir) }
+// Close closes the object store and removes the clone.
+func (c *Checkout) Close() error {
+	c.store.Close()
+	return os.RemoveAll(c.dir)
+}
 
 // Fetch clones ref (as Head named it) into a new folder and opens the
 // commit want. A pinned commit is fetched with its history, since a
@@ -208,15 +212,21 @@ func (g *Git) Fetch(ctx context.Context, ref plumbing.ReferenceName, want plumbi
 	if err != nil {
 		return nil, err
 	}
+	var st *filesystem.Storage
 	ok := false
 	defer func() {
 		if !ok {
+			if st != nil {
+				st.Close()
+			}
 			os.RemoveAll(dir)
 		}
 	}()
 	// On disk, not in memory: a big file or a big pack does not grow the
 	// daemon; objects above 1 MiB are read from the pack when needed.
-	st := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(16*cache.MiByte), filesystem.Options{LargeObjectThreshold: 1 << 20})
+	// KeepDescriptors: one pack reader for every object read, not one
+	// (with its buffers) per object.
+	st = filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(4*cache.MiByte), filesystem.Options{LargeObjectThreshold: 1 << 20, KeepDescriptors: true})
 	opts := &git.CloneOptions{URL: g.URL, Auth: auth, CABundle: g.CABundle, NoCheckout: true, Tags: git.NoTags}
 	if !g.Pinned() {
 		opts.ReferenceName, opts.SingleBranch, opts.Depth = ref, true, 1
@@ -254,7 +264,7 @@ func (g *Git) Fetch(ctx context.Context, ref plumbing.ReferenceName, want plumbi
 		return nil, fmt.Errorf("git: commit %s: %w", h, err)
 	}
 	ok = true
-	return &Checkout{Commit: commit, FS: tfs, dir: dir}, nil
+	return &Checkout{Commit: commit, FS: tfs, dir: dir, store: st}, nil
 }
 
 // CleanWorkDir removes clones a crash left behind.

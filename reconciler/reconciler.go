@@ -111,6 +111,9 @@ type Reconciler struct {
 	State   *State
 	Metrics *Metrics
 	Log     *slog.Logger
+	// Done, when set, is called after every reconcile (the daemon returns
+	// the compilation's garbage to the system there).
+	Done func()
 
 	mu      sync.Mutex
 	status  Status
@@ -242,6 +245,9 @@ func (r *Reconciler) Apply(snap Snapshot) (*plan.Plan, error) {
 	r.updateStale()
 	r.mu.Unlock()
 	r.Metrics.reconciled(a, time.Since(start))
+	if r.Done != nil {
+		defer r.Done()
+	}
 	if err != nil {
 		r.log().Warn("reconcile: refused; the last good plan is still served", "revision", a.Revision, "reason", a.Error, "errors", a.Total, "duration_ms", a.DurationMS)
 		return nil, err

@@ -1,6 +1,8 @@
 package reconciler
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -45,7 +47,12 @@ func (s *State) Save(v *Saved) error {
 		return err
 	}
 	defer os.Remove(f.Name())
-	if err := json.NewEncoder(f).Encode(v); err != nil {
+	w := bufio.NewWriterSize(f, 1<<20)
+	if err := encodeSaved(w, v); err != nil {
+		f.Close()
+		return err
+	}
+	if err := w.Flush(); err != nil {
 		f.Close()
 		return err
 	}
@@ -57,6 +64,71 @@ func (s *State) Save(v *Saved) error {
 		return err
 	}
 	return os.Rename(f.Name(), filepath.Join(s.Dir, savedName))
+}
+
+// encodeSaved writes v as JSON one node at a time: a 10,000-node Plan is
+// about 17 MB of JSON, which json.Marshal would hold (and grow) in memory
+// whole.
+func encodeSaved(w io.Writer, v *Saved) error {
+	head := *v
+	head.Plan = nil
+	b, err := json.Marshal(&head)
+	if err != nil {
+		return err
+	}
+	// {"source":…,"plan":null} → {"source":…,"plan":{…}}
+	b = bytes.TrimSuffix(b, []byte(`"plan":null}`))
+	w.Write(b)
+	p := v.Plan
+	put := func(prefix string, x any) error {
+		b, err := json.Marshal(x)
+		if err != nil {
+			return err
+		}
+		w.Write([]byte(prefix))
+		_, err = w.Write(b)
+		return err
+	}
+	if err := put(`"plan":{"hash":`, p.Hash); err != nil {
+		return err
+	}
+	if err := put(`,"profiles":`, p.Profiles); err != nil {
+		return err
+	}
+	if err := put(`,"microOS":`, p.MicroOS); err != nil {
+		return err
+	}
+	w.Write([]byte(`,"sites":[`))
+	for i, site := range p.Sites {
+		if i > 0 {
+			w.Write([]byte(","))
+		}
+		sh := *site
+		sh.Nodes = nil
+		b, err := json.Marshal(&sh)
+		if err != nil {
+			return err
+		}
+		// The nodes are the site's last field: {…,"nodes":null}.
+		b, ok := bytes.CutSuffix(b, []byte(`"nodes":null}`))
+		if !ok {
+			return errors.New("state: the site's JSON does not end with its nodes")
+		}
+		w.Write(b)
+		w.Write([]byte(`"nodes":[`))
+		for j, n := range site.Nodes {
+			sep := ","
+			if j == 0 {
+				sep = ""
+			}
+			if err := put(sep, n); err != nil {
+				return err
+			}
+		}
+		w.Write([]byte("]}"))
+	}
+	_, err = w.Write([]byte("]}}\n"))
+	return err
 }
 
 // Load reads the last good Plan; nil when there is none.

@@ -262,6 +262,12 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	if p := s.Plans.Current(); p != nil {
 		doc.Plan = p.Hash
+		if r.URL.Query().Get("nodes") == "0" {
+			// The source alone: what a script waiting for a revision asks.
+			doc.Nodes = nil
+			writeJSON(w, doc)
+			return
+		}
 		seen := map[string]bool{}
 		var machines []status.Machine
 		if s.Status != nil {

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -73,7 +75,7 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	fs.StringVar(&cfg.source, "source", "", "Git URL (https://, ssh://, user@host:path, git://, file://) or repository folder to serve (required)")
 	fs.StringVar(&cfg.ref, "ref", "", "Git branch, tag or commit to follow (default: the remote's default branch)")
 	fs.DurationVar(&cfg.interval, "interval", 30*time.Second, "how often to look at the Git remote (±10% jitter); a webhook looks at once")
-	fs.StringVar(&cfg.site, "site", "", "sites this daemon serves, comma-separated (default: the repository's only site)")
+	fs.StringVar(&cfg.site, "site", "", "sites this daemon serves, comma-separated (default: every site; DHCP runs for each on its network.interface)")
 	fs.StringVar(&cfg.httpAddr, "http-addr", ":8080", "HTTP listen address")
 	fs.StringVar(&cfg.dhcp, "dhcp", "", "DHCP mode: proxy, reservation or off (default: the site's network.dhcp)")
 	fs.StringVar(&cfg.iface, "interface", "", "network interface of the provisioning LAN (default: the site's network.interface)")
@@ -179,6 +181,16 @@ func (cfg serveConfig) reloadable() (reloadable, error) {
 }
 
 func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveConfig, error)) error {
+	// A daemon lives long: collect at the default pace, and hard past a
+	// soft limit that follows the live heap (a 10,000-node Plan with the
+	// compiler's caches is about 30 MB live; compiling a revision makes
+	// garbage, not live data). GOGC and GOMEMLIMIT still win when set.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(100)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		go followHeap(ctx)
+	}
 	level := new(slog.LevelVar)
 	opts := &slog.HandlerOptions{Level: level}
 	var handler slog.Handler = slog.NewJSONHandler(e.stderr, opts)
@@ -207,6 +219,16 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	metrics := reconciler.NewMetrics(reg)
 	state := &reconciler.State{Dir: cfg.stateDir}
 	rec := &reconciler.Reconciler{Compiler: comp, Live: plans, Sites: cfg.sites(), AllowEmpty: cfg.allowEmpty, State: state, Metrics: metrics, Log: log}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// A compilation's garbage goes back to the system at once: the
+		// daemon's resident size is its Plan, not its last compilation.
+		var freeing atomic.Bool
+		rec.Done = func() {
+			if freeing.CompareAndSwap(false, true) {
+				go func() { debug.FreeOSMemory(); freeing.Store(false) }()
+			}
+		}
+	}
 
 	g, ctx := errgroup.WithContext(ctx)
 	var follower *reconciler.Follower
@@ -313,6 +335,26 @@ func reloadableValues(cfg serveConfig) (reloadable, error) {
 	return r, nil
 }
 
+// followHeap keeps the soft memory limit 40 MiB above the live heap, and
+// at least 96 MiB, checking every 5 s: room for a compilation's garbage,
+// not a multiple of the Plan.
+func followHeap(ctx context.Context) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	for {
+		metrics.Read(sample)
+		live := int64(0)
+		if sample[0].Value.Kind() == metrics.KindUint64 {
+			live = int64(sample[0].Value.Uint64())
+		}
+		debug.SetMemoryLimit(max(96<<20, live+40<<20))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
 // bootPlane starts TFTP and DHCP for the sites served.
 func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, p *plan.Plan, plans boot.Plans, events *status.Memory, httpSrv *bhttp.Server, httpAddr string) error {
 	var sites []*plan.Site
@@ -323,23 +365,19 @@ func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slo
 			}
 		}
 	} else {
-		s, err := pickSite(p, "")
-		if err != nil {
-			return usageError{err.Error()}
-		}
-		sites = []*plan.Site{s}
+		sites = p.Sites // every site: each one's DHCP on its own interface
 	}
-	if len(sites) > 1 && cfg.iface != "" {
-		return usagef("--interface names one network, but %d sites are served: set network.interface in each site instead", len(sites))
-	}
-	var binaries tftp.Files
-	needDHCP := false
+	dhcpSites := 0
 	for _, s := range sites {
 		if mode(cfg, s) != plan.DHCPOff {
-			needDHCP = true
+			dhcpSites++
 		}
 	}
-	if cfg.tftpAddr != "" || needDHCP {
+	if dhcpSites > 1 && cfg.iface != "" {
+		return usagef("--interface names one network, but %d sites need DHCP: pick one with --site, or set network.interface in each site", dhcpSites)
+	}
+	var binaries tftp.Files
+	if cfg.tftpAddr != "" || dhcpSites > 0 {
 		var err error
 		if binaries, err = tftp.Load(cfg.ipxeDir); err != nil {
 			return err
@@ -468,19 +506,6 @@ func gitSource(cfg serveConfig, workDir string) (*reconciler.Git, error) {
 		return nil, usageError{err.Error()}
 	}
 	return g, nil
-}
-
-func pickSite(p *plan.Plan, name string) (*plan.Site, error) {
-	if name != "" {
-		if s := p.Site(name); s != nil {
-			return s, nil
-		}
-		return nil, fmt.Errorf("--site %q: no such site in the repository", name)
-	}
-	if len(p.Sites) == 1 {
-		return p.Sites[0], nil
-	}
-	return nil, errors.New("the repository has several sites: pick one with --site")
 }
 
 // sourceStatus shows the reconciler's revisions in the status API.

@@ -1,0 +1,247 @@
+// Command pushlive measures push-to-live latency: a generated fleet
+// repository is served by `git daemon` on loopback and followed by
+// `bootops serve`; each of N pushes changes one node, a webhook tells the
+// daemon, and the time until GET /api/v1/status reports the pushed commit
+// as served is recorded. In the same run, the reference: what a cron job
+// would do per push — `git clone --depth 1` of the same remote and
+// `bootops validate` of the checkout. At the end the daemon's RSS is read
+// from /proc.
+//
+//	go run ./test/bench/pushlive -bootops bin/bootops -nodes 1000 -pushes 50
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bootops/bootops/test/fleet"
+)
+
+func main() {
+	bin := flag.String("bootops", "bin/bootops", "the bootops binary")
+	nodes := flag.Int("nodes", 1000, "nodes in the repository")
+	sites := flag.Int("sites", 10, "sites in the repository")
+	pushes := flag.Int("pushes", 50, "pushes to measure")
+	reference := flag.Bool("reference", true, "also time the reference (git clone --depth 1 + bootops validate) per push")
+	flag.Parse()
+	if err := run(*bin, *nodes, *sites, *pushes, *reference); err != nil {
+		fmt.Fprintln(os.Stderr, "pushlive:", err)
+		os.Exit(1)
+	}
+}
+
+func run(bin string, nodes, sites, pushes int, reference bool) error {
+	bin, _ = filepath.Abs(bin)
+	work, err := os.MkdirTemp("", "pushlive-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	repo := filepath.Join(work, "fleet")
+	if err := fleet.Generate(repo, sites, nodes); err != nil {
+		return err
+	}
+	bare := filepath.Join(work, "srv", "fleet.git")
+	for _, args := range [][]string{
+		{"-C", repo, "init", "-q", "-b", "main"}, {"-C", repo, "add", "-A"}, {"-C", repo, "commit", "-q", "-m", "fleet"},
+		{"init", "-q", "--bare", "-b", "main", bare}, {"-C", repo, "push", "-q", bare, "main"},
+	} {
+		if _, err := git(args...); err != nil {
+			return err
+		}
+	}
+	gitPort, httpPort := freePort(), freePort()
+	daemon := exec.Command("git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1", "--port="+gitPort, "--base-path="+filepath.Dir(bare), filepath.Dir(bare))
+	if err := daemon.Start(); err != nil {
+		return err
+	}
+	defer daemon.Process.Kill()
+	url := "git://127.0.0.1:" + gitPort + "/fleet.git"
+	secret := filepath.Join(work, "secret")
+	os.WriteFile(secret, []byte("bench-secret\n"), 0o600)
+	serve := exec.Command(bin, "serve", "--source", url, "--interval", "1h", "--webhook-secret-file", secret,
+		"--state-dir", filepath.Join(work, "state"), "--http-addr", "127.0.0.1:"+httpPort, "--dhcp", "off", "--tftp-addr", "",
+		"--log-level", "warn")
+	serve.Stderr = os.Stderr
+	if err := serve.Start(); err != nil {
+		return err
+	}
+	defer serve.Process.Kill()
+	api := "http://127.0.0.1:" + httpPort
+	head, _ := git("-C", repo, "rev-parse", "HEAD")
+	start := time.Now()
+	if err := awaitServed(api, head, 5*time.Minute); err != nil {
+		return err
+	}
+	first := time.Since(start)
+	time.Sleep(time.Second) // the garbage of the first compilation is returned
+	rss0, hwm0 := procMem(serve.Process.Pid)
+	fmt.Printf("repository: %d nodes, %d sites; git daemon on loopback; first revision served %.2f s after start; then RSS %d MB, peak so far %d MB\n", nodes, sites, first.Seconds(), rss0>>10, hwm0>>10)
+
+	var live, ref []time.Duration
+	node := filepath.Join(repo, "sites", "site-000", "nodes")
+	files, _ := filepath.Glob(filepath.Join(node, "*.yaml"))
+	if len(files) == 0 {
+		return fmt.Errorf("no node files in %s", node)
+	}
+	for i := range pushes {
+		f := files[i%len(files)]
+		b, _ := os.ReadFile(f)
+		b = append(b, []byte(fmt.Sprintf("# push %d\n", i))...)
+		os.WriteFile(f, b, 0o644)
+		if _, err := git("-C", repo, "commit", "-q", "-am", fmt.Sprintf("push %d", i)); err != nil {
+			return err
+		}
+		if _, err := git("-C", repo, "push", "-q", bare, "main"); err != nil {
+			return err
+		}
+		sha, _ := git("-C", repo, "rev-parse", "HEAD")
+		t0 := time.Now()
+		if err := hook(api, "bench-secret", sha); err != nil {
+			return err
+		}
+		if err := awaitServed(api, sha, time.Minute); err != nil {
+			return err
+		}
+		live = append(live, time.Since(t0))
+		if reference {
+			d, err := cronJob(bin, url, work)
+			if err != nil {
+				return err
+			}
+			ref = append(ref, d)
+		}
+	}
+	fmt.Printf("bootops webhook → served, %d pushes: %s\n", pushes, summary(live))
+	if reference {
+		fmt.Printf("reference git clone --depth 1 + bootops validate, per push: %s\n", summary(ref))
+	}
+	rss, hwm := procMem(serve.Process.Pid)
+	fmt.Printf("bootops serve memory after %d pushes: RSS %d MB, peak RSS %d MB\n", pushes, rss>>10, hwm>>10)
+	return nil
+}
+
+// cronJob is the reference: a fresh shallow clone and a validation.
+func cronJob(bin, url, work string) (time.Duration, error) {
+	dir := filepath.Join(work, "cron")
+	os.RemoveAll(dir)
+	t0 := time.Now()
+	if _, err := git("clone", "-q", "--depth", "1", "--single-branch", url, dir); err != nil {
+		return 0, err
+	}
+	if b, err := exec.Command(bin, "validate", dir).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("validate: %v\n%s", err, b)
+	}
+	return time.Since(t0), nil
+}
+
+func summary(d []time.Duration) string {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	pct := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	ms := func(d time.Duration) string {
+		return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 0, 64) + " ms"
+	}
+	return fmt.Sprintf("p50 %s, p90 %s, p99 %s, max %s", ms(pct(0.50)), ms(pct(0.90)), ms(pct(0.99)), ms(s[len(s)-1]))
+}
+
+func hook(api, secret, sha string) error {
+	body := []byte(`{"ref":"refs/heads/main","after":"` + sha + `"}`)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	req, _ := http.NewRequest("POST", api+"/hooks/git", bytes.NewReader(body))
+	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	req.Header.Set("X-GitHub-Event", "push")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("webhook: %s", resp.Status)
+	}
+	return nil
+}
+
+// awaitServed polls the status API (every 5 ms) until sha is served.
+func awaitServed(api, sha string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	client := &http.Client{Timeout: 5 * time.Second}
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", api+"/api/v1/status?nodes=0", nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			var doc struct {
+				Source struct {
+					Applied   struct{ Revision string }
+					Attempted struct{ Revision, Error string }
+				}
+			}
+			err = json.NewDecoder(resp.Body).Decode(&doc)
+			resp.Body.Close()
+			if err == nil && doc.Source.Applied.Revision == sha {
+				return nil
+			}
+			if err == nil && doc.Source.Attempted.Revision == sha && doc.Source.Attempted.Error != "" {
+				return fmt.Errorf("%s refused: %s", sha, doc.Source.Attempted.Error)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not served within %s (last error: %v)", sha, timeout, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func git(args ...string) (string, error) {
+	cmd := exec.Command("git", args...)
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=bench", "GIT_AUTHOR_EMAIL=bench@example.invalid", "GIT_COMMITTER_NAME=bench", "GIT_COMMITTER_EMAIL=bench@example.invalid")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func freePort() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// procMem reads VmRSS and VmHWM (kB) of a process.
+func procMem(pid int) (rss, hwm int) {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 {
+			switch f[0] {
+			case "VmRSS:":
+				rss, _ = strconv.Atoi(f[1])
+			case "VmHWM:":
+				hwm, _ = strconv.Atoi(f[1])
+			}
+		}
+	}
+	return
+}

@@ -12,7 +12,7 @@ BIN      := bin/bootops
 FUZZTIME ?= 2m
 CUE_VERSION := v0.17.1
 # What the tests (a Git server, VMs) and the demo need (DESIGN.md §5).
-LAB_DEBS := git iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server kea-dhcp4-server
+LAB_DEBS := git openssh-server openssh-client iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server kea-dhcp4-server
 
 export GOFLAGS := -buildvcs=false
 

@@ -12,5 +12,11 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 echo "installing: ${missing[*]}"
+# Packages with a daemon (ssh, dhcp, nginx) must not start it on install:
+# the tests start what they need on loopback or in their own namespaces.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

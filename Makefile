@@ -43,6 +43,7 @@ demo: build lab-deps
 
 bench: build
 	@bash test/bench/compile.sh
+	@bash test/bench/gitops.sh
 
 fuzz: go-check
 	$(GO) test ./compiler -run XXX -fuzz FuzzLoad -fuzztime $(FUZZTIME)

@@ -256,3 +256,27 @@ func TestServeConfigErrors(t *testing.T) {
 		t.Errorf("bad keyring: %d %s", code, errs)
 	}
 }
+
+// The README's example settings file is one serve accepts.
+func TestReadmeConfigFile(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "```yaml\n# /etc/bootops/serve.yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```\n")
+	if !ok || !ok2 {
+		t.Fatal("README: no example settings file")
+	}
+	file := filepath.Join(t.TempDir(), "serve.yaml")
+	write(t, filepath.Dir(file), "serve.yaml", block)
+	c := serveCmd()
+	e := &env{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
+	cfg, err := c.serveConfig(e, []string{"--config", file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.source != "https://git.example.com/ops/fleet.git" || cfg.site != "store-0042" || cfg.interval != time.Minute || cfg.verifyCommits == "" {
+		t.Errorf("settings read: %+v", cfg)
+	}
+}

@@ -17,6 +17,7 @@ const (
 	KindTFTP   = "tftp"   // a TFTP transfer ended
 	KindScript = "script" // an iPXE script was served
 	KindFile   = "file"   // an artifact (kernel, initrd) was served
+	KindAgent  = "agent"  // the agent in the Micro-OS reported
 )
 
 // Node states (DESIGN.md §4) the boot plane can tell.
@@ -26,6 +27,11 @@ const (
 	StateBooting    = "booting"
 	StateMismatch   = "mismatch"
 	StateHeld       = "held"
+	// States the agent's reports put a node in.
+	StateMicroOS      = "microos"      // the agent checked in
+	StateProvisioning = "provisioning" // running action i/N
+	StateProvisioned  = "provisioned"
+	StateFailed       = "failed"
 )
 
 // Event is one thing the boot plane did for a machine.
@@ -45,6 +51,20 @@ type Event struct {
 	State   string `json:"state,omitempty"`
 	Message string `json:"message"`
 	Error   bool   `json:"error,omitempty"`
+
+	// What the agent reported (KindAgent events): the workflow action, its
+	// place in the workflow, bytes done of total and the rate.
+	Action string  `json:"action,omitempty"`
+	Step   int     `json:"step,omitempty"`
+	Steps  int     `json:"steps,omitempty"`
+	Bytes  int64   `json:"bytes,omitempty"`
+	Total  int64   `json:"total,omitempty"`
+	Rate   float64 `json:"rate,omitempty"`
+	// Seq is the agent's sequence number of the event (duplicates from a
+	// resent batch are dropped); Generation is the reprovision generation
+	// a "provisioned" event installed.
+	Seq        uint64 `json:"seq,omitempty"`
+	Generation int    `json:"generation,omitempty"`
 }
 
 // Key is what events are grouped by: site/node, or the machine's MAC (or

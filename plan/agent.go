@@ -1,0 +1,98 @@
+package plan
+
+import "time"
+
+// The agent API: what bootops-agent, in the Micro-OS, and the boot server
+// say to each other. Every request carries the node's token in the
+// Authorization header ("Bearer <token>"); the token is on the node's
+// kernel command line (bootops.token=…), derived from the server's secret.
+//
+//	POST /api/v1/agent/checkin   CheckIn → CheckInReply
+//	POST /api/v1/agent/events    EventBatch → EventAck (sent once stored durably)
+const (
+	AgentCheckInPath = "/api/v1/agent/checkin"
+	AgentEventsPath  = "/api/v1/agent/events"
+)
+
+// Kernel command line keys the rendered iPXE script sets.
+const (
+	CmdlineServer = "bootops.server"
+	CmdlineNode   = "bootops.node"
+	CmdlineSite   = "bootops.site"
+	CmdlineToken  = "bootops.token"
+)
+
+// CheckIn is the agent's first request: who the machine is and what it has.
+type CheckIn struct {
+	Site string `json:"site"`
+	Node string `json:"node"` // from the kernel command line; "" for an unknown machine
+	// Identity as the machine reads it: every NIC's MAC, the SMBIOS UUID
+	// and serial.
+	Identity Identity `json:"identity"`
+	Arch     string   `json:"arch"`
+	Disks    []Disk   `json:"disks"`
+	Agent    string   `json:"agent"` // the agent's version
+}
+
+// Disk is one block device the agent found.
+type Disk struct {
+	Name      string `json:"name"` // vda, sda, nvme0n1
+	Size      int64  `json:"size"` // bytes
+	Model     string `json:"model,omitempty"`
+	Serial    string `json:"serial,omitempty"`
+	Removable bool   `json:"removable,omitempty"`
+}
+
+// CheckInReply tells the agent what to do.
+type CheckInReply struct {
+	// Workflow is set when the machine is to be provisioned.
+	Workflow *Workflow `json:"workflow,omitempty"`
+	// Generation is the node's reprovision generation this workflow
+	// installs: the "provisioned" event carries it back.
+	Generation int `json:"generation"`
+	// Hold, when set, says why the machine waits (an unknown machine under
+	// the hold policy): the agent checks in again every RetrySeconds.
+	Hold         string `json:"hold,omitempty"`
+	RetrySeconds int    `json:"retrySeconds,omitempty"`
+}
+
+// Agent event kinds.
+const (
+	AgentStarted     = "started"     // an action started
+	AgentProgress    = "progress"    // bytes of an action
+	AgentLog         = "log"         // a line of output
+	AgentActionDone  = "done"        // an action succeeded
+	AgentFailed      = "failed"      // an action failed for good (after its retries)
+	AgentRetry       = "retry"       // an action failed and will be retried
+	AgentProvisioned = "provisioned" // every action succeeded
+)
+
+// AgentEvent is one thing the agent reports.
+type AgentEvent struct {
+	// Seq numbers the agent's events from 1: a batch resent after a lost
+	// acknowledgement is not stored twice.
+	Seq     uint64    `json:"seq"`
+	Time    time.Time `json:"time"`
+	Type    string    `json:"type"`
+	Action  string    `json:"action,omitempty"` // the action's name
+	Step    int       `json:"step,omitempty"`   // 1-based
+	Steps   int       `json:"steps,omitempty"`
+	Bytes   int64     `json:"bytes,omitempty"`
+	Total   int64     `json:"total,omitempty"` // 0 when unknown
+	Rate    float64   `json:"rate,omitempty"`  // bytes per second
+	Message string    `json:"message,omitempty"`
+	// Generation is set on the provisioned event.
+	Generation int `json:"generation,omitempty"`
+}
+
+// EventBatch is a POST to AgentEventsPath.
+type EventBatch struct {
+	Site   string       `json:"site"`
+	Node   string       `json:"node"`
+	Events []AgentEvent `json:"events"`
+}
+
+// EventAck says up to which Seq the server has stored the events durably.
+type EventAck struct {
+	Acked uint64 `json:"acked"`
+}

@@ -16,16 +16,21 @@ const (
 
 // Kernel command line keys the rendered iPXE script sets.
 const (
-	CmdlineServer = "bootops.server"
-	CmdlineNode   = "bootops.node"
-	CmdlineSite   = "bootops.site"
-	CmdlineToken  = "bootops.token"
+	CmdlineServer  = "bootops.server"
+	CmdlineNode    = "bootops.node"
+	CmdlineSite    = "bootops.site"
+	CmdlineToken   = "bootops.token"
+	CmdlineMachine = "bootops.machine" // an unknown machine's key, set by the server
 )
 
 // CheckIn is the agent's first request: who the machine is and what it has.
 type CheckIn struct {
 	Site string `json:"site"`
 	Node string `json:"node"` // from the kernel command line; "" for an unknown machine
+	// Machine is what an unknown machine booted as (bootops.machine=, set
+	// by the server: "mac:…", else "uuid:…" or "serial:…"): its token is
+	// bound to it.
+	Machine string `json:"machine,omitempty"`
 	// Identity as the machine reads it: every NIC's MAC, the SMBIOS UUID
 	// and serial.
 	Identity Identity `json:"identity"`
@@ -87,12 +92,28 @@ type AgentEvent struct {
 
 // EventBatch is a POST to AgentEventsPath.
 type EventBatch struct {
-	Site   string       `json:"site"`
-	Node   string       `json:"node"`
-	Events []AgentEvent `json:"events"`
+	Site    string       `json:"site"`
+	Node    string       `json:"node"`
+	Machine string       `json:"machine,omitempty"` // an unknown machine's (see CheckIn)
+	Events  []AgentEvent `json:"events"`
 }
 
 // EventAck says up to which Seq the server has stored the events durably.
 type EventAck struct {
 	Acked uint64 `json:"acked"`
+}
+
+// MachineKey names an unknown machine by what it booted with: its MAC,
+// else its UUID, else its serial ("" if none).
+func MachineKey(m Machine) string {
+	m = m.normalize()
+	switch {
+	case m.MAC != "":
+		return "mac:" + m.MAC
+	case m.UUID != "":
+		return "uuid:" + m.UUID
+	case m.Serial != "":
+		return "serial:" + m.Serial
+	}
+	return ""
 }

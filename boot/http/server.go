@@ -56,6 +56,10 @@ type Server struct {
 	Binaries interface {
 		Lookup(name string) ([]byte, bool)
 	}
+	// Store keeps the agent's events durably (nil: Events, in memory).
+	Store AgentStore
+	// AgentCount counts agent requests by result (AgentOK, …); may be nil.
+	AgentCount func(result string)
 	// Routes are more handlers on the same listener, by pattern (the
 	// webhook, the metrics).
 	Routes map[string]http.Handler
@@ -73,6 +77,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /artifacts/microos/{name}/{file}", s.artifact)
 	mux.HandleFunc("GET /tftp/{file}", s.binary)
 	mux.HandleFunc("GET /api/v1/status", s.status)
+	mux.HandleFunc("POST "+plan.AgentCheckInPath, s.checkin)
+	mux.HandleFunc("POST "+plan.AgentEventsPath, s.agentEvents)
 	mux.HandleFunc("GET /api/v1/events", s.events)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -186,7 +192,10 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 			ev.Site, ev.Node = d.Node.Site, d.Node.Name
 		}
 	case d.Boots():
-		token := s.Tokens.Token(d.Site.Name, "unknown-"+id.Machine.MAC+id.Machine.UUID+id.Machine.Serial)
+		// The token is bound to what the machine booted as, which the
+		// agent presents again: it follows the token on the kernel line.
+		key := plan.MachineKey(id.Machine)
+		token := UnknownToken(s.Tokens, d.Site.Name, key) + " " + plan.CmdlineMachine + "=" + key
 		body = strings.ReplaceAll(d.Site.Unknown.IPXE, plan.TokenPlaceholder, token)
 		ev.State = status.StateBooting
 		if d.Policy == plan.PolicyHold {

@@ -89,7 +89,7 @@ func TestScripts(t *testing.T) {
 		"serial match":         {"serial=ser-a&mac=52:54:00:99:99:99&site=lab", "bootops.node=a bootops.token=tok-lab-a", status.StateBooting, "lab/a"},
 		"mac, reprovision due": {"mac=52-54-00-00-00-0B", "bootops.node=b bootops.token=tok-lab-b", status.StateBooting, "lab/b"},
 		"mismatch":             {"mac=52:54:00:00:00:0b&serial=SER-A", "REFUSED", status.StateMismatch, "lab/a"},
-		"unknown provision":    {"serial=NEW1&site=lab", "# unknown\nkernel k bootops.token=tok-lab-unknown-NEW1", status.StateBooting, "serial:NEW1"},
+		"unknown provision":    {"serial=NEW1&site=lab", "# unknown\nkernel k bootops.token=tok-lab-unknown-serial:NEW1 bootops.machine=serial:NEW1", status.StateBooting, "serial:NEW1"},
 		"unknown ignored":      {"mac=52:54:00:12:34:56&site=quiet", "site quiet ignores unknown machines\nexit 1", "", "mac:52:54:00:12:34:56"},
 		"junk identity":        {"serial=To%20Be%20Filled&uuid=00000000-0000-0000-0000-000000000000&mac=zz&site=lab", "# unknown", status.StateBooting, "ip:192.0.2.1"},
 		"no token left":        {"serial=SER-A", "bootops.token=tok-lab-a\n", status.StateBooting, "lab/a"},

@@ -117,8 +117,10 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "check-in: wrong or missing token for the unknown machine "+c.Machine)
 			return
 		}
-		ev.UUID, ev.Serial = "", ""
 		keyed(&ev, c.Machine)
+		if strings.HasPrefix(c.Machine, "serial:") {
+			ev.UUID = "" // the key is the serial: the event must not be keyed by the UUID
+		}
 		m := plan.Machine{UUID: c.Identity.UUID, Serial: c.Identity.Serial}
 		if mac, ok := strings.CutPrefix(c.Machine, "mac:"); ok {
 			m.MAC = mac

@@ -280,3 +280,49 @@ func TestReadmeConfigFile(t *testing.T) {
 		t.Errorf("settings read: %+v", cfg)
 	}
 }
+
+// An unknown machine boots; `status --unknown` shows it with a Node to
+// commit; `enroll` writes that Node; once it is in the repository the
+// machine is that node. `logs` shows the timelines.
+func TestUnknownEnrollLogs(t *testing.T) {
+	repo := demoRepo(t)
+	d := startDaemon(t, nil, "--source", repo, "--state-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--dhcp", "off", "--tftp-addr", "")
+	server := "http://" + d.addr
+	if _, body := d.get("/ipxe?mac=52:54:00:ab:cd:ef&serial=NEWBOX-7&site=lab"); !strings.Contains(body, "bootops.machine=mac:52:54:00:ab:cd:ef") {
+		t.Fatalf("unknown machine's script:\n%s", body)
+	}
+	code, out, errs := bootops(t, nil, "status", "--server", server, "--unknown")
+	want := "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: newbox-7\nsite: lab\nidentity:\n  serial: \"NEWBOX-7\"\n  mac: \"52:54:00:ab:cd:ef\"\n"
+	if code != 0 || !strings.Contains(out, "# mac:52:54:00:ab:cd:ef (booting)") || !strings.Contains(out, want) {
+		t.Errorf("status --unknown: %d %s\n%s", code, errs, out)
+	}
+	nodes := filepath.Join(repo, "sites/lab/nodes")
+	code, out, errs = bootops(t, nil, "enroll", "mac:52:54:00:ab:cd:ef", "--server", server, "-o", nodes)
+	if code != 0 || !strings.Contains(out, "wrote "+filepath.Join(nodes, "newbox-7.yaml")) {
+		t.Fatalf("enroll: %d %s %s", code, out, errs)
+	}
+	// Enrolling again would overwrite: refused.
+	if code, _, errs := bootops(t, nil, "enroll", "newbox-7", "--server", server, "-o", nodes); code != 1 || !strings.Contains(errs, "file exists") {
+		t.Errorf("second enroll: %d %s", code, errs)
+	}
+	// The daemon follows the folder: the machine is now node newbox-7.
+	var body string
+	for i := 0; i < 100 && !strings.Contains(body, "bootops.node=newbox-7"); i++ {
+		time.Sleep(50 * time.Millisecond)
+		_, body = d.get("/ipxe?mac=52:54:00:ab:cd:ef&serial=NEWBOX-7&site=lab")
+	}
+	if !strings.Contains(body, "bootops.node=newbox-7") {
+		t.Fatalf("the enrolled node is not served:\n%s", body)
+	}
+	code, out, errs = bootops(t, nil, "logs", "newbox-7", "--server", server)
+	if code != 0 || !regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}   script \[booting\] served the Micro-OS script of profile demo-disk`).MatchString(out) {
+		t.Errorf("logs: %d %s\n%s", code, errs, out)
+	}
+	// Its history as an unknown machine joined the node's.
+	if !strings.Contains(out, "unknown machine: no registered node has mac 52:54:00:ab:cd:ef") {
+		t.Errorf("the node's logs lack its unknown past:\n%s", out)
+	}
+	if code, _, errs := bootops(t, nil, "logs", "nope", "--server", server); code != 1 || !strings.Contains(errs, `no node "nope"`) {
+		t.Errorf("logs nope: %d %s", code, errs)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,8 +19,10 @@ func statusCmd() *command {
 	c := &command{
 		name:    "status",
 		summary: "Show the served revision and where every node stands, from a running daemon.",
-		usage:   "[--server URL] [-o table|json] [--wait REV [--timeout D]]",
+		usage:   "[--server URL] [-o table|json] [--watch] [--unknown] [--wait REV [--timeout D]]",
 		example: "  bootops status --server http://127.0.0.1:8080\n  bootops status -o json | jq '.nodes[] | select(.state==\"mismatch\")'\n" +
+			"  bootops status --watch                            # refreshes every 2 s\n" +
+			"  bootops status --unknown                          # unknown machines, with a Node to commit for each\n" +
 			"  bootops status --wait \"$(git rev-parse HEAD)\"   # after a push: exit 0 once served, 1 if refused",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
@@ -28,8 +31,21 @@ func statusCmd() *command {
 		format := fs.String("o", "table", "output: table or json")
 		wait := fs.String("wait", "", "wait until this revision (a commit SHA or its prefix) is served (exit 0) or refused (exit 1)")
 		timeout := fs.Duration("timeout", 2*time.Minute, "with --wait: how long to wait")
+		watch := fs.Bool("watch", false, "refresh the table every 2 s until interrupted")
+		unknown := fs.Bool("unknown", false, "show the machines that are no node, each with a Node object to commit")
 		if err := parseNone(fs, e, args); err != nil {
 			return err
+		}
+		if *unknown {
+			var doc statusDoc
+			if _, err := fetchStatus(ctx, strings.TrimSuffix(*server, "/")+"/api/v1/status", &doc); err != nil {
+				return fmt.Errorf("no answer from %s: %w (is `bootops serve` running there?)", *server, err)
+			}
+			printUnknown(e.stdout, doc.Machines)
+			return nil
+		}
+		if *watch {
+			return watchStatus(ctx, e, strings.TrimSuffix(*server, "/")+"/api/v1/status")
 		}
 		if *format != "table" && *format != "json" {
 			return usagef("-o %q: want table or json", *format)
@@ -73,6 +89,99 @@ func statusCmd() *command {
 		return err
 	}
 	return c
+}
+
+// watchStatus redraws the table every 2 s (in place on a terminal).
+func watchStatus(ctx context.Context, e *env, url string) error {
+	tty := false
+	if f, ok := e.stdout.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	for {
+		var doc statusDoc
+		var buf strings.Builder
+		if _, err := fetchStatus(ctx, url, &doc); err != nil {
+			fmt.Fprintf(&buf, "%s: no answer: %v\n", time.Now().Format("15:04:05"), err)
+		} else {
+			printStatus(&buf, doc)
+		}
+		if tty {
+			io.WriteString(e.stdout, "\033[H\033[2J")
+		} else {
+			fmt.Fprintf(e.stdout, "--- %s\n", time.Now().Format(time.DateTime))
+		}
+		io.WriteString(e.stdout, buf.String())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// printUnknown lists the machines that are no node, each with a Node
+// object that registers it (`bootops enroll` writes it to a file).
+func printUnknown(w io.Writer, ms []status.Machine) {
+	if len(ms) == 0 {
+		fmt.Fprintln(w, "no unknown machines")
+		return
+	}
+	for _, m := range ms {
+		fmt.Fprintf(w, "# %s (%s): %s\n", m.Key, m.State, firstLine(m.Last.Message))
+		fmt.Fprintf(w, "# bootops enroll %s -o sites/%s/nodes\n", m.Key, or(m.Site, "SITE"))
+		fmt.Fprintln(w, nodeYAML(m))
+		fmt.Fprintln(w, "---")
+	}
+}
+
+// nodeYAML is a Node object registering the machine.
+func nodeYAML(m status.Machine) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: %s\n", suggestName(m))
+	if m.Site != "" {
+		fmt.Fprintf(&b, "site: %s\n", m.Site)
+	}
+	b.WriteString("identity:\n")
+	if m.Serial != "" {
+		fmt.Fprintf(&b, "  serial: %q\n", m.Serial)
+	}
+	if m.UUID != "" {
+		fmt.Fprintf(&b, "  uuid: %s\n", m.UUID)
+	}
+	if m.MAC != "" {
+		fmt.Fprintf(&b, "  mac: %q\n", m.MAC)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// suggestName makes a node name from the serial, else the MAC.
+func suggestName(m status.Machine) string {
+	src := m.Serial
+	if src == "" {
+		src = strings.ReplaceAll(m.MAC, ":", "")
+	}
+	if src == "" {
+		src = m.UUID
+	}
+	var b strings.Builder
+	for _, r := range strings.ToLower(src) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		case b.Len() > 0 && !strings.HasSuffix(b.String(), "-"):
+			b.WriteRune('-')
+		}
+	}
+	name := strings.Trim(b.String(), "-")
+	if len(name) > 63 {
+		name = strings.Trim(name[:63], "-")
+	}
+	if name == "" {
+		name = "node"
+	}
+	return name
 }
 
 func hasPrefix(rev, want string) bool { return rev != "" && strings.HasPrefix(rev, want) }
@@ -160,13 +269,22 @@ func printStatus(w io.Writer, doc statusDoc) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSITE\tSTATE\tSEEN\tLAST MESSAGE")
+	fmt.Fprintln(tw, "NODE\tSITE\tSTATE\tACTION\tPROGRESS\tSEEN\tLAST MESSAGE")
 	for _, n := range doc.Nodes {
 		seen := "-"
 		if !n.Last.Time.IsZero() {
-			seen = n.Last.Time.Format("15:04:05")
+			seen = n.Last.Time.Local().Format("15:04:05")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, n.Site, n.State, seen, firstLine(n.Last.Message))
+		action, prog := "-", "-"
+		if l := n.Last; l.Steps > 0 && (n.State == status.StateProvisioning || n.State == status.StateFailed) {
+			action = fmt.Sprintf("%d/%d %s", l.Step, l.Steps, l.Action)
+			if l.Total > 0 {
+				prog = fmt.Sprintf("%d%%", l.Bytes*100/l.Total)
+			} else if l.Bytes > 0 {
+				prog = fmt.Sprintf("%d MB", l.Bytes>>20)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Site, n.State, action, prog, seen, firstLine(n.Last.Message))
 	}
 	tw.Flush()
 	if len(doc.Machines) > 0 {

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/bootops/bootops/boot/status"
+)
+
+func logsCmd() *command {
+	c := &command{
+		name:    "logs",
+		summary: "Show one node's timeline — DHCP, TFTP, scripts, the agent's actions and output — from a running daemon.",
+		usage:   "NODE|SITE/NODE|mac:… [--server URL] [-f]",
+		example: "  bootops logs rack1-12\n  bootops logs lab/vm-serial -f         # follow: new events as they come\n  bootops logs mac:52:54:00:12:34:56     # an unknown machine",
+	}
+	c.run = func(ctx context.Context, e *env, args []string) error {
+		fs := c.flags(e)
+		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
+		follow := fs.Bool("f", false, "follow: keep printing new events until interrupted")
+		pos, err := parse(fs, e, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return usagef("want one node (NODE, SITE/NODE or a machine key such as mac:…)")
+		}
+		base := strings.TrimSuffix(*server, "/")
+		key, err := machineKey(ctx, base, pos[0])
+		if err != nil {
+			return err
+		}
+		var last time.Time
+		seen := 0
+		for {
+			var evs []status.Event
+			if err := getJSON(ctx, base+"/api/v1/events?key="+url.QueryEscape(key), &evs); err != nil {
+				return fmt.Errorf("no answer from %s: %w", *server, err)
+			}
+			for _, ev := range evs {
+				// Events come oldest first; print what is newer than the
+				// last one printed (equal times: those past the count).
+				if ev.Time.Before(last) || (ev.Time.Equal(last) && seen > 0) {
+					continue
+				}
+				printEvent(e.stdout, ev)
+				last = ev.Time
+				seen++
+			}
+			if !*follow {
+				if len(evs) == 0 {
+					fmt.Fprintf(e.stderr, "no events for %s yet\n", key)
+				}
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	return c
+}
+
+func printEvent(w io.Writer, ev status.Event) {
+	mark := " "
+	if ev.Error {
+		mark = "!"
+	}
+	state := ""
+	if ev.State != "" {
+		state = " [" + ev.State + "]"
+	}
+	fmt.Fprintf(w, "%s %s %-6s%s %s\n", ev.Time.Local().Format("2006-01-02 15:04:05.000"), mark, ev.Kind, state, ev.Message)
+}
+
+// machineKey turns what the user typed into a status key: SITE/NODE and
+// mac:/uuid:/serial: keys as they are, a bare node name looked up.
+func machineKey(ctx context.Context, base, arg string) (string, error) {
+	if strings.Contains(arg, "/") || strings.Contains(arg, ":") {
+		return arg, nil
+	}
+	var doc statusDoc
+	if _, err := fetchStatus(ctx, base+"/api/v1/status", &doc); err != nil {
+		return "", fmt.Errorf("no answer from %s: %w (is `bootops serve` running there?)", base, err)
+	}
+	var keys []string
+	for _, n := range doc.Nodes {
+		if n.Node == arg {
+			keys = append(keys, n.Site+"/"+n.Node)
+		}
+	}
+	switch len(keys) {
+	case 1:
+		return keys[0], nil
+	case 0:
+		return "", fmt.Errorf("no node %q is served by %s", arg, base)
+	}
+	return "", usagef("node %q is in several sites: name one of %s", arg, strings.Join(keys, ", "))
+}
+
+func getJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(v)
+}
+
+func enrollCmd() *command {
+	c := &command{
+		name:    "enroll",
+		summary: "Write the Node object that registers an unknown machine the daemon has seen.",
+		usage:   "MACHINE -o DIR [--server URL] [--name N]",
+		example: "  bootops status --unknown                              # what is there to enroll\n" +
+			"  bootops enroll mac:52:54:00:12:34:56 -o sites/lab/nodes\n  git add sites/lab/nodes && git commit -m 'enroll 52:54:00:12:34:56'",
+	}
+	c.run = func(ctx context.Context, e *env, args []string) error {
+		fs := c.flags(e)
+		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
+		out := fs.String("o", "", "folder to write <name>.yaml into (required)")
+		name := fs.String("name", "", "the node's name (default: from its serial, else its MAC)")
+		pos, err := parse(fs, e, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 || *out == "" {
+			return usagef("want one machine (a key from `bootops status --unknown`, or its MAC, UUID or serial) and -o DIR")
+		}
+		var doc statusDoc
+		if _, err := fetchStatus(ctx, strings.TrimSuffix(*server, "/")+"/api/v1/status", &doc); err != nil {
+			return fmt.Errorf("no answer from %s: %w (is `bootops serve` running there?)", *server, err)
+		}
+		want := strings.ToLower(pos[0])
+		var found []status.Machine
+		for _, m := range doc.Machines {
+			for _, v := range []string{m.Key, m.MAC, m.UUID, strings.ToLower(m.Serial)} {
+				if v != "" && strings.ToLower(v) == want {
+					found = append(found, m)
+					break
+				}
+			}
+		}
+		switch len(found) {
+		case 0:
+			return fmt.Errorf("no unknown machine %q (see `bootops status --unknown`)", pos[0])
+		case 1:
+		default:
+			return fmt.Errorf("%q names %d machines: use a key from `bootops status --unknown`", pos[0], len(found))
+		}
+		m := found[0]
+		n := suggestName(m)
+		if *name != "" {
+			n = *name
+		}
+		body := strings.Replace(nodeYAML(m), "name: "+suggestName(m)+"\n", "name: "+n+"\n", 1) + "\n"
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
+		path := filepath.Join(*out, n+".yaml")
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return fmt.Errorf("write %s: %w (pick another --name)", path, err)
+		}
+		if _, err := io.WriteString(f, body); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "wrote %s: commit it, and the machine is node %s on its next boot\n", path, n)
+		return nil
+	}
+	return c
+}

@@ -129,8 +129,8 @@ func enrollCmd() *command {
 		name:    "enroll",
 		summary: "Write the Node object that registers an unknown machine the daemon has seen.",
 		usage:   "MACHINE -o DIR [--server URL] [--name N]",
-		example: "  bootops status --unknown                              # what is there to enroll\n" +
-			"  bootops enroll mac:52:54:00:12:34:56 -o sites/lab/nodes\n  git add sites/lab/nodes && git commit -m 'enroll 52:54:00:12:34:56'",
+		example: "  bootops enroll mac:52:54:00:12:34:56 -o sites/lab/nodes   # a key from `bootops status --unknown`\n" +
+			"  git add sites/lab/nodes && git commit -m 'enroll 52:54:00:12:34:56'",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)

@@ -74,8 +74,9 @@ const (
 
 // AgentEvent is one thing the agent reports.
 type AgentEvent struct {
-	// Seq numbers the agent's events from 1: a batch resent after a lost
-	// acknowledgement is not stored twice.
+	// Seq numbers the agent's events, increasing, and unique to the node
+	// across its boots (the agent starts from its clock in microseconds):
+	// a batch resent after a lost acknowledgement is not stored twice.
 	Seq     uint64    `json:"seq"`
 	Time    time.Time `json:"time"`
 	Type    string    `json:"type"`

@@ -16,7 +16,6 @@ import (
 // event only once RecordSync returned for it.
 type AgentStore interface {
 	RecordSync(events ...status.Event) error
-	LastSeq(key string) uint64
 }
 
 // Results of agent requests, for a counter.
@@ -160,11 +159,10 @@ func (s *Server) agentEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var want string
-	key := ""
 	if b.Node != "" {
-		want, key = s.Tokens.Token(b.Site, b.Node), b.Site+"/"+b.Node
+		want = s.Tokens.Token(b.Site, b.Node)
 	} else if b.Machine != "" {
-		want, key = UnknownToken(s.Tokens, b.Site, b.Machine), b.Machine
+		want = UnknownToken(s.Tokens, b.Site, b.Machine)
 	}
 	if !authorized(r, want) {
 		s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "events: wrong or missing token")
@@ -179,10 +177,10 @@ func (s *Server) agentEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.count(AgentOK)
+	// What this batch held is stored (or was already): acknowledge up to
+	// its highest number, never more — a store's older, higher numbers
+	// (from an earlier boot) must not acknowledge events not sent yet.
 	var acked uint64
-	if s.Store != nil {
-		acked = s.Store.LastSeq(key)
-	}
 	for _, a := range b.Events {
 		acked = max(acked, a.Seq)
 	}

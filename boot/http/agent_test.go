@@ -94,15 +94,6 @@ func (f *fakeStore) RecordSync(evs ...status.Event) error {
 	return nil
 }
 
-func (f *fakeStore) LastSeq(key string) uint64 {
-	var n uint64
-	for _, e := range f.events {
-		if e.Key() == key {
-			n = max(n, e.Seq)
-		}
-	}
-	return n
-}
 
 var errDisk = &json.UnsupportedValueError{Str: "disk full"}
 

@@ -1,8 +1,8 @@
 // Package status records what the boot plane did, as timestamped events
 // keyed by node (or by an unknown machine's identifiers), and derives each
 // node's state from them. The store is an interface: this package's Memory
-// store is bounded and forgets on restart; the durable store comes with the
-// agent.
+// store is bounded and forgets on restart; Durable keeps the same in a bbolt
+// file and acknowledges the agent's events only once they are on disk.
 package status
 
 import (
@@ -161,14 +161,7 @@ func (s *Memory) Record(e Event) {
 		en = &entry{m: Machine{Key: k, State: StateRegistered}}
 		s.machines[k] = en
 	}
-	m := &en.m
-	m.Site, m.Node = or(e.Site, m.Site), or(e.Node, m.Node)
-	m.MAC, m.UUID, m.Serial = or(e.MAC, m.MAC), or(e.UUID, m.UUID), or(e.Serial, m.Serial)
-	if e.State != "" {
-		m.State = e.State
-	}
-	m.Last = e
-	m.Events++
+	en.m.apply(e)
 	en.events = append(en.events, e)
 	if limit := orDefault(s.PerMachine, 200); len(en.events) > limit {
 		en.events = append(en.events[:0:0], en.events[len(en.events)-limit:]...)
@@ -194,13 +187,30 @@ func (s *Memory) Machines() []Machine {
 	for _, en := range s.machines {
 		out = append(out, en.m)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if (out[i].Node == "") != (out[j].Node == "") {
-			return out[i].Node != ""
-		}
-		return out[i].Key < out[j].Key
-	})
+	sortMachines(out)
 	return out
+}
+
+// apply takes e into the machine's summary: the identifiers it names, the
+// state it puts the machine in, and the newest event.
+func (m *Machine) apply(e Event) {
+	m.Site, m.Node = or(e.Site, m.Site), or(e.Node, m.Node)
+	m.MAC, m.UUID, m.Serial = or(e.MAC, m.MAC), or(e.UUID, m.UUID), or(e.Serial, m.Serial)
+	if e.State != "" {
+		m.State = e.State
+	}
+	m.Last = e
+	m.Events++
+}
+
+// sortMachines puts registered nodes first, then by key.
+func sortMachines(ms []Machine) {
+	sort.Slice(ms, func(i, j int) bool {
+		if (ms[i].Node == "") != (ms[j].Node == "") {
+			return ms[i].Node != ""
+		}
+		return ms[i].Key < ms[j].Key
+	})
 }
 
 // Events returns a machine's events, oldest first.

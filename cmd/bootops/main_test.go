@@ -329,7 +329,13 @@ func TestServeAndStatus(t *testing.T) {
 	if string(b) != "kernel bytes" {
 		t.Errorf("kernel: %q", b)
 	}
-	code, out, errs := bootops(t, nil, "status", "--server", "http://"+addr)
+	// Events reach the store a few milliseconds after the request.
+	var code int
+	var out, errs string
+	for i := 0; i < 100 && !strings.Contains(out, "booting"); i++ {
+		time.Sleep(20 * time.Millisecond)
+		code, out, errs = bootops(t, nil, "status", "--server", "http://"+addr)
+	}
 	if code != 0 || !strings.Contains(out, "serving:  dir:") || !regexp.MustCompile(`vm-serial\s+lab\s+booting`).MatchString(out) || !regexp.MustCompile(`vm-uuid\s+lab\s+registered`).MatchString(out) {
 		t.Errorf("status: exit %d %s\n%s", code, errs, out)
 	}

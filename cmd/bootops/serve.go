@@ -283,7 +283,21 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	}
 	defer root.Close()
 
-	events := &status.Memory{}
+	// Every event of every machine, durable: a restart (or a crash) loses
+	// nothing the agent was told was stored.
+	events, err := status.Open(filepath.Join(cfg.stateDir, "status.db"), status.Options{})
+	if err != nil {
+		return fmt.Errorf("status store: %w", err)
+	}
+	defer events.Close()
+	agentRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bootops_agent_requests_total",
+		Help: "Requests of agents (check-in, events), by result: ok, unauthorized (wrong or missing token), mismatch, bad_request.",
+	}, []string{"result"})
+	reg.MustRegister(agentRequests)
+	for _, r := range []string{bhttp.AgentOK, bhttp.AgentUnauthorized, bhttp.AgentMismatch, bhttp.AgentBadRequest} {
+		agentRequests.WithLabelValues(r)
+	}
 	hook := &reconciler.Webhook{
 		Secret: func() []byte { return settings.Load().webhookSecret },
 		Ref:    func() string { return "" },
@@ -299,7 +313,8 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		hook.Ref = func() string { return follower.Ref() }
 	}
 	httpSrv := &bhttp.Server{
-		Plans: plans, Events: events, Status: events, Tokens: secret, Source: sourceStatus{rec}, Log: log,
+		Plans: plans, Events: events, Status: events, Store: events, Provisioned: events.Provisioned, Tokens: secret, Source: sourceStatus{rec}, Log: log,
+		AgentCount:   func(r string) { agentRequests.WithLabelValues(r).Inc() },
 		Artifacts:    &bhttp.Artifacts{Repo: root, CacheDir: filepath.Join(cfg.stateDir, "cache"), Redirect: cfg.artifactMode == "redirect"},
 		DrainTimeout: cfg.drainTimeout,
 		Routes: map[string]http.Handler{
@@ -356,7 +371,7 @@ func followHeap(ctx context.Context) {
 }
 
 // bootPlane starts TFTP and DHCP for the sites served.
-func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, p *plan.Plan, plans boot.Plans, events *status.Memory, httpSrv *bhttp.Server, httpAddr string) error {
+func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, p *plan.Plan, plans boot.Plans, events status.Recorder, httpSrv *bhttp.Server, httpAddr string) error {
 	var sites []*plan.Site
 	if names := cfg.sites(); len(names) > 0 {
 		for _, n := range names {

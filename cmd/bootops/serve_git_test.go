@@ -291,7 +291,12 @@ func TestUnknownEnrollLogs(t *testing.T) {
 	if _, body := d.get("/ipxe?mac=52:54:00:ab:cd:ef&serial=NEWBOX-7&site=lab"); !strings.Contains(body, "bootops.machine=mac:52:54:00:ab:cd:ef") {
 		t.Fatalf("unknown machine's script:\n%s", body)
 	}
-	code, out, errs := bootops(t, nil, "status", "--server", server, "--unknown")
+	var code int
+	var out, errs string
+	for i := 0; i < 100 && !strings.Contains(out, "apiVersion"); i++ {
+		time.Sleep(20 * time.Millisecond) // the event reaches the store
+		code, out, errs = bootops(t, nil, "status", "--server", server, "--unknown")
+	}
 	want := "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: newbox-7\nsite: lab\nidentity:\n  serial: \"NEWBOX-7\"\n  mac: \"52:54:00:ab:cd:ef\"\n"
 	if code != 0 || !strings.Contains(out, "# mac:52:54:00:ab:cd:ef (booting)") || !strings.Contains(out, want) {
 		t.Errorf("status --unknown: %d %s\n%s", code, errs, out)
@@ -314,7 +319,10 @@ func TestUnknownEnrollLogs(t *testing.T) {
 	if !strings.Contains(body, "bootops.node=newbox-7") {
 		t.Fatalf("the enrolled node is not served:\n%s", body)
 	}
-	code, out, errs = bootops(t, nil, "logs", "newbox-7", "--server", server)
+	for i := 0; i < 100 && !strings.Contains(out, "served the Micro-OS script"); i++ {
+		time.Sleep(20 * time.Millisecond)
+		code, out, errs = bootops(t, nil, "logs", "newbox-7", "--server", server)
+	}
 	if code != 0 || !regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}   script \[booting\] served the Micro-OS script of profile demo-disk`).MatchString(out) {
 		t.Errorf("logs: %d %s\n%s", code, errs, out)
 	}

@@ -1,0 +1,690 @@
+package status
+
+import (
+	"bytes"
+	"cmp"
+	"container/list"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// ErrClosed is returned by RecordSync once the store is closed.
+var ErrClosed = errors.New("status: store closed")
+
+// The file's layout:
+//
+//	events/<key>/<seq>    the machine's events as JSON, by store sequence
+//	seqs/<key>/<agent seq> → <seq>  which stored event carries an agent Seq
+//	machines/<key>        the machine's record (summary, counts, last Seq)
+//
+// Sequences are 8-byte big-endian, so a bucket's order is the order the
+// events were stored in. The store sequence is the events bucket's
+// NextSequence, shared by every machine: it also orders machines by how
+// recently they were seen.
+var (
+	bucketEvents   = []byte("events")
+	bucketSeqs     = []byte("seqs")
+	bucketMachines = []byte("machines")
+)
+
+const (
+	// queueLen bounds what Record may have waiting for the writer; past it
+	// events are dropped rather than block the DHCP path.
+	queueLen = 4096
+	// A batch is committed when it holds maxBatch events or, when nobody
+	// waits on it, linger after its first event.
+	maxBatch = 1000
+	linger   = 5 * time.Millisecond
+	// maxKeyLen bounds a machine key (bbolt takes up to 32 KiB).
+	maxKeyLen = 1024
+)
+
+// Options tunes a Durable store; zero fields take the defaults.
+type Options struct {
+	PerMachine  int // events kept per machine (default 2000; the oldest go first)
+	MaxMachines int // machines kept (default 20000; the least recently seen go first)
+	// Now is the clock that stamps events without a time (default time.Now).
+	Now func() time.Time
+}
+
+// Durable keeps events in a bbolt file. One writer goroutine commits what
+// is queued in one transaction (group commit), so a flood of DHCP events
+// costs one fsync per batch, not per event. Machines, LastSeq and
+// Provisioned answer from an index in memory that only ever holds
+// committed data; Events reads the file.
+type Durable struct {
+	db  *bolt.DB
+	opt Options
+
+	queue   chan request
+	quit    chan struct{} // closed by Close: the writer drains the queue and stops
+	stopped chan struct{} // closed by the writer when it has stopped
+	dropped atomic.Uint64
+
+	// sendMu orders sends on queue before Close: once closed is set no
+	// request can enter the queue, so the writer's last drain sees them all.
+	sendMu sync.RWMutex
+	closed bool
+
+	// mu guards the index. Only the writer changes it, after a commit;
+	// the writer reads it without the lock.
+	mu       sync.RWMutex
+	machines map[string]*record
+	lru      *list.List // machine keys, least recently seen first
+}
+
+var _ Recorder = (*Durable)(nil)
+
+// record is what the index, and the machines bucket, keep of a machine.
+type record struct {
+	Machine Machine `json:"machine"`
+	// Kept is how many events the machine's bucket holds.
+	Kept int `json:"kept"`
+	// LastSeq is the highest agent Seq stored.
+	LastSeq uint64 `json:"lastSeq,omitempty"`
+	// Recent is the store sequence of the newest event.
+	Recent uint64 `json:"recent"`
+	// Provisioned is the Generation of the newest "provisioned" event; it
+	// outlives the event's trimming.
+	Provisioned *int `json:"provisioned,omitempty"`
+
+	elem *list.Element // in Durable.lru
+}
+
+type request struct {
+	events []Event
+	done   chan error // nil for Record
+}
+
+// Open opens the store at path, creating it when missing, and loads the
+// index from it.
+func Open(path string, opt Options) (*Durable, error) {
+	opt.PerMachine = orDefault(opt.PerMachine, 2000)
+	opt.MaxMachines = orDefault(opt.MaxMachines, 20000)
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		// Another daemon holding the file should fail the start, not hang it.
+		Timeout: 5 * time.Second,
+		// Trimming frees pages all the time: do not write the free list
+		// with every commit (it is rebuilt at open), and keep it in a map.
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("status: open %s: %w", path, err)
+	}
+	d := &Durable{
+		db:       db,
+		opt:      opt,
+		queue:    make(chan request, queueLen),
+		quit:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+		machines: map[string]*record{},
+		lru:      list.New(),
+	}
+	if err := d.load(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("status: load %s: %w", path, err)
+	}
+	go d.run()
+	return d, nil
+}
+
+// load creates the buckets and rebuilds the index from the machines bucket.
+func (d *Durable) load() error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketEvents, bucketSeqs, bucketMachines} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		var recs []*record
+		err := tx.Bucket(bucketMachines).ForEach(func(k, v []byte) error {
+			r := &record{}
+			if err := json.Unmarshal(v, r); err != nil {
+				return fmt.Errorf("machine %q: %w", k, err)
+			}
+			recs = append(recs, r)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		slices.SortFunc(recs, func(a, b *record) int { return cmp.Compare(a.Recent, b.Recent) })
+		for _, r := range recs {
+			r.elem = d.lru.PushBack(r.Machine.Key)
+			d.machines[r.Machine.Key] = r
+		}
+		return nil
+	})
+}
+
+// Close commits what is queued and closes the file. Record drops, and
+// RecordSync fails with ErrClosed, from then on.
+func (d *Durable) Close() error {
+	d.sendMu.Lock()
+	if d.closed {
+		d.sendMu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.sendMu.Unlock()
+	close(d.quit)
+	<-d.stopped
+	return d.db.Close()
+}
+
+// Record stores e without waiting for the disk: the boot plane's events
+// (DHCP, TFTP, scripts). It never blocks on the writer; when the queue is
+// full the event is dropped and counted (Dropped).
+func (d *Durable) Record(e Event) {
+	r := request{events: []Event{d.stamp(e)}}
+	d.sendMu.RLock()
+	defer d.sendMu.RUnlock()
+	if d.closed {
+		d.dropped.Add(1)
+		return
+	}
+	select {
+	case d.queue <- r:
+	default:
+		d.dropped.Add(1)
+	}
+}
+
+// RecordSync stores events and returns once they are committed to disk:
+// the agent's events, acknowledged only when this returns nil. An event
+// with a Seq already stored for its machine (an agent resending after a
+// lost acknowledgement) is dropped, and counts as stored. With no events it
+// waits for what Record queued before it.
+func (d *Durable) RecordSync(events ...Event) error {
+	r := request{events: make([]Event, len(events)), done: make(chan error, 1)}
+	for i, e := range events {
+		r.events[i] = d.stamp(e)
+	}
+	d.sendMu.RLock()
+	if d.closed {
+		d.sendMu.RUnlock()
+		return ErrClosed
+	}
+	// Blocking here is fine: the writer runs until Close, and Close waits
+	// for this send.
+	d.queue <- r
+	d.sendMu.RUnlock()
+	return <-r.done
+}
+
+// Dropped counts the events Record dropped (queue full, store closed, or a
+// failed commit).
+func (d *Durable) Dropped() uint64 { return d.dropped.Load() }
+
+// stamp dates an event without a time, and zeroes a rate JSON cannot carry
+// (a division by a zero duration), which would fail the whole batch.
+func (d *Durable) stamp(e Event) Event {
+	if e.Time.IsZero() {
+		e.Time = d.opt.Now().UTC()
+	}
+	if math.IsNaN(e.Rate) || math.IsInf(e.Rate, 0) {
+		e.Rate = 0
+	}
+	return e
+}
+
+// Machines lists every machine kept, registered nodes first, by key.
+func (d *Durable) Machines() []Machine {
+	d.mu.RLock()
+	out := make([]Machine, 0, len(d.machines))
+	for _, r := range d.machines {
+		out = append(out, r.Machine)
+	}
+	d.mu.RUnlock()
+	sortMachines(out)
+	return out
+}
+
+// Events returns a machine's kept events, oldest first (in the order they
+// were stored: a machine first seen by its MAC and merged into its node
+// keeps its events where they fell among the node's).
+func (d *Durable) Events(key string) []Event {
+	var out []Event
+	err := d.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents).Bucket([]byte(key))
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			var e Event
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("event %x of %q: %w", k, key, err)
+			}
+			out = append(out, e)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// LastSeq is the highest agent Seq stored, committed, for the machine.
+func (d *Durable) LastSeq(key string) uint64 {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if r := d.machines[key]; r != nil {
+		return r.LastSeq
+	}
+	return 0
+}
+
+// Provisioned reports the reprovision generation the node was last
+// provisioned at: the Generation of its newest event that put it in
+// StateProvisioned. ok is false when it never was (or was forgotten).
+func (d *Durable) Provisioned(site, node string) (generation int, ok bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if r := d.machines[site+"/"+node]; r != nil && r.Provisioned != nil {
+		return *r.Provisioned, true
+	}
+	return 0, false
+}
+
+// run is the writer: it takes what is queued, up to maxBatch events, and
+// commits it in one transaction.
+func (d *Durable) run() {
+	defer close(d.stopped)
+	timer := time.NewTimer(linger)
+	timer.Stop()
+	var reqs []request
+	for {
+		reqs = reqs[:0]
+		select {
+		case r := <-d.queue:
+			reqs = append(reqs, r)
+		case <-d.quit:
+			d.drain()
+			return
+		}
+		n, waited := len(reqs[0].events), reqs[0].done != nil
+	take:
+		for n < maxBatch {
+			select {
+			case r := <-d.queue:
+				reqs = append(reqs, r)
+				n, waited = n+len(r.events), waited || r.done != nil
+			default:
+				break take
+			}
+		}
+		// Nobody waits on this batch: give more events a moment to join
+		// it rather than pay an fsync for a few.
+		if !waited && n < maxBatch {
+			timer.Reset(linger)
+		wait:
+			for n < maxBatch && !waited {
+				select {
+				case r := <-d.queue:
+					reqs = append(reqs, r)
+					n, waited = n+len(r.events), r.done != nil
+				case <-timer.C:
+					break wait
+				case <-d.quit:
+					break wait
+				}
+			}
+			timer.Stop()
+		}
+		d.commit(reqs)
+		clear(reqs) // let the events go
+	}
+}
+
+// drain commits everything left in the queue; Close has stopped new sends.
+func (d *Durable) drain() {
+	for {
+		var reqs []request
+		n := 0
+	take:
+		for n < maxBatch {
+			select {
+			case r := <-d.queue:
+				reqs = append(reqs, r)
+				n += len(r.events)
+			default:
+				break take
+			}
+		}
+		if len(reqs) == 0 {
+			return
+		}
+		d.commit(reqs)
+	}
+}
+
+// commit writes reqs in one transaction, installs the index changes once it
+// is on disk and answers the waiters. When the transaction fails, each
+// request is tried on its own, so one bad request cannot fail the others.
+func (d *Durable) commit(reqs []request) {
+	err := d.write(reqs)
+	if err != nil && len(reqs) > 1 {
+		for _, r := range reqs {
+			d.commit([]request{r})
+		}
+		return
+	}
+	for _, r := range reqs {
+		if r.done != nil {
+			r.done <- err
+		} else if err != nil {
+			d.dropped.Add(uint64(len(r.events)))
+		}
+	}
+}
+
+func (d *Durable) write(reqs []request) error {
+	var b *batch
+	err := d.db.Update(func(tx *bolt.Tx) error {
+		b = &batch{
+			d:        d,
+			events:   tx.Bucket(bucketEvents),
+			seqs:     tx.Bucket(bucketSeqs),
+			machines: tx.Bucket(bucketMachines),
+			pending:  map[string]*record{},
+			removed:  map[string]bool{},
+			count:    len(d.machines),
+		}
+		for _, r := range reqs {
+			for _, e := range r.events {
+				if err := b.add(e); err != nil {
+					return err
+				}
+			}
+		}
+		if err := b.evict(); err != nil {
+			return err
+		}
+		return b.flush()
+	})
+	if err != nil {
+		return fmt.Errorf("status: store events: %w", err)
+	}
+	d.install(b)
+	return nil
+}
+
+// install takes a committed batch's changes into the index.
+func (d *Durable) install(b *batch) {
+	keys := make([]string, 0, len(b.pending))
+	for k := range b.pending {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y string) int { return cmp.Compare(b.pending[x].Recent, b.pending[y].Recent) })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k := range b.removed {
+		if old := d.machines[k]; old != nil {
+			d.lru.Remove(old.elem)
+			delete(d.machines, k)
+		}
+	}
+	for _, k := range keys {
+		r := b.pending[k]
+		if old := d.machines[k]; old != nil {
+			r.elem = old.elem
+			d.lru.MoveToBack(r.elem)
+		} else {
+			r.elem = d.lru.PushBack(k)
+		}
+		d.machines[k] = r
+	}
+}
+
+// batch is one transaction's work. Records it changes are copies in
+// pending until the commit succeeds; a key is in pending, in removed, or
+// in neither.
+type batch struct {
+	d                      *Durable
+	events, seqs, machines *bolt.Bucket
+	pending                map[string]*record
+	removed                map[string]bool
+	count                  int // machines once this batch is in
+}
+
+// peek returns the machine's record as this transaction sees it, not to
+// be changed; nil when there is none.
+func (b *batch) peek(k string) *record {
+	if r, ok := b.pending[k]; ok {
+		return r
+	}
+	if b.removed[k] {
+		return nil
+	}
+	return b.d.machines[k]
+}
+
+// touch returns the machine's record for changing, creating it when
+// missing.
+func (b *batch) touch(k, state string) *record {
+	if r, ok := b.pending[k]; ok {
+		return r
+	}
+	r := &record{Machine: Machine{Key: k, State: state}}
+	if old := b.d.machines[k]; old != nil && !b.removed[k] {
+		*r = *old
+	} else {
+		b.count++
+	}
+	delete(b.removed, k)
+	b.pending[k] = r
+	return r
+}
+
+// remove deletes a machine, its events and its Seq index.
+func (b *batch) remove(k string) error {
+	if b.peek(k) == nil {
+		return nil
+	}
+	delete(b.pending, k)
+	b.removed[k] = true
+	b.count--
+	for _, parent := range []*bolt.Bucket{b.events, b.seqs} {
+		if err := parent.DeleteBucket([]byte(k)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+			return err
+		}
+	}
+	return b.machines.Delete([]byte(k))
+}
+
+func (b *batch) add(e Event) error {
+	k := e.Key()
+	if len(k) > maxKeyLen {
+		return fmt.Errorf("machine key of %d bytes, over %d", len(k), maxKeyLen)
+	}
+	// A machine first seen by its MAC turns out to be a node: its history
+	// joins the node's, as in Memory.
+	if e.Node != "" && e.MAC != "" {
+		if err := b.merge("mac:"+e.MAC, k); err != nil {
+			return err
+		}
+	}
+	if e.Seq != 0 {
+		if r := b.peek(k); r != nil && e.Seq <= r.LastSeq {
+			if sb := b.seqs.Bucket([]byte(k)); sb != nil && sb.Get(u64(e.Seq)) != nil {
+				return nil // a resent event
+			}
+		}
+	}
+	r := b.touch(k, StateRegistered)
+	id, err := b.events.NextSequence()
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("event for %s: %w", k, err)
+	}
+	eb, err := b.events.CreateBucketIfNotExists([]byte(k))
+	if err != nil {
+		return err
+	}
+	eb.FillPercent = 0.9 // keys are appended
+	if err := eb.Put(u64(id), v); err != nil {
+		return err
+	}
+	if e.Seq != 0 {
+		sb, err := b.seqs.CreateBucketIfNotExists([]byte(k))
+		if err != nil {
+			return err
+		}
+		if err := sb.Put(u64(e.Seq), u64(id)); err != nil {
+			return err
+		}
+		r.LastSeq = max(r.LastSeq, e.Seq)
+	}
+	r.Machine.apply(e)
+	r.Kept++
+	r.Recent = id
+	if e.State == StateProvisioned {
+		g := e.Generation
+		r.Provisioned = &g
+	}
+	return b.trim(k, r, eb)
+}
+
+// merge moves machine from's events into machine to.
+func (b *batch) merge(from, to string) error {
+	early := b.peek(from)
+	if early == nil {
+		return nil
+	}
+	r := b.touch(to, early.Machine.State)
+	if src := b.events.Bucket([]byte(from)); src != nil {
+		dst, err := b.events.CreateBucketIfNotExists([]byte(to))
+		if err != nil {
+			return err
+		}
+		// Store sequences are unique across machines: no key collides.
+		err = src.ForEach(func(k, v []byte) error { return dst.Put(bytes.Clone(k), bytes.Clone(v)) })
+		if err != nil {
+			return err
+		}
+	}
+	if src := b.seqs.Bucket([]byte(from)); src != nil {
+		dst, err := b.seqs.CreateBucketIfNotExists([]byte(to))
+		if err != nil {
+			return err
+		}
+		// Should both have an event with the same Seq, the node's keeps
+		// the index entry; the other event stays in the timeline.
+		err = src.ForEach(func(k, v []byte) error {
+			if dst.Get(k) != nil {
+				return nil
+			}
+			return dst.Put(bytes.Clone(k), bytes.Clone(v))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	m := &r.Machine
+	m.MAC, m.UUID, m.Serial = or(m.MAC, early.Machine.MAC), or(m.UUID, early.Machine.UUID), or(m.Serial, early.Machine.Serial)
+	m.Events += early.Machine.Events
+	r.Kept += early.Kept
+	r.LastSeq = max(r.LastSeq, early.LastSeq)
+	if r.Provisioned == nil {
+		r.Provisioned = early.Provisioned
+	}
+	return b.remove(from)
+}
+
+// trim deletes a machine's oldest events past PerMachine, and their Seq
+// index entries.
+func (b *batch) trim(k string, r *record, eb *bolt.Bucket) error {
+	if r.Kept <= b.d.opt.PerMachine {
+		return nil
+	}
+	sb := b.seqs.Bucket([]byte(k))
+	c := eb.Cursor()
+	for key, v := c.First(); key != nil && r.Kept > b.d.opt.PerMachine; key, v = c.First() {
+		if sb != nil {
+			var s struct {
+				Seq uint64 `json:"seq"`
+			}
+			if json.Unmarshal(v, &s) == nil && s.Seq != 0 && bytes.Equal(sb.Get(u64(s.Seq)), key) {
+				if err := sb.Delete(u64(s.Seq)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := c.Delete(); err != nil {
+			return err
+		}
+		r.Kept--
+	}
+	return nil
+}
+
+// evict removes the least recently seen machines past MaxMachines: first
+// those this batch did not touch (all older than those it did), then the
+// batch's own, oldest first.
+func (b *batch) evict() error {
+	limit := b.d.opt.MaxMachines
+	for el := b.d.lru.Front(); el != nil && b.count > limit; {
+		k := el.Value.(string)
+		el = el.Next()
+		if _, touched := b.pending[k]; touched || b.removed[k] {
+			continue
+		}
+		if err := b.remove(k); err != nil {
+			return err
+		}
+	}
+	if b.count <= limit {
+		return nil
+	}
+	keys := make([]string, 0, len(b.pending))
+	for k := range b.pending {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y string) int { return cmp.Compare(b.pending[x].Recent, b.pending[y].Recent) })
+	for _, k := range keys {
+		if b.count <= limit {
+			break
+		}
+		if err := b.remove(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flush writes the records this batch changed.
+func (b *batch) flush() error {
+	for k, r := range b.pending {
+		v, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("machine %s: %w", k, err)
+		}
+		if err := b.machines.Put([]byte(k), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// u64 encodes n big-endian, in a new slice (bbolt keeps keys and values
+// until the transaction ends).
+func u64(n uint64) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), n)
+}

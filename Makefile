@@ -1,5 +1,6 @@
 # bootops — make targets. Every target installs what it needs.
 #   make build   the bootops binary (bin/bootops)
+#   make microos the Micro-OS (Debian's kernel + an initramfs with the agent)
 #   make test    vet + every test: unit, golden, differential, CLI, and the
 #                end-to-end boots of QEMU VMs in network namespaces (root)
 #   make e2e     only the end-to-end boots
@@ -9,17 +10,28 @@
 
 GO       ?= go
 BIN      := bin/bootops
+AGENT    := bin/bootops-agent
 FUZZTIME ?= 2m
 CUE_VERSION := v0.17.1
 # What the tests (a Git server, VMs) and the demo need (DESIGN.md §5).
-LAB_DEBS := git openssh-server openssh-client iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server kea-dhcp4-server
+LAB_DEBS := git openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server kea-dhcp4-server
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build test e2e lab-deps demo bench fuzz clean go-check
+.PHONY: build agent microos test e2e lab-deps demo bench fuzz clean go-check
 
 build: go-check
 	$(GO) build -o $(BIN) ./cmd/bootops
+
+# The agent is static (it runs in the Micro-OS, with no libc) and built
+# reproducibly: the same source gives the same binary, so the same initrd.
+agent: go-check
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -buildid=" -o $(AGENT) ./cmd/bootops-agent
+
+# The default Micro-OS from Debian's kernel, into sites/microos/ (the demo
+# repository's MicroOS object points there).
+microos: build agent lab-deps
+	$(BIN) microos build --kernel "$$(ls /boot/vmlinuz-* | sort -V | tail -1)" --agent $(AGENT) -o sites/microos
 
 # Go itself is the one thing a target cannot install from Debian at the
 # version go.mod needs; say so plainly instead of failing obscurely.

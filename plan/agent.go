@@ -55,10 +55,19 @@ type CheckInReply struct {
 	// Generation is the node's reprovision generation this workflow
 	// installs: the "provisioned" event carries it back.
 	Generation int `json:"generation"`
+	// CloudInit is the NoCloud seed the cloud-init action writes.
+	CloudInit *CloudInitSeed `json:"cloudInit,omitempty"`
 	// Hold, when set, says why the machine waits (an unknown machine under
 	// the hold policy): the agent checks in again every RetrySeconds.
 	Hold         string `json:"hold,omitempty"`
 	RetrySeconds int    `json:"retrySeconds,omitempty"`
+}
+
+// CloudInitSeed is a node's rendered cloud-init.
+type CloudInitSeed struct {
+	UserData      string `json:"userData"`
+	MetaData      string `json:"metaData"`
+	NetworkConfig string `json:"networkConfig,omitempty"`
 }
 
 // Agent event kinds.

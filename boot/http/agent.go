@@ -109,7 +109,7 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		wf := n.Artifacts.Workflow
-		reply = plan.CheckInReply{Workflow: &wf, Generation: n.Reprovision}
+		reply = plan.CheckInReply{Workflow: &wf, Generation: n.Reprovision, CloudInit: seed(n.Artifacts, s.Tokens.Token(site.Name, n.Name))}
 		ev.Message = "agent checked in: " + inventory(c) + "; workflow of profile " + n.Profile + fmt.Sprintf(", %d actions", len(wf.Actions))
 	} else {
 		if c.Machine == "" || !authorized(r, UnknownToken(s.Tokens, site.Name, c.Machine)) {
@@ -128,7 +128,7 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case d.Outcome == plan.Unknown && d.Policy == plan.PolicyProvision && site.Unknown != nil:
 			wf := site.Unknown.Workflow
-			reply = plan.CheckInReply{Workflow: &wf}
+			reply = plan.CheckInReply{Workflow: &wf, CloudInit: seed(*site.Unknown, UnknownToken(s.Tokens, site.Name, c.Machine))}
 			ev.Message = "unknown machine checked in: " + inventory(c) + "; workflow of the default profile " + d.Profile
 		case d.Outcome == plan.Unknown && d.Policy == plan.PolicyHold:
 			reply = plan.CheckInReply{Hold: d.Reason, RetrySeconds: 30}
@@ -196,6 +196,16 @@ func (s *Server) record(evs ...status.Event) error {
 		s.Events.Record(e)
 	}
 	return nil
+}
+
+// seed is the rendered cloud-init of a node (or of a site's unknown
+// machines), the token in place.
+func seed(a plan.Artifacts, token string) *plan.CloudInitSeed {
+	if a.UserData == "" && a.MetaData == "" {
+		return nil
+	}
+	fill := func(s string) string { return strings.ReplaceAll(s, plan.TokenPlaceholder, token) }
+	return &plan.CloudInitSeed{UserData: fill(a.UserData), MetaData: fill(a.MetaData), NetworkConfig: fill(a.NetworkConfig)}
 }
 
 // agentEvent turns what the agent said into a timeline event.

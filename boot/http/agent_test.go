@@ -94,7 +94,6 @@ func (f *fakeStore) RecordSync(evs ...status.Event) error {
 	return nil
 }
 
-
 var errDisk = &json.UnsupportedValueError{Str: "disk full"}
 
 func TestAgentEvents(t *testing.T) {

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bootops/bootops/plan"
+)
+
+// uplink talks to the boot server: the check-in, and the events, which it
+// numbers, batches and resends until the server acknowledges them (the
+// server acknowledges only what it stored durably).
+type uplink struct {
+	server, site, node, machine, token string
+	client                             *http.Client
+	console                            io.Writer
+
+	mu      sync.Mutex
+	seq     uint64
+	pending []plan.AgentEvent
+	kick    chan struct{}
+	flushed chan struct{} // closed and replaced when pending empties
+}
+
+func newUplink(server, site, node, machine, token string, console io.Writer) *uplink {
+	return &uplink{server: strings.TrimSuffix(server, "/"), site: site, node: node, machine: machine, token: token,
+		client: &http.Client{Timeout: 30 * time.Second}, console: console,
+		// Numbers unique across this node's boots: the server drops a
+		// number it already stored as a resend.
+		seq:  uint64(time.Now().UnixMicro()),
+		kick: make(chan struct{}, 1), flushed: make(chan struct{})}
+}
+
+func (u *uplink) post(ctx context.Context, path string, in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", u.server+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+u.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := u.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return json.Unmarshal(body, out)
+}
+
+// checkIn reports who the machine is and gets its workflow.
+func (u *uplink) checkIn(ctx context.Context, c plan.CheckIn) (plan.CheckInReply, error) {
+	var r plan.CheckInReply
+	c.Site, c.Node, c.Machine = u.site, u.node, u.machine
+	err := u.post(ctx, plan.AgentCheckInPath, c, &r)
+	return r, err
+}
+
+// Report queues an event; it never blocks on the network.
+func (u *uplink) Report(e plan.AgentEvent) {
+	u.mu.Lock()
+	u.seq++
+	e.Seq = u.seq
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	u.pending = append(u.pending, e)
+	u.mu.Unlock()
+	u.print(e)
+	select {
+	case u.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (u *uplink) print(e plan.AgentEvent) {
+	step := ""
+	if e.Steps > 0 {
+		step = fmt.Sprintf("[%d/%d %s] ", e.Step, e.Steps, e.Action)
+	}
+	msg := e.Message
+	if e.Type == plan.AgentProgress {
+		msg = fmt.Sprintf("%d MB", e.Bytes>>20)
+		if e.Total > 0 {
+			msg += fmt.Sprintf(" of %d MB", e.Total>>20)
+		}
+	}
+	fmt.Fprintf(u.console, "bootops-agent: %s%s %s\n", step, e.Type, msg)
+}
+
+// run sends what is pending until ctx ends: at once when something is
+// queued, then again after a failure with a growing pause.
+func (u *uplink) run(ctx context.Context) {
+	wait := time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-u.kick:
+		case <-time.After(wait):
+		}
+		if err := u.send(ctx); err != nil {
+			fmt.Fprintf(u.console, "bootops-agent: events not delivered yet: %v\n", err)
+			wait = min(2*wait, 10*time.Second)
+			continue
+		}
+		wait = time.Second
+	}
+}
+
+func (u *uplink) send(ctx context.Context) error {
+	for {
+		u.mu.Lock()
+		batch := u.pending[:min(len(u.pending), 500)]
+		batch = append([]plan.AgentEvent(nil), batch...)
+		u.mu.Unlock()
+		if len(batch) == 0 {
+			return nil
+		}
+		var ack plan.EventAck
+		if err := u.post(ctx, plan.AgentEventsPath, plan.EventBatch{Site: u.site, Node: u.node, Machine: u.machine, Events: batch}, &ack); err != nil {
+			return err
+		}
+		u.mu.Lock()
+		i := 0
+		for i < len(u.pending) && u.pending[i].Seq <= ack.Acked {
+			i++
+		}
+		u.pending = u.pending[i:]
+		if len(u.pending) == 0 {
+			close(u.flushed)
+			u.flushed = make(chan struct{})
+		}
+		u.mu.Unlock()
+	}
+}
+
+// flush waits until every event is acknowledged, or ctx ends.
+func (u *uplink) flush(ctx context.Context) error {
+	for {
+		u.mu.Lock()
+		n, ch := len(u.pending), u.flushed
+		u.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case u.kick <- struct{}{}:
+		default:
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%d events not acknowledged: %w", n, ctx.Err())
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -58,7 +59,7 @@ func (r *Runner) wipeDisk(ctx context.Context, s *step) error {
 			return fmt.Errorf("wipe %s: %w", disk, err)
 		}
 	}
-	if err := f.Sync(); err != nil {
+	if err := f.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) { // EINVAL: a device without sync (/dev/null)
 		return fmt.Errorf("sync %s: %w", disk, err)
 	}
 	if err := rereadPartitions(f); err != nil {
@@ -131,7 +132,7 @@ func (r *Runner) imageToDisk(ctx context.Context, s *step) error {
 	if got := hex.EncodeToString(h.Sum(nil)); got != want {
 		return fmt.Errorf("sha256 mismatch: got %s, want %s", got, want)
 	}
-	if err := f.Sync(); err != nil {
+	if err := f.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) { // EINVAL: a device without sync (/dev/null)
 		return fmt.Errorf("sync %s: %w", disk, err)
 	}
 	if err := rereadPartitions(f); err != nil {

@@ -187,10 +187,18 @@ func (r *Runner) emit(e plan.AgentEvent) {
 // runAction runs one action: each attempt gets the action's timeout, and
 // failed attempts are retried after a doubling delay.
 func (r *Runner) runAction(ctx context.Context, s *step) error {
-	s.emit(plan.AgentEvent{Type: plan.AgentStarted})
+	// A power action comes after the provisioned event: it is logged, not
+	// reported as a step, so the node stays provisioned.
+	if isPower(s.a.Action) {
+		s.emit(plan.AgentEvent{Type: plan.AgentLog, Message: s.a.Action})
+	} else {
+		s.emit(plan.AgentEvent{Type: plan.AgentStarted})
+	}
 	err := r.attempts(ctx, s)
 	if err == nil {
-		s.emit(plan.AgentEvent{Type: plan.AgentActionDone})
+		if !isPower(s.a.Action) {
+			s.emit(plan.AgentEvent{Type: plan.AgentActionDone})
+		}
 		return nil
 	}
 	ae := &ActionError{Step: s.i, Action: s.a.Action, Name: s.a.Name, Err: err}

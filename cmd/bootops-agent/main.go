@@ -35,7 +35,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bootops-agent:", err)
 		os.Exit(1)
 	}
-	if err := run(context.Background(), parseCmdline(string(cmdline)), "/sys", os.Stdout); err != nil {
+	if err := run(context.Background(), parseCmdline(string(cmdline)), "/sys", os.Stdout, nil); err != nil {
 		fmt.Fprintln(os.Stdout, "bootops-agent:", err)
 		os.Exit(1)
 	}
@@ -51,7 +51,9 @@ func parseCmdline(s string) map[string]string {
 	return out
 }
 
-func run(ctx context.Context, args map[string]string, sysfs string, console io.Writer) error {
+// run is the agent; tweak, when set, adjusts the Runner (tests point its
+// disks at files and record its power actions).
+func run(ctx context.Context, args map[string]string, sysfs string, console io.Writer, tweak func(*agent.Runner)) error {
 	server, site, node, machine, token := args[plan.CmdlineServer], args[plan.CmdlineSite], args[plan.CmdlineNode], args[plan.CmdlineMachine], args[plan.CmdlineToken]
 	if server == "" || site == "" || token == "" || (node == "" && machine == "") {
 		return errors.New("the kernel command line lacks bootops.server, bootops.site, bootops.token or bootops.node: was this booted by bootops?")
@@ -113,6 +115,9 @@ func run(ctx context.Context, args map[string]string, sysfs string, console io.W
 			}
 			return power(action)
 		},
+	}
+	if tweak != nil {
+		tweak(r)
 	}
 	err = r.Run(ctx, *reply.Workflow)
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bootops/bootops/agent"
+	"github.com/bootops/bootops/boot"
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/compiler"
+)
+
+func write(t *testing.T, dir, name, body string) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeSysfs is a machine with one NIC and one disk.
+func fakeSysfs(t *testing.T, serial, mac string) string {
+	d := t.TempDir()
+	write(t, d, "class/dmi/id/product_serial", serial+"\n")
+	write(t, d, "class/dmi/id/product_uuid", "01020304-0506-0708-090a-0b0c0d0e0f10\n")
+	write(t, d, "class/net/eth0/address", mac+"\n")
+	os.MkdirAll(filepath.Join(d, "class/net/eth0/device"), 0o755)
+	write(t, d, "block/vda/size", "524288\n")
+	write(t, d, "block/vda/removable", "0\n")
+	return d
+}
+
+// The whole flow without a VM: a compiled repository served by the real
+// boot server with the durable store; the agent checks in with its token,
+// streams the image to a file, writes the cloud-init seed, reports, and
+// "reboots"; the store holds the timeline and the node is provisioned.
+func TestAgentAgainstServer(t *testing.T) {
+	image := bytes.Repeat([]byte("bootops image block "), 100000)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(image)
+	zw.Close()
+	sum := sha256.Sum256(gz.Bytes())
+	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "img", time.Time{}, bytes.NewReader(gz.Bytes()))
+	}))
+	defer images.Close()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	repo := t.TempDir()
+	write(t, repo, "microos.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {url: \"http://198.18.0.1/k\", sha256: "+strings.Repeat("1a", 32)+"}\ninitrd: {url: \"http://198.18.0.1/i\", sha256: "+strings.Repeat("1a", 32)+"}\n")
+	write(t, repo, "profile.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: base\nos: {type: immutable}\nimage: {url: \""+images.URL+"/img.raw.gz\", sha256: "+hex.EncodeToString(sum[:])+", compression: gz}\ncloudInit: {hostname: n1}\n")
+	write(t, repo, "sites/lab/site.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {serverAddress: "+host+", httpPort: "+port+", dhcp: off}\ndefaultProfile: base\n")
+	write(t, repo, "sites/lab/nodes/n1.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n1\nidentity: {serial: S-N1}\nreprovision: 3\n")
+	c, err := compiler.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Compile(os.DirFS(repo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := &boot.Live{}
+	live.Swap(p)
+	store, err := status.Open(filepath.Join(t.TempDir(), "status.db"), status.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	secret, err := boot.LoadSecret(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &bhttp.Server{Plans: live, Events: store, Status: store, Store: store, Tokens: secret}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.Serve(ctx, ln)
+
+	disk := filepath.Join(t.TempDir(), "vda")
+	os.WriteFile(disk, make([]byte, 4<<20), 0o644)
+	mnt := t.TempDir()
+	var powered []string
+	var console bytes.Buffer
+	args := map[string]string{"bootops.server": "http://" + ln.Addr().String(), "bootops.site": "lab", "bootops.node": "n1", "bootops.token": secret.Token("lab", "n1")}
+	err = run(ctx, args, fakeSysfs(t, "S-N1", "52:54:00:00:00:01"), &console, func(r *agent.Runner) {
+		r.ResolveDisk = func(string) (string, error) { return disk, nil }
+		r.Mount = func(dev, fstype, dir string) error { return os.Symlink(mnt, filepath.Join(dir, "m")) }
+		r.Unmount = func(string) error { return nil }
+		r.Power = func(action string) error { powered = append(powered, action); return nil }
+	})
+	if err != nil {
+		t.Fatalf("agent: %v\n%s", err, console.String())
+	}
+	got, _ := os.ReadFile(disk)
+	if !bytes.Equal(got[:len(image)], image) {
+		t.Error("the disk does not hold the image")
+	}
+	if len(powered) != 1 || powered[0] != "reboot" {
+		t.Errorf("power actions: %v", powered)
+	}
+	gen, ok := store.Provisioned("lab", "n1")
+	if !ok || gen != 3 {
+		t.Errorf("provisioned: %d %v\n%s", gen, ok, console.String())
+	}
+	var states []string
+	for _, e := range store.Events("lab/n1") {
+		if e.State != "" && (len(states) == 0 || states[len(states)-1] != e.State) {
+			states = append(states, e.State)
+		}
+	}
+	if strings.Join(states, " ") != "microos provisioning provisioned" {
+		t.Errorf("states: %v", states)
+	}
+	// A wrong token: the check-in is refused.
+	args["bootops.token"] = "nope"
+	ctx2, cancel2 := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel2()
+	var out bytes.Buffer
+	run(ctx2, args, fakeSysfs(t, "S-N1", "52:54:00:00:00:01"), &out, nil)
+	if !strings.Contains(out.String(), "401 Unauthorized") {
+		t.Errorf("wrong token:\n%s", out.String())
+	}
+}

@@ -13,7 +13,9 @@ import (
 	"time"
 )
 
-var bootops string
+// The binaries the tests run: bootops, the agent (static, for the
+// Micro-OS) and the image server.
+var bootops, agentBin, imageServer string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "bootops-e2e-")
@@ -21,9 +23,15 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	bootops = filepath.Join(dir, "bootops")
-	if out, err := exec.Command("go", "build", "-o", bootops, "../../cmd/bootops").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build bootops: %v\n%s", err, out)
-		os.Exit(1)
+	agentBin = filepath.Join(dir, "bootops-agent")
+	imageServer = filepath.Join(dir, "imageserver")
+	for _, b := range [][2]string{{bootops, "../../cmd/bootops"}, {agentBin, "../../cmd/bootops-agent"}, {imageServer, "./imageserver"}} {
+		cmd := exec.Command("go", "build", "-o", b[0], b[1])
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b[1], err, out)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"bytes"
@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bootops/bootops/agent"
 	"github.com/bootops/bootops/boot"
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
@@ -31,8 +30,8 @@ func write(t *testing.T, dir, name, body string) {
 	}
 }
 
-// fakeSysfs is a machine with one NIC and one disk.
-func fakeSysfs(t *testing.T, serial, mac string) string {
+// machineSysfs is a machine with one NIC and one disk.
+func machineSysfs(t *testing.T, serial, mac string) string {
 	d := t.TempDir()
 	write(t, d, "class/dmi/id/product_serial", serial+"\n")
 	write(t, d, "class/dmi/id/product_uuid", "01020304-0506-0708-090a-0b0c0d0e0f10\n")
@@ -99,7 +98,7 @@ func TestAgentAgainstServer(t *testing.T) {
 	var powered []string
 	var console bytes.Buffer
 	args := map[string]string{"bootops.server": "http://" + ln.Addr().String(), "bootops.site": "lab", "bootops.node": "n1", "bootops.token": secret.Token("lab", "n1")}
-	err = run(ctx, args, fakeSysfs(t, "S-N1", "52:54:00:00:00:01"), &console, func(r *agent.Runner) {
+	err = Session(ctx, args, machineSysfs(t, "S-N1", "52:54:00:00:00:01"), &console, func(r *Runner) {
 		r.ResolveDisk = func(string) (string, error) { return disk, nil }
 		r.Mount = func(dev, fstype, dir string) error { return os.Symlink(mnt, filepath.Join(dir, "m")) }
 		r.Unmount = func(string) error { return nil }
@@ -133,7 +132,7 @@ func TestAgentAgainstServer(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel2()
 	var out bytes.Buffer
-	run(ctx2, args, fakeSysfs(t, "S-N1", "52:54:00:00:00:01"), &out, nil)
+	Session(ctx2, args, machineSysfs(t, "S-N1", "52:54:00:00:00:01"), &out, nil)
 	if !strings.Contains(out.String(), "401 Unauthorized") {
 		t.Errorf("wrong token:\n%s", out.String())
 	}

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"bytes"
@@ -148,8 +148,9 @@ func (u *uplink) send(ctx context.Context) error {
 	}
 }
 
-// flush waits until every event is acknowledged, or ctx ends.
-func (u *uplink) flush(ctx context.Context) error {
+// Flush waits until every event is acknowledged, or ctx ends: the Runner
+// calls it before a power action, so nothing is lost when the machine goes.
+func (u *uplink) Flush(ctx context.Context) error {
 	for {
 		u.mu.Lock()
 		n, ch := len(u.pending), u.flushed

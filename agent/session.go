@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/bootops/bootops/plan"
+)
+
+// Version is the agent's version, reported at check-in (set by the
+// command at build time).
+var Version = "dev"
+
+// ParseCmdline reads the key=value words of a kernel command line.
+func ParseCmdline(s string) map[string]string {
+	out := map[string]string{}
+	for _, w := range strings.Fields(s) {
+		k, v, _ := strings.Cut(w, "=")
+		out[k] = v
+	}
+	return out
+}
+
+// Session is one life of the agent: it reads who the machine is, checks in
+// with the server named on the kernel command line (args), runs the
+// workflow it gets and reports every step. tweak, when set, adjusts the
+// Runner before it runs (the fleet simulation and the tests point its disks
+// at files and record its power actions).
+func Session(ctx context.Context, args map[string]string, sysfs string, console io.Writer, tweak func(*Runner)) error {
+	server, site, node, machine, token := args[plan.CmdlineServer], args[plan.CmdlineSite], args[plan.CmdlineNode], args[plan.CmdlineMachine], args[plan.CmdlineToken]
+	if server == "" || site == "" || token == "" || (node == "" && machine == "") {
+		return errors.New("the kernel command line lacks bootops.server, bootops.site, bootops.token or bootops.node: was this booted by bootops?")
+	}
+	id, err := Identity(sysfs)
+	if err != nil {
+		return fmt.Errorf("identity: %w", err)
+	}
+	disks, err := Disks(sysfs)
+	if err != nil {
+		return fmt.Errorf("disks: %w", err)
+	}
+	fmt.Fprintf(console, "bootops-agent %s: node %q on site %s, serial %q, uuid %s, %d NICs, %d disks; server %s\n",
+		Version, node, site, id.Serial, id.UUID, len(id.MACs), len(disks), server)
+	up := newUplink(server, site, node, machine, token, console)
+	sendCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go up.run(sendCtx)
+
+	var reply plan.CheckInReply
+	for wait := 2 * time.Second; ; wait = min(2*wait, 30*time.Second) {
+		reply, err = up.checkIn(ctx, plan.CheckIn{Identity: id, Arch: runtime.GOARCH, Disks: disks, Agent: Version})
+		switch {
+		case err != nil:
+			fmt.Fprintf(console, "bootops-agent: check-in: %v (again in %s)\n", err, wait)
+		case reply.Workflow != nil:
+		case reply.RetrySeconds > 0:
+			fmt.Fprintf(console, "bootops-agent: held: %s (asking again in %d s)\n", reply.Hold, reply.RetrySeconds)
+			wait = time.Duration(reply.RetrySeconds) * time.Second
+		default:
+			fmt.Fprintf(console, "bootops-agent: %s\n", reply.Hold)
+			return r0Power(tweak)
+		}
+		if err == nil && reply.Workflow != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	r := &Runner{
+		Report:     up,
+		Generation: reply.Generation,
+		CloudInit: func(context.Context) (Seed, error) {
+			if reply.CloudInit == nil {
+				return Seed{}, nil
+			}
+			return Seed{UserData: reply.CloudInit.UserData, MetaData: reply.CloudInit.MetaData, NetworkConfig: reply.CloudInit.NetworkConfig}, nil
+		},
+	}
+	if tweak != nil {
+		tweak(r)
+	}
+	err = r.Run(ctx, *reply.Workflow)
+	fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if ferr := up.Flush(fctx); ferr != nil {
+		fmt.Fprintf(console, "bootops-agent: %v\n", ferr)
+	}
+	if err != nil {
+		return fmt.Errorf("workflow failed: %w (the machine stays in the Micro-OS; the failure is in `bootops status`)", err)
+	}
+	return nil
+}
+
+// r0Power reboots a machine the server told to boot again (no workflow
+// runs): through the Runner's Power, so a tweak can catch it.
+func r0Power(tweak func(*Runner)) error {
+	r := &Runner{}
+	if tweak != nil {
+		tweak(r)
+	}
+	if r.Power != nil {
+		return r.Power("reboot")
+	}
+	return defaultPower("reboot")
+}

@@ -1,0 +1,152 @@
+package microos
+
+import (
+	"fmt"
+	"strings"
+)
+
+// ConsolePrefix starts every line /init prints, so a test or an operator
+// can pick the Micro-OS's steps out of the kernel's console.
+const ConsolePrefix = "bootops-microos: "
+
+// initTemplate is the image's /init; initScript puts the module lines where
+// @MODULES@ stands.
+//
+// It runs as PID 1 and must never exit (the kernel panics then): every way
+// out ends in poweroff, or in a shell loop with bootops.debug.
+const initTemplate = `#!/bin/busybox sh
+# /init of the bootops Micro-OS, written by 'bootops microos build': load the
+# kernel modules, get an address by DHCP, run bootops-agent.
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root
+/bin/busybox mount -t proc proc /proc
+# --install finds busybox through /proc/self/exe.
+/bin/busybox --install -s
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+
+say() { echo "bootops-microos: $*"; }
+
+debug=
+for w in $(cat /proc/cmdline); do
+	case "$w" in bootops.debug|bootops.debug=1|bootops.debug=true|bootops.debug=yes) debug=1 ;; esac
+done
+
+# fail says why the Micro-OS stops, then powers off, or with bootops.debug
+# on the kernel command line opens a shell on the console instead.
+fail() {
+	say "$*"
+	if [ -n "$debug" ]; then
+		say "bootops.debug is set: starting a shell (poweroff -f to stop)"
+		while :; do
+			setsid cttyhack sh
+			sleep 1
+		done
+	fi
+	say "powering off in 10 s (add bootops.debug to the kernel command line for a shell)"
+	sleep 10
+	poweroff -f
+	while :; do sleep 3600; done
+}
+
+say "starting on kernel $(uname -r)"
+
+loaded=0
+failed=0
+absent=
+# load inserts one module; one already in the kernel counts as loaded, one
+# whose device or firmware is absent (efivarfs on BIOS) is only listed.
+load() {
+	if out=$(insmod "$1" 2>&1); then
+		loaded=$((loaded + 1))
+		return
+	fi
+	case "$out" in
+	*"File exists"*) loaded=$((loaded + 1)) ;;
+	*"No such device"*) m=${1##*/}; absent="$absent ${m%.ko}" ;;
+	*) failed=$((failed + 1)); say "insmod $1: $out" ;;
+	esac
+}
+@MODULES@
+summary="loaded $loaded modules"
+[ "$failed" -gt 0 ] && summary="$summary, $failed failed"
+[ -n "$absent" ] && summary="$summary (no device for:$absent)"
+say "$summary"
+
+# ifaces lists the Ethernet interfaces (ARPHRD_ETHER), lo and tunnels left out.
+ifaces() {
+	for d in /sys/class/net/*; do
+		[ "$(cat "$d/type" 2>/dev/null)" = 1 ] && echo "${d##*/}"
+	done
+}
+
+i=0
+while [ -z "$(ifaces)" ] && [ "$i" -lt 10 ]; do
+	sleep 1
+	i=$((i + 1))
+done
+ip link set lo up
+all=$(echo $(ifaces))
+[ -n "$all" ] || fail "no network interface: is the NIC's driver among the modules?"
+say "interfaces: $all"
+# Up at once, so links negotiate while DHCP tries the first one.
+for n in $all; do ip link set "$n" up; done
+
+lease=
+round=1
+while [ -z "$lease" ]; do
+	for n in $all; do
+		say "dhcp on $n"
+		if udhcpc -i "$n" -n -q -t 5 -T 2 -s /etc/udhcpc.script; then
+			lease=$n
+			break
+		fi
+	done
+	[ -n "$lease" ] && break
+	[ "$round" -ge 5 ] && fail "no DHCP lease on $all after $round rounds"
+	say "no DHCP lease yet (round $round of 5)"
+	round=$((round + 1))
+	sleep 2
+done
+say "$lease $(cat "/run/bootops-microos/$lease")"
+
+say "starting bootops-agent"
+/bin/bootops-agent
+fail "bootops-agent exited with status $?"
+`
+
+// initScript gives /init for modules in load order, as they are named in
+// the image (lib/modules/<name>.ko).
+func initScript(modules []string) []byte {
+	var b strings.Builder
+	for _, m := range modules {
+		fmt.Fprintf(&b, "load /lib/modules/%s.ko\n", m)
+	}
+	return []byte(strings.Replace(initTemplate, "@MODULES@\n", b.String(), 1))
+}
+
+// udhcpcScript configures what udhcpc leased: busybox udhcpc runs it with
+// $1 = deconfig, bound, renew, leasefail or nak and the lease in the
+// environment ($interface, $ip, $mask as a prefix length, $router, $dns,
+// $domain, $broadcast). /init reads the summary it leaves in /run.
+const udhcpcScript = `#!/bin/busybox sh
+case "$1" in
+deconfig)
+	ip -4 addr flush dev "$interface"
+	ip link set "$interface" up
+	;;
+bound|renew)
+	ip -4 addr flush dev "$interface"
+	ip addr add "$ip/${mask:-24}" ${broadcast:+broadcast "$broadcast"} dev "$interface"
+	for r in $router; do
+		ip route add default via "$r" dev "$interface" && break
+	done
+	{
+		[ -n "$domain" ] && echo "search $domain"
+		for d in $dns; do echo "nameserver $d"; done
+	} >/etc/resolv.conf
+	mkdir -p /run/bootops-microos
+	echo "$ip mask ${mask:-24}${router:+ router ${router%% *}}${dns:+ dns $dns}" >"/run/bootops-microos/$interface"
+	;;
+esac
+exit 0
+`

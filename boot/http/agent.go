@@ -256,7 +256,11 @@ func progress(a plan.AgentEvent) string {
 func inventory(c plan.CheckIn) string {
 	var disks []string
 	for _, d := range c.Disks {
-		disks = append(disks, fmt.Sprintf("%s %.0f GB", d.Name, float64(d.Size)/1e9))
+		if d.Size >= 10e9 {
+			disks = append(disks, fmt.Sprintf("%s %.0f GB", d.Name, float64(d.Size)/1e9))
+		} else {
+			disks = append(disks, fmt.Sprintf("%s %.0f MB", d.Name, float64(d.Size)/1e6))
+		}
 	}
 	return fmt.Sprintf("serial %q, uuid %s, %d NICs, disks [%s]", c.Identity.Serial, c.Identity.UUID, len(c.Identity.MACs), strings.Join(disks, ", "))
 }

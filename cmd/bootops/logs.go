@@ -38,22 +38,27 @@ func logsCmd() *command {
 		if err != nil {
 			return err
 		}
-		var last time.Time
-		seen := 0
+		// Events come oldest first and are only appended (the oldest may
+		// be trimmed): what is new is what follows the last one printed.
+		var last *status.Event
 		for {
 			var evs []status.Event
 			if err := getJSON(ctx, base+"/api/v1/events?key="+url.QueryEscape(key), &evs); err != nil {
 				return fmt.Errorf("no answer from %s: %w", *server, err)
 			}
-			for _, ev := range evs {
-				// Events come oldest first; print what is newer than the
-				// last one printed (equal times: those past the count).
-				if ev.Time.Before(last) || (ev.Time.Equal(last) && seen > 0) {
-					continue
+			from := 0
+			if last != nil {
+				from = len(evs)
+				for i := len(evs) - 1; i >= 0; i-- {
+					if evs[i].Time.Equal(last.Time) && evs[i].Message == last.Message && evs[i].Seq == last.Seq {
+						from = i + 1
+						break
+					}
 				}
-				printEvent(e.stdout, ev)
-				last = ev.Time
-				seen++
+			}
+			for i := from; i < len(evs); i++ {
+				printEvent(e.stdout, evs[i])
+				last = &evs[i]
 			}
 			if !*follow {
 				if len(evs) == 0 {

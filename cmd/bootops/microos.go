@@ -17,9 +17,9 @@ func microosCmd() *command {
 		name:    "microos",
 		summary: "Build the Micro-OS a node boots into: the kernel and a reproducible initramfs around bootops-agent.",
 		usage:   "build --kernel PATH [--modules DIR] [--busybox PATH] [--agent PATH] [--load LIST] -o OUT",
-		example: "  make microos   # builds bootops-agent, then:\n" +
-			"  bootops microos build --kernel /boot/vmlinuz-$(uname -r) -o myrepo/microos\n" +
-			"  # writes myrepo/microos/{vmlinuz,initrd.img} and prints the MicroOS object to commit",
+		example: "  bootops microos build --kernel /boot/vmlinuz-$(uname -r) -o myrepo/microos\n" +
+			"  # writes myrepo/microos/{vmlinuz,initrd.img} and prints the MicroOS object to commit;\n" +
+			"  # `make microos` builds bootops-agent first, then this, into sites/microos",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)

@@ -27,7 +27,9 @@ const (
 )
 
 // osImage builds the image as dir/test.raw.gz and returns its sha256 and
-// the sha256 of the raw disk's first imagePartStart+imagePartSize bytes.
+// the sha256 of the raw image outside its partition (the GPT and the gap
+// before the partition, the backup GPT after it): the cloud-init action
+// writes into the partition, so only its files can be checked there.
 func osImage(t *testing.T, dir string) (gzSHA, rawSHA string) {
 	t.Helper()
 	root := filepath.Join(dir, "rootfs")
@@ -40,7 +42,7 @@ func osImage(t *testing.T, dir string) (gzSHA, rawSHA string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Truncate(imagePartStart + imagePartSize + 1<<20) // room for the backup GPT
+	f.Truncate(imageSize) // room for the backup GPT
 	f.Close()
 	cmd := exec.Command("sfdisk", "-q", raw)
 	cmd.Stdin = strings.NewReader("label: gpt\nstart=2048, size=65536, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root\n")
@@ -52,14 +54,24 @@ func osImage(t *testing.T, dir string) (gzSHA, rawSHA string) {
 	f.WriteAt(p, imagePartStart)
 	f.Close()
 	b, _ := os.ReadFile(raw)
-	rs := sha256.Sum256(b[:imagePartStart+imagePartSize])
+	rs := outsidePartition(b, len(b))
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
 	zw.Write(b)
 	zw.Close()
 	os.WriteFile(filepath.Join(dir, "test.raw.gz"), gz.Bytes(), 0o644)
 	gs := sha256.Sum256(gz.Bytes())
-	return hex.EncodeToString(gs[:]), hex.EncodeToString(rs[:])
+	return hex.EncodeToString(gs[:]), rs
+}
+
+// imageSize is the raw image's length.
+const imageSize = imagePartStart + imagePartSize + 1<<20
+
+func outsidePartition(b []byte, n int) string {
+	h := sha256.New()
+	h.Write(b[:imagePartStart])
+	h.Write(b[imagePartStart+imagePartSize : n])
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // provisionRepo is a repository whose Micro-OS is the real one (Debian's
@@ -111,8 +123,8 @@ func checkDisk(t *testing.T, path, rawSHA string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := sha256.Sum256(b[:imagePartStart+imagePartSize]); hex.EncodeToString(s[:]) != rawSHA {
-		t.Errorf("%s: the written region's sha256 is not the image's", path)
+	if outsidePartition(b, imageSize) != rawSHA {
+		t.Errorf("%s: the written region's sha256 (outside the partition) is not the image's", path)
 	}
 	table := run(t, "sfdisk", "-d", path)
 	if !strings.Contains(table, "label: gpt") || !strings.Contains(table, "start=        2048, size=       65536") {
@@ -199,9 +211,12 @@ func TestProvisionThreeVMs(t *testing.T) {
 	}
 	wg.Wait()
 	for _, v := range vms {
-		msg := waitState(t, l, v.key, "provisioned", 30*time.Second)
-		if !strings.Contains(msg, "provisioned (generation 0)") {
-			t.Errorf("%s: %s", v.name, msg)
+		waitState(t, l, v.key, "provisioned", 30*time.Second)
+		out := run(t, "ip", "netns", "exec", l.lan, bootops, "logs", v.key, "--server", "http://198.18.0.1:8080")
+		for _, want := range []string{"[microos] agent checked in", "[provisioning] started 2/4 image-to-disk", "[provisioned] provisioned (generation 0)"} {
+			if !strings.Contains(out, want) && !(v.key[0] == 'm' && strings.Contains(want, "checked in")) {
+				t.Errorf("%s: the timeline lacks %q:\n%s", v.name, want, out)
+			}
 		}
 		checkDisk(t, disks[v.name], rawSHA)
 	}

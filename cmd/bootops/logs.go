@@ -19,19 +19,23 @@ func logsCmd() *command {
 	c := &command{
 		name:    "logs",
 		summary: "Show one node's timeline — DHCP, TFTP, scripts, the agent's actions and output — from a running daemon.",
-		usage:   "NODE|SITE/NODE|mac:… [--server URL] [-f]",
+		usage:   "NODE|SITE/NODE|mac:… [--server URL] [-f] [-o text|json]",
 		example: "  bootops logs rack1-12\n  bootops logs lab/vm-serial -f         # follow: new events as they come\n  bootops logs mac:52:54:00:12:34:56     # an unknown machine",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
 		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
 		follow := fs.Bool("f", false, "follow: keep printing new events until interrupted")
+		format := fs.String("o", "text", "output: text or json (the events as GET /api/v1/events gives them)")
 		pos, err := parse(fs, e, args)
 		if err != nil {
 			return err
 		}
 		if len(pos) != 1 {
 			return usagef("want one node (NODE, SITE/NODE or a machine key such as mac:…)")
+		}
+		if *format != "text" && *format != "json" {
+			return usagef("-o %q: want text or json", *format)
 		}
 		base := strings.TrimSuffix(*server, "/")
 		key, err := machineKey(ctx, base, pos[0])
@@ -45,6 +49,9 @@ func logsCmd() *command {
 			var evs []status.Event
 			if err := getJSON(ctx, base+"/api/v1/events?key="+url.QueryEscape(key), &evs); err != nil {
 				return fmt.Errorf("no answer from %s: %w", *server, err)
+			}
+			if *format == "json" {
+				return json.NewEncoder(e.stdout).Encode(evs)
 			}
 			from := 0
 			if last != nil {

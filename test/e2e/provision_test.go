@@ -7,6 +7,7 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -238,4 +239,122 @@ func TestProvisionThreeVMs(t *testing.T) {
 	}
 	again.cmd.Process.Kill()
 	_ = io.Discard
+}
+
+// serveAs starts bootops in the lab under a log name of its own (a
+// restarted daemon keeps the first one's log).
+func (l *lab) serveAs(name, repo string) *exec.Cmd {
+	l.t.Helper()
+	cmd := l.start(name, "ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
+		"--http-addr", "198.18.0.1:8080", "--tftp-addr", "198.18.0.1:69", "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text")
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if strings.Contains(l.log(name), "msg=serving") {
+			return cmd
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	l.t.Fatalf("bootops did not start:\n%s", l.log(name))
+	return nil
+}
+
+func (l *lab) logs(key string) string {
+	return run(l.t, "ip", "netns", "exec", l.lan, bootops, "logs", key, "--server", "http://198.18.0.1:8080")
+}
+
+// A wrong sha256 fails the node with the reason; the daemon killed with -9
+// mid-workflow and restarted loses no event and the workflow finishes;
+// raising reprovision reinstalls the node on its next boot.
+func TestProvisionFailureCrashReprovision(t *testing.T) {
+	l := newLab(t, true)
+	imgDir := t.TempDir()
+	gzSHA, rawSHA := osImage(t, imgDir)
+	// Slow downloads (about 10 s): time to kill the daemon mid-workflow.
+	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081", "-rate", "4000")
+	repo := provisionRepo(t, gzSHA, node("vm-crash", "serial: E2E-CRASH"))
+	os.WriteFile(filepath.Join(repo, "profiles/bad-os.yaml"), []byte("apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: bad-os\nos: {type: immutable}\n"+
+		"image: {url: \"http://198.18.0.1:8081/test.raw.gz\", sha256: "+strings.Repeat("ab", 32)+", compression: gz}\n"), 0o644)
+	os.WriteFile(filepath.Join(repo, "sites/lab/nodes/bad.yaml"), []byte(strings.Replace(node("vm-bad", "serial: E2E-BAD"), "profile: test-os", "profile: bad-os", 1)), 0o644)
+	daemon := l.serveAs("bootops", repo)
+
+	crashDisk, badDisk := disk(t, l, "crash"), disk(t, l, "bad")
+	crash := l.vm("crash", "52:54:00:e2:20:01", append(withDisk(crashDisk), "-smbios", "type=1,serial=E2E-CRASH")...)
+	bad := l.vm("bad", "52:54:00:e2:20:02", append(withDisk(badDisk), "-smbios", "type=1,serial=E2E-BAD")...)
+
+	// Mid-workflow: the image is downloading. Kill -9, restart.
+	deadline := time.Now().Add(4 * time.Minute)
+	for !strings.Contains(l.logs("lab/vm-crash"), "started 2/4 image-to-disk") {
+		if time.Now().After(deadline) {
+			t.Fatalf("vm-crash never started its image:\n%s\n%s", l.logs("lab/vm-crash"), tail(mustRead(crash.console), 20))
+		}
+		time.Sleep(time.Second)
+	}
+	daemon.Process.Signal(os.Kill)
+	daemon.Wait()
+	time.Sleep(3 * time.Second) // the agents' events pile up unacknowledged
+	l.serveAs("bootops-restarted", repo)
+
+	waitState(t, l, "lab/vm-crash", "provisioned", 3*time.Minute)
+	checkDisk(t, crashDisk, rawSHA)
+	// No event lost: the agent numbers its events one by one, so the
+	// stored ones are a run without gaps, from check-in to provisioned.
+	var seqs []uint64
+	var evs []struct {
+		Kind string
+		Seq  uint64
+	}
+	if err := json.Unmarshal([]byte(run(t, "ip", "netns", "exec", l.lan, bootops, "logs", "lab/vm-crash", "-o", "json", "--server", "http://198.18.0.1:8080")), &evs); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Seq != 0 {
+			seqs = append(seqs, e.Seq)
+		}
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Errorf("agent events %d and %d stored next to each other: a gap (or a duplicate)", seqs[i-1], seqs[i])
+		}
+	}
+	if len(seqs) < 8 {
+		t.Errorf("only %d agent events stored", len(seqs))
+	}
+	for _, want := range []string{"started 1/4 wipe-disk", "done 2/4 image-to-disk", "done 3/4 cloud-init", "provisioned (generation 0)"} {
+		if !strings.Contains(l.logs("lab/vm-crash"), want) {
+			t.Errorf("vm-crash's timeline lacks %q", want)
+		}
+	}
+
+	// The wrong sha256: failed, with the reason; not provisioned.
+	msg := waitState(t, l, "lab/vm-bad", "failed", 3*time.Minute)
+	if !strings.Contains(msg, "sha256 mismatch") {
+		t.Errorf("vm-bad failed with %q", msg)
+	}
+	bad.cmd.Process.Kill()
+	crash.cmd.Wait() // it rebooted: QEMU ended (-no-reboot)
+
+	// reprovision raised: the next boot reinstalls, at generation 1.
+	n := filepath.Join(repo, "sites/lab/nodes/n0.yaml")
+	b, _ := os.ReadFile(n)
+	os.WriteFile(n, append(b, "reprovision: 1\n"...), 0o644)
+	time.Sleep(2 * time.Second) // the daemon compiles the edit
+	again := l.vm("crash2", "52:54:00:e2:20:01", append(withDisk(crashDisk), "-smbios", "type=1,serial=E2E-CRASH")...)
+	waitFor(t, "reinstalled at generation 1", 4*time.Minute, func() bool { return strings.Contains(l.logs("lab/vm-crash"), "provisioned (generation 1)") })
+	again.cmd.Process.Kill()
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+func mustRead(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
 }

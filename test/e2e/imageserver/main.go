@@ -22,6 +22,7 @@ func main() {
 	dir := flag.String("dir", ".", "folder to serve")
 	addr := flag.String("addr", "127.0.0.1:8081", "listen address")
 	dropAfter := flag.Int64("drop-after", 0, "cut the first download of each file after this many bytes (0: never)")
+	rate := flag.Int("rate", 0, "send at most this many bytes per second per download (0: no limit)")
 	flag.Parse()
 	var mu sync.Mutex
 	dropped := map[string]bool{}
@@ -58,8 +59,35 @@ func main() {
 			log.Printf("dropped %s after %d bytes", r.URL.Path, n)
 			return
 		}
+		if *rate > 0 {
+			w = &slowWriter{ResponseWriter: w, rate: *rate}
+		}
 		http.ServeContent(w, r, name, st.ModTime(), f)
 	})
 	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	log.Fatal(srv.ListenAndServe())
+}
+
+// slowWriter sends at most rate bytes a second.
+type slowWriter struct {
+	http.ResponseWriter
+	rate int
+}
+
+func (s *slowWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		chunk := min(len(p), s.rate/10+1)
+		k, err := s.ResponseWriter.Write(p[:chunk])
+		n += k
+		if err != nil {
+			return n, err
+		}
+		if f, ok := s.ResponseWriter.(http.Flusher); ok {
+			f.Flush()
+		}
+		p = p[chunk:]
+		time.Sleep(100 * time.Millisecond)
+	}
+	return n, nil
 }

@@ -50,7 +50,7 @@ test: go-check lab-deps
 e2e: go-check lab-deps
 	$(GO) test -count=1 -tags e2e -timeout 30m -v ./test/e2e
 
-demo: build lab-deps
+demo: build agent lab-deps
 	@bash test/demo.sh
 
 bench: build

@@ -1,29 +1,18 @@
 #!/usr/bin/env bash
-# make demo: PXE-boot a VM from the demo repository in sites/.
+# make demo: provision a VM from the demo repository in sites/, end to end.
 #
 # It builds a LAN out of network namespaces (198.18.0.0/24, nothing leaves
 # the machine): dnsmasq plays the site's own DHCP server, bootops serves
 # sites/ in proxy mode, and a QEMU VM (SeaBIOS + iPXE, software emulation)
-# registered only by its serial number boots the Micro-OS chosen for it.
-# The Micro-OS is still the test one (it prints who it is and powers off);
-# the installing agent comes with its own issue. Everything is removed at
-# the end, even on failure or Ctrl-C.
+# with a blank disk, registered only by its serial number, PXE-boots the
+# Micro-OS (Debian's kernel + the bootops agent), installs the demo image,
+# writes its cloud-init seed, reports every step and reboots. Everything is
+# removed at the end, even on failure or Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bootops=$PWD/bin/bootops
 bold() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 [ "$(id -u)" = 0 ] || { echo "make demo needs root (network namespaces, a tap device)"; exit 1; }
-
-bold "the Micro-OS: the Debian kernel and a busybox initramfs"
-kernel=$(ls /boot/vmlinuz-* | sort -V | tail -1)
-cp "$kernel" sites/microos/vmlinuz
-go run ./test/microos -o sites/microos/initrd.img
-ls -l sites/microos/vmlinuz sites/microos/initrd.img
-
-bold "bootops validate sites"
-$bootops validate sites
-bold "bootops explain sites --serial DEMO-0001        (what the VM will get)"
-$bootops explain sites --serial DEMO-0001
 
 id=$$
 lan=bo-demo-lan-$id dhcpns=bo-demo-dhcp-$id work=$(mktemp -d)
@@ -31,6 +20,7 @@ cleanup() {
   set +e
   [ -n "${qemu_pid:-}" ] && kill "$qemu_pid" 2>/dev/null
   [ -n "${serve_pid:-}" ] && kill "$serve_pid" 2>/dev/null
+  [ -n "${images_pid:-}" ] && kill "$images_pid" 2>/dev/null
   [ -f "$work/dnsmasq.pid" ] && kill "$(cat "$work/dnsmasq.pid")" 2>/dev/null
   wait 2>/dev/null
   ip netns del "$lan" 2>/dev/null
@@ -38,6 +28,30 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
+
+bold "bootops microos build: Debian's kernel + an initramfs with the agent"
+kernel=$(ls /boot/vmlinuz-* | sort -V | tail -1)
+$bootops microos build --kernel "$kernel" --agent bin/bootops-agent -o sites/microos | sed -n '1,3p'
+
+bold "the demo OS image: a GPT disk with one ext4 partition"
+mkdir -p "$work/rootfs/etc" "$work/images"
+echo "bootops demo image" > "$work/rootfs/etc/bootops-image"
+mkfs.ext4 -q -F -L demoroot -d "$work/rootfs" "$work/part.img" 32M
+truncate -s 34M "$work/demo-disk.raw"
+echo 'label: gpt
+start=2048, size=65536, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root' | sfdisk -q "$work/demo-disk.raw"
+dd if="$work/part.img" of="$work/demo-disk.raw" bs=1M seek=1 conv=notrunc status=none
+gzip -n -c "$work/demo-disk.raw" > "$work/images/demo-disk.raw.gz"
+sha=$(sha256sum "$work/images/demo-disk.raw.gz" | cut -d' ' -f1)
+echo "demo-disk.raw.gz sha256 $sha"
+# The repository served: sites/, with the fresh image's sha256.
+cp -r sites "$work/sites"
+sed -i "s/sha256: dec0de00[0-9a-f]*/sha256: $sha/" "$work/sites/profiles/demo-disk.yaml"
+
+bold "bootops validate sites"
+$bootops validate "$work/sites"
+bold "bootops explain sites --serial DEMO-0001        (what the VM will get)"
+$bootops explain "$work/sites" --serial DEMO-0001
 
 bold "a LAN in network namespaces: bridge br0 198.18.0.1/24, dnsmasq at 198.18.0.2"
 ip netns add "$lan"; ip netns add "$dhcpns"
@@ -53,33 +67,44 @@ ip netns exec "$dhcpns" dnsmasq --port=0 --interface=eth0 --bind-interfaces \
   --dhcp-range=198.18.0.100,198.18.0.199,255.255.255.0,10m --dhcp-leasefile="$work/leases" --pid-file="$work/dnsmasq.pid"
 ip -n "$lan" tuntap add dev tap-demo mode tap
 ip -n "$lan" link set tap-demo master br0 up
+go build -o "$work/imageserver" ./test/e2e/imageserver
+ip netns exec "$lan" "$work/imageserver" -dir "$work/images" -addr 198.18.0.1:8081 2>"$work/images.log" &
+images_pid=$!
 
 bold "bootops serve --source sites --dhcp proxy --interface br0"
-ip netns exec "$lan" "$bootops" serve --source sites --state-dir "$work/state" --http-addr 198.18.0.1:8080 \
+ip netns exec "$lan" "$bootops" serve --source "$work/sites" --state-dir "$work/state" --http-addr 198.18.0.1:8080 \
   --tftp-addr 198.18.0.1:69 --interface br0 --log-format text >"$work/bootops.log" 2>&1 &
 serve_pid=$!
 for _ in $(seq 50); do grep -q 'msg=serving' "$work/bootops.log" && break; sleep 0.2; done
 grep 'msg=serving' "$work/bootops.log"
 
-bold "a VM with SMBIOS serial DEMO-0001 powers on (QEMU, SeaBIOS + iPXE)"
+bold "a VM with SMBIOS serial DEMO-0001 and a blank 256 MB disk powers on (QEMU, SeaBIOS + iPXE)"
+truncate -s 256M "$work/disk.img"
 ip netns exec "$lan" qemu-system-x86_64 -accel tcg -m 512 -nographic -no-reboot -monitor none \
   -serial file:"$work/console" -netdev tap,id=n0,ifname=tap-demo,script=no,downscript=no \
-  -device virtio-net-pci,netdev=n0,mac=52:54:00:de:00:99 -boot n -smbios type=1,serial=DEMO-0001 >/dev/null 2>&1 &
+  -device virtio-net-pci,netdev=n0,mac=52:54:00:de:00:99 -boot n -smbios type=1,serial=DEMO-0001 \
+  -drive file="$work/disk.img",if=virtio,format=raw >/dev/null 2>&1 &
 qemu_pid=$!
 
-status() { ip netns exec "$lan" "$bootops" status --server http://198.18.0.1:8080; }
+status() { ip netns exec "$lan" "$bootops" status --server http://198.18.0.1:8080 "$@"; }
+state=""
 for i in $(seq 60); do
   sleep 5
   bold "bootops status   ($((i * 5)) s)"
-  status
-  grep -q BOOTOPS-MICROOS "$work/console" 2>/dev/null && break
+  status | sed -n '/^NODE/,$p'
+  state=$(status -o json | python3 -c 'import json,sys; d=json.load(sys.stdin); print([n["state"] for n in d["nodes"] if n["node"]=="vm-serial"][0])')
+  [ "$state" = provisioned ] || [ "$state" = failed ] && break
 done
-sleep 1 # the console line may still be being written
-bold "the VM's console"
-if grep BOOTOPS-MICROOS "$work/console"; then
-  echo "the VM booted the Micro-OS of node vm-serial, chosen by its serial number"
-else
-  echo "the VM did not reach its Micro-OS; bootops log:"; tail -30 "$work/bootops.log"; exit 1
+bold "bootops logs vm-serial"
+ip netns exec "$lan" "$bootops" logs vm-serial --server http://198.18.0.1:8080
+if [ "$state" != provisioned ]; then
+  echo "vm-serial did not get provisioned (state: ${state:-none}); the VM's console:"; tail -30 "$work/console"; exit 1
 fi
-bold "what bootops saw"
-grep -E 'msg=(dhcp|tftp|script)' "$work/bootops.log" | head -20
+wait "$qemu_pid" 2>/dev/null || true; qemu_pid=""   # the agent rebooted it: QEMU exits (-no-reboot)
+bold "the VM's disk, read on this machine"
+sfdisk -l "$work/disk.img" | sed -n '1,12p'
+dd if="$work/disk.img" of="$work/p1.img" bs=1M skip=1 count=32 status=none
+echo "-- /etc/bootops-image:"; debugfs -R "cat /etc/bootops-image" "$work/p1.img" 2>/dev/null
+echo "-- /var/lib/cloud/seed/nocloud/user-data:"; debugfs -R "cat /var/lib/cloud/seed/nocloud/user-data" "$work/p1.img" 2>/dev/null
+echo
+echo "vm-serial was provisioned from sites/, chosen by its serial number: image, cloud-init seed, reboot."

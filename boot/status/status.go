@@ -99,6 +99,8 @@ type Machine struct {
 	UUID   string `json:"uuid,omitempty"`
 	Serial string `json:"serial,omitempty"`
 	State  string `json:"state"`
+	// Since is when the machine entered its state.
+	Since time.Time `json:"since,omitzero"`
 	// Last is the newest event.
 	Last   Event `json:"last"`
 	Events int   `json:"events"`
@@ -197,6 +199,9 @@ func (m *Machine) apply(e Event) {
 	m.Site, m.Node = or(e.Site, m.Site), or(e.Node, m.Node)
 	m.MAC, m.UUID, m.Serial = or(e.MAC, m.MAC), or(e.UUID, m.UUID), or(e.Serial, m.Serial)
 	if e.State != "" {
+		if e.State != m.State || m.Since.IsZero() {
+			m.Since = e.Time
+		}
 		m.State = e.State
 	}
 	m.Last = e

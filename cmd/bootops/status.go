@@ -269,7 +269,7 @@ func printStatus(w io.Writer, doc statusDoc) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSITE\tSTATE\tACTION\tPROGRESS\tSEEN\tLAST MESSAGE")
+	fmt.Fprintln(tw, "NODE\tSITE\tSTATE\tACTION\tPROGRESS\tELAPSED\tSEEN\tLAST MESSAGE")
 	for _, n := range doc.Nodes {
 		seen := "-"
 		if !n.Last.Time.IsZero() {
@@ -284,7 +284,7 @@ func printStatus(w io.Writer, doc statusDoc) {
 				prog = fmt.Sprintf("%d MB", l.Bytes>>20)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Site, n.State, action, prog, seen, firstLine(n.Last.Message))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Site, n.State, action, prog, elapsed(n), seen, firstLine(n.Last.Message))
 	}
 	tw.Flush()
 	if len(doc.Machines) > 0 {
@@ -296,6 +296,19 @@ func printStatus(w io.Writer, doc statusDoc) {
 		}
 		tw.Flush()
 	}
+}
+
+// elapsed is how long a node has been in the Micro-OS or provisioning.
+func elapsed(m status.Machine) string {
+	switch m.State {
+	case status.StateBooting, status.StateMicroOS, status.StateProvisioning:
+	default:
+		return "-"
+	}
+	if m.Since.IsZero() {
+		return "-"
+	}
+	return time.Since(m.Since).Round(time.Second).String()
 }
 
 func shortRev(r string) string {

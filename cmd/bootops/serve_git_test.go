@@ -334,3 +334,28 @@ func TestUnknownEnrollLogs(t *testing.T) {
 		t.Errorf("logs nope: %d %s", code, errs)
 	}
 }
+
+// status --watch redraws; logs -f prints what comes next.
+func TestWatchAndFollow(t *testing.T) {
+	repo := demoRepo(t)
+	d := startDaemon(t, nil, "--source", repo, "--state-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--dhcp", "off", "--tftp-addr", "")
+	server := "http://" + d.addr
+	d.get("/ipxe?serial=demo-0001")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var watch, follow lockedBuffer
+	e := func(out *lockedBuffer) *env { return &env{stdout: out, stderr: io.Discard, getenv: func(string) string { return "" }} }
+	done := make(chan int, 2)
+	go func() { done <- run(ctx, e(&watch), []string{"status", "--server", server, "--watch"}) }()
+	go func() { done <- run(ctx, e(&follow), []string{"logs", "vm-serial", "--server", server, "-f"}) }()
+	time.Sleep(1500 * time.Millisecond)
+	d.get("/ipxe?serial=demo-0001&mac=52:54:00:00:00:42") // a second event while following
+	<-done
+	<-done
+	if n := strings.Count(watch.String(), "\n--- "); n < 1 || strings.Count(watch.String(), "NODE ") < 2 {
+		t.Errorf("status --watch drew %d times:\n%s", n+1, watch.String())
+	}
+	if n := strings.Count(follow.String(), "served the Micro-OS script"); n != 2 {
+		t.Errorf("logs -f printed %d script events, want 2 (each once):\n%s", n, follow.String())
+	}
+}

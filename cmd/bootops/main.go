@@ -50,7 +50,7 @@ type env struct {
 
 func commands() []*command {
 	return []*command{
-		validateCmd(), compileCmd(), renderCmd(), explainCmd(), serveCmd(), statusCmd(), logsCmd(), enrollCmd(), microosCmd(), schemaCmd(), versionCmd(),
+		validateCmd(), compileCmd(), renderCmd(), explainCmd(), diffCmd(), serveCmd(), statusCmd(), logsCmd(), enrollCmd(), microosCmd(), schemaCmd(), versionCmd(),
 	}
 }
 
@@ -97,6 +97,8 @@ func run(ctx context.Context, e *env, args []string) int {
 			return exitUsage
 		case errors.Is(err, errSilent):
 			return exitInvalid
+		case errors.Is(err, errChanges):
+			return exitChanges
 		default:
 			fmt.Fprintf(e.stderr, "bootops %s: %v\n", c.name, err)
 			return exitInvalid

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bootops/bootops/reconciler"
+)
+
+// gitRepo is a real repository in a temporary folder holding the warehouse
+// example, committed on main.
+func gitRepo(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "fleet")
+	if err := os.CopyFS(dir, os.DirFS("../../examples/warehouse")); err != nil {
+		t.Fatal(err)
+	}
+	git(t, dir, "init", "-q", "-b", "main")
+	git(t, dir, "add", "-A")
+	git(t, dir, "commit", "-q", "-m", "warehouse")
+	return dir
+}
+
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.invalid", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.invalid", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func edit(t *testing.T, dir, name, from, to string) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), from) {
+		t.Fatalf("%s has no %q", name, from)
+	}
+	os.WriteFile(p, []byte(strings.Replace(string(b), from, to, 1)), 0o644)
+}
+
+func diffJSON(t *testing.T, args ...string) (int, reconciler.ChangeSet, string) {
+	t.Helper()
+	code, out, errs := bootops(t, nil, append([]string{"diff", "--format", "json"}, args...)...)
+	var cs reconciler.ChangeSet
+	if code == 0 || code == 2 {
+		if err := json.Unmarshal([]byte(out), &cs); err != nil {
+			t.Fatalf("diff -o json: %v\n%s", err, out)
+		}
+	}
+	return code, cs, errs
+}
+
+func TestDiff(t *testing.T) {
+	dir := gitRepo(t)
+	nodes := "sites/warehouse/nodes/"
+	// Identical revisions: no change, exit 0 even with --detailed-exitcode.
+	if code, out, errs := bootops(t, nil, "diff", dir, "--base", "main", "--detailed-exitcode"); code != 0 || !strings.Contains(out, "No changes") {
+		t.Errorf("identical: %d %s %s", code, out, errs)
+	}
+
+	// A feature branch: add, remove, change, move without change,
+	// reprovision, a profile edit reaching many nodes, a binary file.
+	git(t, dir, "checkout", "-q", "-b", "feature")
+	os.WriteFile(filepath.Join(dir, nodes+"rack9-01.yaml"), []byte("apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: rack9-01\nidentity: {serial: SN-R9-01}\n"), 0o644)
+	os.Remove(filepath.Join(dir, nodes+"rack1-20.yaml"))
+	edit(t, dir, nodes+"rack1-01.yaml", "profile: microvisor", "profile: ubuntu-24-04")
+	os.MkdirAll(filepath.Join(dir, "sites/warehouse/moved"), 0o755)
+	git(t, dir, "mv", nodes+"rack1-05.yaml", "sites/warehouse/moved/rack1-05.yaml")
+	b, _ := os.ReadFile(filepath.Join(dir, nodes+"rack1-03.yaml"))
+	os.WriteFile(filepath.Join(dir, nodes+"rack1-03.yaml"), append(b, "reprovision: 1\n"...), 0o644)
+	edit(t, dir, "profiles/ubuntu-24-04.yaml", "release-20250430", "release-20250530")
+	os.WriteFile(filepath.Join(dir, "logo.png"), []byte("\x89PNG\r\n\x1a\n\x00\x00binary"), 0o644)
+	git(t, dir, "add", "-A")
+	git(t, dir, "commit", "-q", "-m", "feature")
+
+	code, cs, errs := diffJSON(t, dir, "--base", "main", "--head", "feature", "--detailed-exitcode")
+	if code != 2 {
+		t.Fatalf("diff: exit %d %s", code, errs)
+	}
+	kinds := map[string]string{}
+	for _, n := range cs.Nodes {
+		kinds[n.Name] = n.Kind
+	}
+	want := map[string]string{"rack9-01": "add", "rack1-20": "remove", "rack1-01": "change", "rack1-03": "reprovision"}
+	for name, k := range want {
+		if kinds[name] != k {
+			t.Errorf("%s: %q, want %q (all: %v)", name, kinds[name], k, kinds)
+		}
+	}
+	if _, ok := kinds["rack1-05"]; ok {
+		t.Error("a node moved to another file, unchanged, is reported as a change")
+	}
+	var profile *reconciler.ObjectChange
+	for i, o := range cs.Objects {
+		if o.Object == "profile" && o.Name == "ubuntu-24-04" {
+			profile = &cs.Objects[i]
+		}
+	}
+	if profile == nil || len(profile.Reaches) != 9 || profile.Fields[0].Field != "image.url" {
+		t.Errorf("profile fan-out: %+v", profile)
+	}
+	if s := cs.Summary; s.Add != 1 || s.Remove != 1 || s.Reprovision != 1 || s.Change != 1+9 {
+		t.Errorf("summary: %+v", s)
+	}
+
+	// Text: the summary line, one line per node, the fan-out once.
+	code, out, _ := bootops(t, nil, "diff", dir, "--base", "main", "--head", "feature")
+	for _, w := range []string{
+		"Plan: 1 to add, 10 to change, 1 to remove, 1 to reprovision (disks will be wiped).",
+		"~ profile ubuntu-24-04  image.url: https://cloud-images.ubuntu.com/releases/noble/release-20250430/",
+		"    reaches 9 nodes: warehouse/rack1-",
+		"  +   rack9-01  serial: SN-R9-01, profile: microvisor",
+		"  ~   rack1-01  profile: microvisor → ubuntu-24-04; renders ipxe, user-data, workflow differently",
+		"  -/+ rack1-03  reprovision: 0 → 1; ",
+		"; its disk will be wiped and reinstalled",
+		"  -   rack1-20",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("text lacks %q:\n%s", w, out)
+		}
+	}
+	if code != 0 {
+		t.Errorf("without --detailed-exitcode: exit %d", code)
+	}
+	// --artifacts: unified diffs of the rendered files.
+	_, out, _ = bootops(t, nil, "diff", dir, "--base", "main", "--head", "feature", "--artifacts")
+	if !strings.Contains(out, "/warehouse/rack1-01/workflow") || !strings.Contains(out, "@@ ") {
+		t.Errorf("--artifacts:\n%s", out)
+	}
+	// Markdown: a table, collapsed details.
+	_, out, _ = bootops(t, nil, "diff", dir, "--base", "main", "--head", "feature", "--format", "markdown")
+	for _, w := range []string{"### bootops diff `", "| 1 | 10 | 1 | 1 |", "<details>", "```diff\n", "+ rack9-01", "! rack1-01"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("markdown lacks %q:\n%s", w, out)
+		}
+	}
+
+	// Merge base: main moved on after feature branched off; the diff
+	// shows feature's changes only, as a pull request page does.
+	git(t, dir, "checkout", "-q", "main")
+	edit(t, dir, nodes+"rack1-02.yaml", "line: a", "line: z")
+	git(t, dir, "commit", "-q", "-am", "main moves on")
+	git(t, dir, "checkout", "-q", "feature")
+	_, cs, _ = diffJSON(t, dir, "--base", "main", "--head", "feature")
+	for _, n := range cs.Nodes {
+		if n.Name == "rack1-02" {
+			t.Error("a change made on main after the branch point shows in the feature's diff")
+		}
+	}
+	// The working tree (uncommitted), the default head.
+	edit(t, dir, nodes+"rack1-04.yaml", "rack: r1", "rack: r2")
+	_, cs, _ = diffJSON(t, dir, "--base", "feature")
+	if cs.Head != "working tree" || len(cs.Nodes) != 1 || cs.Nodes[0].Name != "rack1-04" || cs.Nodes[0].Fields[0].String() != "labels.rack: r1 → r2" {
+		t.Errorf("working tree: %+v", cs)
+	}
+	// An invalid head: exit 1, errors prefixed by the revision.
+	edit(t, dir, nodes+"rack1-04.yaml", "identity:", "idenity:")
+	git(t, dir, "commit", "-q", "-am", "broken")
+	code, _, errs = bootops(t, nil, "diff", dir, "--base", "main", "--head", "HEAD")
+	if code != 1 || !strings.Contains(errs, "head "+git(t, dir, "rev-parse", "--short=7", "HEAD")+": sites/warehouse/nodes/rack1-04.yaml:4:1: idenity: unknown field") {
+		t.Errorf("invalid head: %d %s", code, errs)
+	}
+	// A shallow clone without the base says what to fetch.
+	shallow := filepath.Join(t.TempDir(), "shallow")
+	git(t, filepath.Dir(shallow), "clone", "-q", "--depth", "1", "--branch", "feature", "file://"+dir, shallow)
+	code, _, errs = bootops(t, nil, "diff", shallow, "--base", "main")
+	if code != 1 || !strings.Contains(errs, "git fetch") {
+		t.Errorf("shallow: %d %s", code, errs)
+	}
+	if code, _, errs := bootops(t, nil, "diff", dir); code != 2 || !strings.Contains(errs, "--base is required") {
+		t.Errorf("no base: %d %s", code, errs)
+	}
+}

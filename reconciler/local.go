@@ -3,12 +3,16 @@ package reconciler
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
 // Local is a Git repository on disk, read for `bootops diff`: revisions
@@ -34,6 +38,14 @@ func OpenLocal(dir string) (*Local, error) {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	root := wt.Filesystem.Root()
+	// Reopened with one pack reader kept for every object read (go-git
+	// opens the pack again per object otherwise).
+	if st, err := os.Stat(filepath.Join(root, ".git")); err == nil && st.IsDir() {
+		store := filesystem.NewStorageWithOptions(osfs.New(filepath.Join(root, ".git"), osfs.WithBoundOS()), cache.NewObjectLRU(16*cache.MiByte), filesystem.Options{KeepDescriptors: true, LargeObjectThreshold: 1 << 20})
+		if r, err := git.Open(store, wt.Filesystem); err == nil {
+			repo = r
+		}
+	}
 	sub, err := filepath.Rel(root, abs)
 	if err != nil || strings.HasPrefix(sub, "..") {
 		return nil, fmt.Errorf("%s is outside its repository %s", dir, root)

@@ -144,7 +144,9 @@ func (t *treeFS) Open(name string) (fs.File, error) {
 	if e.mode == filemode.Dir {
 		return &treeDir{fs: t, path: name, info: t.info(e)}, nil
 	}
-	return &treeFile{fs: t, info: t.info(e)}, nil
+	// The size comes with the object when the file is read: one lookup,
+	// not two.
+	return &treeFile{fs: t, info: &entryInfo{e: e}}, nil
 }
 
 func (t *treeFS) ReadDir(name string) ([]fs.DirEntry, error) {
@@ -280,24 +282,65 @@ func (d dirEntry) IsDir() bool                { return d.e.mode == filemode.Dir 
 func (d dirEntry) Type() fs.FileMode          { return (&entryInfo{e: d.e}).Mode().Type() }
 func (d dirEntry) Info() (fs.FileInfo, error) { return d.fs.info(d.e), nil }
 
-// treeFile reads its blob on the first Read.
+// treeFile looks its object up on the first Stat or Read, and reads the
+// content on the first Read (a blob refused by its size is never read).
 type treeFile struct {
 	fs   *treeFS
 	info *entryInfo
+	obj  plumbing.EncodedObject
 	r    *bytes.Reader
 }
 
-func (f *treeFile) Stat() (fs.FileInfo, error) { return f.info, nil }
-func (f *treeFile) Close() error               { return nil }
+func (f *treeFile) object() (plumbing.EncodedObject, error) {
+	if f.obj == nil {
+		f.fs.mu.Lock()
+		o, err := f.fs.store.EncodedObject(plumbing.BlobObject, f.info.e.hash)
+		if err == nil && f.info.e.size < 0 {
+			f.info.e.size = o.Size()
+		}
+		f.fs.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		f.obj = o
+	}
+	return f.obj, nil
+}
+
+func (f *treeFile) Stat() (fs.FileInfo, error) {
+	if _, err := f.object(); err != nil {
+		return nil, err
+	}
+	return f.info, nil
+}
+
+func (f *treeFile) Close() error { return nil }
 func (f *treeFile) Read(p []byte) (int, error) {
 	if f.r == nil {
-		b, err := f.fs.read(f.info.e)
+		o, err := f.object()
+		if err != nil {
+			return 0, err
+		}
+		f.fs.mu.Lock()
+		b, err := readAll(o)
+		f.fs.mu.Unlock()
 		if err != nil {
 			return 0, err
 		}
 		f.r = bytes.NewReader(b)
 	}
 	return f.r.Read(p)
+}
+
+func readAll(o plumbing.EncodedObject) ([]byte, error) {
+	r, err := o.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	buf := bytes.NewBuffer(make([]byte, 0, o.Size()))
+	_, err = io.Copy(buf, r)
+	return buf.Bytes(), err
 }
 
 type treeDir struct {

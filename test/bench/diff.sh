@@ -18,7 +18,7 @@ go run ./test/fleet/gen -sites 50 -nodes 10000 -o "$fleet" >/dev/null
 export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.invalid GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@example.invalid
 git -C "$fleet" init -q -b main && git -C "$fleet" add -A && git -C "$fleet" commit -q -m base
 # 100 nodes change: a label each.
-for f in $(find "$fleet/sites" -name 'node-*.yaml' | sort | head -100); do
+for f in $(find "$fleet/sites" -name 'node-*.yaml' | sort | sed -n 1,100p); do
   printf '  bench: changed\n' >> "$f"
 done
 git -C "$fleet" commit -q -am "100 nodes"
@@ -28,10 +28,10 @@ time_runs() { # CMD…: wall seconds of each run
   for _ in $(seq "$runs"); do
     warm
     /usr/bin/time -f "%e" -o "$work/t" "$@" >"$work/out" 2>"$work/err" || { [ $? = 2 ] || { cat "$work/err"; exit 1; }; }
-    cat "$work/t"
+    tail -1 "$work/t"
   done
 }
-serial=$(grep -h 'serial:' "$fleet"/sites/site-000/nodes/*.yaml | head -1 | awk '{print $2}')
+serial=$(grep -h 'serial:' "$fleet"/sites/site-000/nodes/*.yaml | awk 'NR==1 {print $2}')
 cold=$(time_runs bin/bootops explain "$fleet" --serial "$serial" | median)
 diff=$(time_runs bin/bootops diff "$fleet" --base HEAD~1 --head HEAD --detailed-exitcode | median)
 grep -m1 '^Plan:' "$work/out" || true

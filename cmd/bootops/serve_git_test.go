@@ -344,7 +344,9 @@ func TestWatchAndFollow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	var watch, follow lockedBuffer
-	e := func(out *lockedBuffer) *env { return &env{stdout: out, stderr: io.Discard, getenv: func(string) string { return "" }} }
+	e := func(out *lockedBuffer) *env {
+		return &env{stdout: out, stderr: io.Discard, getenv: func(string) string { return "" }}
+	}
 	done := make(chan int, 2)
 	go func() { done <- run(ctx, e(&watch), []string{"status", "--server", server, "--watch"}) }()
 	go func() { done <- run(ctx, e(&follow), []string{"logs", "vm-serial", "--server", server, "-f"}) }()

@@ -208,7 +208,15 @@ func TestServerOnLoopback(t *testing.T) {
 	if reply == nil || reply.MessageType() != dhcpv4.MessageTypeOffer || reply.BootFileName != "undionly.kpxe" {
 		t.Fatalf("reply: %v", reply)
 	}
-	if ev := mem.Events("lab/n1"); len(ev) == 0 || ev[0].Kind != status.KindDHCP || ev[0].State != status.StateDiscovered {
+	// The event is recorded once the reply is sent: it may come a moment
+	// after the reply.
+	var ev []status.Event
+	for i := 0; i < 100 && len(ev) == 0; i++ {
+		if ev = mem.Events("lab/n1"); len(ev) == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if len(ev) == 0 || ev[0].Kind != status.KindDHCP || ev[0].State != status.StateDiscovered {
 		t.Errorf("events: %+v", ev)
 	}
 }

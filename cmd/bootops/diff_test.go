@@ -2,6 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,5 +185,34 @@ func TestDiff(t *testing.T) {
 	}
 	if code, _, errs := bootops(t, nil, "diff", dir); code != 2 || !strings.Contains(errs, "--base is required") {
 		t.Errorf("no base: %d %s", code, errs)
+	}
+}
+
+// A 10,000-node change stays a comment GitHub accepts.
+func TestDiffMarkdownCapped(t *testing.T) {
+	cs := &reconciler.ChangeSet{Base: "1a2b3c4", Head: "5d6e7f8"}
+	for i := range 10000 {
+		cs.Nodes = append(cs.Nodes, reconciler.NodeChange{Kind: reconciler.Changed, Site: "s", Name: fmt.Sprintf("node-%05d", i),
+			Fields: []reconciler.FieldChange{{Field: "profile", Old: "ubuntu-22-04", New: "ubuntu-24-04"}}})
+	}
+	cs.Summary.Change = 10000
+	md := diffMarkdown(cs, 60000)
+	if len(md) >= 65000 || !strings.Contains(md, "more lines (run `bootops diff` locally") || !strings.HasSuffix(md, "```\n\n</details>\n") {
+		t.Errorf("markdown of %d characters:\n%s", len(md), md[len(md)-300:])
+	}
+}
+
+// --server marks the changed nodes a daemon reports provisioned.
+func TestDiffServerAnnotation(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"source":{},"nodes":[{"key":"warehouse/rack1-01","site":"warehouse","node":"rack1-01","state":"provisioned"}],"unknown":[]}`)
+	}))
+	defer srv.Close()
+	dir := gitRepo(t)
+	edit(t, dir, "sites/warehouse/nodes/rack1-01.yaml", "rack: r1", "rack: r2")
+	edit(t, dir, "sites/warehouse/nodes/rack1-02.yaml", "rack: r1", "rack: r2")
+	_, out, errs := bootops(t, nil, "diff", dir, "--base", "main", "--server", srv.URL)
+	if !strings.Contains(out, "rack1-01  labels.rack: r1 → r2; provisioned: changes only when reprovision is raised") || strings.Count(out, "provisioned: changes only") != 1 {
+		t.Errorf("--server: %s\n%s", errs, out)
 	}
 }

@@ -7,6 +7,7 @@
 # Prints Markdown tables; raw JSON lines go to test/bench/results/boot.jsonl.
 #
 #   bash test/bench/boot.sh            (as root: it installs nginx, tftpd-hpa)
+#   ONLY=tftp TFTP_ROUNDS=10 bash test/bench/boot.sh   (the TFTP part, more rounds)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash test/deps.sh nginx tftpd-hpa dnsmasq-base ipxe
@@ -21,8 +22,17 @@ trap cleanup EXIT
 go build -o "$work/bootops" ./cmd/bootops
 go build -o "$work/load" ./test/bench/load
 
+run_load() { # NAME ARGS…
+  local name=$1; shift
+  local line
+  line=$("$work/load" "$@")
+  echo "{\"server\":\"$name\",\"result\":$line}" >> "$results/boot.jsonl"
+  python3 -c 'import json,sys; r=json.loads(sys.argv[2]); print("| %s | %d | %d | %.1f | %.0f | %d |" % (sys.argv[1], r["requests"], r["failures"], r["seconds"], r["mb_per_s"], r["distinct_bodies"]))' "$name" "$line"
+}
+
 # -- HTTP ---------------------------------------------------------------
 mkdir -p "$work/repo"
+if [ "${ONLY:-}" != tftp ]; then
 cp -r sites/. "$work/repo"
 head -c 64M /dev/urandom > "$work/repo/microos/initrd.img"
 echo "small kernel" > "$work/repo/microos/vmlinuz"
@@ -43,13 +53,6 @@ nginx -c "$work/nginx.conf" -p "$work" -g 'daemon off;' & pids+=($!)
 "$work/bootops" serve --source "$work/repo" --state-dir "$work/state" --dhcp off --tftp-addr "" \
   --http-addr 127.0.0.1:18081 --log-format text 2>"$work/bootops-http.log" & bootops_pid=$!; pids+=($bootops_pid)
 sleep 2
-run_load() { # NAME ARGS…
-  local name=$1; shift
-  local line
-  line=$("$work/load" "$@")
-  echo "{\"server\":\"$name\",\"result\":$line}" >> "$results/boot.jsonl"
-  python3 -c 'import json,sys; r=json.loads(sys.argv[2]); print("| %s | %d | %d | %.1f | %.0f | %d |" % (sys.argv[1], r["requests"], r["failures"], r["seconds"], r["mb_per_s"], r["distinct_bodies"]))' "$name" "$line"
-}
 echo "HTTP: 500 concurrent downloads of a 64 MB initrd ($(nproc) cores, both servers and the client on this machine)"
 echo
 echo "| server | requests | failed | seconds | MB/s | distinct bodies |"
@@ -60,6 +63,9 @@ for round in 1 2 3; do
 done
 echo
 echo "bootops peak RSS during the HTTP runs: $(awk '/VmHWM/ {printf "%d MB", $2/1024}' /proc/$bootops_pid/status)"
+else
+  cp -r sites/. "$work/repo"; echo k > "$work/repo/microos/vmlinuz"; echo i > "$work/repo/microos/initrd.img"
+fi
 
 # -- TFTP ---------------------------------------------------------------
 mkdir -p "$work/tftp"
@@ -76,7 +82,7 @@ echo "TFTP: 200 fetches of ipxe.efi ($(stat -c %s "$work/tftp/ipxe.efi") bytes),
 echo
 echo "| server | requests | failed | seconds | MB/s | distinct bodies |"
 echo "| --- | --- | --- | --- | --- | --- |"
-for round in 1 2; do
+for round in $(seq "${TFTP_ROUNDS:-2}"); do
   run_load "dnsmasq" -url tftp://127.0.0.2:69/ipxe.efi -n 200 -c 100
   run_load "tftpd-hpa" -url tftp://127.0.0.3:69/ipxe.efi -n 200 -c 100
   run_load "bootops" -url tftp://127.0.0.4:69/ipxe.efi -n 200 -c 100

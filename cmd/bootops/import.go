@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/bootops/bootops/compiler"
+	"github.com/bootops/bootops/plan"
+)
+
+func importCmd() *command {
+	c := &command{
+		name:    "import",
+		summary: "Convert Edge Infrastructure Manager data: a bulk-import CSV into Nodes, OS profiles into Profiles.",
+		usage:   "csv FILE --site SITE [-o DIR] [--repo DIR]\n  bootops import eim-profile FILE... [-o DIR] [--base-url URL]",
+		example: "  bootops import csv bulk-import.csv --site warehouse-1   # writes sites/warehouse-1/nodes/*.yaml\n" +
+			"  bootops import eim-profile os-profiles/*.yaml -o profiles\n" +
+			"  # exit 0: imported · 1: invalid rows, nothing written · 2: usage",
+	}
+	c.run = func(ctx context.Context, e *env, args []string) error {
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+			_, err := parse(c.flags(e), e, args)
+			if err != nil {
+				return err
+			}
+			return usagef("want a format: csv or eim-profile")
+		}
+		switch args[0] {
+		case "csv":
+			return importCSV(c, e, args[1:])
+		case "eim-profile":
+			return importEIMProfiles(c, e, args[1:])
+		}
+		return usagef("unknown format %q: want csv or eim-profile", args[0])
+	}
+	return c
+}
+
+func importCSV(c *command, e *env, args []string) error {
+	fs := c.flags(e)
+	site := fs.String("site", "", "the site the nodes are imported into (required)")
+	repo := fs.String("repo", ".", "the repository: rows are checked against its nodes and profiles")
+	out := fs.String("o", "", "folder to write <name>.yaml into (default REPO/sites/SITE/nodes)")
+	pos, err := parse(fs, e, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || *site == "" {
+		return usagef("want one CSV file and --site SITE")
+	}
+	file := pos[0]
+	if *out == "" {
+		*out = filepath.Join(*repo, "sites", *site, "nodes")
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	im := &compiler.CSVImport{File: file, Site: *site}
+	if p := existingPlan(e, *repo); p != nil {
+		im.Existing, im.Repo = p, os.DirFS(*repo)
+	}
+	// Rows are written to a folder beside the output as they come, and
+	// moved in only once every row is valid.
+	var stage string
+	defer func() {
+		if stage != "" {
+			os.RemoveAll(stage)
+		}
+	}()
+	var staged []string
+	var clash compiler.ImportErrors
+	unchanged := 0
+	sum, err := im.Import(f, func(n compiler.ImportedNode) error {
+		if n.Unchanged {
+			return nil
+		}
+		target := filepath.Join(*out, n.Name+".yaml")
+		if old, err := os.ReadFile(target); err == nil {
+			if bytes.Equal(old, n.Data) {
+				unchanged++
+				return nil
+			}
+			clash = append(clash, &compiler.RowError{File: file, Line: n.Line,
+				Msg: fmt.Sprintf("%s exists with other content (edit or remove it there)", target)})
+			return nil
+		}
+		if stage == "" {
+			parent := filepath.Dir(filepath.Clean(*out))
+			if err := os.MkdirAll(parent, 0o755); err != nil {
+				return err
+			}
+			dir, err := os.MkdirTemp(parent, ".bootops-import-")
+			if err != nil {
+				return err
+			}
+			stage = dir
+		}
+		staged = append(staged, n.Name+".yaml")
+		return os.WriteFile(filepath.Join(stage, n.Name+".yaml"), n.Data, 0o644)
+	})
+	for _, col := range sum.Columns {
+		if k := sum.Ignored[col]; k > 0 {
+			fmt.Fprintf(e.stderr, "%s: column %s has no equivalent in bootops: ignored for %d rows\n", file, col, k)
+		}
+	}
+	var list compiler.ImportErrors
+	if errors.As(err, &list) || len(clash) > 0 {
+		list = append(list, clash...)
+		for _, x := range list {
+			fmt.Fprintln(e.stderr, x)
+		}
+		fmt.Fprintf(e.stderr, "%d errors in %s: nothing written\n", len(list), file)
+		return errSilent
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	for _, name := range staged {
+		if err := os.Rename(filepath.Join(stage, name), filepath.Join(*out, name)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(e.stdout, "imported %d nodes into %s (%d unchanged)\n", sum.Rows, *out, sum.Unchanged+unchanged)
+	return nil
+}
+
+// existingPlan compiles the repository at dir for the import's checks; a
+// repository that is missing or does not compile is reported and skipped.
+func existingPlan(e *env, dir string) *plan.Plan {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil
+	}
+	c, err := compiler.New()
+	if err != nil {
+		return nil
+	}
+	p, err := c.Compile(os.DirFS(dir))
+	if err != nil {
+		n := 1
+		var list compiler.Errors
+		if errors.As(err, &list) {
+			n = len(list)
+		}
+		fmt.Fprintf(e.stderr, "warning: repository %s does not compile (%d errors, see `bootops validate %s`): rows not checked against its nodes and profiles\n", dir, n, dir)
+		return nil
+	}
+	return p
+}
+
+func importEIMProfiles(c *command, e *env, args []string) error {
+	fs := c.flags(e)
+	out := fs.String("o", "profiles", "folder to write <name>.yaml into")
+	base := fs.String("base-url", "https://files-rs.edgeorchestration.intel.com", "what a relative osImageUrl is resolved against (EIM's release service)")
+	pos, err := parse(fs, e, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usagef("want one or more EIM OS profile files")
+	}
+	var errs []error
+	var got []*compiler.ImportedProfile
+	from := map[string]string{}
+	for _, file := range pos {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		p, err := compiler.ImportEIMProfile(data, file, *base)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if len(p.Ignored) > 0 {
+			fmt.Fprintf(e.stderr, "%s: no equivalent for: %s\n", file, strings.Join(p.Ignored, ", "))
+		}
+		if prev, ok := from[p.Name]; ok {
+			errs = append(errs, fmt.Errorf("%s: profile %s also imported from %s", file, p.Name, prev))
+			continue
+		}
+		from[p.Name] = file
+		got = append(got, p)
+	}
+	if len(errs) > 0 {
+		for _, err := range errs {
+			fmt.Fprintln(e.stderr, err)
+		}
+		fmt.Fprintf(e.stderr, "nothing written\n")
+		return errSilent
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	for _, p := range got {
+		target := filepath.Join(*out, p.Name+".yaml")
+		tmp, err := os.CreateTemp(*out, ".import-*")
+		if err != nil {
+			return err
+		}
+		_, werr := tmp.Write(p.Data)
+		if cerr := tmp.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr == nil {
+			werr = os.Chmod(tmp.Name(), 0o644)
+		}
+		if werr == nil {
+			werr = os.Rename(tmp.Name(), target)
+		}
+		if werr != nil {
+			os.Remove(tmp.Name())
+			return werr
+		}
+	}
+	fmt.Fprintf(e.stdout, "imported %d profiles into %s\n", len(got), *out)
+	return nil
+}

@@ -192,12 +192,23 @@ func refused(a reconciler.Attempt, want string) bool {
 
 // fetchStatus GETs the status document into doc and returns its bytes.
 func fetchStatus(ctx context.Context, url string, doc *statusDoc) ([]byte, error) {
+	body, err := get(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(body, doc); err != nil {
+		return nil, fmt.Errorf("not a status document: %w", err)
+	}
+	return body, nil
+}
+
+// get fetches a daemon's API document (at most 64 MiB).
+func get(ctx context.Context, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
 		return nil, usagef("--server: %v", err)
 	}
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Do(req)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -208,9 +219,6 @@ func fetchStatus(ctx context.Context, url string, doc *statusDoc) ([]byte, error
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s", resp.Status)
-	}
-	if err := json.Unmarshal(body, doc); err != nil {
-		return nil, fmt.Errorf("not a status document: %w", err)
 	}
 	return body, nil
 }

@@ -51,22 +51,29 @@ func Session(ctx context.Context, args map[string]string, sysfs string, console 
 	defer stop()
 	go up.run(sendCtx)
 
+	r := &Runner{Report: up}
+	if tweak != nil {
+		tweak(r)
+	}
 	var reply plan.CheckInReply
+checkIn:
 	for wait := 2 * time.Second; ; wait = min(2*wait, 30*time.Second) {
 		reply, err = up.checkIn(ctx, plan.CheckIn{Identity: id, Arch: runtime.GOARCH, Disks: disks, Agent: Version})
 		switch {
 		case err != nil:
 			fmt.Fprintf(console, "bootops-agent: check-in: %v (again in %s)\n", err, wait)
 		case reply.Workflow != nil:
+			break checkIn
 		case reply.RetrySeconds > 0:
 			fmt.Fprintf(console, "bootops-agent: held: %s (asking again in %d s)\n", reply.Hold, reply.RetrySeconds)
 			wait = time.Duration(reply.RetrySeconds) * time.Second
 		default:
+			// Told to boot again: what the Plan says now is another script.
 			fmt.Fprintf(console, "bootops-agent: %s\n", reply.Hold)
-			return r0Power(tweak)
-		}
-		if err == nil && reply.Workflow != nil {
-			break
+			if r.Power != nil {
+				return r.Power("reboot")
+			}
+			return defaultPower("reboot")
 		}
 		select {
 		case <-ctx.Done():
@@ -74,18 +81,14 @@ func Session(ctx context.Context, args map[string]string, sysfs string, console 
 		case <-time.After(wait):
 		}
 	}
-	r := &Runner{
-		Report:     up,
-		Generation: reply.Generation,
-		CloudInit: func(context.Context) (Seed, error) {
+	r.Generation = reply.Generation
+	if r.CloudInit == nil {
+		r.CloudInit = func(context.Context) (Seed, error) {
 			if reply.CloudInit == nil {
 				return Seed{}, nil
 			}
 			return Seed{UserData: reply.CloudInit.UserData, MetaData: reply.CloudInit.MetaData, NetworkConfig: reply.CloudInit.NetworkConfig}, nil
-		},
-	}
-	if tweak != nil {
-		tweak(r)
+		}
 	}
 	err = r.Run(ctx, *reply.Workflow)
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -97,17 +100,4 @@ func Session(ctx context.Context, args map[string]string, sysfs string, console 
 		return fmt.Errorf("workflow failed: %w (the machine stays in the Micro-OS; the failure is in `bootops status`)", err)
 	}
 	return nil
-}
-
-// r0Power reboots a machine the server told to boot again (no workflow
-// runs): through the Runner's Power, so a tweak can catch it.
-func r0Power(tweak func(*Runner)) error {
-	r := &Runner{}
-	if tweak != nil {
-		tweak(r)
-	}
-	if r.Power != nil {
-		return r.Power("reboot")
-	}
-	return defaultPower("reboot")
 }

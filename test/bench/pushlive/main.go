@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,6 +29,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/test/fleet"
+	"github.com/bootops/bootops/test/procstat"
 )
 
 func main() {
@@ -65,7 +65,7 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 			return err
 		}
 	}
-	gitPort, httpPort := freePort(), freePort()
+	gitPort, httpPort := procstat.FreePort(), procstat.FreePort()
 	daemon := exec.Command("git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1", "--port="+gitPort, "--base-path="+filepath.Dir(bare), filepath.Dir(bare))
 	if err := daemon.Start(); err != nil {
 		return err
@@ -90,7 +90,7 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 	}
 	first := time.Since(start)
 	time.Sleep(time.Second) // the garbage of the first compilation is returned
-	rss0, hwm0 := procMem(serve.Process.Pid)
+	rss0, hwm0 := procstat.Mem(serve.Process.Pid)
 	fmt.Printf("repository: %d nodes, %d sites; git daemon on loopback; first revision served %.2f s after start; then RSS %d MB, peak so far %d MB\n", nodes, sites, first.Seconds(), rss0>>10, hwm0>>10)
 
 	var live, ref []time.Duration
@@ -131,7 +131,7 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 	if reference {
 		fmt.Printf("reference git clone --depth 1 + bootops validate, per push: %s\n", summary(ref))
 	}
-	rss, hwm := procMem(serve.Process.Pid)
+	rss, hwm := procstat.Mem(serve.Process.Pid)
 	fmt.Printf("bootops serve memory after %d pushes: RSS %d MB, peak RSS %d MB\n", pushes, rss>>10, hwm>>10)
 	return nil
 }
@@ -218,30 +218,4 @@ func git(args ...string) (string, error) {
 		return "", fmt.Errorf("git %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return strings.TrimSpace(string(out)), nil
-}
-
-func freePort() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-}
-
-// procMem reads VmRSS and VmHWM (kB) of a process.
-func procMem(pid int) (rss, hwm int) {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 {
-			switch f[0] {
-			case "VmRSS:":
-				rss, _ = strconv.Atoi(f[1])
-			case "VmHWM:":
-				hwm, _ = strconv.Atoi(f[1])
-			}
-		}
-	}
-	return
 }

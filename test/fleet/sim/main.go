@@ -25,7 +25,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/bootops/bootops/agent"
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/test/procstat"
 )
 
 func main() {
@@ -88,7 +88,7 @@ func run(bin string, nodes, conc, size, rounds int) error {
 	imageURL := "http://" + imgLn.Addr().String() + "/image.raw"
 
 	// The repository: one site, one profile, N nodes by serial.
-	port := freePort()
+	port := procstat.FreePort()
 	repo := filepath.Join(work, "repo")
 	files := map[string]string{
 		"microos.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {url: \"http://127.0.0.1/k\", sha256: " + strings.Repeat("1a", 32) + "}\ninitrd: {url: \"http://127.0.0.1/i\", sha256: " + strings.Repeat("1a", 32) + "}\n",
@@ -169,7 +169,7 @@ func run(bin string, nodes, conc, size, rounds int) error {
 	// The image file is read once before anything is timed (this VM hands
 	// its page cache back to the host); then the two alternate.
 	reference()
-	cpu0 := procCPU(serve.Process.Pid)
+	cpu0 := procstat.CPU(serve.Process.Pid)
 	var refSum, fleetSum time.Duration
 	var failedTotal int64
 	for round := 1; round <= rounds; round++ {
@@ -178,8 +178,8 @@ func run(bin string, nodes, conc, size, rounds int) error {
 		refSum, fleetSum, failedTotal = refSum+r, fleetSum+f, failedTotal+rf+ff
 		fmt.Printf("round %d: downloads alone %.1f s (%d failed); bootops fleet %.1f s (%d failed)\n", round, r.Seconds(), rf, f.Seconds(), ff)
 	}
-	cpu := procCPU(serve.Process.Pid) - cpu0
-	_, hwm := procMem(serve.Process.Pid)
+	cpu := procstat.CPU(serve.Process.Pid) - cpu0
+	_, hwm := procstat.Mem(serve.Process.Pid)
 	wall, ref := fleetSum, refSum
 	var failed atomic.Int64
 	failed.Store(failedTotal)
@@ -259,45 +259,7 @@ func waitReady(server string) error {
 	return fmt.Errorf("%s not ready", server)
 }
 
-func freePort() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-}
-
 func nproc() int {
 	b, _ := os.ReadFile("/proc/cpuinfo")
 	return strings.Count(string(b), "processor\t:")
-}
-
-// procCPU is a process's user+system time.
-func procCPU(pid int) time.Duration {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.Atoi(f[11])
-	st, _ := strconv.Atoi(f[12])
-	return time.Duration(u+st) * time.Second / 100
-}
-
-func procMem(pid int) (rss, hwm int) {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 {
-			switch f[0] {
-			case "VmRSS:":
-				rss, _ = strconv.Atoi(f[1])
-			case "VmHWM:":
-				hwm, _ = strconv.Atoi(f[1])
-			}
-		}
-	}
-	return
 }

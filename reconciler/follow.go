@@ -29,9 +29,9 @@ type Follower struct {
 	interval time.Duration
 	keyring  string
 	trigger  chan string
-	ref      plumbing.ReferenceName   // the ref as the remote named it last
-	seen     plumbing.Hash            // the last commit compiled (served or refused)
-	blobs    map[string]plumbing.Hash // the files the compiler saw last
+	ref      plumbing.ReferenceName // the ref as the remote named it last
+	seen     plumbing.Hash          // the last commit compiled (served or refused)
+	blobs    Blobs                  // the files the compiler saw last
 }
 
 // Configure sets the poll interval (0: 30 s) and the armored OpenPGP
@@ -173,7 +173,7 @@ func (f *Follower) Sync(ctx context.Context, reason string) error {
 	blobs := co.FS.blobs()
 	f.mu.Lock()
 	if f.blobs != nil {
-		snap.Changed = changedPaths(f.blobs, blobs)
+		snap.Changed = blobs.Changed(f.blobs)
 	}
 	f.mu.Unlock()
 	_, err = f.R.Apply(snap)

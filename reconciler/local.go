@@ -119,7 +119,7 @@ func (l *Local) shallow() (bool, error) {
 
 // FS is a commit's tree (the folder asked for, within it), read from the
 // object store, and its files' blob hashes (for what changed between two).
-func (l *Local) FS(c *object.Commit) (fs.FS, map[string]plumbing.Hash, error) {
+func (l *Local) FS(c *object.Commit) (fs.FS, Blobs, error) {
 	tree, err := c.Tree()
 	if err != nil {
 		return nil, nil, err
@@ -138,7 +138,7 @@ func (l *Local) FS(c *object.Commit) (fs.FS, map[string]plumbing.Hash, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	blobs := map[string]plumbing.Hash{}
+	blobs := Blobs{}
 	for p, h := range t.blobs() {
 		if rest, ok := strings.CutPrefix(p, l.sub+"/"); ok {
 			blobs[rest] = h
@@ -146,6 +146,3 @@ func (l *Local) FS(c *object.Commit) (fs.FS, map[string]plumbing.Hash, error) {
 	}
 	return sub, blobs, nil
 }
-
-// ChangedPaths lists the files that differ between two trees' blobs.
-func ChangedPaths(a, b map[string]plumbing.Hash) []string { return changedPaths(a, b) }

@@ -78,10 +78,30 @@ func (t *treeFS) index(dir string, tree *object.Tree) error {
 	return nil
 }
 
-// blobs lists every file (not folder) with its blob hash: what changed
-// between two trees is a comparison of these.
-func (t *treeFS) blobs() map[string]plumbing.Hash {
-	out := make(map[string]plumbing.Hash, len(t.files))
+// Blobs are a tree's files (not folders) by path, with their blob hashes:
+// what changed between two trees is a comparison of these.
+type Blobs map[string]plumbing.Hash
+
+// Changed lists the paths that differ from old: added, removed or with
+// other content.
+func (b Blobs) Changed(old Blobs) []string {
+	var out []string
+	for p, h := range b {
+		if old[p] != h {
+			out = append(out, p)
+		}
+	}
+	for p := range old {
+		if _, ok := b[p]; !ok {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (t *treeFS) blobs() Blobs {
+	out := make(Blobs, len(t.files))
 	for p, e := range t.files {
 		if e.mode != filemode.Dir {
 			out[p] = e.hash
@@ -369,24 +389,6 @@ func (d *treeDir) ReadDir(n int) ([]fs.DirEntry, error) {
 	rest = rest[:min(n, len(rest))]
 	d.off += len(rest)
 	return rest, nil
-}
-
-// changedPaths lists what differs between two trees' files: added,
-// removed or with other content.
-func changedPaths(old, cur map[string]plumbing.Hash) []string {
-	var out []string
-	for p, h := range cur {
-		if old[p] != h {
-			out = append(out, p)
-		}
-	}
-	for p := range old {
-		if _, ok := cur[p]; !ok {
-			out = append(out, p)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 var _ interface {

@@ -11,8 +11,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/plan"
@@ -134,10 +132,10 @@ func computeDiff(e *env, dir, baseRef, headRef string) (*reconciler.ChangeSet, e
 	} else {
 		headLabel = headRev.Short()
 		var headFS fs.FS
-		var headBlobs map[string]plumbing.Hash
+		var headBlobs reconciler.Blobs
 		headFS, headBlobs, err = repo.FS(headRev.Commit)
 		if err == nil {
-			hp, err = comp.CompileChanged(headFS, reconciler.ChangedPaths(baseBlobs, headBlobs))
+			hp, err = comp.CompileChanged(headFS, headBlobs.Changed(baseBlobs))
 		}
 	}
 	if err != nil {

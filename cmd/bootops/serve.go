@@ -198,9 +198,9 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		handler = slog.NewTextHandler(e.stderr, opts)
 	}
 	log := slog.New(handler)
-	live, err := reloadableValues(cfg)
+	live, err := cfg.reloadable()
 	if err != nil {
-		return err
+		return usageError{err.Error()} // a bad keyring or secret file: the command line's fault
 	}
 	level.Set(live.level)
 	var settings atomic.Pointer[reloadable]
@@ -340,14 +340,6 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	})
 	log.Info("started", "source", reconciler.Redacted(cfg.source), "http", ln.Addr().String(), "state_dir", cfg.stateDir)
 	return g.Wait()
-}
-
-func reloadableValues(cfg serveConfig) (reloadable, error) {
-	r, err := cfg.reloadable()
-	if err != nil {
-		return r, usageError{err.Error()}
-	}
-	return r, nil
 }
 
 // followHeap keeps the soft memory limit 40 MiB above the live heap, and

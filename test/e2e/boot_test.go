@@ -56,6 +56,13 @@ func repo(t *testing.T, site string, nodes ...string) string {
 			"image: {url: \"http://198.18.0.1:8080/images/test.raw.gz\", sha256: aba2c9d06fdff3e9329ddd3e8be90714ac05250b4260a0c7ae04dd4406db25a9, compression: gz}\n",
 		"sites/lab/site.yaml": site,
 	}
+	writeRepo(dir, files, nodes)
+	return dir
+}
+
+// writeRepo writes files and the nodes (as sites/lab/nodes/n<i>.yaml)
+// into dir.
+func writeRepo(dir string, files map[string]string, nodes []string) {
 	for i, n := range nodes {
 		files[fmt.Sprintf("sites/lab/nodes/n%d.yaml", i)] = n
 	}
@@ -64,7 +71,6 @@ func repo(t *testing.T, site string, nodes ...string) string {
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		os.WriteFile(p, []byte(body), 0o644)
 	}
-	return dir
 }
 
 func node(name, identity string) string {

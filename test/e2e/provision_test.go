@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -89,14 +88,7 @@ func provisionRepo(t *testing.T, imageSHA string, nodes ...string) string {
 			"cloudInit: {hostname: e2e}\n",
 		"sites/lab/site.yaml": proxySite,
 	}
-	for i, n := range nodes {
-		files[fmt.Sprintf("sites/lab/nodes/n%d.yaml", i)] = n
-	}
-	for name, body := range files {
-		p := filepath.Join(dir, name)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, []byte(body), 0o644)
-	}
+	writeRepo(dir, files, nodes)
 	return dir
 }
 

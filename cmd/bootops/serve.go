@@ -294,7 +294,10 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		Name: "bootops_agent_requests_total",
 		Help: "Requests of agents (check-in, events), by result: ok, unauthorized (wrong or missing token), mismatch, bad_request.",
 	}, []string{"result"})
-	reg.MustRegister(agentRequests)
+	reg.MustRegister(agentRequests, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "bootops_status_events_dropped_total",
+		Help: "Boot-plane events the status store could not keep (its queue was full or a write failed).",
+	}, func() float64 { return float64(events.Dropped()) }))
 	for _, r := range []string{bhttp.AgentOK, bhttp.AgentUnauthorized, bhttp.AgentMismatch, bhttp.AgentBadRequest} {
 		agentRequests.WithLabelValues(r)
 	}

@@ -265,43 +265,50 @@ var ipxeSafe = strings.NewReplacer("$", "", "\n", " ", "\r", " ", "||", "|", "&&
 func ipxeText(s string) string { return ipxeSafe.Replace(s) }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	// nodes=0 asks for the source alone: what a script waiting for a
+	// revision polls.
+	writeJSON(w, s.StatusDoc(r.URL.Query().Get("nodes") != "0"))
+}
+
+// StatusDoc is the document GET /api/v1/status serves: the source, and
+// with nodes every registered node (seen or not) and every machine seen
+// that is no node.
+func (s *Server) StatusDoc(nodes bool) StatusDoc {
 	doc := StatusDoc{Machines: []status.Machine{}}
 	if s.Source != nil {
 		doc.Source = s.Source.Status()
 	}
-	if p := s.Plans.Current(); p != nil {
-		doc.Plan = p.Hash
-		if r.URL.Query().Get("nodes") == "0" {
-			// The source alone: what a script waiting for a revision asks.
-			doc.Nodes = nil
-			writeJSON(w, doc)
-			return
-		}
-		seen := map[string]bool{}
-		var machines []status.Machine
-		if s.Status != nil {
-			machines = s.Status.Machines()
-		}
-		for _, m := range machines {
-			seen[m.Key] = true
-		}
-		// Every registered node is listed, seen or not.
-		for _, site := range p.Sites {
-			for _, n := range site.Nodes {
-				if !seen[site.Name+"/"+n.Name] {
-					doc.Nodes = append(doc.Nodes, status.Machine{Key: site.Name + "/" + n.Name, Site: site.Name, Node: n.Name, State: status.StateRegistered})
-				}
-			}
-		}
-		for _, m := range machines {
-			if m.Node != "" {
-				doc.Nodes = append(doc.Nodes, m)
-			} else {
-				doc.Machines = append(doc.Machines, m)
+	p := s.Plans.Current()
+	if p == nil {
+		return doc
+	}
+	doc.Plan = p.Hash
+	if !nodes {
+		return doc
+	}
+	seen := map[string]bool{}
+	var machines []status.Machine
+	if s.Status != nil {
+		machines = s.Status.Machines()
+	}
+	for _, m := range machines {
+		seen[m.Key] = true
+	}
+	for _, site := range p.Sites {
+		for _, n := range site.Nodes {
+			if !seen[site.Name+"/"+n.Name] {
+				doc.Nodes = append(doc.Nodes, status.Machine{Key: site.Name + "/" + n.Name, Site: site.Name, Node: n.Name, State: status.StateRegistered})
 			}
 		}
 	}
-	writeJSON(w, doc)
+	for _, m := range machines {
+		if m.Node != "" {
+			doc.Nodes = append(doc.Nodes, m)
+		} else {
+			doc.Machines = append(doc.Machines, m)
+		}
+	}
+	return doc
 }
 
 // StatusDoc is GET /api/v1/status: the source revision, every registered

@@ -54,6 +54,10 @@ type Options struct {
 	MaxMachines int // machines kept (default 20000; the least recently seen go first)
 	// Now is the clock that stamps events without a time (default time.Now).
 	Now func() time.Time
+	// Changed, when set, is called after every commit that changed what
+	// Machines or Events return (the dashboard pushes the change). It
+	// runs on the writer: it must not block.
+	Changed func()
 }
 
 // Durable keeps events in a bbolt file. One writer goroutine commits what
@@ -420,6 +424,9 @@ func (d *Durable) write(reqs []request) error {
 		return fmt.Errorf("status: store events: %w", err)
 	}
 	d.install(b)
+	if d.opt.Changed != nil && (len(b.pending) > 0 || len(b.removed) > 0) {
+		d.opt.Changed()
+	}
 	return nil
 }
 

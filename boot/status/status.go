@@ -115,6 +115,9 @@ type Memory struct {
 	MaxMachines int // default 20,000
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Changed, when set, is called after every event recorded, outside
+	// the store's lock; it must not block.
+	Changed func()
 
 	mu       sync.Mutex
 	machines map[string]*entry
@@ -129,6 +132,13 @@ var _ Recorder = (*Memory)(nil)
 
 // Record stores e, stamping its time when it has none.
 func (s *Memory) Record(e Event) {
+	s.record(e)
+	if s.Changed != nil {
+		s.Changed()
+	}
+}
+
+func (s *Memory) record(e Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e.Time.IsZero() {

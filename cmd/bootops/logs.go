@@ -169,11 +169,11 @@ func enrollCmd() *command {
 			return fmt.Errorf("%q names %d machines: use a key from `bootops status --unknown`", pos[0], len(found))
 		}
 		m := found[0]
-		n := suggestName(m)
+		n := status.SuggestName(m)
 		if *name != "" {
 			n = *name
 		}
-		body := strings.Replace(nodeYAML(m), "name: "+suggestName(m)+"\n", "name: "+n+"\n", 1) + "\n"
+		body := status.NodeYAML(m, n) + "\n"
 		if err := os.MkdirAll(*out, 0o755); err != nil {
 			return err
 		}

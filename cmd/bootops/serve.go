@@ -28,6 +28,7 @@ import (
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/boot/tftp"
+	"github.com/bootops/bootops/boot/ui"
 	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/reconciler"
@@ -37,7 +38,7 @@ import (
 type serveConfig struct {
 	source, ref, site, httpAddr, dhcp, iface, ipxeDir, stateDir, tftpAddr, artifactMode, logFormat, logLevel string
 	gitUser, gitPasswordFile, gitSSHKey, gitKnownHosts, gitCAFile                                            string
-	webhookSecretFile, verifyCommits, configFile                                                             string
+	webhookSecretFile, verifyCommits, configFile, uiTokenFile                                                string
 	interval, drainTimeout                                                                                   time.Duration
 	allowEmpty                                                                                               bool
 }
@@ -91,6 +92,7 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	fs.StringVar(&cfg.gitKnownHosts, "git-known-hosts", "", "known_hosts file with the ssh server's key (default ~/.ssh/known_hosts)")
 	fs.StringVar(&cfg.gitCAFile, "git-ca-file", "", "PEM file of CA certificates the https server's certificate may chain to")
 	fs.StringVar(&cfg.webhookSecretFile, "webhook-secret-file", "", "file holding the shared secret of POST /hooks/git (GitHub, GitLab, Gitea/Forgejo, generic HMAC)")
+	fs.StringVar(&cfg.uiTokenFile, "ui-token-file", "", "file holding the token the dashboard's actions (fetch now) need; without it the dashboard is read-only")
 	fs.StringVar(&cfg.verifyCommits, "verify-commits", "", "armored OpenPGP public keys: serve only commits signed by one of them")
 	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "serve a revision with no site, or one that removes every node")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long transfers in flight may finish")
@@ -154,6 +156,7 @@ type reloadable struct {
 	interval      time.Duration
 	keyring       string
 	webhookSecret []byte
+	uiToken       string
 	level         slog.Level
 }
 
@@ -176,6 +179,9 @@ func (cfg serveConfig) reloadable() (reloadable, error) {
 	}
 	if secret != "" {
 		r.webhookSecret = []byte(secret)
+	}
+	if r.uiToken, err = readSecret(cfg.uiTokenFile, "--ui-token-file"); err != nil {
+		return r, err
 	}
 	return r, nil
 }
@@ -205,6 +211,8 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	level.Set(live.level)
 	var settings atomic.Pointer[reloadable]
 	settings.Store(&live)
+	// The dashboard: told of every stored event and every reconcile.
+	dash := &ui.Server{Token: func() string { return settings.Load().uiToken }, Log: log}
 
 	if err := os.MkdirAll(cfg.stateDir, 0o700); err != nil {
 		return err
@@ -224,14 +232,18 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		// daemon's resident size is its Plan, not its last compilation.
 		var freeing atomic.Bool
 		rec.Done = func() {
+			dash.Notify()
 			if freeing.CompareAndSwap(false, true) {
 				go func() { debug.FreeOSMemory(); freeing.Store(false) }()
 			}
 		}
+	} else {
+		rec.Done = dash.Notify
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
 	var follower *reconciler.Follower
+	var dir *reconciler.Dir
 	var repoRoot string
 	if reconciler.IsGitURL(cfg.source) {
 		gsrc, err := gitSource(cfg, filepath.Join(cfg.stateDir, "git"))
@@ -257,7 +269,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		if _, err := rec.Restore(); err != nil {
 			log.Warn("state: the kept plan cannot be read", "err", err)
 		}
-		dir := &reconciler.Dir{Path: cfg.source, R: rec, Log: log}
+		dir = &reconciler.Dir{Path: cfg.source, R: rec, Log: log}
 		if _, err := dir.Load(); err != nil && rec.Current() == nil {
 			var list compiler.Errors
 			if errors.As(err, &list) {
@@ -285,7 +297,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 
 	// Every event of every machine, durable: a restart (or a crash) loses
 	// nothing the agent was told was stored.
-	events, err := status.Open(filepath.Join(cfg.stateDir, "status.db"), status.Options{})
+	events, err := status.Open(filepath.Join(cfg.stateDir, "status.db"), status.Options{Changed: dash.Notify})
 	if err != nil {
 		return fmt.Errorf("status store: %w", err)
 	}
@@ -326,6 +338,22 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 			"GET /metrics":    promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		},
 	}
+	// The dashboard at /: the fleet as the status API has it, pushed as
+	// it changes (a new revision too: the reconciler's Done pokes it).
+	dash.Doc = func() bhttp.StatusDoc { return httpSrv.StatusDoc(true) }
+	dash.Events = events.Events
+	dash.Sync = func(reason string) {
+		switch {
+		case follower != nil:
+			follower.Trigger(reason)
+		case dir != nil:
+			go dir.Load()
+		}
+	}
+	for pattern, h := range dash.Routes() {
+		httpSrv.Routes[pattern] = h
+	}
+	g.Go(func() error { return dash.Run(ctx) })
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		return err
@@ -478,7 +506,7 @@ func reloadOnHUP(ctx context.Context, log *slog.Logger, cfg serveConfig, reload 
 				if restart := restartNeeded(cfg, next); len(restart) > 0 {
 					log.Warn("reload: these settings change only with a restart", "settings", restart)
 				}
-				log.Info("reload: settings re-read", "interval", r.interval.String(), "verify_commits", r.keyring != "", "webhook_secret", r.webhookSecret != nil, "log_level", r.level.String())
+				log.Info("reload: settings re-read", "interval", r.interval.String(), "verify_commits", r.keyring != "", "webhook_secret", r.webhookSecret != nil, "ui_token", r.uiToken != "", "log_level", r.level.String())
 				continue
 			}
 		}

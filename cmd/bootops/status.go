@@ -131,57 +131,9 @@ func printUnknown(w io.Writer, ms []status.Machine) {
 	for _, m := range ms {
 		fmt.Fprintf(w, "# %s (%s): %s\n", m.Key, m.State, firstLine(m.Last.Message))
 		fmt.Fprintf(w, "# bootops enroll %s -o sites/%s/nodes\n", m.Key, or(m.Site, "SITE"))
-		fmt.Fprintln(w, nodeYAML(m))
+		fmt.Fprintln(w, status.NodeYAML(m, ""))
 		fmt.Fprintln(w, "---")
 	}
-}
-
-// nodeYAML is a Node object registering the machine.
-func nodeYAML(m status.Machine) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: %s\n", suggestName(m))
-	if m.Site != "" {
-		fmt.Fprintf(&b, "site: %s\n", m.Site)
-	}
-	b.WriteString("identity:\n")
-	if m.Serial != "" {
-		fmt.Fprintf(&b, "  serial: %q\n", m.Serial)
-	}
-	if m.UUID != "" {
-		fmt.Fprintf(&b, "  uuid: %s\n", m.UUID)
-	}
-	if m.MAC != "" {
-		fmt.Fprintf(&b, "  mac: %q\n", m.MAC)
-	}
-	return strings.TrimSuffix(b.String(), "\n")
-}
-
-// suggestName makes a node name from the serial, else the MAC.
-func suggestName(m status.Machine) string {
-	src := m.Serial
-	if src == "" {
-		src = strings.ReplaceAll(m.MAC, ":", "")
-	}
-	if src == "" {
-		src = m.UUID
-	}
-	var b strings.Builder
-	for _, r := range strings.ToLower(src) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			b.WriteRune(r)
-		case b.Len() > 0 && !strings.HasSuffix(b.String(), "-"):
-			b.WriteRune('-')
-		}
-	}
-	name := strings.Trim(b.String(), "-")
-	if len(name) > 63 {
-		name = strings.Trim(name[:63], "-")
-	}
-	if name == "" {
-		name = "node"
-	}
-	return name
 }
 
 func hasPrefix(rev, want string) bool { return rev != "" && strings.HasPrefix(rev, want) }

@@ -1,0 +1,345 @@
+// bootops dashboard: one EventSource (GET /api/v1/stream) brings a snapshot
+// of the fleet, then only the machines that changed; a node's page adds its
+// timeline (?key=). No polling, no framework, no CDN.
+"use strict";
+
+const STATES = ["registered", "discovered", "booting", "microos", "provisioning", "provisioned", "running", "failed", "mismatch", "held"];
+const ACTIVE = new Set(["booting", "microos", "provisioning"]);
+const $ = (sel) => document.querySelector(sel);
+
+// What the page knows, and hooks a browser test reads.
+const machines = new Map(); // key → machine
+const rows = new Map(); // key → {tr, cells}
+let source = null, plan = "", actions = false;
+let sortBy = { col: "node", dir: 1 };
+let es = null, route = null, layoutQueued = false;
+const probe = (window.bootops = { snapshots: 0, updates: 0, changedAt: {}, painted: null, timelineEvents: 0 });
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids) if (k != null) e.append(k);
+  return e;
+}
+
+function isNode(m) { return !!m.node; }
+function label(m) { return m.node || m.mac || m.serial || m.uuid || m.key; }
+function firstLine(s) { return (s || "").split("\n")[0]; }
+
+function fmtBytes(n) {
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : n) + " " + u[i];
+}
+
+function fmtDuration(ms) {
+  let s = Math.max(0, Math.round(ms / 1000));
+  const h = Math.floor(s / 3600); s -= h * 3600;
+  const m = Math.floor(s / 60); s -= m * 60;
+  return h ? `${h}h${String(m).padStart(2, "0")}m` : m ? `${m}m${String(s).padStart(2, "0")}s` : `${s}s`;
+}
+
+// progress is the share of the workflow done (0..1) and its words.
+function progress(m) {
+  const l = m.last || {};
+  if (m.state === "provisioned" || m.state === "running") return { f: 1, text: "done", cls: "done" };
+  if (!l.steps) return { f: 0, text: m.state === "microos" ? "checked in" : "", cls: "" };
+  const part = l.total > 0 ? Math.min(1, (l.bytes || 0) / l.total) : 0;
+  const f = m.state === "failed" ? (l.step - 1) / l.steps : Math.min(1, (l.step - 1 + part) / l.steps);
+  let text = `${l.step}/${l.steps} ${l.action || ""}`;
+  if (l.total > 0) text += ` ${fmtBytes(l.bytes || 0)} / ${fmtBytes(l.total)}`;
+  else if (l.bytes > 0) text += ` ${fmtBytes(l.bytes)}`;
+  return { f, text, cls: m.state === "failed" ? "failed" : "" };
+}
+
+function elapsedMs(m) {
+  if (!ACTIVE.has(m.state) || !m.since) return -1;
+  return Date.now() - Date.parse(m.since);
+}
+
+// ---- the fleet table -------------------------------------------------------
+
+function makeRow(key) {
+  const link = el("a", {});
+  const state = el("span", { class: "state" });
+  const fill = el("i", {});
+  const ptext = el("span", {});
+  const bar = el("div", { class: "bar" }, fill, ptext);
+  const cells = {
+    node: el("td", {}, link), site: el("td", {}), state: el("td", {}, state),
+    progress: el("td", {}, bar), elapsed: el("td", {}), message: el("td", { class: "msg" }),
+  };
+  const tr = el("tr", { "data-key": key }, cells.node, cells.site, cells.state, cells.progress, cells.elapsed, cells.message);
+  return { tr, cells, link, state, bar, fill, ptext };
+}
+
+function fillRow(r, m) {
+  r.link.textContent = label(m);
+  r.link.href = "#node/" + encodeURIComponent(m.key);
+  r.cells.site.textContent = m.site || "";
+  r.state.textContent = m.state;
+  r.state.className = "state s-" + m.state;
+  const p = progress(m);
+  r.bar.className = "bar " + p.cls;
+  r.fill.style.width = (p.f * 100).toFixed(1) + "%";
+  r.ptext.textContent = p.text;
+  const e = elapsedMs(m);
+  r.cells.elapsed.textContent = e < 0 ? "" : fmtDuration(e);
+  const msg = firstLine(m.last && m.last.message);
+  r.cells.message.textContent = msg;
+  r.cells.message.title = msg;
+}
+
+function sortKey(m, col) {
+  switch (col) {
+    case "node": return label(m);
+    case "site": return (m.site || "") + "/" + label(m);
+    case "state": return STATES.indexOf(m.state);
+    case "progress": return progress(m).f;
+    case "elapsed": return elapsedMs(m);
+    case "message": return firstLine(m.last && m.last.message);
+  }
+  return "";
+}
+
+function matches(m) {
+  const st = $("#state-filter").value, site = $("#site-filter").value;
+  if (st && m.state !== st) return false;
+  if (site && m.site !== site) return false;
+  const q = $("#filter").value.trim().toLowerCase();
+  if (!q) return true;
+  const hay = [m.node, m.site, m.state, m.mac, m.uuid, m.serial, m.last && m.last.message].join(" ").toLowerCase();
+  return q.split(/\s+/).every((w) => hay.includes(w));
+}
+
+// layout puts the rows in order and hides the filtered ones: at most once
+// a frame, however many updates arrive.
+function queueLayout() {
+  if (layoutQueued) return;
+  layoutQueued = true;
+  requestAnimationFrame(layout);
+}
+
+function layout() {
+  layoutQueued = false;
+  const nodes = [...machines.values()].filter(isNode);
+  const { col, dir } = sortBy;
+  const keyed = nodes.map((m) => [sortKey(m, col), label(m), m]);
+  keyed.sort((a, b) => (a[0] < b[0] ? -dir : a[0] > b[0] ? dir : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0));
+  const body = $("#nodes tbody");
+  const frag = document.createDocumentFragment();
+  let shown = 0;
+  for (const [, , m] of keyed) {
+    let r = rows.get(m.key);
+    if (!r) { r = makeRow(m.key); rows.set(m.key, r); fillRow(r, m); }
+    const show = matches(m);
+    r.tr.hidden = !show;
+    if (show) shown++;
+    frag.append(r.tr);
+  }
+  body.replaceChildren(frag);
+  $("#shown").textContent = `${shown} of ${nodes.length} nodes`;
+  renderSites(nodes);
+  renderOthers();
+}
+
+function renderSites(nodes) {
+  const bySite = new Map();
+  for (const m of nodes) {
+    const s = bySite.get(m.site) || new Map();
+    s.set(m.state, (s.get(m.state) || 0) + 1);
+    bySite.set(m.site, s);
+  }
+  const box = $("#sites");
+  const frag = document.createDocumentFragment();
+  const siteSel = $("#site-filter");
+  for (const site of [...bySite.keys()].sort()) {
+    const counts = bySite.get(site);
+    let total = 0;
+    const chips = el("div", { class: "chips" });
+    for (const st of STATES) {
+      const n = counts.get(st);
+      if (!n) continue;
+      total += n;
+      const c = el("span", { class: "chip s-" + st, text: `${st} ${n}`, "data-state": st, "data-site": site });
+      c.onclick = () => { $("#state-filter").value = st; $("#site-filter").value = site; queueLayout(); };
+      chips.append(c);
+    }
+    frag.append(el("div", { class: "site", "data-site": site }, el("h3", { text: `${site} · ${total} nodes` }), chips));
+    if (![...siteSel.options].some((o) => o.value === site)) siteSel.append(el("option", { value: site, text: site }));
+  }
+  box.replaceChildren(frag);
+}
+
+function renderOthers() {
+  const unknown = [...machines.values()].filter((m) => !isNode(m));
+  const ul = $("#unknown-list");
+  ul.replaceChildren(...unknown.map((m) => {
+    const pre = el("pre", { text: m.nodeYAML || "" });
+    const copy = el("button", { text: "Copy Node YAML" });
+    copy.onclick = () => navigator.clipboard && navigator.clipboard.writeText(m.nodeYAML || "");
+    return el("div", { class: "card", "data-key": m.key },
+      el("div", {}, el("a", { href: "#node/" + encodeURIComponent(m.key), text: m.key }), " ",
+        el("span", { class: "state s-" + m.state, text: m.state }), " ",
+        el("span", { class: "muted", text: firstLine(m.last && m.last.message) })),
+      pre, copy);
+  }));
+  $("#unknown").hidden = unknown.length === 0;
+  $("#unknown-count").textContent = `(${unknown.length})`;
+  const mism = [...machines.values()].filter((m) => m.state === "mismatch");
+  $("#mismatch-list").replaceChildren(...mism.map((m) => el("div", { class: "card", "data-key": m.key },
+    el("a", { href: "#node/" + encodeURIComponent(m.key), text: label(m) }), " ",
+    el("span", { class: "muted", text: m.last && m.last.message }))));
+  $("#mismatch").hidden = mism.length === 0;
+}
+
+// ---- the source --------------------------------------------------------------
+
+function renderSource() {
+  const rev = $("#revision"), ban = $("#refused");
+  if (!source) { rev.textContent = plan ? "plan " + plan.slice(0, 12) : "no plan yet"; ban.hidden = true; return; }
+  const a = source.applied || {};
+  const when = a.at ? new Date(a.at).toLocaleString() : "";
+  rev.textContent = a.revision ? `serving ${a.revision.slice(0, 12)} ${a.message ? "“" + firstLine(a.message) + "”" : ""} · applied ${when}` : "no revision served yet";
+  rev.title = source.url || "";
+  const t = source.attempted || {};
+  if (source.stale || t.result === "refused") {
+    let text = source.reason || `the newest revision ${(t.revision || "").slice(0, 12)} was refused`;
+    if (t.result === "refused" && t.errors && t.errors.length) text += "\n" + t.errors.join("\n") + (t.errorCount > t.errors.length ? `\n… ${t.errorCount - t.errors.length} more` : "");
+    ban.textContent = text;
+    ban.hidden = false;
+  } else ban.hidden = true;
+}
+
+// ---- a node's page -------------------------------------------------------------
+
+function renderNode(key) {
+  const m = machines.get(key);
+  $("#node-title").textContent = m ? label(m) : key;
+  const dl = $("#node-summary");
+  if (!m) { dl.replaceChildren(el("dt", { text: "state" }), el("dd", { text: "not seen" })); return; }
+  const items = [["key", m.key], ["site", m.site], ["state", m.state], ["since", m.since && new Date(m.since).toLocaleString()],
+    ["MAC", m.mac], ["UUID", m.uuid], ["serial", m.serial], ["events", m.events]];
+  dl.replaceChildren(...items.filter(([, v]) => v !== undefined && v !== "").flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
+  const p = progress(m);
+  const bar = el("div", { class: "bar " + p.cls }, el("i", { style: `width:${(p.f * 100).toFixed(1)}%` }), el("span", { text: p.text }));
+  $("#node-progress").replaceChildren(bar);
+  const y = $("#node-yaml");
+  y.hidden = !m.nodeYAML;
+  y.textContent = m.nodeYAML || "";
+}
+
+function addTimeline(msg) {
+  const body = $("#timeline tbody");
+  if (msg.reset) body.replaceChildren();
+  const frag = document.createDocumentFragment();
+  for (const e of msg.events) {
+    let text = e.message || "";
+    if (e.action && e.steps) text = `[${e.step}/${e.steps} ${e.action}] ` + text;
+    frag.append(el("tr", { class: e.error ? "error" : "" },
+      el("td", { text: new Date(e.time).toLocaleTimeString() + "." + String(new Date(e.time).getMilliseconds()).padStart(3, "0") }),
+      el("td", { text: e.kind }), el("td", { text: e.state || "" }), el("td", { text: text })));
+  }
+  body.append(frag);
+  probe.timelineEvents = body.rows.length;
+  if ($("#follow").checked && msg.events.length) window.scrollTo(0, document.body.scrollHeight);
+}
+
+// ---- the stream ------------------------------------------------------------------
+
+function take(list) {
+  for (const m of list || []) {
+    machines.set(m.key, m);
+    probe.changedAt[m.key] = Date.now();
+    const r = rows.get(m.key);
+    if (r) fillRow(r, m);
+  }
+}
+
+function connect() {
+  if (es) es.close();
+  const key = route && route.node;
+  es = new EventSource("/api/v1/stream" + (key ? "?key=" + encodeURIComponent(key) : ""));
+  es.onopen = () => { $("#live").textContent = "live"; $("#live").className = "live"; };
+  es.onerror = () => { $("#live").textContent = "reconnecting"; $("#live").className = "live off"; };
+  es.addEventListener("snapshot", (ev) => {
+    const d = JSON.parse(ev.data);
+    machines.clear(); rows.clear();
+    source = d.source; plan = d.plan; actions = d.actions;
+    $("#sync").hidden = !actions;
+    take(d.machines);
+    probe.snapshots++;
+    renderSource();
+    if (key) renderNode(key);
+    else {
+      layout();
+      if (probe.painted === null) {
+        // Two frames on, the table has been painted.
+        requestAnimationFrame(() => requestAnimationFrame(() => {
+          probe.painted = performance.now();
+          performance.mark("bootops-fleet-painted");
+        }));
+      }
+    }
+  });
+  es.addEventListener("update", (ev) => {
+    const d = JSON.parse(ev.data);
+    plan = d.plan;
+    if ("source" in d) source = d.source;
+    take(d.machines);
+    for (const k of d.gone || []) { machines.delete(k); const r = rows.get(k); if (r) { r.tr.remove(); rows.delete(k); } }
+    probe.updates++;
+    renderSource();
+    if (key) renderNode(key); else queueLayout();
+  });
+  es.addEventListener("timeline", (ev) => addTimeline(JSON.parse(ev.data)));
+}
+
+function onRoute() {
+  const h = location.hash.replace(/^#/, "");
+  const next = h.startsWith("node/") ? { node: decodeURIComponent(h.slice(5)) } : {};
+  const changed = !route || route.node !== next.node;
+  route = next;
+  $("#fleet").hidden = !!route.node;
+  $("#node").hidden = !route.node;
+  if (route.node) { $("#timeline tbody").replaceChildren(); renderNode(route.node); }
+  if (changed) connect();
+}
+
+// ---- controls ----------------------------------------------------------------------
+
+for (const st of STATES) $("#state-filter").append(el("option", { value: st, text: st }));
+$("#filter").addEventListener("input", queueLayout);
+$("#state-filter").addEventListener("change", queueLayout);
+$("#site-filter").addEventListener("change", queueLayout);
+for (const th of document.querySelectorAll("th[data-sort]")) {
+  th.addEventListener("click", () => {
+    const col = th.dataset.sort;
+    sortBy = { col, dir: sortBy.col === col ? -sortBy.dir : 1 };
+    for (const o of document.querySelectorAll("th[data-sort]")) o.className = o === th ? (sortBy.dir > 0 ? "asc" : "desc") : "";
+    queueLayout();
+  });
+}
+$("#sync").addEventListener("click", async () => {
+  let token = sessionStorage.getItem("bootops-token");
+  if (!token) token = prompt("Dashboard token (bootops serve --ui-token-file):");
+  if (!token) return;
+  const r = await fetch("/api/v1/sync", { method: "POST", headers: { Authorization: "Bearer " + token } });
+  if (r.ok) sessionStorage.setItem("bootops-token", token);
+  else { sessionStorage.removeItem("bootops-token"); alert(await r.text()); }
+});
+// Elapsed times move with the clock, not with the server.
+setInterval(() => {
+  if (route && route.node) return;
+  for (const [k, r] of rows) {
+    const m = machines.get(k);
+    if (m && ACTIVE.has(m.state) && !r.tr.hidden) r.cells.elapsed.textContent = fmtDuration(elapsedMs(m));
+  }
+}, 1000);
+window.addEventListener("hashchange", onRoute);
+onRoute();

@@ -1,0 +1,324 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/status"
+)
+
+// Server serves the dashboard and its event stream. Doc is required.
+type Server struct {
+	// Doc is the fleet as GET /api/v1/status has it.
+	Doc func() bhttp.StatusDoc
+	// Events is one machine's timeline, oldest first (nil: none).
+	Events func(key string) []status.Event
+	// Sync, when set with Token, is what the page's "fetch now" does.
+	Sync func(reason string)
+	// Token is the bearer token actions need; "" (or nil) makes the
+	// dashboard read-only.
+	Token func() string
+	// Interval is how often changes are pushed at most (default 250 ms):
+	// a burst of progress events becomes one message.
+	Interval time.Duration
+	// Heartbeat is how often an idle stream gets a comment, so proxies
+	// and browsers keep it open (default 15 s).
+	Heartbeat time.Duration
+	// WriteTimeout is how long one write to a client may block before the
+	// client is dropped (default 10 s): a client that does not read
+	// cannot hold the daemon's memory.
+	WriteTimeout time.Duration
+	// MaxClients bounds the open streams (default 100); past it a new one
+	// is refused with 503 and the browser retries.
+	MaxClients int
+	Log        *slog.Logger
+
+	dirty   atomic.Bool
+	wake    chan struct{}
+	initMu  sync.Once
+	refresh sync.Mutex // one refresh at a time
+
+	mu      sync.Mutex
+	clients map[*client]struct{}
+	state   map[string][]byte // key → the machine's JSON, as last sent
+	source  []byte            // the source document, as last sent
+	plan    string
+	dropped uint64
+}
+
+// view is a machine as the page gets it: its summary, and for a machine
+// that is no node the Node object to commit.
+type view struct {
+	status.Machine
+	NodeYAML string `json:"nodeYAML,omitempty"`
+}
+
+// message is one server-sent event, the same bytes for every client;
+// keys are the machines it changes (a node page's stream adds their
+// timeline).
+type message struct {
+	data []byte
+	keys map[string]bool
+}
+
+// client is one open stream.
+type client struct {
+	ch   chan *message
+	gone chan struct{} // closed when the hub drops the client
+}
+
+// queueLen is how many messages a client may be behind before it is
+// dropped (its browser reconnects and starts from a fresh snapshot).
+const queueLen = 64
+
+func (s *Server) init() {
+	s.initMu.Do(func() {
+		s.wake = make(chan struct{}, 1)
+		s.clients = map[*client]struct{}{}
+	})
+}
+
+// Notify says the fleet changed; the status store calls it after every
+// commit. It never blocks.
+func (s *Server) Notify() {
+	s.init()
+	s.dirty.Store(true)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run pushes changes to the open streams until ctx ends: at most every
+// Interval, and every few seconds without a notification (the source's
+// status changes without an event).
+func (s *Server) Run(ctx context.Context) error {
+	s.init()
+	every := orDuration(s.Interval, 250*time.Millisecond)
+	idle := time.NewTicker(2 * time.Second)
+	defer idle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.wake:
+		case <-idle.C:
+			s.dirty.Store(true)
+		}
+		if s.dirty.Load() && s.clientCount() > 0 {
+			s.update()
+		}
+		// Coalesce: what arrives in the next Interval waits for it.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
+	}
+}
+
+func (s *Server) clientCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.clients)
+}
+
+// update reads the fleet, compares it with what was last sent and sends
+// the difference to every client.
+func (s *Server) update() {
+	s.refresh.Lock()
+	defer s.refresh.Unlock()
+	s.dirty.Store(false)
+	doc := s.Doc()
+	source, _ := json.Marshal(doc.Source)
+	next := make(map[string][]byte, len(doc.Nodes)+len(doc.Machines))
+	for _, m := range doc.Nodes {
+		next[m.Key] = marshalView(m, false)
+	}
+	for _, m := range doc.Machines {
+		next[m.Key] = marshalView(m, true)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var changed [][]byte
+	keys := map[string]bool{}
+	for k, b := range next {
+		if old, ok := s.state[k]; !ok || !bytes.Equal(old, b) {
+			changed = append(changed, b)
+			keys[k] = true
+		}
+	}
+	var gone []string
+	for k := range s.state {
+		if _, ok := next[k]; !ok {
+			gone = append(gone, k)
+			keys[k] = true
+		}
+	}
+	sourceChanged := !bytes.Equal(source, s.source) || doc.Plan != s.plan
+	s.state, s.source, s.plan = next, source, doc.Plan
+	if len(changed) == 0 && len(gone) == 0 && !sourceChanged {
+		return
+	}
+	slices.SortFunc(changed, bytes.Compare)
+	slices.Sort(gone)
+	var b bytes.Buffer
+	b.WriteString(`{"plan":`)
+	writeJSONString(&b, doc.Plan)
+	if sourceChanged {
+		b.WriteString(`,"source":`)
+		b.Write(source)
+	}
+	b.WriteString(`,"machines":`)
+	writeArray(&b, changed)
+	if len(gone) > 0 {
+		g, _ := json.Marshal(gone)
+		b.WriteString(`,"gone":`)
+		b.Write(g)
+	}
+	b.WriteString("}")
+	s.broadcast(&message{data: frame("update", b.Bytes()), keys: keys})
+}
+
+// broadcast queues m for every client; s.mu is held. A client whose queue
+// is full is dropped rather than waited for.
+func (s *Server) broadcast(m *message) {
+	for c := range s.clients {
+		select {
+		case c.ch <- m:
+		default:
+			delete(s.clients, c)
+			close(c.gone)
+			s.dropped++
+			s.logger().Info("ui: dropped a stream that fell behind", "queued", queueLen)
+		}
+	}
+}
+
+// subscribe registers a client and returns it with a snapshot of the
+// fleet taken atomically with the registration: every change after the
+// snapshot reaches the client's queue.
+func (s *Server) subscribe() (*client, []byte, bool) {
+	s.init()
+	s.mu.Lock()
+	first := len(s.clients) == 0
+	s.mu.Unlock()
+	if first {
+		// Nobody was watching, so nothing kept the state fresh.
+		s.update()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.clients) >= orInt(s.MaxClients, 100) {
+		return nil, nil, false
+	}
+	c := &client{ch: make(chan *message, queueLen), gone: make(chan struct{})}
+	s.clients[c] = struct{}{}
+	all := make([][]byte, 0, len(s.state))
+	for _, b := range s.state {
+		all = append(all, b)
+	}
+	slices.SortFunc(all, bytes.Compare)
+	var b bytes.Buffer
+	b.WriteString(`{"plan":`)
+	writeJSONString(&b, s.plan)
+	b.WriteString(`,"source":`)
+	if len(s.source) == 0 {
+		b.WriteString("null")
+	} else {
+		b.Write(s.source)
+	}
+	b.WriteString(`,"actions":`)
+	b.WriteString(map[bool]string{true: "true", false: "false"}[s.actions()])
+	b.WriteString(`,"machines":`)
+	writeArray(&b, all)
+	b.WriteString("}")
+	return c, frame("snapshot", b.Bytes()), true
+}
+
+func (s *Server) unsubscribe(c *client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.clients[c]; ok {
+		delete(s.clients, c)
+		close(c.gone)
+	}
+}
+
+// Stats says how many streams are open and how many were dropped for
+// falling behind.
+func (s *Server) Stats() (open int, dropped uint64) {
+	s.init()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.clients), s.dropped
+}
+
+func (s *Server) actions() bool {
+	return s.Sync != nil && s.Token != nil && s.Token() != ""
+}
+
+func marshalView(m status.Machine, unknown bool) []byte {
+	v := view{Machine: m}
+	if unknown {
+		v.NodeYAML = status.NodeYAML(m, "")
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// frame is one server-sent event: its name and its data on one line (JSON
+// has no raw newline).
+func frame(event string, data []byte) []byte {
+	out := make([]byte, 0, len(data)+len(event)+16)
+	out = append(out, "event: "...)
+	out = append(out, event...)
+	out = append(out, "\ndata: "...)
+	out = append(out, data...)
+	return append(out, "\n\n"...)
+}
+
+func writeArray(b *bytes.Buffer, items [][]byte) {
+	b.WriteByte('[')
+	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(it)
+	}
+	b.WriteByte(']')
+}
+
+func writeJSONString(b *bytes.Buffer, s string) {
+	q, _ := json.Marshal(s)
+	b.Write(q)
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func orDuration(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+func orInt(n, def int) int {
+	if n > 0 {
+		return n
+	}
+	return def
+}

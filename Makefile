@@ -4,6 +4,7 @@
 #   make test    vet + every test: unit, golden, differential, CLI, and the
 #                end-to-end boots of QEMU VMs in network namespaces (root)
 #   make e2e     only the end-to-end boots
+#   make browser only the dashboard's test in headless Chromium
 #   make demo    PXE-boot a VM from the demo repository in sites/
 #   make bench   benchmarks, written to test/bench/results/ (see BENCHMARKS.md)
 #   make fuzz    run the fuzz targets for a while (FUZZTIME=2m each)
@@ -14,11 +15,11 @@ AGENT    := bin/bootops-agent
 FUZZTIME ?= 2m
 CUE_VERSION := v0.17.1
 # What the tests (a Git server, VMs) and the demo need (DESIGN.md §5).
-LAB_DEBS := git openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server kea-dhcp4-server
+LAB_DEBS := git openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server kea-dhcp4-server chromium
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build agent microos test e2e lab-deps demo bench fuzz clean go-check
+.PHONY: build agent microos test e2e browser lab-deps demo bench fuzz clean go-check
 
 build: go-check
 	$(GO) build -o $(BIN) ./cmd/bootops
@@ -44,8 +45,15 @@ lab-deps:
 test: go-check lab-deps
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e
+	$(GO) vet -tags browser ./test/browser
 	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -tags browser -timeout 10m ./test/browser
 	$(GO) test -count=1 -tags e2e -timeout 30m ./test/e2e
+
+# The dashboard in headless Chromium (1,000 simulated nodes on a real
+# daemon); screenshots and timings go to test/browser/out/.
+browser: go-check lab-deps
+	$(GO) test -count=1 -tags browser -timeout 10m -v ./test/browser
 
 e2e: go-check lab-deps
 	$(GO) test -count=1 -tags e2e -timeout 30m -v ./test/e2e

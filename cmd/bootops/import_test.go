@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -181,5 +182,44 @@ func TestImportCSVHundredThousand(t *testing.T) {
 	ents, err := os.ReadDir(out)
 	if err != nil || len(ents) != n {
 		t.Fatalf("%d files, %v", len(ents), err)
+	}
+}
+
+// The README's spreadsheet walk-through, run as written there: every
+// output line it shows after a command is what the command printed.
+func TestReadmeImportCSV(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := readmeBlock(t, string(readme), "## A delivery of machines from a spreadsheet\n")
+	dir := walkthroughDir(t)
+	cmd := exec.Command("bash", "-c", block)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("walk-through: %v\n%s", err, out)
+	}
+	got := map[string]bool{}
+	for _, l := range strings.Split(string(out), "\n") {
+		got[strings.TrimRight(l, " ")] = true
+	}
+	shown, after := 0, false
+	for _, line := range strings.Split(block, "\n") {
+		switch {
+		case strings.HasPrefix(line, "bootops ") || strings.HasPrefix(line, "cat sites/"):
+			after = true
+		case after && strings.HasPrefix(line, "# "):
+			shown++
+			if want := strings.TrimPrefix(line, "# "); !got[want] {
+				t.Errorf("README shows %q; the walk-through printed:\n%s", want, out)
+			}
+		default:
+			after = false
+		}
+	}
+	if shown < 15 {
+		t.Fatalf("README shows only %d output lines", shown)
 	}
 }

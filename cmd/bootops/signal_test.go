@@ -152,18 +152,8 @@ func TestReadmeGitOps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(readme), "## GitOps in five minutes\n")
-	_, rest, ok2 := strings.Cut(rest, "```sh\n")
-	block, _, ok3 := strings.Cut(rest, "```\n")
-	if !ok || !ok2 || !ok3 {
-		t.Fatal("README: no GitOps walk-through")
-	}
-	dir := t.TempDir()
-	write(t, dir, "bin/bootops", "#!/bin/sh\nBOOTOPS_TEST_AS_MAIN=1 exec "+os.Args[0]+" \"$@\"\n")
-	os.Chmod(filepath.Join(dir, "bin/bootops"), 0o755)
-	if err := os.CopyFS(filepath.Join(dir, "examples/warehouse"), os.DirFS("../../examples/warehouse")); err != nil {
-		t.Fatal(err)
-	}
+	block := readmeBlock(t, string(readme), "## GitOps in five minutes\n")
+	dir := walkthroughDir(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -219,4 +209,30 @@ func TestReadmeGitOps(t *testing.T) {
 			t.Errorf("README shows %q; the walk-through printed:\n%s", s, out)
 		}
 	}
+}
+
+// readmeBlock is the first ```sh block after heading in the README.
+func readmeBlock(t *testing.T, readme, heading string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(readme, heading)
+	_, rest, ok2 := strings.Cut(rest, "```sh\n")
+	block, _, ok3 := strings.Cut(rest, "```\n")
+	if !ok || !ok2 || !ok3 {
+		t.Fatalf("README: no sh block after %q", heading)
+	}
+	return block
+}
+
+// walkthroughDir is a folder laid out as this repository's root for a
+// README walk-through: bin/bootops (this test binary acting as bootops)
+// and examples/warehouse.
+func walkthroughDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	write(t, dir, "bin/bootops", "#!/bin/sh\nBOOTOPS_TEST_AS_MAIN=1 exec "+os.Args[0]+" \"$@\"\n")
+	os.Chmod(filepath.Join(dir, "bin/bootops"), 0o755)
+	if err := os.CopyFS(filepath.Join(dir, "examples/warehouse"), os.DirFS("../../examples/warehouse")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

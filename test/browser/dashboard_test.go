@@ -1,0 +1,292 @@
+//go:build browser
+
+package browser
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/test/fleet"
+)
+
+const (
+	nodes = 1000
+	sites = 4
+)
+
+// outDir is where the screenshots and the measured timings go, for a
+// person to look at (BOOTOPS_BROWSER_OUT, default test/browser/out).
+func outDir() string {
+	if d := os.Getenv("BOOTOPS_BROWSER_OUT"); d != "" {
+		return d
+	}
+	return "out"
+}
+
+// daemon is a real `bootops serve` on loopback with a generated fleet.
+type daemon struct {
+	url    string
+	secret boot.Secret
+	seq    uint64
+	mu     sync.Mutex
+}
+
+func startDaemon(t *testing.T) *daemon {
+	t.Helper()
+	work := t.TempDir()
+	bin := filepath.Join(work, "bootops")
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/bootops")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	repo := filepath.Join(work, "repo")
+	if err := fleet.Generate(repo, sites, nodes); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	state := filepath.Join(work, "state")
+	cmd := exec.Command(bin, "serve", "--source", repo, "--dhcp", "off", "--tftp-addr", "", "--http-addr", addr,
+		"--state-dir", state, "--log-format", "text", "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
+	d := &daemon{url: "http://" + addr, seq: uint64(time.Now().UnixMicro())}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get(d.url + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("bootops serve not ready within 60 s")
+		}
+	}
+	if d.secret, err = boot.LoadSecret(state); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func site(i int) string { return fmt.Sprintf("site-%03d", i%sites) }
+func node(i int) string { return fmt.Sprintf("node-%05d", i) }
+
+func (d *daemon) post(t *testing.T, path, token string, body any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", d.url+path, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("POST %s: %s", path, resp.Status)
+	}
+}
+
+// checkIn is node i's agent saying hello, as bootops-agent does.
+func (d *daemon) checkIn(t *testing.T, i int) {
+	id := plan.Identity{Serial: fmt.Sprintf("SN%08d", i), UUID: fmt.Sprintf("4c4c4544-0041-3110-8042-%012x", i),
+		MACs: []string{fmt.Sprintf("52:54:%02x:%02x:%02x:%02x", (i>>24)&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff)}}
+	d.post(t, plan.AgentCheckInPath, d.secret.Token(site(i), node(i)), plan.CheckIn{Site: site(i), Node: node(i), Identity: id, Arch: "x86_64", Agent: "browser-test"})
+}
+
+// report sends node i's agent events.
+func (d *daemon) report(t *testing.T, i int, evs ...plan.AgentEvent) {
+	d.mu.Lock()
+	for k := range evs {
+		d.seq++
+		evs[k].Seq = d.seq
+		evs[k].Time = time.Now()
+	}
+	d.mu.Unlock()
+	d.post(t, plan.AgentEventsPath, d.secret.Token(site(i), node(i)), plan.EventBatch{Site: site(i), Node: node(i), Events: evs})
+}
+
+const steps = 4
+
+func progress(bytes int64) plan.AgentEvent {
+	return plan.AgentEvent{Type: plan.AgentProgress, Action: "image-to-disk", Step: 2, Steps: steps, Bytes: bytes, Total: 64 << 20, Rate: 40e6}
+}
+
+// populate puts the fleet in a warehouse's mid-morning: some provisioned,
+// many streaming their image, some just checked in, one failed, the rest
+// not seen yet; and one machine nobody registered.
+func (d *daemon) populate(t *testing.T) {
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				switch {
+				case i == failed:
+					d.checkIn(t, i)
+					d.report(t, i,
+						plan.AgentEvent{Type: plan.AgentStarted, Action: "wipe-disk", Step: 1, Steps: steps},
+						plan.AgentEvent{Type: plan.AgentActionDone, Action: "wipe-disk", Step: 1, Steps: steps},
+						plan.AgentEvent{Type: plan.AgentStarted, Action: "image-to-disk", Step: 2, Steps: steps},
+						progress(12<<20),
+						plan.AgentEvent{Type: plan.AgentLog, Action: "image-to-disk", Step: 2, Steps: steps, Message: "GET http://mirror.example.internal/images/edge-mutable.raw.gz: 200 OK"},
+						plan.AgentEvent{Type: plan.AgentFailed, Action: "image-to-disk", Step: 2, Steps: steps, Message: failReason})
+				case i%5 == 0: // provisioned
+					d.checkIn(t, i)
+					d.report(t, i, plan.AgentEvent{Type: plan.AgentProvisioned, Generation: 0})
+				case i%5 == 1 || i%5 == 2: // streaming the image
+					d.checkIn(t, i)
+					d.report(t, i, plan.AgentEvent{Type: plan.AgentStarted, Action: "image-to-disk", Step: 2, Steps: steps}, progress(int64(i%64)<<20))
+				case i%5 == 3 && i%2 == 0: // just checked in
+					d.checkIn(t, i)
+				}
+			}
+		}()
+	}
+	for i := range nodes {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	// A machine nobody registered asks for its script.
+	resp, err := http.Get(d.url + "/ipxe?mac=52:54:00:de:ad:01&serial=WH-UNREG-7&uuid=&arch=x86_64&platform=pcbios")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}
+
+const (
+	failed     = 7
+	failReason = "sha256 of the image is 9f2c…, want aba2c9d0…: the image on the mirror is not the one in Git"
+)
+
+// TestDashboard loads the dashboard of a running daemon with 1,000 nodes in
+// headless Chromium: the fleet shows, a node's progress reaches the page
+// live, filtering works, a failed node's page shows its log and follows
+// it, an unknown machine is offered with its Node. It saves screenshots
+// and the measured timings under outDir().
+func TestDashboard(t *testing.T) {
+	d := startDaemon(t)
+	d.populate(t)
+	c := startChrome(t)
+	var timings strings.Builder
+
+	// First paint of the whole fleet.
+	c.navigate(t, d.url+"/")
+	c.waitJS(t, "the fleet painted", `window.bootops && window.bootops.painted !== null`, 30*time.Second)
+	var paint struct {
+		Painted, FCP, DOMContentLoaded float64
+		Rows                           int
+		Sites                          int
+	}
+	var phases map[string]float64
+	c.eval(t, `({snapshot: bootops.snapshotAt, laidOut: bootops.laidOut, connectStart: performance.getEntriesByType("navigation")[0].connectStart, responseEnd: performance.getEntriesByType("navigation")[0].responseEnd})`, &phases)
+	t.Logf("phases: %v", phases)
+	c.eval(t, `({painted: bootops.painted,
+		fcp: (performance.getEntriesByName("first-contentful-paint")[0] || {}).startTime || 0,
+		domContentLoaded: performance.getEntriesByType("navigation")[0].domContentLoadedEventEnd,
+		rows: document.querySelectorAll("#rows .row").length,
+		sites: document.querySelectorAll("#sites .site").length})`, &paint)
+	if paint.Rows != nodes || paint.Sites != sites {
+		t.Fatalf("the page shows %d rows in %d sites, want %d in %d", paint.Rows, paint.Sites, nodes, sites)
+	}
+	fmt.Fprintf(&timings, "first paint of %d nodes: %.0f ms after navigation start (first contentful paint %.0f ms, DOMContentLoaded %.0f ms)\n",
+		nodes, paint.Painted, paint.FCP, paint.DOMContentLoaded)
+
+	// Counts by state, per site, add up; the failed node is shown failed.
+	var counts map[string]int
+	c.eval(t, `(() => { const o = {}; for (const c of document.querySelectorAll("#sites .chip")) { const [s, n] = c.textContent.split(" "); o[s] = (o[s] || 0) + +n; } return o; })()`, &counts)
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	if total != nodes || counts["failed"] != 1 || counts["provisioned"] != nodes/5 {
+		t.Fatalf("state counts %v", counts)
+	}
+	var failedRow string
+	c.eval(t, fmt.Sprintf(`document.querySelector('#rows .row[data-key="%s/%s"]').innerText`, site(failed), node(failed)), &failedRow)
+	if !strings.Contains(failedRow, "failed") || !strings.Contains(failedRow, "2/4 image-to-disk") {
+		t.Fatalf("failed node's row: %q", failedRow)
+	}
+	// The unknown machine, with the Node to commit.
+	var unknown string
+	c.eval(t, `document.querySelector("#unknown").hidden ? "" : document.querySelector("#unknown-list").innerText`, &unknown)
+	if !strings.Contains(unknown, "kind: Node") || !strings.Contains(unknown, `serial: "WH-UNREG-7"`) || !strings.Contains(unknown, "name: wh-unreg-7") {
+		t.Fatalf("unknown machines section: %q", unknown)
+	}
+	c.screenshot(t, filepath.Join(outDir(), "dashboard.png"), false)
+
+	// Live: a streaming node's progress reaches its row.
+	var lat []float64
+	live := 1 // i%5 == 1: streaming
+	for k := range 10 {
+		mb := int64(20 + k)
+		start := time.Now()
+		d.report(t, live, progress(mb<<20))
+		want := fmt.Sprintf("%d.0 MiB / 64.0 MiB", mb)
+		key := site(live) + "/" + node(live)
+		c.waitJS(t, "the progress of "+key+" on the page", fmt.Sprintf(`document.querySelector('#rows .row[data-key="%s"]').innerText.includes(%q)`, key, want), 10*time.Second)
+		var at float64
+		c.eval(t, fmt.Sprintf(`bootops.changedAt[%q]`, key), &at)
+		lat = append(lat, at-float64(start.UnixMilli()))
+	}
+	slices.Sort(lat)
+	fmt.Fprintf(&timings, "live update, event posted → row updated: median %.0f ms, max %.0f ms (10 updates)\n", lat[len(lat)/2], lat[len(lat)-1])
+
+	// Filtering by state leaves the failed node alone.
+	c.eval(t, `(() => { const s = document.querySelector("#state-filter"); s.value = "failed"; s.dispatchEvent(new Event("change")); })()`, nil)
+	c.waitJS(t, "one row left by the filter", `[...document.querySelectorAll("#rows .row")].filter(r => !r.hidden).length === 1`, 5*time.Second)
+	var shown string
+	c.eval(t, `document.querySelector("#shown").textContent`, &shown)
+	if shown != fmt.Sprintf("1 of %d nodes", nodes) {
+		t.Fatalf("filter says %q", shown)
+	}
+	// Sorting by progress puts a provisioned node first when descending.
+	c.eval(t, `(() => { const s = document.querySelector("#state-filter"); s.value = ""; s.dispatchEvent(new Event("change")); const th = document.querySelector('#nodes .head [data-sort="progress"]'); th.click(); th.click(); })()`, nil)
+	c.waitJS(t, "sorted by progress, descending", `document.querySelector("#rows .row:not([hidden]) .state").textContent === "provisioned"`, 5*time.Second)
+
+	// The failed node's page: its whole timeline, with the reason.
+	key := site(failed) + "/" + node(failed)
+	c.navigate(t, d.url+"/#node/"+key)
+	c.waitJS(t, "the failed node's timeline", fmt.Sprintf(`document.querySelector("#timeline").innerText.includes(%q)`, failReason), 15*time.Second)
+	var tl string
+	c.eval(t, `document.querySelector("#timeline tbody").innerText`, &tl)
+	for _, want := range []string{"checked in", "started 1/4 wipe-disk", "GET http://mirror.example.internal/images/edge-mutable.raw.gz: 200 OK", "2/4 image-to-disk failed"} {
+		if !strings.Contains(tl, want) {
+			t.Errorf("timeline lacks %q:\n%s", want, tl)
+		}
+	}
+	// It follows: a new line appears without a reload.
+	d.report(t, failed, plan.AgentEvent{Type: plan.AgentLog, Message: "operator: mirror re-synced, reprovision requested"})
+	c.waitJS(t, "a new timeline line", `document.querySelector("#timeline").innerText.includes("mirror re-synced")`, 10*time.Second)
+	c.screenshot(t, filepath.Join(outDir(), "node.png"), false)
+
+	t.Log("\n" + timings.String())
+	if err := os.WriteFile(filepath.Join(outDir(), "timings.txt"), []byte(timings.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

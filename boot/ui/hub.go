@@ -254,7 +254,7 @@ func (s *Server) unsubscribe(c *client) {
 }
 
 // Stats says how many streams are open and how many were dropped for
-// falling behind.
+// falling behind (their queue full, or a write blocked past WriteTimeout).
 func (s *Server) Stats() (open int, dropped uint64) {
 	s.init()
 	s.mu.Lock()

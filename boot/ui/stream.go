@@ -5,8 +5,10 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -62,10 +64,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	timeout := orDuration(s.WriteTimeout, 10*time.Second)
 	send := func(b []byte) bool {
 		rc.SetWriteDeadline(time.Now().Add(timeout))
-		if _, err := w.Write(b); err != nil {
-			return false
+		_, err := w.Write(b)
+		if err == nil {
+			err = rc.Flush()
 		}
-		return rc.Flush() == nil
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The browser stopped reading: let it go.
+			s.mu.Lock()
+			s.dropped++
+			s.mu.Unlock()
+			s.logger().Info("ui: dropped a stream that was not read", "write_timeout", timeout.String())
+		}
+		return err == nil
 	}
 	// A reconnecting browser waits 2 s, not its default 3.
 	if !send(append([]byte("retry: 2000\n"), snapshot...)) {

@@ -289,6 +289,9 @@ func TestSlowAndManyClients(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	waitFor(t, "the stalled stream to be dropped", func() bool { n, _ := s.Stats(); return n == 50 })
+	if _, dropped := s.Stats(); dropped != 1 {
+		t.Fatalf("dropped streams counted: %d, want 1", dropped)
+	}
 	mem.Record(status.Event{Site: "s", Node: "n7", Message: "last"})
 	wg.Wait()
 	close(final)

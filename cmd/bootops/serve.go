@@ -350,6 +350,13 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 			go dir.Load()
 		}
 	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bootops_dashboard_streams",
+		Help: "Dashboard event streams open (browsers watching the fleet).",
+	}, func() float64 { open, _ := dash.Stats(); return float64(open) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "bootops_dashboard_streams_dropped_total",
+		Help: "Dashboard streams dropped because the browser did not read them.",
+	}, func() float64 { _, dropped := dash.Stats(); return float64(dropped) }))
 	for pattern, h := range dash.Routes() {
 		httpSrv.Routes[pattern] = h
 	}

@@ -13,6 +13,7 @@ const rows = new Map(); // key → {tr (the row), cells}
 let source = null, plan = "", actions = false;
 let sortBy = { col: "node", dir: 1 };
 let es = null, route = null, layoutQueued = false;
+let order = []; // the row keys, as they are in the table
 const probe = (window.bootops = { snapshots: 0, updates: 0, changedAt: {}, painted: null, timelineEvents: 0 });
 
 function el(tag, attrs, ...kids) {
@@ -108,14 +109,18 @@ function sortKey(m, col) {
   return "";
 }
 
-function matches(m) {
-  const st = $("#state-filter").value, site = $("#site-filter").value;
-  if (st && m.state !== st) return false;
-  if (site && m.site !== site) return false;
+// filter is what the controls ask for, read once per layout.
+function filter() {
   const q = $("#filter").value.trim().toLowerCase();
-  if (!q) return true;
+  return { state: $("#state-filter").value, site: $("#site-filter").value, words: q ? q.split(/\s+/) : [] };
+}
+
+function matches(m, f) {
+  if (f.state && m.state !== f.state) return false;
+  if (f.site && m.site !== f.site) return false;
+  if (!f.words.length) return true;
   const hay = [m.node, m.site, m.state, m.mac, m.uuid, m.serial, m.last && m.last.message].join(" ").toLowerCase();
-  return q.split(/\s+/).every((w) => hay.includes(w));
+  return f.words.every((w) => hay.includes(w));
 }
 
 // layout puts the rows in order and hides the filtered ones: at most once
@@ -133,17 +138,26 @@ function layout() {
   const keyed = nodes.map((m) => [sortKey(m, col), label(m), m]);
   keyed.sort((a, b) => (a[0] < b[0] ? -dir : a[0] > b[0] ? dir : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0));
   const body = $("#rows");
-  const frag = document.createDocumentFragment();
-  let shown = 0;
+  let shown = 0, same = order.length === keyed.length;
+  const f = filter();
+  const next = [];
   for (const [, , m] of keyed) {
     let r = rows.get(m.key);
     if (!r) { r = makeRow(m.key); rows.set(m.key, r); fillRow(r, m); }
-    const show = matches(m);
-    r.tr.hidden = !show;
+    const show = matches(m, f);
+    if (r.tr.hidden === show) r.tr.hidden = !show;
     if (show) shown++;
-    frag.append(r.tr);
+    if (same && order[next.length] !== m.key) same = false;
+    next.push(m.key);
   }
-  body.replaceChildren(frag);
+  // Rows move only when the order changed: an update that moves nothing
+  // costs the browser no layout of the whole table.
+  if (!same) {
+    const frag = document.createDocumentFragment();
+    for (const k of next) frag.append(rows.get(k).tr);
+    body.replaceChildren(frag);
+    order = next;
+  }
   $("#shown").textContent = `${shown} of ${nodes.length} nodes`;
   renderSites(nodes);
   renderOthers();
@@ -270,7 +284,7 @@ function connect() {
   es.addEventListener("snapshot", (ev) => {
     if (probe.snapshotAt === undefined) probe.snapshotAt = performance.now();
     const d = JSON.parse(ev.data);
-    machines.clear(); rows.clear();
+    machines.clear(); rows.clear(); order = [];
     source = d.source; plan = d.plan; actions = d.actions;
     $("#sync").hidden = !actions;
     take(d.machines);

@@ -25,7 +25,7 @@ type Server struct {
 	// Token is the bearer token actions need; "" (or nil) makes the
 	// dashboard read-only.
 	Token func() string
-	// Interval is how often changes are pushed at most (default 250 ms):
+	// Interval is how often changes are pushed at most (default 100 ms):
 	// a burst of progress events becomes one message.
 	Interval time.Duration
 	// Heartbeat is how often an idle stream gets a comment, so proxies
@@ -101,7 +101,7 @@ func (s *Server) Notify() {
 // status changes without an event).
 func (s *Server) Run(ctx context.Context) error {
 	s.init()
-	every := orDuration(s.Interval, 250*time.Millisecond)
+	every := orDuration(s.Interval, 100*time.Millisecond)
 	idle := time.NewTicker(2 * time.Second)
 	defer idle.Stop()
 	for {

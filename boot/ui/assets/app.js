@@ -5,6 +5,7 @@
 
 const STATES = ["registered", "discovered", "booting", "microos", "provisioning", "provisioned", "running", "failed", "mismatch", "held"];
 const ACTIVE = new Set(["booting", "microos", "provisioning"]);
+const FIRST_SCREEN = 60; // rows: more than a wall screen shows
 const $ = (sel) => document.querySelector(sel);
 
 // What the page knows, and hooks a browser test reads.
@@ -131,7 +132,8 @@ function queueLayout() {
   requestAnimationFrame(layout);
 }
 
-function layout() {
+// layout puts the first cap rows (all by default) in the table.
+function layout(cap = Infinity) {
   layoutQueued = false;
   const nodes = [...machines.values()].filter(isNode);
   const { col, dir } = sortBy;
@@ -142,11 +144,12 @@ function layout() {
   const f = filter();
   const next = [];
   for (const [, , m] of keyed) {
+    const show = matches(m, f);
+    if (show) shown++;
+    if (next.length >= cap) { same = false; continue; }
     let r = rows.get(m.key);
     if (!r) { r = makeRow(m.key); rows.set(m.key, r); fillRow(r, m); }
-    const show = matches(m, f);
     if (r.tr.hidden === show) r.tr.hidden = !show;
-    if (show) shown++;
     if (same && order[next.length] !== m.key) same = false;
     next.push(m.key);
   }
@@ -292,15 +295,20 @@ function connect() {
     renderSource();
     if (key) renderNode(key);
     else {
-      layout();
+      // The counts and the first screen of rows first, the other rows
+      // right after that has been painted.
+      layout(FIRST_SCREEN);
       if (probe.laidOut === undefined) probe.laidOut = performance.now();
-      if (probe.painted === null) {
-        // Two frames on, the table has been painted.
-        requestAnimationFrame(() => requestAnimationFrame(() => {
+      requestAnimationFrame(() => requestAnimationFrame(() => {
+        if (probe.painted === null) {
           probe.painted = performance.now();
           performance.mark("bootops-fleet-painted");
+        }
+        layout();
+        requestAnimationFrame(() => requestAnimationFrame(() => {
+          if (probe.complete === undefined) probe.complete = performance.now();
         }));
-      }
+      }));
     }
   });
   es.addEventListener("update", (ev) => {

@@ -64,6 +64,7 @@ demo: build agent lab-deps
 bench: build
 	@bash test/bench/compile.sh
 	@bash test/bench/gitops.sh
+	@bash test/bench/import.sh
 	$(GO) run ./test/fleet/sim -bootops $(BIN) -nodes 1000 -concurrency 100 -rounds 2
 
 fuzz: go-check

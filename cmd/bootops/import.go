@@ -67,24 +67,33 @@ func importCSV(c *command, e *env, args []string) error {
 	if p := existingPlan(e, *repo); p != nil {
 		im.Existing, im.Repo = p, os.DirFS(*repo)
 	}
-	// Rows are written to a folder beside the output as they come, and
-	// moved in only once every row is valid.
-	var stage string
-	defer func() {
-		if stage != "" {
-			os.RemoveAll(stage)
+	// Rows are kept in memory (a few hundred bytes each) and written only
+	// once every row is valid. The folder is listed once, so a new file
+	// costs one create and one write; only a name that exists is read, to
+	// tell "unchanged" from a clash. A run cut short leaves some files
+	// written: running it again writes the rest (identical files count as
+	// unchanged).
+	existing := map[string]bool{}
+	if entries, err := os.ReadDir(*out); err == nil {
+		for _, de := range entries {
+			existing[de.Name()] = true
 		}
-	}()
-	var staged []string
+	}
+	type pending struct {
+		name string
+		data []byte
+	}
+	var todo []pending
 	var clash compiler.ImportErrors
 	unchanged := 0
 	sum, err := im.Import(f, func(n compiler.ImportedNode) error {
 		if n.Unchanged {
 			return nil
 		}
-		target := filepath.Join(*out, n.Name+".yaml")
-		if old, err := os.ReadFile(target); err == nil {
-			if bytes.Equal(old, n.Data) {
+		name := n.Name + ".yaml"
+		if existing[name] {
+			target := filepath.Join(*out, name)
+			if old, err := os.ReadFile(target); err == nil && bytes.Equal(old, n.Data) {
 				unchanged++
 				return nil
 			}
@@ -92,19 +101,8 @@ func importCSV(c *command, e *env, args []string) error {
 				Msg: fmt.Sprintf("%s exists with other content (edit or remove it there)", target)})
 			return nil
 		}
-		if stage == "" {
-			parent := filepath.Dir(filepath.Clean(*out))
-			if err := os.MkdirAll(parent, 0o755); err != nil {
-				return err
-			}
-			dir, err := os.MkdirTemp(parent, ".bootops-import-")
-			if err != nil {
-				return err
-			}
-			stage = dir
-		}
-		staged = append(staged, n.Name+".yaml")
-		return os.WriteFile(filepath.Join(stage, n.Name+".yaml"), n.Data, 0o644)
+		todo = append(todo, pending{name, n.Data})
+		return nil
 	})
 	for _, col := range sum.Columns {
 		if k := sum.Ignored[col]; k > 0 {
@@ -126,8 +124,8 @@ func importCSV(c *command, e *env, args []string) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
-	for _, name := range staged {
-		if err := os.Rename(filepath.Join(stage, name), filepath.Join(*out, name)); err != nil {
+	for _, p := range todo {
+		if err := createFile(filepath.Join(*out, p.name), p.data); err != nil {
 			return err
 		}
 	}
@@ -226,4 +224,21 @@ func importEIMProfiles(c *command, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "imported %d profiles into %s\n", len(got), *out)
 	return nil
+}
+
+// createFile writes a new file; one that appeared meanwhile is an error,
+// never overwritten.
+func createFile(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		os.Remove(path)
+	}
+	return werr
 }

@@ -294,6 +294,13 @@ func TestDashboard(t *testing.T) {
 	// It follows: a new line appears without a reload.
 	d.report(t, failed, plan.AgentEvent{Type: plan.AgentLog, Message: "operator: mirror re-synced, reprovision requested"})
 	c.waitJS(t, "a new timeline line", `document.querySelector("#timeline").innerText.includes("mirror re-synced")`, 10*time.Second)
+	// Its progress is still the step it failed at, though its newest
+	// event is a log line that names none.
+	var prog string
+	c.eval(t, `document.querySelector("#node-progress").innerText`, &prog)
+	if !strings.Contains(prog, "2/4 image-to-disk") {
+		t.Errorf("the failed node's progress: %q", prog)
+	}
 	c.screenshot(t, filepath.Join(outDir(), "node.png"), false)
 
 	t.Log("\n" + timings.String())

@@ -15,6 +15,7 @@ let source = null, plan = "", actions = false;
 let sortBy = { col: "node", dir: 1 };
 let es = null, route = null, layoutQueued = false;
 let order = []; // the row keys, as they are in the table
+let lastStepped = null; // on a node's page: its newest event that named a step
 const probe = (window.bootops = { snapshots: 0, updates: 0, changedAt: {}, painted: null, timelineEvents: 0 });
 
 function el(tag, attrs, ...kids) {
@@ -46,9 +47,11 @@ function fmtDuration(ms) {
   return h ? `${h}h${String(m).padStart(2, "0")}m` : m ? `${m}m${String(s).padStart(2, "0")}s` : `${s}s`;
 }
 
-// progress is the share of the workflow done (0..1) and its words.
-function progress(m) {
-  const l = m.last || {};
+// progress is the share of the workflow done (0..1) and its words, from
+// the machine's newest event (or the given one: a node's page knows the
+// newest event that named a step, when the newest is a plain log line).
+function progress(m, stepped) {
+  const l = (m.last && m.last.steps) || !stepped ? m.last || {} : stepped;
   if (m.state === "provisioned" || m.state === "running") return { f: 1, text: "done", cls: "done" };
   if (!l.steps) return { f: 0, text: m.state === "microos" ? "checked in" : "", cls: "" };
   const part = l.total > 0 ? Math.min(1, (l.bytes || 0) / l.total) : 0;
@@ -244,7 +247,7 @@ function renderNode(key) {
   const items = [["key", m.key], ["site", m.site], ["state", m.state], ["since", m.since && new Date(m.since).toLocaleString()],
     ["MAC", m.mac], ["UUID", m.uuid], ["serial", m.serial], ["events", m.events]];
   dl.replaceChildren(...items.filter(([, v]) => v !== undefined && v !== "").flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
-  const p = progress(m);
+  const p = progress(m, lastStepped);
   const bar = el("div", { class: "bar " + p.cls }, el("i", { style: `width:${(p.f * 100).toFixed(1)}%` }), el("span", { text: p.text }));
   $("#node-progress").replaceChildren(bar);
   const y = $("#node-yaml");
@@ -254,9 +257,10 @@ function renderNode(key) {
 
 function addTimeline(msg) {
   const body = $("#timeline tbody");
-  if (msg.reset) body.replaceChildren();
+  if (msg.reset) { body.replaceChildren(); lastStepped = null; }
   const frag = document.createDocumentFragment();
   for (const e of msg.events) {
+    if (e.steps) lastStepped = e;
     const text = e.message || "";
     frag.append(el("tr", { class: e.error ? "error" : "" },
       el("td", { text: new Date(e.time).toLocaleTimeString() + "." + String(new Date(e.time).getMilliseconds()).padStart(3, "0") }),
@@ -264,6 +268,7 @@ function addTimeline(msg) {
   }
   body.append(frag);
   probe.timelineEvents = body.rows.length;
+  if (route && route.node) renderNode(route.node);
   if ($("#follow").checked && msg.events.length) window.scrollTo(0, document.body.scrollHeight);
 }
 
@@ -331,7 +336,7 @@ function onRoute() {
   route = next;
   $("#fleet").hidden = !!route.node;
   $("#node").hidden = !route.node;
-  if (route.node) { $("#timeline tbody").replaceChildren(); renderNode(route.node); }
+  if (route.node) { $("#timeline tbody").replaceChildren(); lastStepped = null; renderNode(route.node); }
   if (changed) connect();
 }
 

@@ -42,6 +42,7 @@ func outDir() string {
 // daemon is a real `bootops serve` on loopback with a generated fleet.
 type daemon struct {
 	url    string
+	repo   string // the folder it serves
 	secret boot.Secret
 	seq    uint64
 	mu     sync.Mutex
@@ -73,7 +74,7 @@ func startDaemon(t *testing.T) *daemon {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
-	d := &daemon{url: "http://" + addr, seq: uint64(time.Now().UnixMicro())}
+	d := &daemon{url: "http://" + addr, repo: repo, seq: uint64(time.Now().UnixMicro())}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if resp, err := http.Get(d.url + "/readyz"); err == nil {
 			resp.Body.Close()
@@ -302,6 +303,33 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the failed node's progress: %q", prog)
 	}
 	c.screenshot(t, filepath.Join(outDir(), "node.png"), false)
+
+	// A broken edit is refused: the page says so, with the error's
+	// position, and keeps showing the fleet served.
+	c.navigate(t, d.url+"/")
+	c.waitJS(t, "the fleet again", `window.bootops && window.bootops.complete !== undefined`, 30*time.Second)
+	broken := filepath.Join(d.repo, fleet.NodeFile(sites, 3))
+	body, err := os.ReadFile(broken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(broken, append(body, "profle: edge-mutable\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.waitJS(t, "the refused revision's banner", `!document.querySelector("#refused").hidden`, 20*time.Second)
+	var banner string
+	c.eval(t, `document.querySelector("#refused").innerText`, &banner)
+	if want := fleet.NodeFile(sites, 3) + ":12:1: profle: unknown field (did you mean \"profile\"?)"; !strings.Contains(banner, "was refused (1 error)") || strings.Count(banner, want) != 1 {
+		t.Errorf("the refused banner: %q", banner)
+	}
+	var rowsLeft int
+	c.eval(t, `document.querySelectorAll("#rows .row").length`, &rowsLeft)
+	if rowsLeft != nodes {
+		var dbg any
+		c.eval(t, `({href: location.href, fleetHidden: document.querySelector("#fleet").hidden, machines: machines.size, rows: rows.size, order: order.length, snaps: bootops.snapshots, updates: bootops.updates, shown: document.querySelector("#shown").textContent})`, &dbg)
+		t.Errorf("after a refused edit the page shows %d nodes, want the %d served: %v", rowsLeft, nodes, dbg)
+	}
+	c.screenshot(t, filepath.Join(outDir(), "refused.png"), false)
 
 	t.Log("\n" + timings.String())
 	if err := os.WriteFile(filepath.Join(outDir(), "timings.txt"), []byte(timings.String()), 0o644); err != nil {

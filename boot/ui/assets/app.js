@@ -132,7 +132,7 @@ function matches(m, f) {
 function queueLayout() {
   if (layoutQueued) return;
   layoutQueued = true;
-  requestAnimationFrame(layout);
+  requestAnimationFrame(() => layout()); // not layout itself: it would take the frame time as its cap
 }
 
 // layout puts the first cap rows (all by default) in the table.
@@ -229,10 +229,15 @@ function renderSource() {
   rev.textContent = a.revision ? `serving ${a.revision.slice(0, 12)} ${a.message ? "“" + firstLine(a.message) + "”" : ""} · applied ${when}` : "no revision served yet";
   rev.title = source.url || "";
   const t = source.attempted || {};
-  if (source.stale || t.result === "refused") {
-    let text = source.reason || `the newest revision ${(t.revision || "").slice(0, 12)} was refused`;
-    if (t.result === "refused" && t.errors && t.errors.length) text += "\n" + t.errors.join("\n") + (t.errorCount > t.errors.length ? `\n… ${t.errorCount - t.errors.length} more` : "");
-    ban.textContent = text;
+  if (t.result === "refused" && t.errors && t.errors.length) {
+    // The reason names the first error: say it once, then all of them.
+    const n = t.errorCount || t.errors.length;
+    ban.textContent = `the newest revision ${(t.revision || "").slice(0, 12)} was refused (${n} error${n === 1 ? "" : "s"}); ` +
+      `${(a.revision || "").slice(0, 12)} stays in service\n` + t.errors.join("\n") +
+      (n > t.errors.length ? `\n… ${n - t.errors.length} more` : "");
+    ban.hidden = false;
+  } else if (source.stale || t.result === "refused") {
+    ban.textContent = source.reason || `the newest revision ${(t.revision || "").slice(0, 12)} was refused`;
     ban.hidden = false;
   } else ban.hidden = true;
 }

@@ -47,7 +47,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	clients map[*client]struct{}
-	state   map[string][]byte // key → the machine's JSON, as last sent
+	state   map[string]sent // key → the machine as last sent
 	source  []byte            // the source document, as last sent
 	plan    string
 	dropped uint64
@@ -58,6 +58,13 @@ type Server struct {
 type view struct {
 	status.Machine
 	NodeYAML string `json:"nodeYAML,omitempty"`
+}
+
+// sent is a machine as last sent, and its JSON: a machine equal to it is
+// not marshalled again.
+type sent struct {
+	m    status.Machine
+	json []byte
 }
 
 // message is one server-sent event, the same bytes for every client;
@@ -138,24 +145,30 @@ func (s *Server) update() {
 	s.dirty.Store(false)
 	doc := s.Doc()
 	source, _ := json.Marshal(doc.Source)
-	next := make(map[string][]byte, len(doc.Nodes)+len(doc.Machines))
+	// Only s.update changes s.state, and s.refresh is held: it may be read
+	// without s.mu here.
+	next := make(map[string]sent, len(doc.Nodes)+len(doc.Machines))
+	var changed [][]byte
+	keys := map[string]bool{}
+	see := func(m status.Machine, unknown bool) {
+		if old, ok := s.state[m.Key]; ok && old.m == m {
+			next[m.Key] = old
+			return
+		}
+		b := marshalView(m, unknown)
+		next[m.Key] = sent{m, b}
+		changed = append(changed, b)
+		keys[m.Key] = true
+	}
 	for _, m := range doc.Nodes {
-		next[m.Key] = marshalView(m, false)
+		see(m, false)
 	}
 	for _, m := range doc.Machines {
-		next[m.Key] = marshalView(m, true)
+		see(m, true)
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var changed [][]byte
-	keys := map[string]bool{}
-	for k, b := range next {
-		if old, ok := s.state[k]; !ok || !bytes.Equal(old, b) {
-			changed = append(changed, b)
-			keys[k] = true
-		}
-	}
 	var gone []string
 	for k := range s.state {
 		if _, ok := next[k]; !ok {
@@ -223,8 +236,8 @@ func (s *Server) subscribe() (*client, []byte, bool) {
 	c := &client{ch: make(chan *message, queueLen), gone: make(chan struct{})}
 	s.clients[c] = struct{}{}
 	all := make([][]byte, 0, len(s.state))
-	for _, b := range s.state {
-		all = append(all, b)
+	for _, v := range s.state {
+		all = append(all, v.json)
 	}
 	slices.SortFunc(all, bytes.Compare)
 	var b bytes.Buffer

@@ -413,3 +413,26 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 	}
 	t.Fatalf("timed out waiting for %s", what)
 }
+
+// BenchmarkUpdate is one push with a watcher open: 10,000 machines, 100 of
+// them changed since the last push (the daemon's 10 pushes a second while
+// a fleet reports).
+func BenchmarkUpdate(b *testing.B) {
+	mem := &status.Memory{}
+	s := &Server{}
+	s.Doc = func() bhttp.StatusDoc { return bhttp.StatusDoc{Plan: "p", Nodes: mem.Machines()} }
+	for i := range 10000 {
+		mem.Record(status.Event{Site: "s", Node: fmt.Sprintf("n%05d", i), Kind: status.KindAgent, State: status.StateProvisioning, Step: 2, Steps: 4, Message: "progress"})
+	}
+	s.init()
+	s.clients[&client{ch: make(chan *message, 1<<20), gone: make(chan struct{})}] = struct{}{}
+	s.update()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range 100 {
+			mem.Record(status.Event{Site: "s", Node: fmt.Sprintf("n%05d", (i*100+j)%10000), Kind: status.KindAgent, Bytes: int64(i), Message: "progress"})
+		}
+		s.update()
+	}
+}

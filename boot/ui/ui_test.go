@@ -216,17 +216,21 @@ func TestNodeTimelineFollows(t *testing.T) {
 }
 
 func TestTimelineResetsWhenTrimmed(t *testing.T) {
-	_, mem, srv := fleet(t, nil) // 50 events kept per machine
+	s, mem, srv := fleet(t, nil) // 50 events kept per machine
 	for i := range 50 {
 		mem.Record(status.Event{Site: "s", Node: "n", Message: fmt.Sprint("old ", i)})
 	}
 	c := open(t, srv.URL+"/api/v1/stream?key=s/n")
 	c.next(t)
 	c.next(t) // timeline, all 50
-	// 60 more in one burst: the last one sent is trimmed away.
+	// 60 more before the next push (the store tells the hub at the end,
+	// as one commit would): the last one sent is trimmed away.
+	mem.Changed = nil
 	for i := range 60 {
 		mem.Record(status.Event{Site: "s", Node: "n", Message: fmt.Sprint("new ", i)})
 	}
+	mem.Changed = s.Notify
+	s.Notify()
 	tl := c.until(t, "timeline", func(ev event) bool {
 		evs := ev.data["events"].([]any)
 		return len(evs) > 0 && evs[len(evs)-1].(map[string]any)["message"] == "new 59"

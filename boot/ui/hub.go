@@ -48,7 +48,7 @@ type Server struct {
 	mu      sync.Mutex
 	clients map[*client]struct{}
 	state   map[string]sent // key → the machine as last sent
-	source  []byte            // the source document, as last sent
+	source  []byte          // the source document, as last sent
 	plan    string
 	dropped uint64
 }

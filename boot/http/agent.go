@@ -53,8 +53,9 @@ func (s *Server) count(result string) {
 	}
 }
 
-// authorized checks the bearer token against want, in constant time.
-func authorized(r *http.Request, want string) bool {
+// Authorized checks the request's bearer token against want, in constant
+// time; an empty want authorizes nothing.
+func Authorized(r *http.Request, want string) bool {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	return ok && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
@@ -97,7 +98,7 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 	var reply plan.CheckInReply
 	if c.Node != "" {
 		n := p.Node(site.Name, c.Node)
-		if n == nil || !authorized(r, s.Tokens.Token(site.Name, c.Node)) {
+		if n == nil || !Authorized(r, s.Tokens.Token(site.Name, c.Node)) {
 			s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "check-in: wrong or missing token for node "+c.Node)
 			return
 		}
@@ -112,7 +113,7 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		reply = plan.CheckInReply{Workflow: &wf, Generation: n.Reprovision, CloudInit: seed(n.Artifacts, s.Tokens.Token(site.Name, n.Name))}
 		ev.Message = "agent checked in: " + inventory(c) + "; workflow of profile " + n.Profile + fmt.Sprintf(", %d actions", len(wf.Actions))
 	} else {
-		if c.Machine == "" || !authorized(r, UnknownToken(s.Tokens, site.Name, c.Machine)) {
+		if c.Machine == "" || !Authorized(r, UnknownToken(s.Tokens, site.Name, c.Machine)) {
 			s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "check-in: wrong or missing token for the unknown machine "+c.Machine)
 			return
 		}
@@ -164,7 +165,7 @@ func (s *Server) agentEvents(w http.ResponseWriter, r *http.Request) {
 	} else if b.Machine != "" {
 		want = UnknownToken(s.Tokens, b.Site, b.Machine)
 	}
-	if !authorized(r, want) {
+	if !Authorized(r, want) {
 		s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "events: wrong or missing token")
 		return
 	}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,8 +44,8 @@ type Server struct {
 
 	dirty   atomic.Bool
 	wake    chan struct{}
-	initMu  sync.Once
-	refresh sync.Mutex // one refresh at a time
+	once    sync.Once
+	refresh sync.Mutex // one update at a time
 
 	mu      sync.Mutex
 	clients map[*client]struct{}
@@ -67,6 +69,31 @@ type sent struct {
 	json []byte
 }
 
+// push is the data of a "snapshot" (the whole fleet) or an "update" (what
+// changed since the last push) event.
+type push struct {
+	Plan string `json:"plan"`
+	// Source is the source's status: always in a snapshot, in an update
+	// only when it changed.
+	Source json.RawMessage `json:"source,omitempty"`
+	// Actions says whether the page may offer actions (snapshot only).
+	Actions *bool `json:"actions,omitempty"`
+	// Machines are the machines, or the ones that changed, by key.
+	Machines []json.RawMessage `json:"machines"`
+	// Gone are the keys of machines no longer there.
+	Gone []string `json:"gone,omitempty"`
+}
+
+// machinesJSON is the JSON of the machines, sorted by key.
+func machinesJSON(ms []sent) []json.RawMessage {
+	slices.SortFunc(ms, func(a, b sent) int { return strings.Compare(a.m.Key, b.m.Key) })
+	out := make([]json.RawMessage, len(ms))
+	for i, v := range ms {
+		out[i] = v.json
+	}
+	return out
+}
+
 // message is one server-sent event, the same bytes for every client;
 // keys are the machines it changes (a node page's stream adds their
 // timeline).
@@ -86,7 +113,7 @@ type client struct {
 const queueLen = 64
 
 func (s *Server) init() {
-	s.initMu.Do(func() {
+	s.once.Do(func() {
 		s.wake = make(chan struct{}, 1)
 		s.clients = map[*client]struct{}{}
 	})
@@ -148,16 +175,16 @@ func (s *Server) update() {
 	// Only s.update changes s.state, and s.refresh is held: it may be read
 	// without s.mu here.
 	next := make(map[string]sent, len(doc.Nodes)+len(doc.Machines))
-	var changed [][]byte
+	var changed []sent
 	keys := map[string]bool{}
 	see := func(m status.Machine, unknown bool) {
 		if old, ok := s.state[m.Key]; ok && old.m == m {
 			next[m.Key] = old
 			return
 		}
-		b := marshalView(m, unknown)
-		next[m.Key] = sent{m, b}
-		changed = append(changed, b)
+		v := sent{m, marshalView(m, unknown)}
+		next[m.Key] = v
+		changed = append(changed, v)
 		keys[m.Key] = true
 	}
 	for _, m := range doc.Nodes {
@@ -181,24 +208,12 @@ func (s *Server) update() {
 	if len(changed) == 0 && len(gone) == 0 && !sourceChanged {
 		return
 	}
-	slices.SortFunc(changed, bytes.Compare)
 	slices.Sort(gone)
-	var b bytes.Buffer
-	b.WriteString(`{"plan":`)
-	writeJSONString(&b, doc.Plan)
+	p := push{Plan: doc.Plan, Machines: machinesJSON(changed), Gone: gone}
 	if sourceChanged {
-		b.WriteString(`,"source":`)
-		b.Write(source)
+		p.Source = source
 	}
-	b.WriteString(`,"machines":`)
-	writeArray(&b, changed)
-	if len(gone) > 0 {
-		g, _ := json.Marshal(gone)
-		b.WriteString(`,"gone":`)
-		b.Write(g)
-	}
-	b.WriteString("}")
-	s.broadcast(&message{data: frame("update", b.Bytes()), keys: keys})
+	s.broadcast(&message{data: frame("update", p), keys: keys})
 }
 
 // broadcast queues m for every client; s.mu is held. A client whose queue
@@ -235,26 +250,9 @@ func (s *Server) subscribe() (*client, []byte, bool) {
 	}
 	c := &client{ch: make(chan *message, queueLen), gone: make(chan struct{})}
 	s.clients[c] = struct{}{}
-	all := make([][]byte, 0, len(s.state))
-	for _, v := range s.state {
-		all = append(all, v.json)
-	}
-	slices.SortFunc(all, bytes.Compare)
-	var b bytes.Buffer
-	b.WriteString(`{"plan":`)
-	writeJSONString(&b, s.plan)
-	b.WriteString(`,"source":`)
-	if len(s.source) == 0 {
-		b.WriteString("null")
-	} else {
-		b.Write(s.source)
-	}
-	b.WriteString(`,"actions":`)
-	b.WriteString(map[bool]string{true: "true", false: "false"}[s.actions()])
-	b.WriteString(`,"machines":`)
-	writeArray(&b, all)
-	b.WriteString("}")
-	return c, frame("snapshot", b.Bytes()), true
+	actions := s.actions()
+	p := push{Plan: s.plan, Source: s.source, Actions: &actions, Machines: machinesJSON(slices.Collect(maps.Values(s.state)))}
+	return c, frame("snapshot", p), true
 }
 
 func (s *Server) unsubscribe(c *client) {
@@ -288,31 +286,16 @@ func marshalView(m status.Machine, unknown bool) []byte {
 	return b
 }
 
-// frame is one server-sent event: its name and its data on one line (JSON
-// has no raw newline).
-func frame(event string, data []byte) []byte {
-	out := make([]byte, 0, len(data)+len(event)+16)
+// frame is one server-sent event: its name and its data, as JSON on one
+// line (JSON has no raw newline).
+func frame(event string, data any) []byte {
+	b, _ := json.Marshal(data)
+	out := make([]byte, 0, len(b)+len(event)+16)
 	out = append(out, "event: "...)
 	out = append(out, event...)
 	out = append(out, "\ndata: "...)
-	out = append(out, data...)
+	out = append(out, b...)
 	return append(out, "\n\n"...)
-}
-
-func writeArray(b *bytes.Buffer, items [][]byte) {
-	b.WriteByte('[')
-	for i, it := range items {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.Write(it)
-	}
-	b.WriteByte(']')
-}
-
-func writeJSONString(b *bytes.Buffer, s string) {
-	q, _ := json.Marshal(s)
-	b.Write(q)
 }
 
 func (s *Server) logger() *slog.Logger {

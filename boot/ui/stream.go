@@ -1,17 +1,14 @@
 package ui
 
 import (
-	"bytes"
-	"crypto/subtle"
 	"embed"
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
+	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 )
 
@@ -113,45 +110,39 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 // timeline tracks what of one machine's events a stream has sent.
 type timeline struct {
 	started bool
-	last    []byte // the newest event sent, as JSON
+	last    status.Event // the newest event sent (zero: none)
 }
 
 // next returns a "timeline" event with the events not sent yet; all of
 // them (reset) when the one sent last is no longer there (trimmed, or a
-// history merged in before it).
+// history merged in before it); nil when nothing is new.
 func (t *timeline) next(s *Server, key string) []byte {
 	var evs []status.Event
 	if s.Events != nil {
 		evs = s.Events(key)
 	}
-	from := 0
-	reset := true
-	if t.last != nil {
+	from, reset := 0, true
+	if t.last != (status.Event{}) {
 		for i := len(evs) - 1; i >= 0; i-- {
-			b, _ := json.Marshal(evs[i])
-			if bytes.Equal(b, t.last) {
+			if evs[i] == t.last {
 				from, reset = i+1, false
 				break
 			}
 		}
 	}
 	if t.started && !reset && from == len(evs) {
-		return nil // nothing new
+		return nil
 	}
 	t.started = true
+	if len(evs) > 0 {
+		t.last = evs[len(evs)-1]
+	}
 	msg := struct {
 		Key    string         `json:"key"`
 		Reset  bool           `json:"reset,omitempty"`
 		Events []status.Event `json:"events"`
-	}{key, reset, evs[from:]}
-	if msg.Events == nil {
-		msg.Events = []status.Event{}
-	}
-	if len(evs) > 0 {
-		t.last, _ = json.Marshal(evs[len(evs)-1])
-	}
-	b, _ := json.Marshal(msg)
-	return frame("timeline", b)
+	}{key, reset, append([]status.Event{}, evs[from:]...)}
+	return frame("timeline", msg)
 }
 
 // sync is POST /api/v1/sync: fetch the source now. It needs the bearer
@@ -161,8 +152,7 @@ func (s *Server) sync(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the dashboard is read-only: start bootops serve with --ui-token-file to allow actions", http.StatusForbidden)
 		return
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(s.Token())) != 1 {
+	if !bhttp.Authorized(r, s.Token()) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="bootops"`)
 		http.Error(w, "a valid token is needed (Authorization: Bearer …)", http.StatusUnauthorized)
 		return

@@ -228,18 +228,17 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	metrics := reconciler.NewMetrics(reg)
 	state := &reconciler.State{Dir: cfg.stateDir}
 	rec := &reconciler.Reconciler{Compiler: comp, Live: plans, Sites: cfg.sites(), AllowEmpty: cfg.allowEmpty, State: state, Metrics: metrics, Log: log}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		// A compilation's garbage goes back to the system at once: the
-		// daemon's resident size is its Plan, not its last compilation.
-		var freeing atomic.Bool
-		rec.Done = func() {
-			dash.Notify()
-			if freeing.CompareAndSwap(false, true) {
-				go func() { debug.FreeOSMemory(); freeing.Store(false) }()
-			}
+	// After every reconcile the dashboard shows the source's news, and
+	// (unless GOMEMLIMIT rules) the compilation's garbage goes back to
+	// the system at once: the daemon's resident size is its Plan, not its
+	// last compilation.
+	freeMemory := os.Getenv("GOMEMLIMIT") == ""
+	var freeing atomic.Bool
+	rec.Done = func() {
+		dash.Notify()
+		if freeMemory && freeing.CompareAndSwap(false, true) {
+			go func() { debug.FreeOSMemory(); freeing.Store(false) }()
 		}
-	} else {
-		rec.Done = dash.Notify
 	}
 
 	g, ctx := errgroup.WithContext(ctx)

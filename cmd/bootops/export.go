@@ -97,16 +97,3 @@ func exportTinkerbell(c *command, e *env, args []string) error {
 		*out, x.Hardware, x.Templates, x.Workflows, *site, x.Hardware, nodes, *ns)
 	return nil
 }
-
-// writeFileAtomic replaces name with data, never leaving half a file.
-func writeFileAtomic(name string, data []byte) error {
-	tmp := name + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
-}

@@ -202,43 +202,10 @@ func importEIMProfiles(c *command, e *env, args []string) error {
 		return err
 	}
 	for _, p := range got {
-		target := filepath.Join(*out, p.Name+".yaml")
-		tmp, err := os.CreateTemp(*out, ".import-*")
-		if err != nil {
+		if err := writeFileAtomic(filepath.Join(*out, p.Name+".yaml"), p.Data); err != nil {
 			return err
-		}
-		_, werr := tmp.Write(p.Data)
-		if cerr := tmp.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr == nil {
-			werr = os.Chmod(tmp.Name(), 0o644)
-		}
-		if werr == nil {
-			werr = os.Rename(tmp.Name(), target)
-		}
-		if werr != nil {
-			os.Remove(tmp.Name())
-			return werr
 		}
 	}
 	fmt.Fprintf(e.stdout, "imported %d profiles into %s\n", len(got), *out)
 	return nil
-}
-
-// createFile writes a new file; one that appeared meanwhile is an error,
-// never overwritten.
-func createFile(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		os.Remove(path)
-	}
-	return werr
 }

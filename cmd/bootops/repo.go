@@ -60,3 +60,33 @@ func withRepo(e *env, dir string, f func(*compiler.Compiler, fs.FS) error) error
 	}
 	return err
 }
+
+// writeFileAtomic replaces name with data, never leaving half a file.
+func writeFileAtomic(name string, data []byte) error {
+	tmp := name + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// createFile writes a new file; one that appeared meanwhile is an error,
+// never overwritten.
+func createFile(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		os.Remove(path)
+	}
+	return werr
+}

@@ -14,16 +14,6 @@ import (
 	"github.com/bootops/bootops/plan"
 )
 
-// partitionDevice names partition n of disk the way the kernel does: a "p"
-// goes between a disk name ending in a digit and the number (nvme0n1p1,
-// mmcblk0p1, loop0p1), not otherwise (sda1, vda1).
-func partitionDevice(disk string, n int) string {
-	if disk != "" && disk[len(disk)-1] >= '0' && disk[len(disk)-1] <= '9' {
-		return disk + "p" + strconv.Itoa(n)
-	}
-	return disk + strconv.Itoa(n)
-}
-
 // onPartition mounts the action's partition (default 1, ext4) on a fresh
 // directory, runs fn with that directory and unmounts it, also when fn
 // fails.
@@ -32,14 +22,11 @@ func (r *Runner) onPartition(a plan.Action, fn func(dir, dev string) error) (err
 	if err != nil {
 		return fmt.Errorf("disk %q: %w", a.Disk, err)
 	}
-	part, fstype := a.Partition, a.FSType
-	if part == 0 {
-		part = 1
-	}
+	fstype := a.FSType
 	if fstype == "" {
 		fstype = "ext4"
 	}
-	dev := partitionDevice(disk, part)
+	dev := plan.PartitionDevice(disk, a.Partition)
 	dir, err := os.MkdirTemp("", "bootops-target-")
 	if err != nil {
 		return err

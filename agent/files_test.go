@@ -12,22 +12,6 @@ import (
 	"github.com/bootops/bootops/plan"
 )
 
-func TestPartitionDevice(t *testing.T) {
-	for disk, want := range map[string]string{
-		"/dev/vda":          "/dev/vda2",
-		"/dev/sda":          "/dev/sda2",
-		"/dev/xvdb":         "/dev/xvdb2",
-		"/dev/nvme0n1":      "/dev/nvme0n1p2",
-		"/dev/mmcblk0":      "/dev/mmcblk0p2",
-		"/dev/loop7":        "/dev/loop7p2",
-		"/tmp/TestX/001/vd": "/tmp/TestX/001/vd2",
-	} {
-		if got := partitionDevice(disk, 2); got != want {
-			t.Errorf("partitionDevice(%q, 2) = %q, want %q", disk, got, want)
-		}
-	}
-}
-
 // withTarget gives r a fake /dev/vda whose partition 2 is root.
 func withTarget(t *testing.T, r *Runner) (root string, fm *fakeMounts) {
 	t.Helper()

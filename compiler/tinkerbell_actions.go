@@ -87,7 +87,7 @@ func tinkActions(a plan.Action, n *plan.Node, disk string) ([]tinkAction, error)
 		timeout = int64((d + time.Second - 1) / time.Second)
 	}
 	act := tinkAction{Name: a.Name, Timeout: timeout}
-	part := partitionDev(disk, a.Partition)
+	part := plan.PartitionDevice(disk, a.Partition)
 	switch a.Action {
 	case "wipe-disk":
 		// As the agent does: zero the first and the last MiB, where the
@@ -166,18 +166,6 @@ func tinkActions(a plan.Action, n *plan.Node, disk string) ([]tinkAction, error)
 func writeFileEnv(part, fsType, path, content, mode, dirMode string) []tinkEnv {
 	return []tinkEnv{{"DEST_DISK", part}, {"FS_TYPE", fsType}, {"DEST_PATH", path},
 		{"CONTENTS", content}, {"UID", "0"}, {"GID", "0"}, {"MODE", mode}, {"DIRMODE", dirMode}}
-}
-
-// partitionDev names partition n of disk as the kernel does (sda1, vda1,
-// nvme0n1p1, mmcblk0p1).
-func partitionDev(disk string, n int) string {
-	if n == 0 {
-		n = 1
-	}
-	if disk != "" && disk[len(disk)-1] >= '0' && disk[len(disk)-1] <= '9' {
-		return disk + "p" + strconv.Itoa(n)
-	}
-	return disk + strconv.Itoa(n)
 }
 
 // shellJoin quotes argv for /bin/sh -c.

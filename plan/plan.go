@@ -149,6 +149,20 @@ type Action struct {
 	Chroot      bool     `json:"chroot,omitempty"`
 }
 
+// PartitionDevice names partition n of disk the way the kernel does (n 0
+// is an action's default, partition 1): a "p" goes between a disk name
+// ending in a digit and the number (nvme0n1p1, mmcblk0p1, loop0p1), not
+// otherwise (sda1, vda1). The agent mounts it; exports name it.
+func PartitionDevice(disk string, n int) string {
+	if n == 0 {
+		n = 1
+	}
+	if disk != "" && disk[len(disk)-1] >= '0' && disk[len(disk)-1] <= '9' {
+		return disk + "p" + strconv.Itoa(n)
+	}
+	return disk + strconv.Itoa(n)
+}
+
 // Profile is an OS to install.
 type Profile struct {
 	Name        string   `json:"name"`

@@ -167,7 +167,7 @@ func (l *listener) handle(b []byte, from netip.AddrPort, local netip.Addr, ifind
 	if req.op == opWRQ {
 		l.log.Info("tftp: write request refused", "file", req.filename, "peer", peer)
 		l.refuse(from, errCodeAccess, "read-only server")
-		l.record(status.Event{Kind: status.KindTFTP, IP: peer, Message: fmt.Sprintf("tftp: %s failed: write requests are not served", quote(req.filename)), Error: true})
+		l.failed(peer, req.filename, "write requests are not served")
 		return
 	}
 	data, ok := l.s.Files.Lookup(req.filename)
@@ -181,7 +181,7 @@ func (l *listener) handle(b []byte, from netip.AddrPort, local netip.Addr, ifind
 	case "mail":
 		l.log.Info("tftp: mail mode refused", "file", req.filename, "peer", peer)
 		l.refuse(from, errCodeIllegalOp, "mail mode is not served")
-		l.record(status.Event{Kind: status.KindTFTP, IP: peer, Message: fmt.Sprintf("tftp: %s failed: mail mode is not served", quote(req.filename)), Error: true})
+		l.failed(peer, req.filename, "mail mode is not served")
 		return
 	case "netascii":
 		data = toNetascii(data)
@@ -206,7 +206,7 @@ func (l *listener) handle(b []byte, from netip.AddrPort, local netip.Addr, ifind
 	if err != nil {
 		l.log.Warn("tftp: no socket for a transfer", "file", req.filename, "peer", peer, "err", err)
 		l.refuse(from, errCodeUndefined, "server error")
-		l.record(status.Event{Kind: status.KindTFTP, IP: peer, Message: fmt.Sprintf("tftp: %s failed: %v", quote(req.filename), err), Error: true})
+		l.failed(peer, req.filename, err)
 		return
 	}
 	params := negotiate(req, l.maxBlksize(ifindex), len(data))
@@ -237,7 +237,7 @@ func (l *listener) finish(t *transfer, err error) {
 	peer := t.peer.Addr().String()
 	if err != nil {
 		l.log.Warn("tftp", "file", t.name, "peer", peer, "duration", d.String(), "err", err)
-		l.record(status.Event{Kind: status.KindTFTP, IP: peer, Message: fmt.Sprintf("tftp: %s failed: %v", quote(t.name), err), Error: true})
+		l.failed(peer, t.name, err)
 		return
 	}
 	l.log.Info("tftp", "file", t.name, "peer", peer, "duration", d.String(), "bytes", len(t.data),
@@ -287,6 +287,11 @@ func (l *listener) refuse(to netip.AddrPort, code uint16, msg string) {
 	if _, err := l.conn.WriteTo(appendError(nil, code, msg), net.UDPAddrFromAddrPort(to)); err != nil {
 		l.log.Debug("tftp: error packet not sent", "peer", to.String(), "err", err)
 	}
+}
+
+// failed records that a request or transfer of file for peer failed.
+func (l *listener) failed(peer, file string, why any) {
+	l.record(status.Event{Kind: status.KindTFTP, IP: peer, Message: fmt.Sprintf("tftp: %s failed: %v", quote(file), why), Error: true})
 }
 
 func (l *listener) record(e status.Event) {

@@ -41,7 +41,9 @@ const hookAccepted = "X-Hub-Signature-256 (GitHub), X-Gitlab-Token (GitLab), X-G
 // the one secret:
 //
 //	GitHub           X-Hub-Signature-256: sha256=<hex HMAC-SHA256>, X-GitHub-Event
-//	GitLab           X-Gitlab-Token: <secret>, X-Gitlab-Event
+//	GitLab           X-Gitlab-Token: <secret>, X-Gitlab-Event (Push Hook,
+//	                 Tag Push Hook, or System Hook with "event_name": "push"
+//	                 or "tag_push" in the body)
 //	Gitea            X-Gitea-Signature: <hex HMAC-SHA256>, X-Gitea-Event
 //	Forgejo          X-Forgejo-Signature: <hex HMAC-SHA256>, X-Forgejo-Event
 //	generic          X-Bootops-Signature-256: sha256=<hex HMAC-SHA256>
@@ -130,6 +132,21 @@ func (h *Webhook) serve(w http.ResponseWriter, r *http.Request) hookReply {
 		return p.fail(http.StatusUnauthorized, HookUnauthorized, msg)
 	}
 
+	if p.system {
+		// A system hook says what it is in the body only, which is
+		// trusted now that the token matched.
+		var sh struct {
+			EventName string `json:"event_name"`
+		}
+		if err := json.Unmarshal(body, &sh); err != nil {
+			return p.fail(http.StatusBadRequest, HookBadRequest, "system hook body is not JSON: "+err.Error())
+		}
+		if len(sh.EventName) > 64 {
+			sh.EventName = sh.EventName[:64]
+		}
+		p.event += " " + sh.EventName
+		p.push = sh.EventName == "push" || sh.EventName == "tag_push"
+	}
 	if !p.push {
 		switch {
 		case p.event == "":
@@ -173,6 +190,9 @@ type hookProvider struct {
 	eventHeader string
 	event       string
 	push        bool // the event is one that should trigger
+	// system: a GitLab system hook, whose event_name in the body says
+	// whether it is a push (decided once the body is verified).
+	system bool
 }
 
 // hookDetect picks the provider from the headers. Forgejo sends Gitea's
@@ -196,6 +216,7 @@ func hookDetect(hd http.Header) hookProvider {
 		p = hookProvider{name: "gitlab", sigHeader: "X-Gitlab-Token", token: true, eventHeader: "X-Gitlab-Event"}
 		p.event = hd.Get(p.eventHeader)
 		p.push = p.event == "Push Hook" || p.event == "Tag Push Hook"
+		p.system = p.event == "System Hook"
 	case hd.Get("X-Hub-Signature-256") != "":
 		p = hookProvider{name: "github", sigHeader: "X-Hub-Signature-256", prefix: "sha256=", eventHeader: "X-GitHub-Event"}
 		p.event = hd.Get(p.eventHeader)

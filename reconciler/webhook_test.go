@@ -63,6 +63,73 @@ func newHook(secret, ref string, calls *hookCalls, log *slog.Logger) *Webhook {
 	}
 }
 
+// gitlabSystemPush is a GitLab system hook for a push, as GitLab sends it
+// to an instance-wide hook (Admin > System hooks, "Repository update
+// events" unticked, "Push events" ticked), from GitLab's system hook docs.
+const gitlabSystemPush = `{
+  "event_name": "push",
+  "before": "95790bf891e76fee5e1747ab589903a6a1f80f22",
+  "after": "da1560886d4f094c3e6c9ef40349f7d38b5d27d7",
+  "ref": "refs/heads/main",
+  "checkout_sha": "da1560886d4f094c3e6c9ef40349f7d38b5d27d7",
+  "user_id": 4,
+  "user_name": "John Smith",
+  "user_email": "john@example.com",
+  "user_avatar": "https://s.gravatar.com/avatar/d4c74594d841139328695756648b6bd6?s=80",
+  "project_id": 15,
+  "project": {
+    "name": "Example",
+    "description": "",
+    "web_url": "http://example.com/jsmith/example",
+    "avatar_url": null,
+    "git_ssh_url": "git@example.com:jsmith/example.git",
+    "git_http_url": "http://example.com/jsmith/example.git",
+    "namespace": "Jsmith",
+    "visibility_level": 0,
+    "path_with_namespace": "jsmith/example",
+    "default_branch": "main",
+    "homepage": "http://example.com/jsmith/example",
+    "url": "git@example.com:jsmith/example.git",
+    "ssh_url": "git@example.com:jsmith/example.git",
+    "http_url": "http://example.com/jsmith/example.git"
+  },
+  "repository": {
+    "name": "Example",
+    "url": "git@example.com:jsmith/example.git",
+    "description": "",
+    "homepage": "http://example.com/jsmith/example",
+    "git_http_url": "http://example.com/jsmith/example.git",
+    "git_ssh_url": "git@example.com:jsmith/example.git",
+    "visibility_level": 0
+  },
+  "commits": [
+    {
+      "id": "c5feabde2d8cd023215af4d2ceeb7a64839fc428",
+      "message": "Add simple search to projects in public area",
+      "timestamp": "2013-05-13T18:18:08+00:00",
+      "url": "https://example.com/jsmith/example/commit/c5feabde2d8cd023215af4d2ceeb7a64839fc428",
+      "author": {"name": "Example User", "email": "user@example.com"}
+    }
+  ],
+  "total_commits_count": 1
+}`
+
+// gitlabSystemProjectCreate is a system hook that is not a push.
+const gitlabSystemProjectCreate = `{
+  "created_at": "2012-07-21T07:30:54Z",
+  "updated_at": "2012-07-21T07:38:22Z",
+  "event_name": "project_create",
+  "name": "StoreCloud",
+  "owner_email": "johnsmith@example.com",
+  "owner_name": "John Smith",
+  "owners": [{"name": "John", "email": "user1@example.com"}],
+  "path": "storecloud",
+  "path_with_namespace": "jsmith/storecloud",
+  "project_id": 74,
+  "project_namespace_id": 23,
+  "project_visibility": "private"
+}`
+
 func TestWebhook(t *testing.T) {
 	const (
 		push  = `{"ref":"refs/heads/main","before":"0000000000000000000000000000000000000000","after":"abc1234def5678abc1234def5678abc1234def56","repository":{"full_name":"o/r"}}`
@@ -242,6 +309,37 @@ func TestWebhook(t *testing.T) {
 			headers: map[string]string{"X-Gitlab-Event": "Merge Request Hook", "X-Gitlab-Token": hookTestSecret},
 			body:    push,
 			want:    want{200, HookIgnored, "", "not a push"},
+		},
+		"gitlab system hook push": {
+			headers: map[string]string{"X-Gitlab-Event": "System Hook", "X-Gitlab-Token": hookTestSecret, "X-Gitlab-Instance": "https://gitlab.example.com", "Content-Type": "application/json"},
+			body:    gitlabSystemPush,
+			want:    want{202, HookAccepted, "webhook gitlab push refs/heads/main da15608", "reconcile triggered"},
+		},
+		"gitlab system hook push to another ref": {
+			headers: map[string]string{"X-Gitlab-Event": "System Hook", "X-Gitlab-Token": hookTestSecret},
+			body:    strings.Replace(gitlabSystemPush, `"ref": "refs/heads/main"`, `"ref": "refs/heads/dev"`, 1),
+			want:    want{202, HookIgnored, "", "push to refs/heads/dev, tracking refs/heads/main"},
+		},
+		"gitlab system hook tag push": {
+			ref:     "-",
+			headers: map[string]string{"X-Gitlab-Event": "System Hook", "X-Gitlab-Token": hookTestSecret},
+			body:    strings.NewReplacer(`"event_name": "push"`, `"event_name": "tag_push"`, `"ref": "refs/heads/main"`, `"ref": "refs/tags/v1"`).Replace(gitlabSystemPush),
+			want:    want{202, HookAccepted, "webhook gitlab push refs/tags/v1 da15608", ""},
+		},
+		"gitlab system hook project_create": {
+			headers: map[string]string{"X-Gitlab-Event": "System Hook", "X-Gitlab-Token": hookTestSecret},
+			body:    gitlabSystemProjectCreate,
+			want:    want{200, HookIgnored, "", "event System Hook project_create is not a push"},
+		},
+		"gitlab system hook bad token": {
+			headers: map[string]string{"X-Gitlab-Event": "System Hook", "X-Gitlab-Token": "guess"},
+			body:    gitlabSystemPush,
+			want:    want{401, HookUnauthorized, "", "X-Gitlab-Token does not match"},
+		},
+		"gitlab system hook not JSON": {
+			headers: map[string]string{"X-Gitlab-Event": "System Hook", "X-Gitlab-Token": hookTestSecret},
+			body:    "event_name=push",
+			want:    want{400, HookBadRequest, "", "system hook body is not JSON"},
 		},
 		"gitlab bad token": {
 			headers: map[string]string{"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": hookTestSecret + "x"},

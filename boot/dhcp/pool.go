@@ -8,66 +8,257 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
+	"time"
 )
 
 // Leaser hands unknown machines an address from the site's pool
-// (reservation mode on an isolated LAN).
+// (reservation mode on an isolated LAN). A DISCOVER only gets an Offer,
+// held briefly and never written down; the REQUEST that follows makes it a
+// lease with Confirm. A flood of DISCOVERs therefore cannot use up the pool.
 type Leaser interface {
-	Lease(mac string, pool [2]netip.Addr, taken func(netip.Addr) bool) (netip.Addr, error)
+	// Offer picks an address for mac and holds it for a little while.
+	Offer(mac string, r Range) (netip.Addr, error)
+	// Confirm leases want (when valid; otherwise what mac was offered or
+	// leased) to mac for d.
+	Confirm(mac string, want netip.Addr, r Range, d time.Duration) (netip.Addr, error)
 }
 
-// Pool is a Leaser whose leases survive restarts: each MAC keeps its
-// address, recorded in a JSON file written atomically on every new lease.
-// Leases never expire: a provisioning LAN sees the same machines again.
+// Range is a site's pool: its first and last address, and which of them
+// must not be handed out (the server's, reserved ones).
+type Range struct {
+	First, Last netip.Addr
+	Taken       func(netip.Addr) bool
+}
+
+func (r Range) has(a netip.Addr) bool {
+	return a.IsValid() && !a.Less(r.First) && !r.Last.Less(a) && (r.Taken == nil || !r.Taken(a))
+}
+
+// DefaultOfferHold is how long an offered address waits for its REQUEST:
+// long enough for a client's retransmissions, short enough that a flood of
+// DISCOVERs holds nothing for long.
+const DefaultOfferHold = 30 * time.Second
+
+// defaultLease is the lease time when the site gives none.
+const defaultLease = time.Hour
+
+// Pool is a Leaser whose leases survive restarts: each acknowledged lease
+// is recorded, with its expiry, in a JSON file written atomically. Offers
+// live in memory only. An expired lease stays in the file, so a machine
+// that comes back gets its old address again, until the pool needs the
+// address for another machine. A pool with no free address gives a new
+// DISCOVER the address of the oldest pending offer: an offer binds nobody,
+// the first REQUEST for an address wins it.
 type Pool struct {
 	Path string
+	// OfferHold is how long an offer waits for the client's REQUEST
+	// (0: DefaultOfferHold).
+	OfferHold time.Duration
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
 
 	mu     sync.Mutex
 	loaded bool
-	leases map[string]netip.Addr
+	leases map[string]lease
+	offers map[string]offer
+}
+
+type lease struct {
+	ip      netip.Addr
+	expires time.Time // zero: from a file of the days before expiry (expired)
+}
+
+type offer struct {
+	ip    netip.Addr
+	until time.Time
 }
 
 var _ Leaser = (*Pool)(nil)
 
-// ErrPoolFull says every address of the pool is taken.
-var ErrPoolFull = errors.New("dhcp: pool exhausted")
+var (
+	// ErrPoolFull says every address of the pool is leased.
+	ErrPoolFull = errors.New("dhcp: pool exhausted")
+	// ErrUnavailable says the address a client asked for is not its to
+	// have (outside the pool, reserved, or leased to another machine).
+	ErrUnavailable = errors.New("dhcp: address not available")
+	// ErrNothingOffered says a REQUEST named no address and the machine
+	// has neither an offer nor a lease.
+	ErrNothingOffered = errors.New("dhcp: nothing offered")
+)
 
-// Lease returns mac's address, taking the lowest free one of pool (not
-// taken, not leased to another MAC) the first time.
-func (p *Pool) Lease(mac string, pool [2]netip.Addr, taken func(netip.Addr) bool) (netip.Addr, error) {
+func (p *Pool) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+// Offer returns an address for mac, held for OfferHold: the one it was
+// offered or leased before if still free, else the lowest address never
+// leased, else the one whose lease expired first, else the one offered
+// longest ago to another machine.
+func (p *Pool) Offer(mac string, r Range) (netip.Addr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.load(); err != nil {
 		return netip.Addr{}, err
 	}
-	if a, ok := p.leases[mac]; ok && !a.Less(pool[0]) && !pool[1].Less(a) && !taken(a) {
-		return a, nil
+	now := p.now()
+	p.sweep(now)
+	hold := p.OfferHold
+	if hold <= 0 {
+		hold = DefaultOfferHold
 	}
-	used := map[netip.Addr]bool{}
-	for _, a := range p.leases {
-		used[a] = true
+	// Who holds what, besides mac.
+	leased := map[netip.Addr]lease{}
+	for m, l := range p.leases {
+		if m != mac {
+			leased[l.ip] = l
+		}
 	}
-	for a := pool[0]; a.IsValid() && !pool[1].Less(a); a = a.Next() {
-		if used[a] || taken(a) {
+	offered := map[netip.Addr]bool{}
+	for m, o := range p.offers {
+		if m != mac {
+			offered[o.ip] = true
+		}
+	}
+	free := func(a netip.Addr) bool {
+		l, ok := leased[a]
+		return r.has(a) && !offered[a] && (!ok || !now.Before(l.expires))
+	}
+	pick := netip.Addr{}
+	if o, ok := p.offers[mac]; ok && free(o.ip) {
+		pick = o.ip
+	} else if l, ok := p.leases[mac]; ok && free(l.ip) {
+		pick = l.ip
+	}
+	if !pick.IsValid() {
+		for a := r.First; a.IsValid() && !r.Last.Less(a); a = a.Next() {
+			if _, ok := leased[a]; !ok && free(a) {
+				pick = a
+				break
+			}
+		}
+	}
+	if !pick.IsValid() {
+		// Reclaim: the lease that expired first.
+		var first time.Time
+		for a, l := range leased {
+			if free(a) && (!pick.IsValid() || l.expires.Before(first) || l.expires.Equal(first) && a.Less(pick)) {
+				pick, first = a, l.expires
+			}
+		}
+	}
+	if !pick.IsValid() {
+		// Take over the oldest offer: its machine may still win the
+		// address with a REQUEST, first come first served.
+		var victim string
+		for m, o := range p.offers {
+			if l, ok := leased[o.ip]; m == mac || !r.has(o.ip) || ok && now.Before(l.expires) {
+				continue
+			}
+			if victim == "" || o.until.Before(p.offers[victim].until) {
+				victim = m
+			}
+		}
+		if victim != "" {
+			pick = p.offers[victim].ip
+			delete(p.offers, victim)
+		}
+	}
+	if !pick.IsValid() {
+		return netip.Addr{}, ErrPoolFull
+	}
+	if p.offers == nil {
+		p.offers = map[string]offer{}
+	}
+	p.offers[mac] = offer{pick, now.Add(hold)}
+	return pick, nil
+}
+
+// Confirm leases want to mac for d and writes the lease down. Without
+// want it is the address mac was offered, or its lease (a renewal). An
+// expired lease of another machine on want is reclaimed; an offer of want
+// to another machine is withdrawn.
+func (p *Pool) Confirm(mac string, want netip.Addr, r Range, d time.Duration) (netip.Addr, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.load(); err != nil {
+		return netip.Addr{}, err
+	}
+	now := p.now()
+	p.sweep(now)
+	if d <= 0 {
+		d = defaultLease
+	}
+	if !want.IsValid() {
+		if o, ok := p.offers[mac]; ok {
+			want = o.ip
+		} else if l, ok := p.leases[mac]; ok {
+			want = l.ip
+		} else {
+			return netip.Addr{}, ErrNothingOffered
+		}
+	}
+	if !r.has(want) {
+		return netip.Addr{}, ErrUnavailable
+	}
+	var reclaimed []string
+	for m, l := range p.leases {
+		if m == mac || l.ip != want {
 			continue
 		}
-		p.leases[mac] = a
-		if err := p.save(); err != nil {
-			delete(p.leases, mac)
-			return netip.Addr{}, err
+		if now.Before(l.expires) {
+			return netip.Addr{}, ErrUnavailable
 		}
-		return a, nil
+		reclaimed = append(reclaimed, m)
 	}
-	return netip.Addr{}, ErrPoolFull
+	old, had := p.leases[mac]
+	gone := map[string]lease{}
+	for _, m := range reclaimed {
+		gone[m] = p.leases[m]
+		delete(p.leases, m)
+	}
+	p.leases[mac] = lease{want, now.Add(d)}
+	if err := p.save(); err != nil {
+		delete(p.leases, mac)
+		if had {
+			p.leases[mac] = old
+		}
+		for m, l := range gone {
+			p.leases[m] = l
+		}
+		return netip.Addr{}, err
+	}
+	for m, o := range p.offers {
+		if m == mac || o.ip == want {
+			delete(p.offers, m)
+		}
+	}
+	return want, nil
+}
+
+// sweep forgets offers whose time is up.
+func (p *Pool) sweep(now time.Time) {
+	for m, o := range p.offers {
+		if !now.Before(o.until) {
+			delete(p.offers, m)
+		}
+	}
+}
+
+// leaseFile is one lease as the file has it.
+type leaseFile struct {
+	IP      string    `json:"ip"`
+	Expires time.Time `json:"expires"`
 }
 
 func (p *Pool) load() error {
 	if p.loaded {
 		return nil
 	}
-	p.leases = map[string]netip.Addr{}
+	p.leases = map[string]lease{}
 	b, err := os.ReadFile(p.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		p.loaded = true
@@ -76,30 +267,35 @@ func (p *Pool) load() error {
 	if err != nil {
 		return fmt.Errorf("dhcp: leases: %w", err)
 	}
-	var m map[string]string
+	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		return fmt.Errorf("dhcp: leases %s: %w", p.Path, err)
 	}
-	for mac, s := range m {
-		a, err := netip.ParseAddr(s)
+	for mac, raw := range m {
+		var f leaseFile
+		// Files written before leases expired map a MAC to its address:
+		// such a lease counts as expired, kept until the pool needs it.
+		if err := json.Unmarshal(raw, &f.IP); err != nil {
+			if err := json.Unmarshal(raw, &f); err != nil {
+				return fmt.Errorf("dhcp: leases %s: %s: %w", p.Path, mac, err)
+			}
+		}
+		a, err := netip.ParseAddr(f.IP)
 		if err != nil {
 			return fmt.Errorf("dhcp: leases %s: %s: %w", p.Path, mac, err)
 		}
-		p.leases[mac] = a
+		p.leases[mac] = lease{a, f.Expires}
 	}
 	p.loaded = true
 	return nil
 }
 
 func (p *Pool) save() error {
-	m := make(map[string]string, len(p.leases))
-	macs := make([]string, 0, len(p.leases))
-	for mac, a := range p.leases {
-		m[mac] = a.String()
-		macs = append(macs, mac)
+	m := make(map[string]leaseFile, len(p.leases))
+	for mac, l := range p.leases {
+		m[mac] = leaseFile{l.ip.String(), l.expires.UTC()}
 	}
-	sort.Strings(macs)
-	b, err := json.MarshalIndent(m, "", "  ")
+	b, err := json.MarshalIndent(m, "", "  ") // keys sorted: a stable, readable file
 	if err != nil {
 		return err
 	}
@@ -107,7 +303,7 @@ func (p *Pool) save() error {
 		return err
 	}
 	tmp := p.Path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, p.Path)

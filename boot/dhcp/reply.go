@@ -6,10 +6,12 @@ package dhcp
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
@@ -36,6 +38,57 @@ type Answer struct {
 	Node  *plan.Node     // the node the MAC or UUID belongs to, if any
 	Boot  string         // the boot file or URL offered
 	Why   string
+	// Dropped is why the packet was refused as invalid, one of the Drop*
+	// reasons (a metric label); "" for a packet that was understood.
+	Dropped string
+	// Exhausted says an unknown machine got no address: the pool is full.
+	Exhausted bool
+}
+
+// Reasons a packet is dropped unanswered as invalid.
+const (
+	DropHardware        = "bad_hardware"     // htype not Ethernet or hlen not 6
+	DropZeroMAC         = "zero_mac"         // 00:00:00:00:00:00
+	DropBroadcastMAC    = "broadcast_mac"    // ff:ff:ff:ff:ff:ff
+	DropMulticastMAC    = "multicast_mac"    // group bit set, e.g. 01:00:5e:00:00:01
+	DropMalformedOption = "malformed_option" // an option of the wrong length
+)
+
+// DropReasons lists every Drop* reason.
+var DropReasons = []string{DropHardware, DropZeroMAC, DropBroadcastMAC, DropMulticastMAC, DropMalformedOption}
+
+// fixedLength are options whose length RFC 2132 fixes; the library's
+// getters read a wrong length as "absent", which would turn a REQUEST
+// for a garbled address into one for no address in particular.
+var fixedLength = map[dhcpv4.OptionCode]int{
+	dhcpv4.OptionDHCPMessageType:        1,
+	dhcpv4.OptionRequestedIPAddress:     4,
+	dhcpv4.OptionServerIdentifier:       4,
+	dhcpv4.OptionMaximumDHCPMessageSize: 2,
+}
+
+// invalid says why req must not be answered at all: a hardware address no
+// Ethernet interface has, or an option of an impossible length. "" when
+// it is fine.
+func invalid(req *dhcpv4.DHCPv4) (reason, why string) {
+	if req.HWType != iana.HWTypeEthernet || len(req.ClientHWAddr) != 6 {
+		return DropHardware, fmt.Sprintf("hardware type %d, address length %d: not Ethernet", req.HWType, len(req.ClientHWAddr))
+	}
+	hw := req.ClientHWAddr
+	switch {
+	case bytes.Count(hw, []byte{0}) == 6:
+		return DropZeroMAC, "client hardware address is all zeros"
+	case bytes.Count(hw, []byte{0xff}) == 6:
+		return DropBroadcastMAC, "client hardware address is the broadcast address"
+	case hw[0]&1 != 0:
+		return DropMulticastMAC, "client hardware address " + hw.String() + " is a multicast address"
+	}
+	for code, n := range fixedLength {
+		if v, ok := req.Options[code.Code()]; ok && len(v) != n {
+			return DropMalformedOption, fmt.Sprintf("option %d has length %d, want %d", code.Code(), len(v), n)
+		}
+	}
+	return "", ""
 }
 
 func (a Answer) nodeName() string {
@@ -72,8 +125,11 @@ func isHTTPArch(arch iana.Arch) bool {
 // panics on a well-formed packet and answers nothing it does not
 // understand.
 func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port int) Answer {
-	if req.OpCode != dhcpv4.OpcodeBootRequest || len(req.ClientHWAddr) != 6 {
-		return Answer{Why: "not an Ethernet BOOTREQUEST"}
+	if req.OpCode != dhcpv4.OpcodeBootRequest {
+		return Answer{Why: "not a BOOTREQUEST"}
+	}
+	if reason, why := invalid(req); reason != "" {
+		return Answer{Dropped: reason, Why: why}
 	}
 	mt := req.MessageType()
 	class := string(req.GetOneOption(dhcpv4.OptionClassIdentifier))
@@ -125,25 +181,13 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 
 	// Reservation mode: the registered address; for an unknown machine an
 	// address of the site's pool, unless the site ignores unknown machines.
-	res, ok := p.Reservation(site.Name, m.MAC)
-	if !ok {
-		lease, why := poolLease(p, site, cfg, m.MAC, d)
-		if !lease.IsValid() {
-			a.Why = why
-			return a
-		}
-		res = plan.Reservation{IP: lease.String(), Node: "unknown machine " + m.MAC}
-	}
 	var resp dhcpv4.MessageType
 	switch mt {
 	case dhcpv4.MessageTypeDiscover:
 		resp = dhcpv4.MessageTypeOffer
 	case dhcpv4.MessageTypeRequest:
-		if want := req.RequestedIPAddress(); want != nil && !want.Equal(net.ParseIP(res.IP)) {
-			reply, _ := dhcpv4.NewReplyFromRequest(req, dhcpv4.WithMessageType(dhcpv4.MessageTypeNak), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(cfg.ServerIP.AsSlice())))
-			a.Reply, a.Why = reply, "NAK: requested "+want.String()+", reserved "+res.IP
-			return a
-		}
+		// Checked first: a REQUEST for another server's offer must leave
+		// the pool alone.
 		if sid := req.ServerIdentifier(); sid != nil && !sid.Equal(cfg.ServerIP.AsSlice()) {
 			a.Why = "REQUEST for another server"
 			return a
@@ -152,6 +196,30 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 	default:
 		a.Why = fmt.Sprintf("reservation mode does not answer %s", mt)
 		return a
+	}
+	nak := func(why string) Answer {
+		reply, _ := dhcpv4.NewReplyFromRequest(req, dhcpv4.WithMessageType(dhcpv4.MessageTypeNak), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(cfg.ServerIP.AsSlice())))
+		a.Reply, a.Why = reply, why
+		return a
+	}
+	res, ok := p.Reservation(site.Name, m.MAC)
+	if ok {
+		if want := req.RequestedIPAddress(); resp == dhcpv4.MessageTypeAck && want != nil && !want.Equal(net.ParseIP(res.IP)) {
+			return nak("NAK: requested " + want.String() + ", reserved " + res.IP)
+		}
+	} else {
+		lease, err := poolLease(p, site, cfg, req, d, resp)
+		switch {
+		case errors.Is(err, ErrUnavailable):
+			return nak(fmt.Sprintf("NAK: requested %s: %v", requested(req), err))
+		case errors.Is(err, ErrPoolFull):
+			a.Exhausted = true
+			fallthrough
+		case err != nil:
+			a.Why = err.Error()
+			return a
+		}
+		res = plan.Reservation{IP: lease.String(), Node: "unknown machine " + m.MAC}
 	}
 	prefix, err := netip.ParsePrefix(site.Network.Subnet)
 	if err != nil {
@@ -278,26 +346,45 @@ func machine(req *dhcpv4.DHCPv4) plan.Machine {
 	return m
 }
 
-// poolLease is an unknown machine's address from the site's pool.
-func poolLease(p *plan.Plan, site *plan.Site, cfg Config, mac string, d plan.Decision) (netip.Addr, string) {
+// errNoPool says an unknown machine gets no address from this site.
+type errNoPool string
+
+func (e errNoPool) Error() string { return string(e) }
+
+// poolLease is an unknown machine's address from the site's pool: offered
+// for a DISCOVER, leased for a REQUEST.
+func poolLease(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, d plan.Decision, resp dhcpv4.MessageType) (netip.Addr, error) {
+	mac := plan.NormalizeMAC(req.ClientHWAddr.String())
 	switch {
 	case site.Network.Pool == nil || cfg.Leases == nil:
-		return netip.Addr{}, "no reservation for " + mac + " and no pool"
+		return netip.Addr{}, errNoPool("no reservation for " + mac + " and no pool")
 	case d.Outcome == plan.Mismatch:
-		return netip.Addr{}, "no reservation for " + mac + ": " + d.Reason
+		return netip.Addr{}, errNoPool("no reservation for " + mac + ": " + d.Reason)
 	case d.Outcome == plan.Unknown && site.UnknownNodes == plan.PolicyIgnore:
-		return netip.Addr{}, "unknown machine " + mac + " and site ignores unknown machines"
+		return netip.Addr{}, errNoPool("unknown machine " + mac + " and site ignores unknown machines")
 	}
 	start, err1 := netip.ParseAddr(site.Network.Pool.Start)
 	end, err2 := netip.ParseAddr(site.Network.Pool.End)
 	if err1 != nil || err2 != nil {
-		return netip.Addr{}, "bad pool"
+		return netip.Addr{}, errNoPool("bad pool")
 	}
-	a, err := cfg.Leases.Lease(mac, [2]netip.Addr{start, end}, func(a netip.Addr) bool {
+	r := Range{First: start, Last: end, Taken: func(a netip.Addr) bool {
 		return a == cfg.ServerIP || p.Reserved(site.Name, a.String())
-	})
-	if err != nil {
-		return netip.Addr{}, err.Error()
+	}}
+	if resp == dhcpv4.MessageTypeOffer {
+		return cfg.Leases.Offer(mac, r)
 	}
-	return a, ""
+	return cfg.Leases.Confirm(mac, requested(req), r, time.Duration(site.Network.LeaseSeconds)*time.Second)
+}
+
+// requested is the address a REQUEST asks for: option 50 when selecting
+// or rebooting, the client's own address when renewing.
+func requested(req *dhcpv4.DHCPv4) netip.Addr {
+	if a, ok := netip.AddrFromSlice(req.RequestedIPAddress().To4()); ok {
+		return a
+	}
+	if a, ok := netip.AddrFromSlice(req.ClientIPAddr.To4()); ok && !a.IsUnspecified() {
+		return a
+	}
+	return netip.Addr{}
 }

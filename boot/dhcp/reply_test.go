@@ -3,6 +3,11 @@ package dhcp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -13,6 +18,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/status"
@@ -286,35 +292,502 @@ func TestCapturedPackets(t *testing.T) {
 	}
 }
 
-func TestPoolForUnknownMachines(t *testing.T) {
-	p := testPlan(plan.DHCPReservation, plan.PolicyProvision)
+// poolPlan is a reservation-mode site whose pool is .10-.12 (.11 is n1's
+// reservation: skipped), with a 600 s lease time.
+func poolPlan(policy string) *plan.Plan {
+	p := testPlan(plan.DHCPReservation, policy)
 	p.Sites[0].Network.Pool = &plan.Pool{Start: "198.18.0.10", End: "198.18.0.12"}
-	leases := filepath.Join(t.TempDir(), "leases.json")
-	cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPReservation, Leases: &Pool{Path: leases}}
-	offer := func(cfg Config, mac string) string {
-		a := Reply(p, p.Sites[0], cfg, pxeDiscover(t, mac, iana.INTEL_X86PC, "PXEClient"), 67)
-		if a.Reply == nil {
-			return "none: " + a.Why
+	return p
+}
+
+// clock is a Pool's clock that tests move by hand.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time         { return c.t }
+func (c *clock) add(d time.Duration)    { c.t = c.t.Add(d) }
+func newClock() *clock                  { return &clock{time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)} }
+func (c *clock) pool(path string) *Pool { return &Pool{Path: path, Now: c.now} }
+func leasesFile(t *testing.T) string    { return filepath.Join(t.TempDir(), "leases.json") }
+
+// client plays one DHCP client against Reply.
+type client struct {
+	t   *testing.T
+	p   *plan.Plan
+	cfg Config
+	hw  net.HardwareAddr
+}
+
+func newClient(t *testing.T, p *plan.Plan, cfg Config, mac string) *client {
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &client{t, p, cfg, hw}
+}
+
+// roundTrip sends req as bytes, the way the server gets it.
+func (c *client) roundTrip(req *dhcpv4.DHCPv4) Answer {
+	c.t.Helper()
+	in, err := dhcpv4.FromBytes(req.ToBytes())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return Reply(c.p, c.p.Sites[0], c.cfg, in, 67)
+}
+
+// discover returns the offered address, or "none: why".
+func (c *client) discover() (string, Answer) {
+	c.t.Helper()
+	d, err := dhcpv4.NewDiscovery(c.hw)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	a := c.roundTrip(d)
+	switch {
+	case a.Reply == nil:
+		return "none: " + a.Why, a
+	case a.Reply.MessageType() != dhcpv4.MessageTypeOffer:
+		return a.Reply.MessageType().String(), a
+	}
+	return a.Reply.YourIPAddr.String(), a
+}
+
+// request asks for ip (as after an OFFER of this server) and returns
+// "ACK <ip>", "NAK" or "none: why".
+func (c *client) request(ip string, mods ...dhcpv4.Modifier) string {
+	c.t.Helper()
+	all := append([]dhcpv4.Modifier{
+		dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+		dhcpv4.WithHwAddr(c.hw),
+		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.ParseIP(ip))),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(server.AsSlice())),
+	}, mods...)
+	r, err := dhcpv4.New(all...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	a := c.roundTrip(r)
+	switch {
+	case a.Reply == nil:
+		return "none: " + a.Why
+	case a.Reply.MessageType() == dhcpv4.MessageTypeAck:
+		return "ACK " + a.Reply.YourIPAddr.String()
+	}
+	return a.Reply.MessageType().String()
+}
+
+// get is DISCOVER then REQUEST of what was offered.
+func (c *client) get() string {
+	c.t.Helper()
+	ip, _ := c.discover()
+	if strings.HasPrefix(ip, "none") {
+		return ip
+	}
+	return c.request(ip)
+}
+
+// fileLeases reads the lease file: MAC → "ip expires".
+func fileLeases(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]string{}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]struct {
+		IP      string    `json:"ip"`
+		Expires time.Time `json:"expires"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	out := map[string]string{}
+	for mac, l := range m {
+		out[mac] = l.IP + " " + l.Expires.Format(time.RFC3339)
+	}
+	return out
+}
+
+func TestPoolForUnknownMachines(t *testing.T) {
+	p := poolPlan(plan.PolicyProvision)
+	path := leasesFile(t)
+	clk := newClock()
+	cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPReservation, Leases: clk.pool(path)}
+	a, b, c := newClient(t, p, cfg, "52:54:00:aa:00:01"), newClient(t, p, cfg, "52:54:00:aa:00:02"), newClient(t, p, cfg, "52:54:00:aa:00:03")
+	for _, step := range []struct {
+		c    *client
+		want string
+	}{{a, "ACK 198.18.0.10"}, {b, "ACK 198.18.0.12"}, {a, "ACK 198.18.0.10"}} {
+		if got := step.c.get(); got != step.want {
+			t.Errorf("%s: %s, want %s", step.c.hw, got, step.want)
 		}
-		return a.Reply.YourIPAddr.String()
 	}
-	// .11 is n1's reservation: skipped.
-	for _, c := range [][2]string{{"52:54:00:aa:00:01", "198.18.0.10"}, {"52:54:00:aa:00:02", "198.18.0.12"}, {"52:54:00:aa:00:01", "198.18.0.10"}} {
-		if got := offer(cfg, c[0]); got != c[1] {
-			t.Errorf("%s: %s, want %s", c[0], got, c[1])
-		}
+	got, ans := c.discover()
+	if got != "none: dhcp: pool exhausted" || !ans.Exhausted {
+		t.Errorf("full pool: %s (exhausted %v)", got, ans.Exhausted)
 	}
-	if got := offer(cfg, "52:54:00:aa:00:03"); got != "none: dhcp: pool exhausted" {
-		t.Errorf("full pool: %s", got)
+	// A restart keeps every acknowledged lease, with its expiry.
+	want := map[string]string{"52:54:00:aa:00:01": "198.18.0.10 2030-01-02T03:14:05Z", "52:54:00:aa:00:02": "198.18.0.12 2030-01-02T03:14:05Z"}
+	if got := fileLeases(t, path); !maps.Equal(got, want) {
+		t.Errorf("lease file %v, want %v", got, want)
 	}
-	// A restart keeps every machine's address.
-	cfg.Leases = &Pool{Path: leases}
-	if got := offer(cfg, "52:54:00:aa:00:02"); got != "198.18.0.12" {
+	cfg.Leases = clk.pool(path)
+	b.cfg = cfg
+	if got, _ := b.discover(); got != "198.18.0.12" {
 		t.Errorf("after restart: %s", got)
+	}
+	// Another machine's address is refused; an address outside the pool
+	// too.
+	if got := b.request("198.18.0.10"); got != "NAK" {
+		t.Errorf("request of another machine's address: %s", got)
+	}
+	if got := b.request("198.18.0.99"); got != "NAK" {
+		t.Errorf("request outside the pool: %s", got)
+	}
+	// A REQUEST for another server's offer leaves the pool alone.
+	if got := c.request("198.18.0.10", dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IPv4(198, 18, 0, 2)))); !strings.HasPrefix(got, "none: REQUEST for another server") {
+		t.Errorf("request for another server: %s", got)
 	}
 	// A site that ignores unknown machines leases nothing.
 	p.Sites[0].UnknownNodes = plan.PolicyIgnore
-	if got := offer(cfg, "52:54:00:aa:00:09"); !strings.HasPrefix(got, "none: unknown machine") {
+	if got, _ := newClient(t, p, cfg, "52:54:00:aa:00:09").discover(); !strings.HasPrefix(got, "none: unknown machine") {
 		t.Errorf("ignore policy: %s", got)
 	}
+}
+
+// A flood of DISCOVERs from random MACs holds addresses only briefly and
+// writes nothing; a real client that follows still gets an address.
+func TestDiscoverFlood(t *testing.T) {
+	p := poolPlan(plan.PolicyProvision)
+	path := leasesFile(t)
+	clk := newClock()
+	cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPReservation, Leases: clk.pool(path)}
+	rng := rand.New(rand.NewPCG(1, 2))
+	offered := 0
+	for range 200 {
+		mac := net.HardwareAddr{0x02, byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())}
+		if ip, _ := newClient(t, p, cfg, mac.String()).discover(); !strings.HasPrefix(ip, "none") {
+			offered++
+		}
+		clk.add(10 * time.Millisecond)
+	}
+	if offered != 200 {
+		t.Errorf("%d of 200 DISCOVERs got an offer: an offer should give way to the next", offered)
+	}
+	if got := fileLeases(t, path); len(got) != 0 {
+		t.Errorf("DISCOVERs alone wrote leases: %v", got)
+	}
+	// At once, and after a restart.
+	if got := newClient(t, p, cfg, "52:54:00:bb:00:01").get(); !strings.HasPrefix(got, "ACK 198.18.0.1") {
+		t.Errorf("a client after the flood: %s", got)
+	}
+	cfg.Leases = clk.pool(path)
+	if got := newClient(t, p, cfg, "52:54:00:bb:00:02").get(); !strings.HasPrefix(got, "ACK 198.18.0.1") {
+		t.Errorf("a client after the flood and a restart: %s", got)
+	}
+	if got := fileLeases(t, path); len(got) != 2 {
+		t.Errorf("leases %v, want the two clients'", got)
+	}
+}
+
+func TestOffersExpire(t *testing.T) {
+	p := poolPlan(plan.PolicyProvision)
+	clk := newClock()
+	cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPReservation, Leases: clk.pool(leasesFile(t))}
+	a, b, c := newClient(t, p, cfg, "52:54:00:aa:00:01"), newClient(t, p, cfg, "52:54:00:aa:00:02"), newClient(t, p, cfg, "52:54:00:aa:00:03")
+	for _, step := range []struct {
+		c     *client
+		after time.Duration
+		want  string
+	}{
+		{a, 0, "198.18.0.10"},
+		{b, 29 * time.Second, "198.18.0.12"}, // a's offer still held
+		{a, 0, "198.18.0.10"},                // a asks again: the same offer
+		{c, 31 * time.Second, "198.18.0.10"}, // both expired: the lowest again
+	} {
+		clk.add(step.after)
+		if got, _ := step.c.discover(); got != step.want {
+			t.Errorf("%s after %s: %s, want %s", step.c.hw, step.after, got, step.want)
+		}
+	}
+	// An offer binds nobody: the first REQUEST wins, the other is refused.
+	if got := a.request("198.18.0.10"); got != "ACK 198.18.0.10" {
+		t.Errorf("a: %s", got)
+	}
+	if got := c.request("198.18.0.10"); got != "NAK" {
+		t.Errorf("c, whose offer a took: %s", got)
+	}
+}
+
+func TestLeasesExpire(t *testing.T) {
+	p := poolPlan(plan.PolicyProvision)
+	path := leasesFile(t)
+	clk := newClock()
+	cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPReservation, Leases: clk.pool(path)}
+	a, b, c := newClient(t, p, cfg, "52:54:00:aa:00:01"), newClient(t, p, cfg, "52:54:00:aa:00:02"), newClient(t, p, cfg, "52:54:00:aa:00:03")
+	a.get()
+	clk.add(time.Minute)
+	b.get()
+	// a renews (ciaddr, no option 50) half-way: its lease lasts on.
+	clk.add(5 * time.Minute)
+	if got := a.request("0.0.0.0", dhcpv4.WithClientIP(net.ParseIP("198.18.0.10")), func(d *dhcpv4.DHCPv4) {
+		d.Options.Del(dhcpv4.OptionRequestedIPAddress)
+		d.Options.Del(dhcpv4.OptionServerIdentifier)
+	}); got != "ACK 198.18.0.10" {
+		t.Errorf("renewal: %s", got)
+	}
+	clk.add(5 * time.Minute) // b's lease has expired, a's not
+	if got := c.get(); got != "ACK 198.18.0.12" {
+		t.Errorf("c, when b's lease has expired: %s", got)
+	}
+	if got := fileLeases(t, path); got["52:54:00:aa:00:02"] != "" || len(got) != 2 {
+		t.Errorf("b's lease not reclaimed: %v", got)
+	}
+	// b comes back: nothing free.
+	if got, _ := b.discover(); got != "none: dhcp: pool exhausted" {
+		t.Errorf("b: %s", got)
+	}
+	// Long after, a comes back to its old address although expired; c's
+	// is expired too but still c's.
+	clk.add(time.Hour)
+	if got := a.get(); got != "ACK 198.18.0.10" {
+		t.Errorf("a, back: %s", got)
+	}
+	if got := c.get(); got != "ACK 198.18.0.12" {
+		t.Errorf("c, back: %s", got)
+	}
+}
+
+// A lease file from before leases expired (MAC → address) still loads;
+// those leases count as expired: their machines get them back, unless the
+// pool needs them first.
+func TestLegacyLeaseFile(t *testing.T) {
+	p := poolPlan(plan.PolicyProvision)
+	path := leasesFile(t)
+	if err := os.WriteFile(path, []byte(`{"52:54:00:aa:00:01": "198.18.0.10", "52:54:00:aa:00:02": "198.18.0.12"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	clk := newClock()
+	cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPReservation, Leases: clk.pool(path)}
+	if got := newClient(t, p, cfg, "52:54:00:aa:00:02").get(); got != "ACK 198.18.0.12" {
+		t.Errorf("old machine: %s", got)
+	}
+	if got := newClient(t, p, cfg, "52:54:00:aa:00:03").get(); got != "ACK 198.18.0.10" {
+		t.Errorf("new machine, full pool of expired leases: %s", got)
+	}
+	want := map[string]string{"52:54:00:aa:00:02": "198.18.0.12 2030-01-02T03:14:05Z", "52:54:00:aa:00:03": "198.18.0.10 2030-01-02T03:14:05Z"}
+	if got := fileLeases(t, path); !maps.Equal(got, want) {
+		t.Errorf("lease file %v, want %v", got, want)
+	}
+}
+
+// badPacket returns a copy of req with its raw bytes edited by edit.
+func badPacket(t *testing.T, req *dhcpv4.DHCPv4, edit func(b []byte) []byte) *dhcpv4.DHCPv4 {
+	t.Helper()
+	out, err := dhcpv4.FromBytes(edit(req.ToBytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// withOption appends option code with the raw value v, any length.
+func withOption(code byte, v []byte) func(b []byte) []byte {
+	return func(b []byte) []byte {
+		end := bytes.LastIndexByte(b, 255)
+		opt := append([]byte{code, byte(len(v))}, v...)
+		return append(append(b[:end:end], opt...), 255)
+	}
+}
+
+// Packets no client should send: every mode drops them unanswered, with
+// the reason a metric counts.
+func TestInvalidPacketsDropped(t *testing.T) {
+	macReq := func(mac string, mt dhcpv4.MessageType) *dhcpv4.DHCPv4 {
+		return pxeDiscover(t, mac, iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001", dhcpv4.WithMessageType(mt))
+	}
+	// A REQUEST of n1 (reserved .11) with its options taken out, so that
+	// the test puts them back with any length.
+	bare := func() *dhcpv4.DHCPv4 {
+		r := macReq("52:54:00:00:00:01", dhcpv4.MessageTypeRequest)
+		r.Options.Del(dhcpv4.OptionRequestedIPAddress)
+		r.Options.Del(dhcpv4.OptionServerIdentifier)
+		return r
+	}
+	ip11 := []byte{198, 18, 0, 11}
+	sid := server.AsSlice()
+	for name, c := range map[string]struct {
+		req  *dhcpv4.DHCPv4
+		want string
+	}{
+		"zero mac discover":      {macReq("00:00:00:00:00:00", dhcpv4.MessageTypeDiscover), DropZeroMAC},
+		"zero mac request":       {macReq("00:00:00:00:00:00", dhcpv4.MessageTypeRequest), DropZeroMAC},
+		"broadcast mac discover": {macReq("ff:ff:ff:ff:ff:ff", dhcpv4.MessageTypeDiscover), DropBroadcastMAC},
+		"multicast mac discover": {macReq("01:00:5e:00:00:01", dhcpv4.MessageTypeDiscover), DropMulticastMAC},
+		"multicast mac request":  {macReq("33:33:00:00:00:01", dhcpv4.MessageTypeRequest), DropMulticastMAC},
+		"hlen 16":                {badPacket(t, macReq("52:54:00:00:00:01", dhcpv4.MessageTypeDiscover), func(b []byte) []byte { b[2] = 16; return b }), DropHardware},
+		"hlen 0":                 {badPacket(t, macReq("52:54:00:00:00:01", dhcpv4.MessageTypeDiscover), func(b []byte) []byte { b[2] = 0; return b }), DropHardware},
+		"htype token ring":       {badPacket(t, macReq("52:54:00:00:00:01", dhcpv4.MessageTypeDiscover), func(b []byte) []byte { b[1] = 6; return b }), DropHardware},
+		"option 50 length 0":     {badPacket(t, bare(), withOption(50, nil)), DropMalformedOption},
+		"option 50 length 3":     {badPacket(t, bare(), withOption(50, ip11[:3])), DropMalformedOption},
+		"option 50 length 5":     {badPacket(t, bare(), withOption(50, append(ip11, 0))), DropMalformedOption},
+		"option 50 twice":        {badPacket(t, badPacket(t, bare(), withOption(50, ip11)), withOption(50, ip11)), DropMalformedOption},
+		"option 54 length 0":     {badPacket(t, badPacket(t, bare(), withOption(50, ip11)), withOption(54, nil)), DropMalformedOption},
+		"option 54 length 5":     {badPacket(t, badPacket(t, bare(), withOption(50, ip11)), withOption(54, append(sid, 0))), DropMalformedOption},
+		"option 53 length 2":     {badPacket(t, bare(), func(b []byte) []byte { return withOption(53, []byte{3, 3})(b) }), DropMalformedOption},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for _, mode := range []string{plan.DHCPReservation, plan.DHCPProxy} {
+				p := poolPlan(plan.PolicyProvision)
+				p.Sites[0].Network.DHCP = mode
+				cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: mode, Leases: &Pool{Path: leasesFile(t)}}
+				for _, port := range []int{67, 4011} {
+					a := Reply(p, p.Sites[0], cfg, c.req, port)
+					if a.Reply != nil || a.Dropped != c.want {
+						t.Errorf("%s, port %d: reply %v, dropped %q (%s), want none, %q", mode, port, a.Reply != nil, a.Dropped, a.Why, c.want)
+					}
+				}
+			}
+		})
+	}
+	// The same REQUEST with well-formed options is answered: the cases
+	// above fail for their option alone.
+	p := poolPlan(plan.PolicyProvision)
+	cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPReservation}
+	good := badPacket(t, badPacket(t, bare(), withOption(50, ip11)), withOption(54, sid))
+	if a := Reply(p, p.Sites[0], cfg, good, 67); a.Reply == nil || a.Reply.MessageType() != dhcpv4.MessageTypeAck {
+		t.Errorf("well-formed REQUEST: %v (%s)", a.Reply, a.Why)
+	}
+}
+
+// The server counts what it drops, and says once when the pool runs out.
+func TestServerCounts(t *testing.T) {
+	live := &boot.Live{}
+	p := poolPlan(plan.PolicyProvision)
+	p.Sites[0].Network.Pool.End = "198.18.0.10" // one address
+	live.Swap(p)
+	mem := &status.Memory{}
+	reg := prometheus.NewRegistry()
+	probe, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := probe.LocalAddr().(*net.UDPAddr).Port
+	probe.Close()
+	s := &Server{Plans: live, Site: "lab", Ports: []int{port}, Events: mem, Metrics: NewMetrics(reg),
+		Config: Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPReservation, Leases: &Pool{Path: leasesFile(t)}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	conn, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	exchange := func(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
+		buf := make([]byte, 1500)
+		for range 20 { // the server may not be listening yet
+			conn.Write(req.ToBytes())
+			conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			n, err := conn.Read(buf)
+			if err == nil {
+				r, err := dhcpv4.FromBytes(buf[:n])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				time.Sleep(50 * time.Millisecond) // refused: not listening yet
+			}
+		}
+		return nil
+	}
+	// One machine takes the only address.
+	hw, _ := net.ParseMAC("52:54:00:cc:00:01")
+	d, _ := dhcpv4.NewDiscovery(hw)
+	offer := exchange(d)
+	if offer == nil {
+		t.Fatal("no offer")
+	}
+	req, _ := dhcpv4.NewRequestFromOffer(offer)
+	if ack := exchange(req); ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck {
+		t.Fatalf("no ACK: %v", ack)
+	}
+	for _, mac := range []string{"00:00:00:00:00:00", "ff:ff:ff:ff:ff:ff", "01:00:5e:00:00:01"} {
+		hw, _ := net.ParseMAC(mac)
+		d, _ := dhcpv4.NewDiscovery(hw)
+		conn.Write(d.ToBytes())
+	}
+	bad := badPacket(t, req, func(b []byte) []byte { return b })
+	bad.Options.Del(dhcpv4.OptionRequestedIPAddress)
+	conn.Write(badPacket(t, bad, withOption(50, []byte{198, 18, 0})).ToBytes())
+	for _, mac := range []string{"52:54:00:cc:00:02", "52:54:00:cc:00:03"} {
+		hw, _ := net.ParseMAC(mac)
+		d, _ := dhcpv4.NewDiscovery(hw)
+		conn.Write(d.ToBytes())
+	}
+	want := map[string]float64{
+		`bootops_dhcp_dropped_total{reason="zero_mac"}`:         1,
+		`bootops_dhcp_dropped_total{reason="broadcast_mac"}`:    1,
+		`bootops_dhcp_dropped_total{reason="multicast_mac"}`:    1,
+		`bootops_dhcp_dropped_total{reason="malformed_option"}`: 1,
+		`bootops_dhcp_dropped_total{reason="bad_hardware"}`:     0,
+		`bootops_dhcp_pool_exhausted_total{site="lab"}`:         2,
+	}
+	var got map[string]float64
+	for range 200 { // the workers may still be at it
+		if got = counters(t, reg); maps.Equal(got, want) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("counters %v, want %v", got, want)
+	}
+	var full []status.Event
+	for _, mac := range []string{"52:54:00:cc:00:02", "52:54:00:cc:00:03"} {
+		for _, e := range mem.Events("mac:" + mac) {
+			if e.Error && strings.Contains(e.Message, "pool exhausted") {
+				full = append(full, e)
+			}
+		}
+	}
+	if len(full) != 1 {
+		t.Errorf("pool-exhausted events %+v, want one", full)
+	}
+	// Nothing was answered besides the first machine: its lease is the
+	// only one.
+	leases, _ := os.ReadFile(s.Config.Leases.(*Pool).Path)
+	if strings.Count(string(leases), `"ip"`) != 1 {
+		t.Errorf("leases:\n%s", leases)
+	}
+}
+
+// counters are the counter series of reg, as name{label="value"}.
+func counters(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+`="`+l.GetValue()+`"`)
+			}
+			out[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = m.GetCounter().GetValue()
+		}
+	}
+	return out
 }

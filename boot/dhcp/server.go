@@ -9,9 +9,12 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/bootops/bootops/boot"
@@ -31,7 +34,62 @@ type Server struct {
 	Ports  []int
 	Events status.Recorder
 	Log    *slog.Logger
+	// Metrics counts what is dropped and when the pool runs out (nil:
+	// nothing counted).
+	Metrics *Metrics
+
+	// lastFull is when the last pool-exhausted event was recorded (unix
+	// ns), refused how many machines went without an address since.
+	lastFull, refused atomic.Int64
 }
+
+// Metrics are the DHCP server's Prometheus series. A nil *Metrics counts
+// nothing.
+type Metrics struct {
+	dropped   *prometheus.CounterVec
+	exhausted *prometheus.CounterVec
+}
+
+// NewMetrics registers the series on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bootops_dhcp_dropped_total",
+			Help: "DHCP packets dropped unanswered as invalid, by reason: bad_hardware (not Ethernet), zero_mac, broadcast_mac, multicast_mac, malformed_option.",
+		}, []string{"reason"}),
+		exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bootops_dhcp_pool_exhausted_total",
+			Help: "Unknown machines that got no address because every address of the site's pool is leased, by site.",
+		}, []string{"site"}),
+	}
+	reg.MustRegister(m.dropped, m.exhausted)
+	for _, r := range DropReasons {
+		m.dropped.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *Metrics) drop(reason string) {
+	if m != nil {
+		m.dropped.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) exhaust(site string) {
+	if m != nil {
+		m.exhausted.WithLabelValues(site).Inc()
+	}
+}
+
+func (m *Metrics) site(site string) {
+	if m != nil {
+		m.exhausted.WithLabelValues(site)
+	}
+}
+
+// fullEvery is the least time between two pool-exhausted events of a
+// server: a flood must not flood the status store too.
+const fullEvery = 10 * time.Second
 
 // Serve answers until ctx ends.
 func (s *Server) Serve(ctx context.Context) error {
@@ -41,6 +99,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		if s.Config.Mode == plan.DHCPProxy {
 			ports = append(ports, 4011)
 		}
+	}
+	if s.Config.Mode == plan.DHCPReservation {
+		s.Metrics.site(s.Site) // the series exists before it counts
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	for _, port := range ports {
@@ -124,6 +185,14 @@ func (s *Server) answer(conn *net.UDPConn, port int, pkt []byte, peer netip.Addr
 		return
 	}
 	a := Reply(p, site, s.Config, req, port)
+	if a.Dropped != "" {
+		s.Metrics.drop(a.Dropped)
+		log.Debug("dhcp: dropped", "reason", a.Dropped, "why", a.Why, "peer", peer.String())
+		return
+	}
+	if a.Exhausted {
+		s.full(site.Name, plan.NormalizeMAC(req.ClientHWAddr.String()), log)
+	}
 	if a.Reply == nil {
 		log.Debug("dhcp: no answer", "mac", req.ClientHWAddr.String(), "why", a.Why)
 		return
@@ -142,6 +211,24 @@ func (s *Server) answer(conn *net.UDPConn, port int, pkt []byte, peer netip.Addr
 	}
 	// One line per reply would cost more than the reply: events keep them.
 	log.Debug("dhcp", "mac", ev.MAC, "node", ev.Node, "type", a.Reply.MessageType().String(), "boot", a.Boot, "to", dst.String())
+}
+
+// full counts a machine refused for want of an address, and says so in
+// an event and the log, at most once per fullEvery.
+func (s *Server) full(site, mac string, log *slog.Logger) {
+	s.Metrics.exhaust(site)
+	n := s.refused.Add(1)
+	now := time.Now().UnixNano()
+	last := s.lastFull.Load()
+	if now-last < int64(fullEvery) || !s.lastFull.CompareAndSwap(last, now) {
+		return
+	}
+	s.refused.Add(-n)
+	msg := fmt.Sprintf("pool exhausted: no address for %s (%d refused since the last such event)", mac, n)
+	log.Warn("dhcp: pool exhausted", "site", site, "mac", mac, "refused", n)
+	if s.Events != nil {
+		s.Events.Record(status.Event{Kind: status.KindDHCP, Site: site, MAC: mac, Message: msg, Error: true})
+	}
 }
 
 // destination is where a reply goes: the relay, the client's address when

@@ -361,6 +361,13 @@ func (r *repo) checkProfile(p *object) {
 		r.errorf(p.pos("microOS"), "microOS", "unknown MicroOS %q%s", m, DidYouMean(m, sortedKeys(r.microOS)))
 	}
 	r.checkURL(p, "image.url", "image", "url")
+	if ka := p.v.get("kernelArgs"); ka != nil {
+		for i, a := range ka.list {
+			if why := checkCmdline(a.str); why != "" {
+				r.errorf(Pos{p.file, a.line, a.col}, indexPath("kernelArgs", i), "%s", why)
+			}
+		}
+	}
 	r.checkTemplate(p, p.v.get("cloudInit"), "cloudInit")
 	wf := p.v.get("workflow")
 	names := map[string]int{}
@@ -404,6 +411,11 @@ func paramList(ps []string) string {
 }
 
 func (r *repo) checkMicroOS(m *object) {
+	if c := m.v.get("cmdline"); c != nil && c.kind == kString {
+		if why := checkCmdline(c.str); why != "" {
+			r.errorf(m.pos("cmdline"), "cmdline", "%s", why)
+		}
+	}
 	for _, f := range []string{"kernel", "initrd"} {
 		a := m.v.get(f)
 		hasURL, hasPath := a.get("url") != nil, a.get("path") != nil

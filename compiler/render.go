@@ -78,7 +78,7 @@ func (r *repo) render() (*plan.Plan, Errors) {
 			s.Unknown = &a
 		case plan.PolicyHold:
 			m := microOS[r.holdMicroOS(o)]
-			s.Unknown = &plan.Artifacts{IPXE: ipxeScript(s, m, nil, "", "bootops.mode=hold"), Workflow: plan.Workflow{Actions: []plan.Action{}}}
+			s.Unknown = &plan.Artifacts{IPXE: ipxeScript(s, m, nil, "", nil, "bootops.mode=hold"), Workflow: plan.Workflow{Actions: []plan.Action{}}}
 		}
 		sites = append(sites, s)
 	}
@@ -184,7 +184,7 @@ func (r *repo) artifacts(n *plan.Node, nodeCI *value, s *plan.Site, pr *plan.Pro
 		disk = pr.Disk
 	}
 	a := plan.Artifacts{
-		IPXE:     ipxeScript(s, m, n, pr.Name, strings.Join(pr.KernelArgs, " ")),
+		IPXE:     ipxeScript(s, m, n, pr.Name, pr.KernelArgs),
 		Workflow: r.workflow(n, pr, disk, lookup),
 	}
 	if n.Name == "" {
@@ -205,30 +205,36 @@ func (r *repo) artifacts(n *plan.Node, nodeCI *value, s *plan.Site, pr *plan.Pro
 
 // ipxeScript boots the Micro-OS. The kernel line names the initrd
 // (initrd=initrd) so UEFI kernels find it, and carries the server URL, the
-// node name and the token placeholder the boot plane fills in.
-func ipxeScript(s *plan.Site, m *plan.MicroOS, n *plan.Node, profile, extra string) string {
-	base := s.ServerURL()
+// node name and the token placeholder the boot plane fills in, then the
+// Micro-OS's cmdline, the profile's kernelArgs, and bootops's own extra
+// parameters (bootops.mode=hold). The compiler has checked every value
+// (checkCmdline, the schema's name patterns); each is cleaned again here
+// (ipxeWord, ipxeArgs) so that no value, checked or not, can add a command
+// to the script, end its kernel line early or be expanded by iPXE.
+func ipxeScript(s *plan.Site, m *plan.MicroOS, n *plan.Node, profile string, kernelArgs []string, extra ...string) string {
+	base := ipxeWord(s.ServerURL())
+	site, micro, profile := ipxeWord(s.Name), ipxeWord(m.Name), ipxeWord(profile)
 	var b strings.Builder
 	b.WriteString("#!ipxe\n")
-	args := []string{"initrd=initrd", "bootops.server=" + base}
+	args := []string{"initrd=initrd", plan.CmdlineServer + "=" + base}
 	if n != nil && n.Name != "" {
-		fmt.Fprintf(&b, "# bootops: node %s, site %s, profile %s, micro-os %s\n", n.Name, s.Name, profile, m.Name)
-		args = append(args, "bootops.node="+n.Name)
+		node := ipxeWord(n.Name)
+		fmt.Fprintf(&b, "# bootops: node %s, site %s, profile %s, micro-os %s\n", node, site, profile, micro)
+		args = append(args, plan.CmdlineNode+"="+node)
 	} else if profile != "" {
-		fmt.Fprintf(&b, "# bootops: unknown machine on site %s, default profile %s, micro-os %s\n", s.Name, profile, m.Name)
+		fmt.Fprintf(&b, "# bootops: unknown machine on site %s, default profile %s, micro-os %s\n", site, profile, micro)
 		args = append(args, "bootops.profile="+profile)
 	} else {
-		fmt.Fprintf(&b, "# bootops: unknown machine on site %s held in micro-os %s\n", s.Name, m.Name)
+		fmt.Fprintf(&b, "# bootops: unknown machine on site %s held in micro-os %s\n", site, micro)
 	}
-	args = append(args, "bootops.site="+s.Name, "bootops.token="+plan.TokenPlaceholder)
-	if m.Cmdline != "" {
-		args = append(args, m.Cmdline)
+	args = append(args, plan.CmdlineSite+"="+site, plan.CmdlineToken+"="+plan.TokenPlaceholder)
+	args = append(args, ipxeArgs(m.Cmdline)...)
+	for _, a := range kernelArgs {
+		args = append(args, ipxeArgs(a)...)
 	}
-	if extra != "" {
-		args = append(args, extra)
-	}
-	fmt.Fprintf(&b, "kernel %s/artifacts/microos/%s/kernel %s\n", base, m.Name, strings.Join(args, " "))
-	fmt.Fprintf(&b, "initrd --name initrd %s/artifacts/microos/%s/initrd\n", base, m.Name)
+	args = append(args, extra...)
+	fmt.Fprintf(&b, "kernel %s/artifacts/microos/%s/kernel %s\n", base, micro, strings.Join(args, " "))
+	fmt.Fprintf(&b, "initrd --name initrd %s/artifacts/microos/%s/initrd\n", base, micro)
 	b.WriteString("boot\n")
 	return b.String()
 }

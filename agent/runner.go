@@ -108,12 +108,6 @@ func permanentf(format string, args ...any) error {
 	return &permanentError{fmt.Errorf(format, args...)}
 }
 
-// isPower reports the actions that leave the Micro-OS: the provisioned
-// event goes before the first of them, and nothing runs after it.
-func isPower(action string) bool {
-	return action == "reboot" || action == "poweroff" || action == "kexec"
-}
-
 // Run runs wf's actions in order and stops at the first that fails for good
 // (its error is an *ActionError). The provisioned event is reported right
 // before the first reboot, poweroff or kexec, or after the last action if
@@ -125,7 +119,7 @@ func (r *Runner) Run(ctx context.Context, wf plan.Workflow) error {
 	}
 	for i, a := range wf.Actions {
 		s := &step{r: &c, a: a, i: i + 1, n: len(wf.Actions)}
-		if isPower(a.Action) {
+		if plan.IsPowerAction(a.Action) {
 			provisioned()
 			return c.runAction(ctx, s)
 		}
@@ -189,14 +183,14 @@ func (r *Runner) emit(e plan.AgentEvent) {
 func (r *Runner) runAction(ctx context.Context, s *step) error {
 	// A power action comes after the provisioned event: it is logged, not
 	// reported as a step, so the node stays provisioned.
-	if isPower(s.a.Action) {
+	if plan.IsPowerAction(s.a.Action) {
 		s.emit(plan.AgentEvent{Type: plan.AgentLog, Message: s.a.Action})
 	} else {
 		s.emit(plan.AgentEvent{Type: plan.AgentStarted})
 	}
 	err := r.attempts(ctx, s)
 	if err == nil {
-		if !isPower(s.a.Action) {
+		if !plan.IsPowerAction(s.a.Action) {
 			s.emit(plan.AgentEvent{Type: plan.AgentActionDone})
 		}
 		return nil

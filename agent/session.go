@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"runtime"
 	"strings"
 	"time"
@@ -25,6 +26,10 @@ func ParseCmdline(s string) map[string]string {
 	}
 	return out
 }
+
+// maxRefused is how many refused check-ins (401) the agent takes before it
+// boots again for a new boot token.
+const maxRefused = 3
 
 // Session is one life of the agent: it reads who the machine is, checks in
 // with the server named on the kernel command line (args), runs the
@@ -56,10 +61,27 @@ func Session(ctx context.Context, args map[string]string, sysfs string, console 
 		tweak(r)
 	}
 	var reply plan.CheckInReply
+	refused := 0
+	first := r.Backoff
+	if first <= 0 {
+		first = 2 * time.Second
+	}
 checkIn:
-	for wait := 2 * time.Second; ; wait = min(2*wait, 30*time.Second) {
+	for wait := first; ; wait = min(2*wait, 30*time.Second) {
 		reply, err = up.checkIn(ctx, plan.CheckIn{Identity: id, Arch: runtime.GOARCH, Disks: disks, Agent: Version})
+		var he *httpError
+		if errors.As(err, &he) && he.code == http.StatusUnauthorized {
+			refused++
+		}
 		switch {
+		case refused >= maxRefused:
+			// The credential is spent, expired or wrong: a new boot gets
+			// a new one.
+			fmt.Fprintf(console, "bootops-agent: check-in refused %d times (%v): booting again for a new credential\n", refused, err)
+			if r.Power != nil {
+				return r.Power("reboot")
+			}
+			return defaultPower("reboot")
 		case err != nil:
 			fmt.Fprintf(console, "bootops-agent: check-in: %v (again in %s)\n", err, wait)
 		case reply.Workflow != nil:

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -87,7 +88,7 @@ func TestAgentAgainstServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &bhttp.Server{Plans: live, Events: store, Status: store, Store: store, Tokens: secret}
+	srv := &bhttp.Server{Plans: live, Events: store, Status: store, Store: store, Sessions: store, Secret: secret}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go srv.Serve(ctx, ln)
@@ -97,7 +98,11 @@ func TestAgentAgainstServer(t *testing.T) {
 	mnt := t.TempDir()
 	var powered []string
 	var console bytes.Buffer
-	args := map[string]string{"bootops.server": "http://" + ln.Addr().String(), "bootops.site": "lab", "bootops.node": "n1", "bootops.token": secret.Token("lab", "n1")}
+	// The kernel command line of the script the machine is served.
+	args := bootArgs(t, "http://"+ln.Addr().String()+"/ipxe?serial=S-N1&site=lab")
+	if args["bootops.node"] != "n1" || args["bootops.token"] == "" {
+		t.Fatalf("kernel command line: %v", args)
+	}
 	err = Session(ctx, args, machineSysfs(t, "S-N1", "52:54:00:00:00:01"), &console, func(r *Runner) {
 		r.ResolveDisk = func(string) (string, error) { return disk, nil }
 		r.Mount = func(dev, fstype, dir string) error { return os.Symlink(mnt, filepath.Join(dir, "m")) }
@@ -124,16 +129,42 @@ func TestAgentAgainstServer(t *testing.T) {
 			states = append(states, e.State)
 		}
 	}
-	if strings.Join(states, " ") != "microos provisioning provisioned" {
+	if strings.Join(states, " ") != "booting microos provisioning provisioned" {
 		t.Errorf("states: %v", states)
 	}
-	// A wrong token: the check-in is refused.
-	args["bootops.token"] = "nope"
-	ctx2, cancel2 := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel2()
-	var out bytes.Buffer
-	Session(ctx2, args, machineSysfs(t, "S-N1", "52:54:00:00:00:01"), &out, nil)
-	if !strings.Contains(out.String(), "401 Unauthorized") {
-		t.Errorf("wrong token:\n%s", out.String())
+	// The spent token, or a wrong one: the check-in is refused, and the
+	// agent boots again for a new one.
+	for _, tok := range []string{args["bootops.token"], "nope"} {
+		args["bootops.token"] = tok
+		ctx2, cancel2 := context.WithTimeout(ctx, 10*time.Second)
+		var out bytes.Buffer
+		powered = nil
+		err := Session(ctx2, args, machineSysfs(t, "S-N1", "52:54:00:00:00:01"), &out, func(r *Runner) {
+			r.Backoff = 10 * time.Millisecond
+			r.Power = func(action string) error { powered = append(powered, action); return nil }
+		})
+		cancel2()
+		if err != nil || !strings.Contains(out.String(), "401 Unauthorized") || !strings.Contains(out.String(), "refused 3 times") || len(powered) != 1 {
+			t.Errorf("token %s: %v, powered %v\n%s", tok, err, powered, out.String())
+		}
 	}
+}
+
+// bootArgs fetches a machine's script as iPXE would and reads its kernel
+// command line.
+func bootArgs(t *testing.T, url string) map[string]string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "kernel "); ok {
+			return ParseCmdline(rest)
+		}
+	}
+	t.Fatalf("no kernel line in the script:\n%s", b)
+	return nil
 }

@@ -16,13 +16,15 @@ import (
 
 // uplink talks to the boot server: the check-in, and the events, which it
 // numbers, batches and resends until the server acknowledges them (the
-// server acknowledges only what it stored durably).
+// server acknowledges only what it stored durably). Its credential is the
+// boot token until the check-in returns a session.
 type uplink struct {
-	server, site, node, machine, token string
-	client                             *http.Client
-	console                            io.Writer
+	server, site, node, machine string
+	client                      *http.Client
+	console                     io.Writer
 
 	mu      sync.Mutex
+	token   string
 	seq     uint64
 	pending []plan.AgentEvent
 	kick    chan struct{}
@@ -47,7 +49,10 @@ func (u *uplink) post(ctx context.Context, path string, in, out any) error {
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+u.token)
+	u.mu.Lock()
+	token := u.token
+	u.mu.Unlock()
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := u.client.Do(req)
 	if err != nil {
@@ -56,16 +61,29 @@ func (u *uplink) post(ctx context.Context, path string, in, out any) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+		return &httpError{path: path, status: resp.Status, code: resp.StatusCode, body: strings.TrimSpace(string(body))}
 	}
 	return json.Unmarshal(body, out)
 }
+
+// httpError is a request the server answered with an error.
+type httpError struct {
+	path, status, body string
+	code               int
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("%s: %s: %s", e.path, e.status, e.body) }
 
 // checkIn reports who the machine is and gets its workflow.
 func (u *uplink) checkIn(ctx context.Context, c plan.CheckIn) (plan.CheckInReply, error) {
 	var r plan.CheckInReply
 	c.Site, c.Node, c.Machine = u.site, u.node, u.machine
 	err := u.post(ctx, plan.AgentCheckInPath, c, &r)
+	if err == nil && r.Session != "" {
+		u.mu.Lock()
+		u.token = r.Session
+		u.mu.Unlock()
+	}
 	return r, err
 }
 

@@ -10,19 +10,93 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 )
 
-// Secret derives per-node tokens. It lives in the daemon's state folder,
-// never in Git.
+// Secret signs the agent's credentials. It lives in the daemon's state
+// folder, never in Git.
 type Secret []byte
 
-// Token is the token of a node (or, for an unknown machine, of its site and
-// MAC): what the boot plane puts in place of plan.TokenPlaceholder and what
-// the agent presents back.
-func (s Secret) Token(site, node string) string {
+// Kinds of credentials.
+const (
+	// KindBoot is minted each time a machine's iPXE script is served and
+	// put on its kernel command line: it is good for one check-in.
+	KindBoot = "b"
+	// KindSession is what a check-in returns: it is good for the events
+	// of that check-in's workflow (and a held machine's next check-ins).
+	KindSession = "s"
+)
+
+// Errors of Verify, tested with errors.Is.
+var (
+	ErrBadCredential = errors.New("boot: credential not valid for this machine")
+	ErrExpired       = errors.New("boot: credential expired")
+	ErrWrongKind     = errors.New("boot: wrong kind of credential")
+)
+
+// Grant is what a credential binds: who it is for (a site and a subject,
+// the node's name or "unknown-" and an unknown machine's key), the node's
+// reprovision generation when it was minted, a random ID (the boot token's
+// one-use nonce, or the session's ID) and an expiry.
+type Grant struct {
+	Kind       string
+	Site       string
+	Subject    string
+	Generation int
+	ID         string
+	Expires    time.Time
+}
+
+// NewID returns 16 random hex digits.
+func NewID() string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+// Mint writes g as a credential: KIND1.GEN.EXPIRY.ID.TAG, where TAG is
+// an HMAC over every field and the site and subject, which the bearer
+// names beside it. Only [A-Za-z0-9.] is used: it is safe on a kernel
+// command line and in an iPXE script.
+func (s Secret) Mint(g Grant) string {
+	body := fmt.Sprintf("%s1.%d.%d.%s", g.Kind, g.Generation, g.Expires.Unix(), g.ID)
+	return body + "." + s.tag(body, g.Site, g.Subject)
+}
+
+func (s Secret) tag(body, site, subject string) string {
 	m := hmac.New(sha256.New, s)
-	fmt.Fprintf(m, "bootops-node-token\x00%s\x00%s", site, node)
+	fmt.Fprintf(m, "bootops-credential\x00%s\x00%s\x00%s", body, site, subject)
 	return hex.EncodeToString(m.Sum(nil))[:32]
+}
+
+// Verify checks that tok is a credential of kind for site and subject,
+// not expired at now, and returns what it grants.
+func (s Secret) Verify(tok, kind, site, subject string, now time.Time) (Grant, error) {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 5 || len(parts[0]) != 2 || parts[0][1] != '1' {
+		return Grant{}, ErrBadCredential
+	}
+	body := strings.Join(parts[:4], ".")
+	if !hmac.Equal([]byte(parts[4]), []byte(s.tag(body, site, subject))) {
+		return Grant{}, ErrBadCredential
+	}
+	gen, err1 := strconv.Atoi(parts[1])
+	exp, err2 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return Grant{}, ErrBadCredential
+	}
+	g := Grant{Kind: parts[0][:1], Site: site, Subject: subject, Generation: gen, ID: parts[3], Expires: time.Unix(exp, 0)}
+	if g.Kind != kind {
+		return g, ErrWrongKind
+	}
+	if !now.Before(g.Expires) {
+		return g, ErrExpired
+	}
+	return g, nil
 }
 
 // LoadSecret reads dir/secret, creating it (32 random bytes, mode 0600)

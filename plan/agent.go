@@ -3,9 +3,11 @@ package plan
 import "time"
 
 // The agent API: what bootops-agent, in the Micro-OS, and the boot server
-// say to each other. Every request carries the node's token in the
-// Authorization header ("Bearer <token>"); the token is on the node's
-// kernel command line (bootops.token=…), derived from the server's secret.
+// say to each other. Every request carries a credential in the
+// Authorization header ("Bearer <credential>"): the check-in, the boot
+// token from the machine's kernel command line (bootops.token=…, minted
+// when its script was served, good for one check-in); the events, the
+// session credential the check-in returned (CheckInReply.Session).
 //
 //	POST /api/v1/agent/checkin   CheckIn → CheckInReply
 //	POST /api/v1/agent/events    EventBatch → EventAck (sent once stored durably)
@@ -61,6 +63,16 @@ type CheckInReply struct {
 	// the hold policy): the agent checks in again every RetrySeconds.
 	Hold         string `json:"hold,omitempty"`
 	RetrySeconds int    `json:"retrySeconds,omitempty"`
+	// Session is the credential of this workflow's events (and of a held
+	// machine's next check-in): the boot token is spent.
+	Session string `json:"session,omitempty"`
+}
+
+// IsPowerAction reports the actions that leave the Micro-OS: the
+// provisioned event goes before the first of them, and nothing runs after
+// it.
+func IsPowerAction(action string) bool {
+	return action == "reboot" || action == "poweroff" || action == "kexec"
 }
 
 // CloudInitSeed is a node's rendered cloud-init.
@@ -114,7 +126,8 @@ type EventAck struct {
 }
 
 // MachineKey names an unknown machine by what it booted with: its MAC,
-// else its UUID, else its serial ("" if none).
+// else its UUID, else its serial ("" if none; the boot server then keys it
+// by the address it asked from, "ip:…").
 func MachineKey(m Machine) string {
 	m = m.normalize()
 	switch {

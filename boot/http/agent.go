@@ -3,11 +3,15 @@ package http
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
+	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
@@ -24,15 +28,11 @@ const (
 	AgentUnauthorized = "unauthorized" // no token, or a wrong one: 401
 	AgentMismatch     = "mismatch"     // the machine is not the node it claims to be: 409
 	AgentBadRequest   = "bad_request"
+	AgentConflict     = "conflict" // identity-conflict: a used token, a provisioned node claimed again: 401/409
+	AgentRefused      = "refused"  // events out of the workflow's order (provisioned before its actions): 409
 )
 
 const maxAgentBody = 4 << 20
-
-// UnknownToken is the token of an unknown machine, bound to its key
-// (plan.MachineKey): the script it gets carries both.
-func UnknownToken(t Tokens, site, key string) string {
-	return t.Token(site, "unknown-"+key)
-}
 
 // keyed sets the identifier of e that makes e.Key() the machine key.
 func keyed(e *status.Event, key string) {
@@ -44,6 +44,8 @@ func keyed(e *status.Event, key string) {
 		e.UUID = v
 	case "serial":
 		e.Serial = v
+	case "ip":
+		e.IP = v
 	}
 }
 
@@ -76,8 +78,73 @@ func readJSON(r *http.Request, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// checkin answers an agent's first request: the token and the machine's
-// identity are checked against the Plan, and the workflow is the reply.
+// Sessions keeps, across restarts, which boot tokens were used and each
+// machine's current session (status.Durable, or status.MemorySessions).
+type Sessions interface {
+	UseToken(id string, expires time.Time) (fresh bool, err error)
+	Session(key string) (status.Session, bool)
+	PutSession(key string, s status.Session) error
+}
+
+// Default lifetimes of the agent's credentials.
+const (
+	// DefaultBootTokenTTL bounds the time from a served script to the
+	// agent's check-in (the Micro-OS's download and boot).
+	DefaultBootTokenTTL = 30 * time.Minute
+	// DefaultSessionTTL bounds a workflow, from check-in to its last
+	// event; a held machine's session is renewed at each check-in.
+	DefaultSessionTTL = 24 * time.Hour
+)
+
+// errSuperseded says a session credential is not the machine's current
+// session's: a newer check-in replaced it.
+var errSuperseded = errors.New("the session was replaced by a newer check-in for this machine")
+
+// subject is who an agent's credential is for: the node, or "unknown-" and
+// an unknown machine's key.
+func subject(node, machine string) string {
+	if node != "" {
+		return node
+	}
+	if machine == "" {
+		return ""
+	}
+	return "unknown-" + machine
+}
+
+// bearer is the request's bearer credential.
+func bearer(r *http.Request) string {
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return tok
+}
+
+// credentialError says, in words an operator can act on, why a credential
+// was refused.
+func credentialError(err error) string {
+	switch {
+	case errors.Is(err, boot.ErrExpired):
+		return "the credential expired: boot the machine again for a new one"
+	case errors.Is(err, errSuperseded):
+		return err.Error()
+	default:
+		return "wrong or missing credential"
+	}
+}
+
+// conflict records an identity-conflict: a second claim to be a machine
+// that is booting or provisioned. It is an error on the machine's
+// timeline (a refused claim is also counted as AgentConflict).
+func (s *Server) conflict(ev status.Event, why string) {
+	ev.Error, ev.State, ev.Message = true, "", "identity-conflict: "+why
+	s.Events.Record(ev)
+	s.logger().Warn("identity-conflict", "site", ev.Site, "node", ev.Node, "mac", ev.MAC, "ip", ev.IP, "why", why)
+}
+
+// checkin answers an agent's first request. Its credential is the boot
+// token of the script the machine was served (good for one check-in), or
+// a held machine's session credential; the machine's identity is checked
+// against the Plan; the reply is the workflow and a session credential for
+// its events.
 func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 	var c plan.CheckIn
 	if err := readJSON(r, &c); err != nil {
@@ -94,33 +161,90 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		s.agentFail(w, http.StatusNotFound, AgentBadRequest, fmt.Sprintf("check-in: no site %q is served here", c.Site))
 		return
 	}
-	ev := status.Event{Kind: status.KindAgent, Site: site.Name, UUID: c.Identity.UUID, Serial: c.Identity.Serial}
-	var reply plan.CheckInReply
+	now := s.now()
+	ev := status.Event{Kind: status.KindAgent, Site: site.Name, UUID: c.Identity.UUID, Serial: c.Identity.Serial, IP: clientIP(r)}
+	var n *plan.Node
 	if c.Node != "" {
-		n := p.Node(site.Name, c.Node)
-		if n == nil || !Authorized(r, s.Tokens.Token(site.Name, c.Node)) {
-			s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "check-in: wrong or missing token for node "+c.Node)
+		if n = p.Node(site.Name, c.Node); n == nil {
+			s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "check-in: no node "+c.Node+" on site "+site.Name)
 			return
 		}
 		ev.Node = n.Name
+	} else {
+		keyed(&ev, c.Machine)
+		if strings.HasPrefix(c.Machine, "serial:") {
+			ev.UUID = "" // the key is the serial: the event must not be keyed by the UUID
+		}
+	}
+	subj := subject(c.Node, c.Machine)
+	key := site.Name + "/" + subj
+	g, err := s.Secret.Verify(bearer(r), boot.KindBoot, site.Name, subj, now)
+	var sess status.Session
+	resumed := false
+	if errors.Is(err, boot.ErrWrongKind) {
+		// A held machine asking again, with the session it was given.
+		if g, err = s.Secret.Verify(bearer(r), boot.KindSession, site.Name, subj, now); err == nil {
+			cur, ok := s.sessions().Session(key)
+			if !ok || cur.ID != g.ID {
+				err = errSuperseded
+			}
+			sess, resumed = cur, true
+		}
+	}
+	if subj == "" || err != nil {
+		what := "node " + c.Node
+		if c.Node == "" {
+			what = "the unknown machine " + c.Machine
+		}
+		s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "check-in: "+what+": "+credentialError(err))
+		return
+	}
+	if n != nil {
 		if reason := verifyIdentity(p, site.Name, n, c.Identity); reason != "" {
 			ev.State, ev.Error, ev.Message = status.StateMismatch, true, "agent refused: "+reason
 			s.Events.Record(ev)
 			s.agentFail(w, http.StatusConflict, AgentMismatch, "check-in refused: "+reason)
 			return
 		}
-		wf := n.Artifacts.Workflow
-		reply = plan.CheckInReply{Workflow: &wf, Generation: n.Reprovision, CloudInit: seed(n.Artifacts, s.Tokens.Token(site.Name, n.Name))}
-		ev.Message = "agent checked in: " + inventory(c) + "; workflow of profile " + n.Profile + fmt.Sprintf(", %d actions", len(wf.Actions))
-	} else {
-		if c.Machine == "" || !Authorized(r, UnknownToken(s.Tokens, site.Name, c.Machine)) {
-			s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "check-in: wrong or missing token for the unknown machine "+c.Machine)
+		if gen, ok := s.provisioned(site.Name, n.Name); ok && gen >= n.Reprovision && !resumed {
+			why := fmt.Sprintf("node %s is provisioned (generation %d), yet a machine at %s checks in as it with a token minted before", n.Name, gen, ev.IP)
+			s.conflict(ev, why)
+			s.agentFail(w, http.StatusConflict, AgentConflict, "check-in refused: "+why)
 			return
 		}
-		keyed(&ev, c.Machine)
-		if strings.HasPrefix(c.Machine, "serial:") {
-			ev.UUID = "" // the key is the serial: the event must not be keyed by the UUID
+	}
+	if !resumed {
+		fresh, err := s.sessions().UseToken(g.ID, g.Expires)
+		if err != nil {
+			http.Error(w, "session store: "+err.Error(), http.StatusServiceUnavailable)
+			return
 		}
+		if !fresh {
+			why := fmt.Sprintf("a boot token already used was presented again, from %s: a second machine claims this identity, or the token was copied", ev.IP)
+			s.conflict(ev, why)
+			s.agentFail(w, http.StatusUnauthorized, AgentConflict, "check-in: the boot token was already used: boot the machine again for a new one")
+			return
+		}
+		if cur, ok := s.sessions().Session(key); ok && cur.Active(now) {
+			s.conflict(ev, fmt.Sprintf("claimed again from %s while the session opened from %s at %s is in flight (%d of %d actions done): the newer check-in replaces it",
+				ev.IP, cur.Peer, cur.Started.UTC().Format(time.RFC3339), cur.Done, cur.Steps))
+		}
+		sess = status.Session{ID: boot.NewID(), Generation: g.Generation, Peer: ev.IP, Started: now}
+	}
+
+	var reply plan.CheckInReply
+	var seedOf *plan.Artifacts
+	if n != nil {
+		if g.Generation != n.Reprovision {
+			reply = plan.CheckInReply{Hold: fmt.Sprintf("node %s's reprovision generation is %d, this machine booted for %d: reboot it", n.Name, n.Reprovision, g.Generation)}
+			ev.Message = "agent told to reboot: " + reply.Hold
+		} else {
+			wf := n.Artifacts.Workflow
+			reply = plan.CheckInReply{Workflow: &wf, Generation: n.Reprovision}
+			seedOf = &n.Artifacts
+			ev.Message = "agent checked in: " + inventory(c) + "; workflow of profile " + n.Profile + fmt.Sprintf(", %d actions", len(wf.Actions))
+		}
+	} else {
 		m := plan.Machine{UUID: c.Identity.UUID, Serial: c.Identity.Serial}
 		if mac, ok := strings.CutPrefix(c.Machine, "mac:"); ok {
 			m.MAC = mac
@@ -129,7 +253,8 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case d.Outcome == plan.Unknown && d.Policy == plan.PolicyProvision && site.Unknown != nil:
 			wf := site.Unknown.Workflow
-			reply = plan.CheckInReply{Workflow: &wf, CloudInit: seed(*site.Unknown, UnknownToken(s.Tokens, site.Name, c.Machine))}
+			reply = plan.CheckInReply{Workflow: &wf}
+			seedOf = site.Unknown
 			ev.Message = "unknown machine checked in: " + inventory(c) + "; workflow of the default profile " + d.Profile
 		case d.Outcome == plan.Unknown && d.Policy == plan.PolicyHold:
 			reply = plan.CheckInReply{Hold: d.Reason, RetrySeconds: 30}
@@ -139,6 +264,20 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			// gets what the Plan says now.
 			reply = plan.CheckInReply{Hold: "the plan changed since this machine booted: reboot it (" + d.Reason + ")", RetrySeconds: 0}
 			ev.Message = "unknown machine told to reboot: " + d.Reason
+		}
+	}
+	if reply.Workflow != nil || reply.RetrySeconds > 0 {
+		if reply.Workflow != nil {
+			sess.Steps, sess.Need = len(reply.Workflow.Actions), needed(*reply.Workflow)
+		}
+		sess.Expires = now.Add(orDuration(s.SessionTTL, DefaultSessionTTL))
+		if err := s.sessions().PutSession(key, sess); err != nil {
+			http.Error(w, "session store: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		reply.Session = s.Secret.Mint(boot.Grant{Kind: boot.KindSession, Site: site.Name, Subject: subj, Generation: sess.Generation, ID: sess.ID, Expires: sess.Expires})
+		if seedOf != nil {
+			reply.CloudInit = seed(*seedOf, reply.Session)
 		}
 	}
 	if ev.State == "" {
@@ -152,21 +291,100 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, reply)
 }
 
+// needed is how many actions of wf must be done before the agent may
+// report it provisioned: those before the first power action.
+func needed(wf plan.Workflow) int {
+	for i, a := range wf.Actions {
+		if plan.IsPowerAction(a.Action) {
+			return i
+		}
+	}
+	return len(wf.Actions)
+}
+
+// advance checks a batch of the agent's events against its session: the
+// workflow's actions are reported in order, each done before the next
+// starts, and "provisioned" only once every action before the first power
+// action is done. It returns the session moved on, or why the batch is
+// refused. Events at or below the session's DoneSeq were checked when they
+// first came (a resend after a lost acknowledgement).
+func advance(s status.Session, evs []plan.AgentEvent) (status.Session, string) {
+	for _, a := range evs {
+		if a.Seq <= s.DoneSeq {
+			continue
+		}
+		if a.Steps != 0 && a.Steps != s.Steps {
+			return s, fmt.Sprintf("event %d reports a workflow of %d actions; the check-in gave %d", a.Seq, a.Steps, s.Steps)
+		}
+		switch a.Type {
+		case plan.AgentActionDone:
+			if a.Step != s.Done+1 {
+				return s, fmt.Sprintf("action %d reported done while action %d of %d is the one running", a.Step, s.Done+1, s.Steps)
+			}
+			s.Done, s.DoneSeq = s.Done+1, a.Seq
+		case plan.AgentProvisioned:
+			if s.Done < s.Need {
+				return s, fmt.Sprintf("provisioned reported after %d of the %d actions that must be done first", s.Done, s.Need)
+			}
+			if a.Generation != s.Generation {
+				return s, fmt.Sprintf("provisioned reported for generation %d; the check-in was for generation %d", a.Generation, s.Generation)
+			}
+			s.Provisioned, s.DoneSeq = true, a.Seq
+		case plan.AgentStarted, plan.AgentProgress, plan.AgentRetry, plan.AgentFailed:
+			if a.Step != s.Done+1 {
+				return s, fmt.Sprintf("%s of action %d while action %d of %d is the one running", a.Type, a.Step, s.Done+1, s.Steps)
+			}
+		case plan.AgentLog:
+			if a.Step > s.Done+1 {
+				return s, fmt.Sprintf("a log line of action %d while action %d of %d is the one running", a.Step, s.Done+1, s.Steps)
+			}
+		}
+	}
+	return s, ""
+}
+
+// lock serializes the batches of one machine's session (the agent sends
+// one at a time; a second sender must not interleave its checks).
+func (s *Server) lock(key string) func() {
+	h := fnv.New32a()
+	io.WriteString(h, key)
+	m := &s.locks[h.Sum32()%uint32(len(s.locks))]
+	m.Lock()
+	return m.Unlock
+}
+
 // agentEvents stores a batch of the agent's events and acknowledges them.
+// Its credential is the session the check-in returned, and the current one
+// for the machine; the events must follow the workflow (advance).
 func (s *Server) agentEvents(w http.ResponseWriter, r *http.Request) {
 	var b plan.EventBatch
 	if err := readJSON(r, &b); err != nil {
 		s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "events: "+err.Error())
 		return
 	}
-	var want string
-	if b.Node != "" {
-		want = s.Tokens.Token(b.Site, b.Node)
-	} else if b.Machine != "" {
-		want = UnknownToken(s.Tokens, b.Site, b.Machine)
+	subj := subject(b.Node, b.Machine)
+	key := b.Site + "/" + subj
+	g, err := s.Secret.Verify(bearer(r), boot.KindSession, b.Site, subj, s.now())
+	if errors.Is(err, boot.ErrWrongKind) {
+		s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "events: a boot token is good for the check-in only: events need the session credential the check-in returned")
+		return
 	}
-	if !Authorized(r, want) {
-		s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "events: wrong or missing token")
+	if subj == "" || err != nil {
+		s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "events: "+credentialError(err))
+		return
+	}
+	defer s.lock(key)()
+	cur, ok := s.sessions().Session(key)
+	if !ok || cur.ID != g.ID {
+		s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "events: "+errSuperseded.Error())
+		return
+	}
+	next, why := advance(cur, b.Events)
+	if why != "" {
+		ev := agentEvent(b, plan.AgentEvent{Type: plan.AgentLog, Time: s.now()})
+		ev.Error, ev.Message, ev.IP = true, "agent events refused: "+why, clientIP(r)
+		s.Events.Record(ev)
+		s.agentFail(w, http.StatusConflict, AgentRefused, "events refused: "+why)
 		return
 	}
 	evs := make([]status.Event, 0, len(b.Events))
@@ -176,6 +394,12 @@ func (s *Server) agentEvents(w http.ResponseWriter, r *http.Request) {
 	if err := s.record(evs...); err != nil {
 		http.Error(w, "status store: "+err.Error(), http.StatusServiceUnavailable)
 		return
+	}
+	if next != cur {
+		if err := s.sessions().PutSession(key, next); err != nil {
+			http.Error(w, "session store: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 	}
 	s.count(AgentOK)
 	// What this batch held is stored (or was already): acknowledge up to

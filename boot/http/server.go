@@ -14,17 +14,13 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
-
-// Tokens gives the token that replaces plan.TokenPlaceholder.
-type Tokens interface {
-	Token(site, node string) string
-}
 
 // StatusReader is what the status API shows.
 type StatusReader interface {
@@ -39,11 +35,25 @@ type Source interface {
 	Status() any
 }
 
-// Server is the HTTP boot server. Plans, Events and Tokens are required.
+// Server is the HTTP boot server. Plans, Events and Secret are required.
 type Server struct {
-	Plans     boot.Plans
-	Events    status.Recorder
-	Tokens    Tokens
+	Plans  boot.Plans
+	Events status.Recorder
+	// Secret signs the agent's credentials: a boot token in each served
+	// script (in place of plan.TokenPlaceholder), a session at check-in.
+	Secret boot.Secret
+	// Sessions remembers used boot tokens and each machine's session
+	// (nil: in memory, forgotten on restart).
+	Sessions Sessions
+	// BootTokenTTL and SessionTTL bound the credentials' lives (defaults
+	// DefaultBootTokenTTL, DefaultSessionTTL).
+	BootTokenTTL, SessionTTL time.Duration
+	// MACOf, when set, gives the MAC the DHCP server knows for a client
+	// address: an unknown machine that reports no usable identifier is
+	// keyed by it (else by its address).
+	MACOf func(ip string) string
+	// Now is the clock (default time.Now).
+	Now       func() time.Time
 	Artifacts *Artifacts
 	Status    StatusReader
 	Source    Source
@@ -67,6 +77,71 @@ type Server struct {
 	// context ends (default 10 s).
 	DrainTimeout time.Duration
 	Log          *slog.Logger
+
+	memSessions sync.Once
+	mem         *status.MemorySessions
+	locks       [64]sync.Mutex
+}
+
+func (s *Server) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Server) sessions() Sessions {
+	if s.Sessions != nil {
+		return s.Sessions
+	}
+	s.memSessions.Do(func() { s.mem = &status.MemorySessions{Now: s.Now} })
+	return s.mem
+}
+
+func orDuration(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// bootToken mints the one-use token a served script carries.
+func (s *Server) bootToken(site, subject string, generation int) string {
+	return s.Secret.Mint(boot.Grant{Kind: boot.KindBoot, Site: site, Subject: subject, Generation: generation,
+		ID: boot.NewID(), Expires: s.now().Add(orDuration(s.BootTokenTTL, DefaultBootTokenTTL))})
+}
+
+// unknownKey is what an unknown machine is known by, which the agent
+// presents again (bootops.machine=) and its token is bound to: its MAC,
+// UUID or serial (plan.MachineKey), else the MAC the DHCP server saw at
+// its address, else its address. Never "": machines that report nothing
+// must not share one key, nor one token.
+func (s *Server) unknownKey(m plan.Machine, r *http.Request) string {
+	if k := plan.MachineKey(m); k != "" && safeKey(k) {
+		return k
+	}
+	ip := clientIP(r)
+	if s.MACOf != nil && ip != "" {
+		if mac := plan.NormalizeMAC(s.MACOf(ip)); mac != "" {
+			return "mac:" + mac
+		}
+	}
+	if ip != "" {
+		return "ip:" + ip
+	}
+	return ""
+}
+
+// safeKey keeps a key that can stand on a kernel command line and in an
+// iPXE script as it is: no spaces, no "${" expansion, no quotes.
+func safeKey(k string) bool {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == ':' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // Handler returns the server's routes.
@@ -168,7 +243,7 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 			ev.Message = "served local-disk script: provisioned at generation " + fmt.Sprint(gen)
 			break
 		}
-		body = strings.ReplaceAll(n.Artifacts.IPXE, plan.TokenPlaceholder, s.Tokens.Token(n.Site, n.Name))
+		body = strings.ReplaceAll(n.Artifacts.IPXE, plan.TokenPlaceholder, s.bootToken(n.Site, n.Name, n.Reprovision))
 		ev.State, ev.Message = status.StateBooting, fmt.Sprintf("served the Micro-OS script of profile %s (%s)", n.Profile, d.Reason)
 	case d.Outcome == plan.Mismatch:
 		ev.State, ev.Error = status.StateMismatch, true
@@ -194,8 +269,18 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 	case d.Boots():
 		// The token is bound to what the machine booted as, which the
 		// agent presents again: it follows the token on the kernel line.
-		key := plan.MachineKey(id.Machine)
-		token := UnknownToken(s.Tokens, d.Site.Name, key) + " " + plan.CmdlineMachine + "=" + key
+		key := s.unknownKey(id.Machine, r)
+		if key == "" {
+			ev.Error, ev.Message = true, "not answered: the machine reports no identifier and no address"
+			body = "#!ipxe\necho bootops: this machine reports no MAC, UUID or serial: it cannot be told apart from others\nexit 1\n"
+			break
+		}
+		if key != plan.MachineKey(id.Machine) {
+			// Keyed by what the agent will present, as its events are.
+			ev.MAC, ev.UUID, ev.Serial = "", "", ""
+			keyed(&ev, key)
+		}
+		token := s.bootToken(d.Site.Name, subject("", key), 0) + " " + plan.CmdlineMachine + "=" + key
 		body = strings.ReplaceAll(d.Site.Unknown.IPXE, plan.TokenPlaceholder, token)
 		ev.State = status.StateBooting
 		if d.Policy == plan.PolicyHold {

@@ -13,15 +13,26 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
 
-type fakeTokens struct{}
+// testSecret signs the tests' credentials.
+var testSecret = boot.Secret(strings.Repeat("k", 32))
 
-func (fakeTokens) Token(site, node string) string { return "tok-" + site + "-" + node }
+// tokenIn is the boot token a served script carries ("" if none).
+func tokenIn(script string) string {
+	_, rest, ok := strings.Cut(script, "bootops.token=")
+	if !ok {
+		return ""
+	}
+	tok, _, _ := strings.Cut(rest, " ")
+	tok, _, _ = strings.Cut(tok, "\n")
+	return tok
+}
 
 func testPlan(kernelURL, kernelSHA string) *plan.Plan {
 	script := "#!ipxe\nkernel http://x/artifacts/microos/default/kernel bootops.node=%s bootops.token=" + plan.TokenPlaceholder + "\nboot\n"
@@ -49,7 +60,7 @@ func newServer(t *testing.T, p *plan.Plan) (*Server, *status.Memory, string) {
 	live := &boot.Live{}
 	live.Swap(p)
 	mem := &status.Memory{}
-	s := &Server{Plans: live, Events: mem, Status: mem, Tokens: fakeTokens{},
+	s := &Server{Plans: live, Events: mem, Status: mem, Secret: testSecret,
 		Artifacts: &Artifacts{Repo: root, CacheDir: t.TempDir()},
 		Provisioned: func(site, node string) (int, bool) {
 			if node == "b" {
@@ -85,20 +96,40 @@ func TestScripts(t *testing.T) {
 	h := s.Handler()
 	for name, c := range map[string]struct {
 		query, want, state, key string
+		// The boot token's subject and generation ("" when the script
+		// carries none).
+		subject string
+		gen     int
 	}{
-		"serial match":         {"serial=ser-a&mac=52:54:00:99:99:99&site=lab", "bootops.node=a bootops.token=tok-lab-a", status.StateBooting, "lab/a"},
-		"mac, reprovision due": {"mac=52-54-00-00-00-0B", "bootops.node=b bootops.token=tok-lab-b", status.StateBooting, "lab/b"},
-		"mismatch":             {"mac=52:54:00:00:00:0b&serial=SER-A", "REFUSED", status.StateMismatch, "lab/a"},
-		"unknown provision":    {"serial=NEW1&site=lab", "# unknown\nkernel k bootops.token=tok-lab-unknown-serial:NEW1 bootops.machine=serial:NEW1", status.StateBooting, "serial:NEW1"},
-		"unknown ignored":      {"mac=52:54:00:12:34:56&site=quiet", "site quiet ignores unknown machines\nexit 1", "", "mac:52:54:00:12:34:56"},
-		"junk identity":        {"serial=To%20Be%20Filled&uuid=00000000-0000-0000-0000-000000000000&mac=zz&site=lab", "# unknown", status.StateBooting, "ip:192.0.2.1"},
-		"no token left":        {"serial=SER-A", "bootops.token=tok-lab-a\n", status.StateBooting, "lab/a"},
+		"serial match":         {"serial=ser-a&mac=52:54:00:99:99:99&site=lab", "bootops.node=a bootops.token=", status.StateBooting, "lab/a", "a", 0},
+		"mac, reprovision due": {"mac=52-54-00-00-00-0B", "bootops.node=b bootops.token=", status.StateBooting, "lab/b", "b", 2},
+		"mismatch":             {"mac=52:54:00:00:00:0b&serial=SER-A", "REFUSED", status.StateMismatch, "lab/a", "", 0},
+		"unknown provision":    {"serial=NEW1&site=lab", " bootops.machine=serial:NEW1", status.StateBooting, "serial:NEW1", "unknown-serial:NEW1", 0},
+		"unknown ignored":      {"mac=52:54:00:12:34:56&site=quiet", "site quiet ignores unknown machines\nexit 1", "", "mac:52:54:00:12:34:56", "", 0},
+		"junk identity":        {"serial=To%20Be%20Filled&uuid=00000000-0000-0000-0000-000000000000&mac=zz&site=lab", " bootops.machine=ip:192.0.2.1\n", status.StateBooting, "ip:192.0.2.1", "unknown-ip:192.0.2.1", 0},
+		// A serial iPXE would read as commands, and no MAC: keyed by the
+		// address, never by an empty key.
+		"smuggled serial":  {"serial=%0A%23!ipxe%0Ashell&site=lab", " bootops.machine=ip:192.0.2.1\n", status.StateBooting, "ip:192.0.2.1", "unknown-ip:192.0.2.1", 0},
+		"expanding serial": {"serial=x${net0/ip}&site=lab", " bootops.machine=ip:192.0.2.1\n", status.StateBooting, "ip:192.0.2.1", "unknown-ip:192.0.2.1", 0},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := get(t, h, "/ipxe?"+c.query)
 			got := body(t, r)
 			if !strings.HasPrefix(got, "#!ipxe\n") || !strings.Contains(got, c.want) || strings.Contains(got, plan.TokenPlaceholder) {
 				t.Errorf("script:\n%s\nwant it to contain %q", got, c.want)
+			}
+			if strings.Contains(got, "bootops.machine= ") || strings.Contains(got, "bootops.machine=\n") {
+				t.Errorf("an empty machine key:\n%s", got)
+			}
+			tok := tokenIn(got)
+			if (tok != "") != (c.subject != "") {
+				t.Fatalf("token %q in:\n%s", tok, got)
+			}
+			if c.subject != "" {
+				g, err := testSecret.Verify(tok, boot.KindBoot, "lab", c.subject, time.Now())
+				if err != nil || g.Generation != c.gen {
+					t.Errorf("token %q for %s: %+v %v", tok, c.subject, g, err)
+				}
 			}
 			ev := mem.Events(c.key)
 			if len(ev) == 0 || ev[len(ev)-1].State != c.state || ev[len(ev)-1].Kind != status.KindScript {

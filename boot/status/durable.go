@@ -73,6 +73,8 @@ type Durable struct {
 	quit    chan struct{} // closed by Close: the writer drains the queue and stops
 	stopped chan struct{} // closed by the writer when it has stopped
 	dropped atomic.Uint64
+	// tokenUses counts UseToken calls, to sweep expired tokens now and then.
+	tokenUses atomic.Uint64
 
 	// sendMu orders sends on queue before Close: once closed is set no
 	// request can enter the queue, so the writer's last drain sees them all.
@@ -148,7 +150,7 @@ func Open(path string, opt Options) (*Durable, error) {
 // load creates the buckets and rebuilds the index from the machines bucket.
 func (d *Durable) load() error {
 	return d.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketEvents, bucketSeqs, bucketMachines} {
+		for _, name := range [][]byte{bucketEvents, bucketSeqs, bucketMachines, bucketTokens, bucketSessions} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/test/fleet"
 )
@@ -41,11 +40,12 @@ func outDir() string {
 
 // daemon is a real `bootops serve` on loopback with a generated fleet.
 type daemon struct {
-	url    string
-	repo   string // the folder it serves
-	secret boot.Secret
-	seq    uint64
-	mu     sync.Mutex
+	url  string
+	repo string // the folder it serves
+	seq  uint64
+	mu   sync.Mutex
+	// sessions are the session credentials the nodes' check-ins returned.
+	sessions map[int]string
 }
 
 func startDaemon(t *testing.T) *daemon {
@@ -74,7 +74,7 @@ func startDaemon(t *testing.T) *daemon {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
-	d := &daemon{url: "http://" + addr, repo: repo, seq: uint64(time.Now().UnixMicro())}
+	d := &daemon{url: "http://" + addr, repo: repo, seq: uint64(time.Now().UnixMicro()), sessions: map[int]string{}}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if resp, err := http.Get(d.url + "/readyz"); err == nil {
 			resp.Body.Close()
@@ -86,16 +86,13 @@ func startDaemon(t *testing.T) *daemon {
 			t.Fatal("bootops serve not ready within 60 s")
 		}
 	}
-	if d.secret, err = boot.LoadSecret(state); err != nil {
-		t.Fatal(err)
-	}
 	return d
 }
 
 func site(i int) string { return fmt.Sprintf("site-%03d", i%sites) }
 func node(i int) string { return fmt.Sprintf("node-%05d", i) }
 
-func (d *daemon) post(t *testing.T, path, token string, body any) {
+func (d *daemon) post(t *testing.T, path, token string, body, reply any) {
 	t.Helper()
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequest("POST", d.url+path, bytes.NewReader(b))
@@ -106,17 +103,38 @@ func (d *daemon) post(t *testing.T, path, token string, body any) {
 		t.Error(err)
 		return
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Errorf("POST %s: %s", path, resp.Status)
+		return
+	}
+	if reply != nil {
+		if err := json.NewDecoder(resp.Body).Decode(reply); err != nil {
+			t.Errorf("POST %s: %v", path, err)
+		}
 	}
 }
 
-// checkIn is node i's agent saying hello, as bootops-agent does.
+// checkIn is node i's agent saying hello, as bootops-agent does, with the
+// boot token of the script its machine was served.
 func (d *daemon) checkIn(t *testing.T, i int) {
-	id := plan.Identity{Serial: fmt.Sprintf("SN%08d", i), UUID: fmt.Sprintf("4c4c4544-0041-3110-8042-%012x", i),
+	serial := fmt.Sprintf("SN%08d", i)
+	resp, err := http.Get(d.url + "/ipxe?site=" + site(i) + "&serial=" + serial)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	script, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	_, tok, _ := strings.Cut(string(script), "bootops.token=")
+	tok, _, _ = strings.Cut(tok, " ")
+	id := plan.Identity{Serial: serial, UUID: fmt.Sprintf("4c4c4544-0041-3110-8042-%012x", i),
 		MACs: []string{fmt.Sprintf("52:54:%02x:%02x:%02x:%02x", (i>>24)&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff)}}
-	d.post(t, plan.AgentCheckInPath, d.secret.Token(site(i), node(i)), plan.CheckIn{Site: site(i), Node: node(i), Identity: id, Arch: "x86_64", Agent: "browser-test"})
+	var reply plan.CheckInReply
+	d.post(t, plan.AgentCheckInPath, tok, plan.CheckIn{Site: site(i), Node: node(i), Identity: id, Arch: "x86_64", Agent: "browser-test"}, &reply)
+	d.mu.Lock()
+	d.sessions[i] = reply.Session
+	d.mu.Unlock()
 }
 
 // report sends node i's agent events.
@@ -127,8 +145,9 @@ func (d *daemon) report(t *testing.T, i int, evs ...plan.AgentEvent) {
 		evs[k].Seq = d.seq
 		evs[k].Time = time.Now()
 	}
+	sess := d.sessions[i]
 	d.mu.Unlock()
-	d.post(t, plan.AgentEventsPath, d.secret.Token(site(i), node(i)), plan.EventBatch{Site: site(i), Node: node(i), Events: evs})
+	d.post(t, plan.AgentEventsPath, sess, plan.EventBatch{Site: site(i), Node: node(i), Events: evs}, nil)
 }
 
 const steps = 4
@@ -160,10 +179,15 @@ func (d *daemon) populate(t *testing.T) {
 						plan.AgentEvent{Type: plan.AgentFailed, Action: "image-to-disk", Step: 2, Steps: steps, Message: failReason})
 				case i%5 == 0: // provisioned
 					d.checkIn(t, i)
-					d.report(t, i, plan.AgentEvent{Type: plan.AgentProvisioned, Generation: 0})
+					var evs []plan.AgentEvent
+					for k, a := range []string{"wipe-disk", "image-to-disk", "cloud-init"} {
+						evs = append(evs, plan.AgentEvent{Type: plan.AgentStarted, Action: a, Step: k + 1, Steps: steps}, plan.AgentEvent{Type: plan.AgentActionDone, Action: a, Step: k + 1, Steps: steps})
+					}
+					d.report(t, i, append(evs, plan.AgentEvent{Type: plan.AgentProvisioned, Generation: 0})...)
 				case i%5 == 1 || i%5 == 2: // streaming the image
 					d.checkIn(t, i)
-					d.report(t, i, plan.AgentEvent{Type: plan.AgentStarted, Action: "image-to-disk", Step: 2, Steps: steps}, progress(int64(i%64)<<20))
+					d.report(t, i, plan.AgentEvent{Type: plan.AgentActionDone, Action: "wipe-disk", Step: 1, Steps: steps},
+						plan.AgentEvent{Type: plan.AgentStarted, Action: "image-to-disk", Step: 2, Steps: steps}, progress(int64(i%64)<<20))
 				case i%5 == 3 && i%2 == 0: // just checked in
 					d.checkIn(t, i)
 				}

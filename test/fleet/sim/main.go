@@ -31,7 +31,6 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/agent"
-	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/test/procstat"
 )
 
@@ -96,7 +95,9 @@ func run(bin string, nodes, conc, size, rounds int) error {
 			"cloudInit: {packages: [htop]}\nworkflow:\n- {action: image-to-disk}\n- {action: cloud-init}\n- {action: reboot}\n",
 		"sites/sim/site.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: sim\nnetwork: {serverAddress: 127.0.0.1, httpPort: " + port + ", dhcp: off}\ndefaultProfile: sim\n",
 	}
-	for i := range nodes {
+	// One set of nodes per round: a provisioned node boots from its disk
+	// (its script carries no token), as a real one would.
+	for i := range nodes * rounds {
 		files[fmt.Sprintf("sites/sim/nodes/n%05d.yaml", i)] = fmt.Sprintf("apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n%05d\nidentity: {serial: SIM-%05d}\n", i, i)
 	}
 	for name, body := range files {
@@ -115,10 +116,6 @@ func run(bin string, nodes, conc, size, rounds int) error {
 	defer serve.Process.Kill()
 	server := "http://127.0.0.1:" + port
 	if err := waitReady(server); err != nil {
-		return err
-	}
-	secret, err := boot.LoadSecret(state)
-	if err != nil {
 		return err
 	}
 	fmt.Printf("fleet: %d nodes, %d at a time, a %d MB image each; %d cores; %d rounds\n", nodes, conc, size>>20, nproc(), rounds)
@@ -144,16 +141,24 @@ func run(bin string, nodes, conc, size, rounds int) error {
 	}
 	// The fleet: every node through its whole workflow.
 	sysroot := filepath.Join(work, "sys")
-	fleet := func() (time.Duration, int64) {
+	fleet := func(round int) (time.Duration, int64) {
 		t0 := time.Now()
 		var failed atomic.Int64
 		var firstErr sync.Once
 		parallel(nodes, conc, func(i int) {
+			i += (round - 1) * nodes
 			name := fmt.Sprintf("n%05d", i)
 			sysfs := fakeSysfs(filepath.Join(sysroot, name), fmt.Sprintf("SIM-%05d", i), fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&255, i>>8&255, i&255))
-			args := map[string]string{"bootops.server": server, "bootops.site": "sim", "bootops.node": name, "bootops.token": secret.Token("sim", name)}
+			// The kernel command line of the script the node is served,
+			// with its boot token, as iPXE fetches it.
+			args, err := scriptArgs(server + fmt.Sprintf("/ipxe?serial=SIM-%05d&site=sim", i))
+			if err != nil {
+				failed.Add(1)
+				firstErr.Do(func() { fmt.Fprintf(os.Stderr, "%s: %v\n", name, err) })
+				return
+			}
 			powered := false
-			err := agent.Session(context.Background(), args, sysfs, io.Discard, func(r *agent.Runner) {
+			err = agent.Session(context.Background(), args, sysfs, io.Discard, func(r *agent.Runner) {
 				r.ResolveDisk = func(string) (string, error) { return "/dev/null", nil }
 				r.Mount = func(dev, fstype, dir string) error { return nil }
 				r.Unmount = func(string) error { return nil }
@@ -174,7 +179,7 @@ func run(bin string, nodes, conc, size, rounds int) error {
 	var failedTotal int64
 	for round := 1; round <= rounds; round++ {
 		r, rf := reference()
-		f, ff := fleet()
+		f, ff := fleet(round)
 		refSum, fleetSum, failedTotal = refSum+r, fleetSum+f, failedTotal+rf+ff
 		fmt.Printf("round %d: downloads alone %.1f s (%d failed); bootops fleet %.1f s (%d failed)\n", round, r.Seconds(), rf, f.Seconds(), ff)
 	}
@@ -262,4 +267,24 @@ func waitReady(server string) error {
 func nproc() int {
 	b, _ := os.ReadFile("/proc/cpuinfo")
 	return strings.Count(string(b), "processor\t:")
+}
+
+// scriptArgs fetches a machine's iPXE script and reads its kernel command
+// line.
+func scriptArgs(url string) (map[string]string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "kernel "); ok {
+			return agent.ParseCmdline(rest), nil
+		}
+	}
+	return nil, fmt.Errorf("no kernel line in the script: %q", b)
 }

@@ -50,7 +50,15 @@ type ObjectChange struct {
 	Name    string        `json:"name"`
 	Fields  []FieldChange `json:"fields,omitempty"`
 	Reaches []string      `json:"reaches,omitempty"` // site/node
+
+	// example is the first node reached, before and after, so the
+	// rendered change can be shown once for all of them.
+	example [2]*plan.Node
 }
+
+// Example returns the first node the change reaches as it is rendered in
+// the base and in the head revision, or nils when it reaches none.
+func (o ObjectChange) Example() (base, head *plan.Node) { return o.example[0], o.example[1] }
 
 // ChangeSet is what a change to the repository does: `bootops diff`.
 type ChangeSet struct {
@@ -123,6 +131,9 @@ func Diff(base, head *plan.Plan) *ChangeSet {
 			// Micro-OS's, or site's) change, shown once with the nodes
 			// it reaches.
 			if cause := causeOf(objIdx, cs, h, head); cause >= 0 {
+				if len(cs.Objects[cause].Reaches) == 0 {
+					cs.Objects[cause].example = [2]*plan.Node{b, h}
+				}
 				cs.Objects[cause].Reaches = append(cs.Objects[cause].Reaches, h.Site+"/"+h.Name)
 				cs.Summary.Change++
 				continue

@@ -295,22 +295,38 @@ func diffText(w io.Writer, cs *reconciler.ChangeSet, p palette, artifacts bool) 
 	for _, l := range diffLines(cs, p) {
 		fmt.Fprintln(w, l)
 	}
-	if artifacts {
-		for _, n := range cs.Nodes {
-			b, h := n.Nodes()
-			if b == nil || h == nil {
-				continue
-			}
-			for _, a := range reconciler.ArtifactsOf(h) {
-				d := reconciler.UnifiedDiff(cs.Base+"/"+n.Site+"/"+n.Name+"/"+a, cs.Head+"/"+n.Site+"/"+n.Name+"/"+a, reconciler.ArtifactText(b, a), reconciler.ArtifactText(h, a), 3)
-				if d != "" {
-					fmt.Fprintln(w)
-					io.WriteString(w, d)
-				}
-			}
+	if !artifacts {
+		return nil
+	}
+	// A site, profile or Micro-OS change renders every node it reaches
+	// alike: its first node's files show it once.
+	for _, o := range cs.Objects {
+		b, h := o.Example()
+		if b == nil || h == nil {
+			continue
 		}
+		fmt.Fprintf(w, "\n%s %s: the rendered files of %s/%s, the first of the %d nodes it reaches\n", o.Object, o.Name, h.Site, h.Name, len(o.Reaches))
+		artifactDiffs(w, cs, b, h)
+	}
+	for _, n := range cs.Nodes {
+		b, h := n.Nodes()
+		if b == nil || h == nil {
+			continue
+		}
+		artifactDiffs(w, cs, b, h)
 	}
 	return nil
+}
+
+// artifactDiffs writes the unified diffs of one node's rendered files.
+func artifactDiffs(w io.Writer, cs *reconciler.ChangeSet, b, h *plan.Node) {
+	for _, a := range reconciler.ArtifactsOf(h) {
+		d := reconciler.UnifiedDiff(cs.Base+"/"+h.Site+"/"+h.Name+"/"+a, cs.Head+"/"+h.Site+"/"+h.Name+"/"+a, reconciler.ArtifactText(b, a), reconciler.ArtifactText(h, a), 3)
+		if d != "" {
+			fmt.Fprintln(w)
+			io.WriteString(w, d)
+		}
+	}
 }
 
 // diffMarkdown is a pull-request comment: the summary, a table, the

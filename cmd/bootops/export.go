@@ -17,7 +17,8 @@ func exportCmd() *command {
 		usage:   "tinkerbell [DIR] --site SITE -o OUT [--namespace NS] [--auto-disk DEVICE]",
 		example: "  bootops export tinkerbell examples/warehouse --site warehouse --auto-disk /dev/sda -o out/tink\n" +
 			"  kubectl apply -f out/tink/\n" +
-			"  # exit 0: written (nodes Tinkerbell cannot take are listed on stderr) · 1: invalid repo or unknown site · 2: usage\n" +
+			"  # exit 0: written (nodes Tinkerbell cannot take are listed on stderr) · 1: invalid repo, unknown site or\n" +
+			"  # an object Kubernetes would refuse (nothing written) · 2: usage, a --namespace Kubernetes refuses\n" +
 			"\n" +
 			"Output (tinkerbell.org/v1alpha1, one multi-document YAML file per kind, byte-for-byte deterministic):\n" +
 			"  OUT/hardware.yaml   a Hardware per node: its MACs (DHCP; the reserved IP, netmask, gateway and DNS\n" +
@@ -58,7 +59,7 @@ func exportTinkerbell(c *command, e *env, args []string) error {
 	fs := c.flags(e)
 	site := fs.String("site", "", "the site to export (required)")
 	out := fs.String("o", "", "folder to write hardware.yaml, templates.yaml and workflows.yaml into (required; created)")
-	ns := fs.String("namespace", "tink-system", "namespace of every object")
+	ns := fs.String("namespace", "tink-system", "namespace of every object (a DNS-1123 label: at most 63 of a-z, 0-9 and '-')")
 	autoDisk := fs.String("auto-disk", "", "device for nodes whose disk is auto, e.g. /dev/sda (default: skip them)")
 	dir, err := parseDir(fs, e, args)
 	if err != nil {
@@ -69,6 +70,11 @@ func exportTinkerbell(c *command, e *env, args []string) error {
 	}
 	if *autoDisk != "" && !strings.HasPrefix(*autoDisk, "/dev/") {
 		return usagef("--auto-disk %q: want a device path such as /dev/sda", *autoDisk)
+	}
+	// Checked before the repository is compiled: a namespace Kubernetes
+	// refuses is a mistake in the command line, not in the repository.
+	if err := compiler.CheckTinkerbellNamespace(*ns); err != nil {
+		return usagef("--namespace %q: %v", *ns, err)
 	}
 	p, err := compileDir(e, dir)
 	if err != nil {

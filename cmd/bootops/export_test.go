@@ -101,6 +101,14 @@ func TestExportTinkerbellErrors(t *testing.T) {
 		"two dirs":      {[]string{"tinkerbell", "a", "b", "--site", "s", "-o", out}, 2, "want at most one directory"},
 		"bad auto-disk": {[]string{"tinkerbell", "--site", "s", "-o", out, "--auto-disk", "sda"}, 2, "--auto-disk \"sda\": want a device path"},
 		"unknown flag":  {[]string{"tinkerbell", "--sight", "s"}, 2, "flag provided but not defined: -sight"},
+		// Kubernetes would refuse every object: a usage error, before the
+		// repository is read.
+		"namespace Tink_System": {[]string{"tinkerbell", "../../examples/warehouse", "--site", "warehouse", "-o", out, "--namespace", "Tink_System"}, 2,
+			"bootops export: --namespace \"Tink_System\": not a Kubernetes namespace: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"},
+		"namespace of 70 characters": {[]string{"tinkerbell", "../../examples/warehouse", "--site", "warehouse", "-o", out, "--namespace", strings.Repeat("tink", 17) + "ns"}, 2,
+			"bootops export: --namespace \"" + strings.Repeat("tink", 17) + "ns\": not a Kubernetes namespace: must be no more than 63 bytes\n"},
+		"empty namespace": {[]string{"tinkerbell", "../../examples/warehouse", "--site", "warehouse", "-o", out, "--namespace", ""}, 2,
+			"bootops export: --namespace \"\": not a Kubernetes namespace"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

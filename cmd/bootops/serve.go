@@ -313,6 +313,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	for _, r := range []string{bhttp.AgentOK, bhttp.AgentUnauthorized, bhttp.AgentMismatch, bhttp.AgentBadRequest} {
 		agentRequests.WithLabelValues(r)
 	}
+	dhcpMetrics := dhcp.NewMetrics(reg)
 	hook := &reconciler.Webhook{
 		Secret: func() []byte { return settings.Load().webhookSecret },
 		Ref:    func() string { return "" },
@@ -374,7 +375,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		if p == nil {
 			return nil
 		}
-		return bootPlane(ctx, g, cfg, log, p, plans, events, httpSrv, ln.Addr().String())
+		return bootPlane(ctx, g, cfg, log, p, plans, events, httpSrv, ln.Addr().String(), dhcpMetrics)
 	})
 	log.Info("started", "source", reconciler.Redacted(cfg.source), "http", ln.Addr().String(), "state_dir", cfg.stateDir)
 	return g.Wait()
@@ -401,7 +402,7 @@ func followHeap(ctx context.Context) {
 }
 
 // bootPlane starts TFTP and DHCP for the sites served.
-func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, p *plan.Plan, plans boot.Plans, events status.Recorder, httpSrv *bhttp.Server, httpAddr string) error {
+func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, p *plan.Plan, plans boot.Plans, events status.Recorder, httpSrv *bhttp.Server, httpAddr string, dhcpMetrics *dhcp.Metrics) error {
 	var sites []*plan.Site
 	if names := cfg.sites(); len(names) > 0 {
 		for _, n := range names {
@@ -455,7 +456,7 @@ func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slo
 			if err != nil {
 				return err
 			}
-			ds := &dhcp.Server{Plans: plans, Site: site.Name, Interface: iface, Events: events, Log: log,
+			ds := &dhcp.Server{Plans: plans, Site: site.Name, Interface: iface, Events: events, Log: log, Metrics: dhcpMetrics,
 				Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m,
 					Leases: &dhcp.Pool{Path: filepath.Join(cfg.stateDir, "leases-"+site.Name+".json")}}}
 			g.Go(func() error { return ds.Serve(ctx) })

@@ -1,0 +1,225 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A reservation-mode site with a pool of ten addresses on an isolated LAN:
+// 200 DISCOVERs from random MACs must not use it up — a real ISC dhclient
+// and a real busybox udhcpc that come after each get an address, and only
+// those two leases are written down. Packets no real client can send (a
+// multicast or all-zero client hardware address, which the kernel refuses
+// on an interface; a REQUEST with a 3-byte option 50) get no answer.
+func TestReservationPoolFlood(t *testing.T) {
+	l := newClientLab(t)
+	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: reservation, subnet: 198.18.0.0/24, " +
+		"gateway: 198.18.0.254, leaseSeconds: 600, pool: {start: 198.18.0.100, end: 198.18.0.109}}\ndefaultProfile: test-os\nunknownNodes: provision\n"
+	l.serveDHCPOnly(site)
+
+	// Every client has a veth in namespace dhc (the clients' side) whose
+	// peer is a port of br0.
+	port := func(name, mac string) {
+		run(t, "ip", "-n", l.lan, "link", "add", "v"+name, "type", "veth", "peer", "name", name, "netns", l.dhc)
+		run(t, "ip", "-n", l.lan, "link", "set", "v"+name, "master", "br0", "up")
+		if mac != "" {
+			run(t, "ip", "-n", l.dhc, "link", "set", name, "address", mac)
+		}
+		run(t, "ip", "-n", l.dhc, "link", "set", name, "up")
+	}
+	port("flood", "52:54:00:e2:f0:01")
+	port("dhcl", "52:54:00:e2:f0:02")
+	port("udhcp", "52:54:00:e2:f0:03")
+	time.Sleep(time.Second) // let the new ports settle
+
+	flood := filepath.Join(l.dir, "dhcpflood")
+	if out, err := exec.Command("go", "build", "-o", flood, "./dhcpflood").CombinedOutput(); err != nil {
+		t.Fatalf("build dhcpflood: %v\n%s", err, out)
+	}
+	floodRun := func(args ...string) (sent, replies int) {
+		t.Helper()
+		out := run(t, "timeout", append([]string{"60", "ip", "netns", "exec", l.dhc, flood, "-i", "flood"}, args...)...)
+		if _, err := fmt.Sscanf(strings.TrimSpace(out), "sent %d replies %d", &sent, &replies); err != nil {
+			t.Fatalf("dhcpflood %v: %q", args, out)
+		}
+		return sent, replies
+	}
+	// The flood: every DISCOVER is answered (an offer gives way to the
+	// next when the pool is full), and nothing is written down.
+	sent, replies := floodRun("-n", "200", "-wait", "3s")
+	t.Logf("flood: %d DISCOVERs, %d offers", sent, replies)
+	if replies < 180 {
+		t.Errorf("only %d of 200 flood DISCOVERs got an offer: is the server answering at all?", replies)
+	}
+	leases := filepath.Join(l.dir, "state", "leases-lab.json")
+	if b, err := os.ReadFile(leases); err == nil && strings.Contains(string(b), `"ip"`) {
+		t.Errorf("the flood's DISCOVERs left leases:\n%s", b)
+	}
+
+	// Real clients, one after the other, right after the flood.
+	dhclient := l.dhclient("dhcl")
+	udhcpc := l.udhcpc("udhcp")
+	pool := func(ip string) bool {
+		a, err := netip.ParseAddr(ip)
+		return err == nil && !a.Less(netip.MustParseAddr("198.18.0.100")) && !netip.MustParseAddr("198.18.0.109").Less(a)
+	}
+	if !pool(dhclient) || !pool(udhcpc) || dhclient == udhcpc {
+		t.Errorf("dhclient got %q, udhcpc got %q: want two addresses of the pool", dhclient, udhcpc)
+	}
+
+	// What no real client can send: no answer.
+	for _, args := range [][]string{
+		{"-mac", "01:00:5e:00:00:01"},
+		{"-mac", "00:00:00:00:00:00"},
+		{"-mac", "ff:ff:ff:ff:ff:ff"},
+		{"-opt50-len", "3"},
+		{"-opt50-len", "0"},
+	} {
+		if _, replies := floodRun(append(args, "-n", "3", "-wait", "2s")...); replies != 0 {
+			t.Errorf("dhcpflood %v: %d replies, want none", args, replies)
+		}
+	}
+
+	// Only the real clients' leases are kept, and the drops are counted.
+	b, err := os.ReadFile(leases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept map[string]struct{ IP string }
+	if err := json.Unmarshal(b, &kept); err != nil {
+		t.Fatalf("%s: %v\n%s", leases, err, b)
+	}
+	if len(kept) != 2 || kept["52:54:00:e2:f0:02"].IP != dhclient || kept["52:54:00:e2:f0:03"].IP != udhcpc {
+		t.Errorf("leases kept:\n%s\nwant only dhclient's %s and udhcpc's %s", b, dhclient, udhcpc)
+	}
+	metrics := run(t, "ip", "netns", "exec", l.lan, "busybox", "wget", "-qO-", "http://198.18.0.1:8080/metrics")
+	for reason, want := range map[string]int{"multicast_mac": 3, "zero_mac": 3, "broadcast_mac": 3, "malformed_option": 6} {
+		m := regexp.MustCompile(`bootops_dhcp_dropped_total\{reason="` + reason + `"\} (\d+)`).FindStringSubmatch(metrics)
+		if m == nil || m[1] != fmt.Sprint(want) {
+			t.Errorf("bootops_dhcp_dropped_total{reason=%q}: %v, want %d", reason, m, want)
+		}
+	}
+	if !strings.Contains(metrics, `bootops_dhcp_pool_exhausted_total{site="lab"} 0`) {
+		t.Errorf("pool exhausted, or the series is missing:\n%s", grepLines(metrics, "bootops_dhcp"))
+	}
+}
+
+// newClientLab is the lab without VMs: namespace lan with br0 (the
+// server), and namespace dhc for the DHCP clients. It needs root,
+// iproute2, ISC dhclient and busybox, and fails without them.
+func newClientLab(t *testing.T) *lab {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the end-to-end tests need root (network namespaces): run them as root, as CI does")
+	}
+	for bin, pkg := range map[string]string{"ip": "iproute2", "dhclient": "isc-dhcp-client", "busybox": "busybox-static", "timeout": "coreutils"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s is missing: run `make e2e`, which installs %s", bin, pkg)
+		}
+	}
+	id := fmt.Sprintf("%d%d", os.Getpid()%10000, time.Now().UnixNano()%1000)
+	l := &lab{t: t, lan: "bo-lan-" + id, dhc: "bo-cli-" + id, dir: t.TempDir()}
+	t.Cleanup(l.close)
+	run(t, "ip", "netns", "add", l.lan)
+	run(t, "ip", "netns", "add", l.dhc)
+	run(t, "ip", "-n", l.lan, "link", "set", "lo", "up")
+	run(t, "ip", "-n", l.dhc, "link", "set", "lo", "up")
+	run(t, "ip", "-n", l.lan, "link", "add", "br0", "type", "bridge")
+	run(t, "ip", "-n", l.lan, "addr", "add", "198.18.0.1/24", "dev", "br0")
+	run(t, "ip", "-n", l.lan, "link", "set", "br0", "up")
+	return l
+}
+
+// serveDHCPOnly runs bootops serve on br0 with a repository of site and
+// placeholder Micro-OS files: DHCP and HTTP, no TFTP (a placeholder iPXE
+// binary, as the clients here never boot).
+func (l *lab) serveDHCPOnly(site string) {
+	l.t.Helper()
+	dir := filepath.Join(l.dir, "repo")
+	writeRepo(dir, map[string]string{
+		"microos/default.yaml":  "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\n",
+		"microos/vmlinuz":       "placeholder kernel\n",
+		"microos/initrd.img":    "placeholder initrd\n",
+		"profiles/test-os.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os\nos: {type: immutable}\nimage: {url: \"http://198.18.0.1:8080/images/test.raw.gz\", sha256: aba2c9d06fdff3e9329ddd3e8be90714ac05250b4260a0c7ae04dd4406db25a9, compression: gz}\n",
+		"sites/lab/site.yaml":   site,
+	}, nil)
+	ipxe := filepath.Join(l.dir, "ipxe")
+	os.MkdirAll(ipxe, 0o755)
+	os.WriteFile(filepath.Join(ipxe, "undionly.kpxe"), []byte("placeholder"), 0o644)
+	l.start("bootops", "ip", "netns", "exec", l.lan, bootops, "serve", "--source", dir, "--state-dir", filepath.Join(l.dir, "state"),
+		"--http-addr", "198.18.0.1:8080", "--tftp-addr", "", "--interface", "br0", "--ipxe-dir", ipxe, "--log-format", "text")
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if strings.Contains(l.log("bootops"), "msg=serving") {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	l.t.Fatalf("bootops did not start:\n%s", l.log("bootops"))
+}
+
+// dhclient runs ISC dhclient on iface in namespace dhc until it is bound
+// (at most 60 s) and returns its address. Its script only writes down what
+// it is told: nothing outside the namespace changes (no resolv.conf).
+func (l *lab) dhclient(iface string) string {
+	l.t.Helper()
+	out := filepath.Join(l.dir, "dhclient.events")
+	script := filepath.Join(l.dir, "dhclient-script")
+	os.WriteFile(script, []byte("#!/bin/sh\necho \"$reason $new_ip_address\" >> "+out+"\n"), 0o755)
+	conf := filepath.Join(l.dir, "dhclient.conf")
+	os.WriteFile(conf, []byte("timeout 60;\nretry 5;\n"), 0o644)
+	// ip netns exec execs dhclient: the lab's cleanup kills it.
+	l.start("dhclient", "ip", "netns", "exec", l.dhc, "dhclient", "-4", "-d", "-1", "-v", "-cf", conf, "-sf", script,
+		"-lf", filepath.Join(l.dir, "dhclient.leases"), "-pf", filepath.Join(l.dir, "dhclient.pid"), iface)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(out)
+		if m := regexp.MustCompile(`(?m)^BOUND (\S+)$`).FindSubmatch(b); m != nil {
+			return string(m[1])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(out)
+	l.t.Errorf("dhclient got no address in 60 s; script saw:\n%s\nlog:\n%s", b, tail(l.log("dhclient"), 30))
+	return ""
+}
+
+// udhcpc runs busybox udhcpc on iface in namespace dhc: it quits once
+// bound (-q) or after its tries (-n), and its script only writes down the
+// address.
+func (l *lab) udhcpc(iface string) string {
+	l.t.Helper()
+	out := filepath.Join(l.dir, "udhcpc.events")
+	script := filepath.Join(l.dir, "udhcpc-script")
+	os.WriteFile(script, []byte("#!/bin/sh\necho \"$1 $ip\" >> "+out+"\n"), 0o755)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	log, err := exec.CommandContext(ctx, "ip", "netns", "exec", l.dhc, "busybox", "udhcpc", "-f", "-i", iface, "-n", "-q", "-t", "10", "-T", "3", "-s", script).CombinedOutput()
+	b, _ := os.ReadFile(out)
+	if m := regexp.MustCompile(`(?m)^bound (\S+)$`).FindSubmatch(b); m != nil {
+		return string(m[1])
+	}
+	l.t.Errorf("udhcpc got no address (%v); script saw:\n%s\nlog:\n%s", err, b, log)
+	return ""
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}

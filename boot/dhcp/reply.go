@@ -55,16 +55,21 @@ const (
 )
 
 // DropReasons lists every Drop* reason.
-var DropReasons = []string{DropHardware, DropZeroMAC, DropBroadcastMAC, DropMulticastMAC, DropMalformedOption}
+func DropReasons() []string {
+	return []string{DropHardware, DropZeroMAC, DropBroadcastMAC, DropMulticastMAC, DropMalformedOption}
+}
 
 // fixedLength are options whose length RFC 2132 fixes; the library's
 // getters read a wrong length as "absent", which would turn a REQUEST
 // for a garbled address into one for no address in particular.
-var fixedLength = map[dhcpv4.OptionCode]int{
-	dhcpv4.OptionDHCPMessageType:        1,
-	dhcpv4.OptionRequestedIPAddress:     4,
-	dhcpv4.OptionServerIdentifier:       4,
-	dhcpv4.OptionMaximumDHCPMessageSize: 2,
+var fixedLength = [...]struct {
+	code dhcpv4.OptionCode
+	n    int
+}{
+	{dhcpv4.OptionDHCPMessageType, 1},
+	{dhcpv4.OptionRequestedIPAddress, 4},
+	{dhcpv4.OptionServerIdentifier, 4},
+	{dhcpv4.OptionMaximumDHCPMessageSize, 2},
 }
 
 // invalid says why req must not be answered at all: a hardware address no
@@ -83,9 +88,9 @@ func invalid(req *dhcpv4.DHCPv4) (reason, why string) {
 	case hw[0]&1 != 0:
 		return DropMulticastMAC, "client hardware address " + hw.String() + " is a multicast address"
 	}
-	for code, n := range fixedLength {
-		if v, ok := req.Options[code.Code()]; ok && len(v) != n {
-			return DropMalformedOption, fmt.Sprintf("option %d has length %d, want %d", code.Code(), len(v), n)
+	for _, f := range fixedLength {
+		if v, ok := req.Options[f.code.Code()]; ok && len(v) != f.n {
+			return DropMalformedOption, fmt.Sprintf("option %d has length %d, want %d", f.code.Code(), len(v), f.n)
 		}
 	}
 	return "", ""

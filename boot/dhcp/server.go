@@ -63,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"site"}),
 	}
 	reg.MustRegister(m.dropped, m.exhausted)
-	for _, r := range DropReasons {
+	for _, r := range DropReasons() {
 		m.dropped.WithLabelValues(r)
 	}
 	return m

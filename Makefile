@@ -15,7 +15,7 @@ AGENT    := bin/bootops-agent
 FUZZTIME ?= 2m
 CUE_VERSION := v0.17.1
 # What the tests (a Git server, VMs) and the demo need (DESIGN.md §5).
-LAB_DEBS := git openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium
+LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium
 
 export GOFLAGS := -buildvcs=false
 
@@ -70,6 +70,7 @@ bench: build
 fuzz: go-check
 	$(GO) test ./compiler -run XXX -fuzz FuzzLoad -fuzztime $(FUZZTIME)
 	$(GO) test ./compiler -run XXX -fuzz FuzzFastPathAgreesWithCUE -fuzztime $(FUZZTIME)
+	$(GO) test ./compiler -run XXX -fuzz FuzzRenderIPXE -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin out .cache

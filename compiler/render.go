@@ -172,14 +172,7 @@ func (r *repo) node(n *nodeObj, s *plan.Site, pr *plan.Profile, microOS map[stri
 
 // artifacts renders one machine's files. n.Name is "" for unknown machines.
 func (r *repo) artifacts(n *plan.Node, nodeCI *value, s *plan.Site, pr *plan.Profile, m *plan.MicroOS, disk string) plan.Artifacts {
-	vars := map[string]string{
-		"node": n.Name, "hostname": n.Hostname, "site": s.Name, "profile": pr.Name,
-		"ip": n.IP, "serial": n.Identity.Serial, "uuid": n.Identity.UUID, "server": s.ServerURL(),
-	}
-	if len(n.Identity.MACs) > 0 {
-		vars["mac"] = n.Identity.MACs[0]
-	}
-	lookup := func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	lookup := renderVars(n, s, pr)
 	if disk == "" {
 		disk = pr.Disk
 	}
@@ -190,17 +183,38 @@ func (r *repo) artifacts(n *plan.Node, nodeCI *value, s *plan.Site, pr *plan.Pro
 	if n.Name == "" {
 		return a
 	}
+	var b strings.Builder
+	b.WriteString("#cloud-config\n")
+	writeYAML(&b, r.cloudConfig(n, nodeCI, pr, lookup), 0)
+	a.UserData = b.String()
+	// Quoted where a YAML 1.1 reader (cloud-init's PyYAML) would read a
+	// number, a boolean, a date or null: hostname 0042 is not 34.
+	a.MetaData = "instance-id: " + yamlString(n.Name+"-"+strconv.Itoa(n.Reprovision)) + "\nlocal-hostname: " + yamlString(n.Hostname) + "\n"
+	a.NetworkConfig = networkConfig(n, s)
+	return a
+}
+
+// renderVars is what ${…} names in a machine's cloud-init values and file
+// contents.
+func renderVars(n *plan.Node, s *plan.Site, pr *plan.Profile) func(string) (string, bool) {
+	vars := map[string]string{
+		"node": n.Name, "hostname": n.Hostname, "site": s.Name, "profile": pr.Name,
+		"ip": n.IP, "serial": n.Identity.Serial, "uuid": n.Identity.UUID, "server": s.ServerURL(),
+	}
+	if len(n.Identity.MACs) > 0 {
+		vars["mac"] = n.Identity.MACs[0]
+	}
+	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+}
+
+// cloudConfig is a node's user-data as values: the profile's cloudInit,
+// the node's merged over it, the hostname, variables expanded.
+func (r *repo) cloudConfig(n *plan.Node, nodeCI *value, pr *plan.Profile, lookup func(string) (string, bool)) *value {
 	ci := mergeMaps(r.profiles[pr.Name].v.get("cloudInit"), nodeCI)
 	if ci.get("hostname") == nil {
 		ci.set("hostname", &value{kind: kString, str: n.Hostname})
 	}
-	var b strings.Builder
-	b.WriteString("#cloud-config\n")
-	writeYAML(&b, expandTree(ci, lookup), 0)
-	a.UserData = b.String()
-	a.MetaData = "instance-id: " + n.Name + "-" + strconv.Itoa(n.Reprovision) + "\nlocal-hostname: " + n.Hostname + "\n"
-	a.NetworkConfig = networkConfig(n, s)
-	return a
+	return expandTree(ci, lookup)
 }
 
 // ipxeScript boots the Micro-OS. The kernel line names the initrd
@@ -213,17 +227,17 @@ func (r *repo) artifacts(n *plan.Node, nodeCI *value, s *plan.Site, pr *plan.Pro
 // to the script, end its kernel line early or be expanded by iPXE.
 func ipxeScript(s *plan.Site, m *plan.MicroOS, n *plan.Node, profile string, kernelArgs []string, extra ...string) string {
 	base := ipxeWord(s.ServerURL())
-	site, micro, profile := ipxeWord(s.Name), ipxeWord(m.Name), ipxeWord(profile)
+	site, micro, prof := ipxeWord(s.Name), ipxeWord(m.Name), ipxeWord(profile)
 	var b strings.Builder
 	b.WriteString("#!ipxe\n")
 	args := []string{"initrd=initrd", plan.CmdlineServer + "=" + base}
 	if n != nil && n.Name != "" {
 		node := ipxeWord(n.Name)
-		fmt.Fprintf(&b, "# bootops: node %s, site %s, profile %s, micro-os %s\n", node, site, profile, micro)
+		fmt.Fprintf(&b, "# bootops: node %s, site %s, profile %s, micro-os %s\n", node, site, prof, micro)
 		args = append(args, plan.CmdlineNode+"="+node)
 	} else if profile != "" {
-		fmt.Fprintf(&b, "# bootops: unknown machine on site %s, default profile %s, micro-os %s\n", site, profile, micro)
-		args = append(args, "bootops.profile="+profile)
+		fmt.Fprintf(&b, "# bootops: unknown machine on site %s, default profile %s, micro-os %s\n", site, prof, micro)
+		args = append(args, "bootops.profile="+prof)
 	} else {
 		fmt.Fprintf(&b, "# bootops: unknown machine on site %s held in micro-os %s\n", site, micro)
 	}
@@ -302,14 +316,14 @@ func networkConfig(n *plan.Node, s *plan.Site) string {
 		return b.String()
 	}
 	prefix, _ := netip.ParsePrefix(s.Network.Subnet)
-	fmt.Fprintf(&b, "    dhcp4: false\n    addresses:\n      - %s/%d\n", n.IP, prefix.Bits())
+	fmt.Fprintf(&b, "    dhcp4: false\n    addresses:\n      - %s\n", yamlString(fmt.Sprintf("%s/%d", n.IP, prefix.Bits())))
 	if s.Network.Gateway != "" {
-		fmt.Fprintf(&b, "    routes:\n      - to: default\n        via: %s\n", s.Network.Gateway)
+		fmt.Fprintf(&b, "    routes:\n      - to: default\n        via: %s\n", yamlString(s.Network.Gateway))
 	}
 	if len(s.Network.DNS) > 0 {
 		b.WriteString("    nameservers:\n      addresses:\n")
 		for _, d := range s.Network.DNS {
-			fmt.Fprintf(&b, "        - %s\n", d)
+			fmt.Fprintf(&b, "        - %s\n", yamlString(d))
 		}
 	}
 	return b.String()

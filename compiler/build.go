@@ -116,10 +116,20 @@ func (o *object) facts() *nodeFacts {
 		site:        o.str("site"),
 		fromPath:    siteFromPath(o.file),
 		profile:     o.str("profile"),
-		hasIdentity: id.get("mac") != nil || id.get("uuid") != nil || id.get("serial") != nil,
+	}
+	// What counts is what is left after normalisation: mac: [] names no
+	// machine.
+	for _, c := range o.identityClaims() {
+		if c.norm != "" {
+			f.hasIdentity = true
+		}
 	}
 	if !f.hasIdentity {
-		f.errs = append(f.errs, errorf(o.pos("identity"), "identity", "needs at least one of mac, uuid, serial"))
+		msg := "needs at least one of mac, uuid, serial"
+		if m := id.get("mac"); m != nil && m.kind == kList && len(m.list) == 0 {
+			msg += " (mac is an empty list)"
+		}
+		f.errs = append(f.errs, errorf(o.pos("identity"), "identity", "%s", msg))
 	}
 	if f.site != "" && f.fromPath != "" && f.site != f.fromPath {
 		f.errs = append(f.errs, errorf(o.pos("site"), "site", "node says site %q but its file is under sites/%s/", f.site, f.fromPath))

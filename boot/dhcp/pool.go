@@ -308,3 +308,50 @@ func (p *Pool) save() error {
 	}
 	return os.Rename(tmp, p.Path)
 }
+
+// MACOf returns the MAC whose live lease is ip ("" if none): how the HTTP
+// server keys an unknown machine that reports no usable identifier.
+func (p *Pool) MACOf(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ""
+	}
+	a = a.Unmap()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.load() != nil {
+		return ""
+	}
+	now := p.now()
+	for mac, l := range p.leases {
+		if l.ip == a && now.Before(l.expires) {
+			return mac
+		}
+	}
+	return ""
+}
+
+// Pools are the pools of every site served, for MACOf across them.
+type Pools struct {
+	mu    sync.Mutex
+	pools []*Pool
+}
+
+// Add makes p one of them.
+func (ps *Pools) Add(p *Pool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.pools = append(ps.pools, p)
+}
+
+// MACOf returns the MAC whose live lease is ip in any of the pools.
+func (ps *Pools) MACOf(ip string) string {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.pools {
+		if mac := p.MACOf(ip); mac != "" {
+			return mac
+		}
+	}
+	return ""
+}

@@ -530,6 +530,16 @@ func TestLeasesExpire(t *testing.T) {
 	a.get()
 	clk.add(time.Minute)
 	b.get()
+	// The HTTP server keys a machine with no identifier by its lease.
+	pool := cfg.Leases.(*Pool)
+	ps := &Pools{}
+	ps.Add(pool)
+	if got := ps.MACOf("198.18.0.12"); got != "52:54:00:aa:00:02" {
+		t.Errorf("MACOf(198.18.0.12): %q", got)
+	}
+	if got := ps.MACOf("198.18.0.200"); got != "" {
+		t.Errorf("MACOf an address nobody leased: %q", got)
+	}
 	// a renews (ciaddr, no option 50) half-way: its lease lasts on.
 	clk.add(5 * time.Minute)
 	if got := a.request("0.0.0.0", dhcpv4.WithClientIP(net.ParseIP("198.18.0.10")), func(d *dhcpv4.DHCPv4) {
@@ -539,6 +549,9 @@ func TestLeasesExpire(t *testing.T) {
 		t.Errorf("renewal: %s", got)
 	}
 	clk.add(5 * time.Minute) // b's lease has expired, a's not
+	if got := pool.MACOf("198.18.0.12"); got != "" {
+		t.Errorf("MACOf an expired lease: %q", got)
+	}
 	if got := c.get(); got != "ACK 198.18.0.12" {
 		t.Errorf("c, when b's lease has expired: %s", got)
 	}

@@ -83,7 +83,7 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	fs.StringVar(&cfg.iface, "interface", "", "network interface of the provisioning LAN (default: the site's network.interface)")
 	fs.StringVar(&cfg.ipxeDir, "ipxe-dir", "/usr/lib/ipxe", "folder with the iPXE binaries served over TFTP")
 	fs.StringVar(&cfg.tftpAddr, "tftp-addr", ":69", "TFTP listen address (\"\" for none)")
-	fs.StringVar(&cfg.stateDir, "state-dir", "/var/lib/bootops", "folder for the last good plan, the node-token secret, DHCP leases and the artifact cache")
+	fs.StringVar(&cfg.stateDir, "state-dir", "/var/lib/bootops", "folder for the last good plan, the secret that signs the agents' credentials, DHCP leases and the artifact cache")
 	fs.StringVar(&cfg.artifactMode, "artifact-mode", "serve", "Micro-OS files from a URL: serve (fetch, verify, cache) or redirect (send machines to the URL)")
 	fs.StringVar(&cfg.logFormat, "log-format", "json", "log format: json or text")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -304,16 +304,19 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	defer events.Close()
 	agentRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bootops_agent_requests_total",
-		Help: "Requests of agents (check-in, events), by result: ok, unauthorized (wrong or missing token), mismatch, bad_request.",
+		Help: "Requests of agents (check-in, events), by result: ok, unauthorized (wrong, spent or missing credential), mismatch, conflict (identity-conflict: a spent token again, a provisioned node claimed), refused (events out of the workflow's order), bad_request.",
 	}, []string{"result"})
 	reg.MustRegister(agentRequests, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "bootops_status_events_dropped_total",
 		Help: "Boot-plane events the status store could not keep (its queue was full or a write failed).",
 	}, func() float64 { return float64(events.Dropped()) }))
-	for _, r := range []string{bhttp.AgentOK, bhttp.AgentUnauthorized, bhttp.AgentMismatch, bhttp.AgentBadRequest} {
+	for _, r := range []string{bhttp.AgentOK, bhttp.AgentUnauthorized, bhttp.AgentMismatch, bhttp.AgentConflict, bhttp.AgentRefused, bhttp.AgentBadRequest} {
 		agentRequests.WithLabelValues(r)
 	}
 	dhcpMetrics := dhcp.NewMetrics(reg)
+	// Every site's pool: an unknown machine that reports no identifier is
+	// keyed by the MAC its address was leased to.
+	pools := &dhcp.Pools{}
 	hook := &reconciler.Webhook{
 		Secret: func() []byte { return settings.Load().webhookSecret },
 		Ref:    func() string { return "" },
@@ -329,7 +332,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		hook.Ref = func() string { return follower.Ref() }
 	}
 	httpSrv := &bhttp.Server{
-		Plans: plans, Events: events, Status: events, Store: events, Provisioned: events.Provisioned, Tokens: secret, Source: sourceStatus{rec}, Log: log,
+		Plans: plans, Events: events, Status: events, Store: events, Provisioned: events.Provisioned, Secret: secret, Sessions: events, MACOf: pools.MACOf, Source: sourceStatus{rec}, Log: log,
 		AgentCount:   func(r string) { agentRequests.WithLabelValues(r).Inc() },
 		Artifacts:    &bhttp.Artifacts{Repo: root, CacheDir: filepath.Join(cfg.stateDir, "cache"), Redirect: cfg.artifactMode == "redirect"},
 		DrainTimeout: cfg.drainTimeout,
@@ -375,7 +378,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		if p == nil {
 			return nil
 		}
-		return bootPlane(ctx, g, cfg, log, p, plans, events, httpSrv, ln.Addr().String(), dhcpMetrics)
+		return bootPlane(ctx, g, cfg, log, p, plans, events, httpSrv, ln.Addr().String(), dhcpMetrics, pools)
 	})
 	log.Info("started", "source", reconciler.Redacted(cfg.source), "http", ln.Addr().String(), "state_dir", cfg.stateDir)
 	return g.Wait()
@@ -402,7 +405,7 @@ func followHeap(ctx context.Context) {
 }
 
 // bootPlane starts TFTP and DHCP for the sites served.
-func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, p *plan.Plan, plans boot.Plans, events status.Recorder, httpSrv *bhttp.Server, httpAddr string, dhcpMetrics *dhcp.Metrics) error {
+func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, p *plan.Plan, plans boot.Plans, events status.Recorder, httpSrv *bhttp.Server, httpAddr string, dhcpMetrics *dhcp.Metrics, pools *dhcp.Pools) error {
 	var sites []*plan.Site
 	if names := cfg.sites(); len(names) > 0 {
 		for _, n := range names {
@@ -456,9 +459,10 @@ func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slo
 			if err != nil {
 				return err
 			}
+			pool := &dhcp.Pool{Path: filepath.Join(cfg.stateDir, "leases-"+site.Name+".json")}
+			pools.Add(pool)
 			ds := &dhcp.Server{Plans: plans, Site: site.Name, Interface: iface, Events: events, Log: log, Metrics: dhcpMetrics,
-				Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m,
-					Leases: &dhcp.Pool{Path: filepath.Join(cfg.stateDir, "leases-"+site.Name+".json")}}}
+				Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m, Leases: pool}}
 			g.Go(func() error { return ds.Serve(ctx) })
 		}
 		log.Info("serving", "site", site.Name, "plan", p.Hash, "http", httpAddr, "tftp", tftpAddr, "dhcp", m, "interface", iface)

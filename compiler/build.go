@@ -113,9 +113,9 @@ func (o *object) facts() *nodeFacts {
 	}
 	id := o.v.get("identity")
 	f := &nodeFacts{
-		site:        o.str("site"),
-		fromPath:    siteFromPath(o.file),
-		profile:     o.str("profile"),
+		site:     o.str("site"),
+		fromPath: siteFromPath(o.file),
+		profile:  o.str("profile"),
 	}
 	// What counts is what is left after normalisation: mac: [] names no
 	// machine.

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/schema"
 )
 
 // repo is the validated objects of a repository, indexed for the checks
@@ -352,19 +353,11 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// actionParams lists the parameters each workflow action takes.
-var actionParams = map[string][]string{
-	"wipe-disk":     {},
-	"image-to-disk": {},
-	"write-file":    {"partition", "fsType", "path", "content", "mode"},
-	"cloud-init":    {"partition", "fsType", "path"},
-	"exec":          {"command", "chroot", "partition", "fsType"},
-	"reboot":        {},
-	"poweroff":      {},
-	"kexec":         {"partition", "fsType"},
-}
+// actionParams lists the parameters each workflow action takes; the JSON
+// Schema for editors says the same (schema.ActionParams).
+var actionParams = schema.ActionParams()
 
-var commonParams = []string{"action", "name", "timeout", "retries"}
+var commonParams = schema.CommonActionParams()
 
 func (r *repo) checkProfile(p *object) {
 	if m := p.str("microOS"); r.microOS[m] == nil && !r.broken["MicroOS"][m] {
@@ -390,7 +383,7 @@ func (r *repo) checkProfile(p *object) {
 				r.errorf(Pos{p.file, a.get(k).line, a.get(k).col}, base+"."+k, "not a parameter of %s (it takes %s)", act, paramList(allowed))
 			}
 		}
-		need := map[string][]string{"write-file": {"path", "content"}, "exec": {"command"}}[act]
+		need := schema.ActionNeeds()[act]
 		for _, k := range need {
 			if a.get(k) == nil {
 				r.errorf(Pos{p.file, a.line, a.col}, base+"."+k, "missing: %s needs %s", act, k)

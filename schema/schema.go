@@ -80,6 +80,7 @@ func JSONSchema(v cue.Value) ([]byte, error) {
 		}
 		out[name] = toJSONSchema(d)
 	}
+	addRules(out)
 	var dispatch []any
 	for _, k := range kinds {
 		dispatch = append(dispatch, map[string]any{
@@ -151,4 +152,121 @@ func toJSONSchema(v any) any {
 		return out
 	}
 	return v
+}
+
+// ActionParams lists the parameters each workflow action takes, beside
+// the ones every action takes (CommonActionParams).
+func ActionParams() map[string][]string {
+	return map[string][]string{
+		"wipe-disk":     {},
+		"image-to-disk": {},
+		"write-file":    {"partition", "fsType", "path", "content", "mode"},
+		"cloud-init":    {"partition", "fsType", "path"},
+		"exec":          {"command", "chroot", "partition", "fsType"},
+		"reboot":        {},
+		"poweroff":      {},
+		"kexec":         {"partition", "fsType"},
+	}
+}
+
+// CommonActionParams are the parameters of every action.
+func CommonActionParams() []string { return []string{"action", "name", "timeout", "retries"} }
+
+// ActionNeeds lists the parameters an action cannot do without.
+func ActionNeeds() map[string][]string {
+	return map[string][]string{"write-file": {"path", "content"}, "exec": {"command"}}
+}
+
+// kernelLine is a value written on the kernel line of the iPXE script
+// (MicroOS cmdline, Profile kernelArgs), as far as a JSON Schema pattern
+// (RE2: no look-ahead) says it: no control character, no "${", no word
+// that iPXE reads as a command separator (||, &&, ;) or a comment (#…),
+// no bootops.* parameter but bootops.debug. The compiler's check says why.
+func kernelLine() map[string]any {
+	return map[string]any{
+		"type":    "string",
+		"pattern": `^(?:[^\x00-\x1f\x7f$]|\$+[^\x00-\x1f\x7f${])*\$*$`,
+		"not": map[string]any{"anyOf": []any{
+			map[string]any{"pattern": `(?:^| )(?:\|\||&&|;)(?: |$)`},
+			map[string]any{"pattern": `(?:^| )#`},
+			map[string]any{"pattern": `(?:^| )bootops\.(?:$|[^d ]|d(?:$|[^e ]|e(?:$|[^b ]|b(?:$|[^u ]|u(?:$|[^g ]|g[^= ])))))`},
+		}},
+	}
+}
+
+// addRules adds to the exported definitions the rules the compiler checks
+// in Go that a JSON Schema can still express, so that an editor refuses
+// what bootops validate refuses: a node's identity names at least one
+// identifier, a reservation site has a subnet, an action has what it needs
+// and only its own parameters, a profile's workflow writes the image, an
+// artifact has exactly one of url and path (and a url its sha256), kernel
+// command lines hold nothing iPXE would misread. What needs other objects
+// (unique names and identifiers, references, addresses inside a subnet)
+// cannot be said in JSON Schema.
+func addRules(defs map[string]any) {
+	obj := func(v any, path ...string) map[string]any {
+		m, _ := v.(map[string]any)
+		for _, p := range path {
+			m, _ = m[p].(map[string]any)
+		}
+		return m
+	}
+	req := func(names ...string) map[string]any { return map[string]any{"required": names} }
+
+	if id := obj(defs["Node"], "properties", "identity"); id != nil {
+		id["anyOf"] = []any{req("mac"), req("uuid"), req("serial")}
+		if mac := obj(id, "properties", "mac"); mac != nil {
+			if alts, ok := mac["anyOf"].([]any); ok {
+				for _, a := range alts {
+					if m := obj(a); m["type"] == "array" {
+						m["minItems"] = 1
+					}
+				}
+			}
+		}
+	}
+	if nw := obj(defs["Site"], "properties", "network"); nw != nil {
+		nw["if"] = map[string]any{"properties": map[string]any{"dhcp": map[string]any{"const": "reservation"}}, "required": []string{"dhcp"}}
+		nw["then"] = req("subnet")
+	}
+	if a := obj(defs["Action"]); a != nil {
+		params, needs := ActionParams(), ActionNeeds()
+		names := make([]string, 0, len(params))
+		for name := range params {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		var rules []any
+		for _, name := range names {
+			then := map[string]any{"propertyNames": map[string]any{"enum": append(CommonActionParams(), params[name]...)}}
+			if n := needs[name]; len(n) > 0 {
+				then["required"] = n
+			}
+			rules = append(rules, map[string]any{
+				"if":   map[string]any{"properties": map[string]any{"action": map[string]any{"const": name}}, "required": []string{"action"}},
+				"then": then,
+			})
+		}
+		a["allOf"] = rules
+	}
+	if art := obj(defs["Artifact"]); art != nil {
+		art["oneOf"] = []any{req("url"), req("path")}
+		art["if"] = req("url")
+		art["then"] = req("sha256")
+	}
+	if m := obj(defs["MicroOS"], "properties"); m != nil {
+		c := kernelLine()
+		if d, ok := m["cmdline"].(map[string]any); ok && d["default"] != nil {
+			c["default"] = d["default"]
+		}
+		m["cmdline"] = c
+	}
+	if p := obj(defs["Profile"], "properties"); p != nil {
+		if ka := obj(p, "kernelArgs"); ka != nil {
+			ka["items"] = kernelLine()
+		}
+		if wf := obj(p, "workflow"); wf != nil {
+			wf["contains"] = map[string]any{"properties": map[string]any{"action": map[string]any{"const": "image-to-disk"}}, "required": []string{"action"}}
+		}
+	}
 }

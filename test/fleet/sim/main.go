@@ -195,10 +195,10 @@ func run(bin string, nodes, conc, size, rounds int) error {
 		return err
 	}
 	fmt.Printf("all rounds: downloads alone %.1f s, bootops fleet %.1f s: bootops adds %.1f %%; %d failed; %d of %d nodes provisioned by the server's status\n",
-		ref.Seconds(), wall.Seconds(), 100*(wall.Seconds()-ref.Seconds())/ref.Seconds(), failed.Load(), provisioned, nodes)
+		ref.Seconds(), wall.Seconds(), 100*(wall.Seconds()-ref.Seconds())/ref.Seconds(), failed.Load(), provisioned, nodes*rounds)
 	fmt.Printf("bootops serve: CPU %.1f s over %d fleet rounds (%.2f ms per node); peak RSS %d MB\n", cpu.Seconds(), rounds, 1000*cpu.Seconds()/float64(rounds*nodes), hwm>>10)
 	if failed.Load() > 0 || provisioned != nodes {
-		return fmt.Errorf("%d agents failed, %d of %d provisioned", failed.Load(), provisioned, nodes)
+		return fmt.Errorf("%d agents failed, %d of %d provisioned", failed.Load(), provisioned, nodes*rounds)
 	}
 	return nil
 }

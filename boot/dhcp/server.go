@@ -69,6 +69,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// Site starts the site's exhaustion count at 0, so a dashboard shows the
+// site before its pool ever runs out.
+func (m *Metrics) Site(name string) {
+	if m != nil {
+		m.exhausted.WithLabelValues(name)
+	}
+}
+
 func (m *Metrics) drop(reason string) {
 	if m != nil {
 		m.dropped.WithLabelValues(reason).Inc()

@@ -450,6 +450,7 @@ func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slo
 		default:
 			return usagef("--dhcp %q: want proxy, reservation or off", m)
 		}
+		dhcpMetrics.Site(site.Name)
 		iface := cfg.iface
 		if iface == "" {
 			iface = site.Network.Interface

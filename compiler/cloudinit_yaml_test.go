@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"testing/fstest"
 
 	"github.com/bootops/bootops/plan"
 )
@@ -182,20 +181,3 @@ func jsonish(t *testing.T, v any) any {
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
-
-// goldenFS is a golden case's repository laid over _base.txtar, as
-// TestGolden builds it.
-func goldenFS(t *testing.T, base txtar, dir string) fstest.MapFS {
-	t.Helper()
-	repo := readTxtar(t, filepath.Join(dir, "repo.txtar"))
-	fsys := fstest.MapFS{}
-	if !strings.Contains(repo.comment, "nobase") {
-		for _, f := range base.files {
-			fsys[f.Path] = &fstest.MapFile{Data: f.Data}
-		}
-	}
-	for _, f := range repo.files {
-		fsys[f.Path] = &fstest.MapFile{Data: f.Data}
-	}
-	return fsys
-}

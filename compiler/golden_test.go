@@ -34,16 +34,7 @@ func TestGolden(t *testing.T) {
 		n++
 		t.Run(d.Name(), func(t *testing.T) {
 			dir := filepath.Join("testdata", d.Name())
-			repo := readTxtar(t, filepath.Join(dir, "repo.txtar"))
-			fsys := fstest.MapFS{}
-			if !strings.Contains(repo.comment, "nobase") {
-				for _, f := range base.files {
-					fsys[f.Path] = &fstest.MapFile{Data: f.Data}
-				}
-			}
-			for _, f := range repo.files {
-				fsys[f.Path] = &fstest.MapFile{Data: f.Data}
-			}
+			fsys := goldenFS(t, base, dir)
 			got := compileText(t, c, fsys)
 			// Check must find exactly what Compile finds.
 			_, cerr := newCompiler(t).Check(fsys)
@@ -111,6 +102,23 @@ func compileText(t *testing.T, c *Compiler, fsys fs.FS) string {
 type txtar struct {
 	comment string
 	files   []File
+}
+
+// goldenFS is a golden case's repository laid over _base.txtar, as
+// TestGolden builds it.
+func goldenFS(t *testing.T, base txtar, dir string) fstest.MapFS {
+	t.Helper()
+	repo := readTxtar(t, filepath.Join(dir, "repo.txtar"))
+	fsys := fstest.MapFS{}
+	if !strings.Contains(repo.comment, "nobase") {
+		for _, f := range base.files {
+			fsys[f.Path] = &fstest.MapFile{Data: f.Data}
+		}
+	}
+	for _, f := range repo.files {
+		fsys[f.Path] = &fstest.MapFile{Data: f.Data}
+	}
+	return fsys
 }
 
 // readTxtar reads a txtar archive: a comment, then files each introduced by

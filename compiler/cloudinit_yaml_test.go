@@ -99,10 +99,10 @@ func TestCloudInitReadsWhatWasMeant(t *testing.T) {
 				pr := profiles[n.Profile]
 				ci := r.cloudConfig(n, objs[s.Name+"/"+n.Name].v.get("cloudInit"), pr, renderVars(n, s, pr))
 				docs = append(docs,
-					doc{name + "user-data", n.Artifacts.UserData, jsonish(t, ci.toAny())},
+					doc{name + "user-data", n.Artifacts.UserData, normalise(t, ci.toAny())},
 					doc{name + "meta-data", n.Artifacts.MetaData, map[string]any{
 						"instance-id": n.Name + "-" + itoa(n.Reprovision), "local-hostname": n.Hostname}},
-					doc{name + "network-config", n.Artifacts.NetworkConfig, jsonish(t, wantNetworkConfig(n, s))},
+					doc{name + "network-config", n.Artifacts.NetworkConfig, normalise(t, wantNetworkConfig(n, s))},
 				)
 			}
 		}
@@ -164,20 +164,6 @@ func wantNetworkConfig(n *plan.Node, s *plan.Site) any {
 		}
 	}
 	return map[string]any{"version": 2, "ethernets": map[string]any{"primary": eth}}
-}
-
-// jsonish makes v compare with what encoding/json decodes.
-func jsonish(t *testing.T, v any) any {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out any
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }

@@ -171,32 +171,40 @@ func TestDestination(t *testing.T) {
 	}
 }
 
-// A real socket on loopback: DISCOVER in, OFFER out, event recorded.
-func TestServerOnLoopback(t *testing.T) {
-	live := &boot.Live{}
-	live.Swap(testPlan(plan.DHCPProxy, plan.PolicyProvision))
-	mem := &status.Memory{}
+// serveLoopback runs s on a free loopback port until the test ends and
+// returns a client socket connected to it.
+func serveLoopback(t *testing.T, s *Server) *net.UDPConn {
+	t.Helper()
 	probe, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := probe.LocalAddr().(*net.UDPAddr).Port
 	probe.Close()
-	s := &Server{Plans: live, Site: "lab", Config: Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPProxy}, Ports: []int{port}, Events: mem}
+	s.Ports = []int{port}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
-	}()
-	client, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+	})
+	conn, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// A real socket on loopback: DISCOVER in, OFFER out, event recorded.
+func TestServerOnLoopback(t *testing.T) {
+	live := &boot.Live{}
+	live.Swap(testPlan(plan.DHCPProxy, plan.PolicyProvision))
+	mem := &status.Memory{}
+	client := serveLoopback(t, &Server{Plans: live, Site: "lab", Config: Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPProxy}, Events: mem})
 	req := pxeDiscover(t, "52:54:00:00:00:01", iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001")
 	buf := make([]byte, 1500)
 	var reply *dhcpv4.DHCPv4
@@ -683,28 +691,9 @@ func TestServerCounts(t *testing.T) {
 	live.Swap(p)
 	mem := &status.Memory{}
 	reg := prometheus.NewRegistry()
-	probe, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := probe.LocalAddr().(*net.UDPAddr).Port
-	probe.Close()
-	s := &Server{Plans: live, Site: "lab", Ports: []int{port}, Events: mem, Metrics: NewMetrics(reg),
-		Config: Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPReservation, Leases: &Pool{Path: leasesFile(t)}}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	conn, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	leases := leasesFile(t)
+	conn := serveLoopback(t, &Server{Plans: live, Site: "lab", Events: mem, Metrics: NewMetrics(reg),
+		Config: Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPReservation, Leases: &Pool{Path: leases}}})
 	exchange := func(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 		buf := make([]byte, 1500)
 		for range 20 { // the server may not be listening yet
@@ -779,9 +768,9 @@ func TestServerCounts(t *testing.T) {
 	}
 	// Nothing was answered besides the first machine: its lease is the
 	// only one.
-	leases, _ := os.ReadFile(s.Config.Leases.(*Pool).Path)
-	if strings.Count(string(leases), `"ip"`) != 1 {
-		t.Errorf("leases:\n%s", leases)
+	kept, _ := os.ReadFile(leases)
+	if strings.Count(string(kept), `"ip"`) != 1 {
+		t.Errorf("leases:\n%s", kept)
 	}
 }
 

@@ -157,16 +157,7 @@ func (l *lab) serveDHCPOnly(site string) {
 	ipxe := filepath.Join(l.dir, "ipxe")
 	os.MkdirAll(ipxe, 0o755)
 	os.WriteFile(filepath.Join(ipxe, "undionly.kpxe"), []byte("placeholder"), 0o644)
-	l.start("bootops", "ip", "netns", "exec", l.lan, bootops, "serve", "--source", dir, "--state-dir", filepath.Join(l.dir, "state"),
-		"--http-addr", "198.18.0.1:8080", "--tftp-addr", "", "--interface", "br0", "--ipxe-dir", ipxe, "--log-format", "text")
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if strings.Contains(l.log("bootops"), "msg=serving") {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	l.t.Fatalf("bootops did not start:\n%s", l.log("bootops"))
+	l.serve(dir, "--tftp-addr", "", "--ipxe-dir", ipxe) // the later flags win
 }
 
 // dhclient runs ISC dhclient on iface in namespace dhc until it is bound

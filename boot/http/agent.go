@@ -58,8 +58,8 @@ func (s *Server) count(result string) {
 // Authorized checks the request's bearer token against want, in constant
 // time; an empty want authorizes nothing.
 func Authorized(r *http.Request, want string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+	got := bearer(r)
+	return got != "" && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
 func (s *Server) agentFail(w http.ResponseWriter, code int, result, msg string) {
@@ -112,9 +112,13 @@ func subject(node, machine string) string {
 	return "unknown-" + machine
 }
 
-// bearer is the request's bearer credential.
+// bearer is the request's bearer credential ("" without the "Bearer "
+// scheme).
 func bearer(r *http.Request) string {
-	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
 	return tok
 }
 

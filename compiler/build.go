@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -225,6 +226,11 @@ func (o *object) identityClaims() []claim {
 }
 
 func (r *repo) checkSite(s *object) {
+	for _, k := range sortedKeys(s.v.get("env").stringMap()) {
+		if !envName.MatchString(k) {
+			r.errorf(s.pos("env", k), "env."+k, "%q is not an environment variable name: letters, digits and '_', not starting with a digit", k)
+		}
+	}
 	if dp := s.str("defaultProfile"); dp != "" && r.profiles[dp] == nil && !r.broken["Profile"][dp] {
 		r.errorf(s.pos("defaultProfile"), "defaultProfile", "unknown profile %q%s", dp, DidYouMean(dp, sortedKeys(r.profiles)))
 	}
@@ -413,14 +419,23 @@ func paramList(ps []string) string {
 	return strings.Join(ps, ", ")
 }
 
+// envName is a POSIX shell's variable name.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 func (r *repo) checkMicroOS(m *object) {
 	if c := m.v.get("cmdline"); c != nil && c.kind == kString {
 		if why := checkCmdline(c.str); why != "" {
 			r.errorf(m.pos("cmdline"), "cmdline", "%s", why)
 		}
 	}
-	for _, f := range []string{"kernel", "initrd"} {
+	if m.str("chain") == plan.ChainUKI && m.v.get("uki") == nil {
+		r.errorf(m.pos("chain"), "chain", "chain uki boots the signed unified kernel image: set uki (bootops microos build --uki writes one)")
+	}
+	for _, f := range []string{"kernel", "initrd", "uki"} {
 		a := m.v.get(f)
+		if a == nil {
+			continue
+		}
 		hasURL, hasPath := a.get("url") != nil, a.get("path") != nil
 		switch {
 		case hasURL == hasPath:

@@ -36,6 +36,8 @@ var jsonSchemaCannot = map[string]string{
 	"microos-path-missing":      "a file in the repository",
 	"ip-in-proxy-site":          "a node's ip against its site's DHCP mode",
 	"template-unknown-var":      "${…} variables in cloud-init values",
+	"bad-chain-uki":             "a field required by another field's value (the generated schema has no if/then)",
+	"bad-env-name":              "the names of a map's keys",
 	// Not YAML documents a JSON Schema sees.
 	"cue-conflict":          "CUE evaluation",
 	"cue-field-not-allowed": "CUE evaluation",

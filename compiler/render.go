@@ -22,6 +22,14 @@ func (r *repo) render() (*plan.Plan, Errors) {
 			Kernel:  artifact(o.v.get("kernel")),
 			Initrd:  artifact(o.v.get("initrd")),
 			Cmdline: o.str("cmdline"),
+			Overlay: o.v.get("overlay") != nil && o.v.get("overlay").b,
+		}
+		if c := o.str("chain"); c != plan.ChainIPXE {
+			m.Chain = c
+		}
+		if u := o.v.get("uki"); u != nil {
+			a := artifact(u)
+			m.UKI = &a
 		}
 		m.Hash = plan.Hash(m)
 		microOS[name] = m
@@ -57,6 +65,7 @@ func (r *repo) render() (*plan.Plan, Errors) {
 				Interface:     nw.get("interface").String(),
 				ServerAddress: nw.get("serverAddress").String(),
 				HTTPPort:      nw.get("httpPort").integer(),
+				HTTPSPort:     nw.get("httpsPort").integer(),
 				DHCP:          nw.get("dhcp").String(),
 				Subnet:        nw.get("subnet").String(),
 				Gateway:       nw.get("gateway").String(),
@@ -66,6 +75,7 @@ func (r *repo) render() (*plan.Plan, Errors) {
 			DefaultProfile: o.str("defaultProfile"),
 			UnknownNodes:   o.str("unknownNodes"),
 			Labels:         o.v.get("labels").stringMap(),
+			Env:            o.v.get("env").stringMap(),
 			Nodes:          []*plan.Node{},
 		}
 		if pool := nw.get("pool"); pool != nil {
@@ -79,6 +89,9 @@ func (r *repo) render() (*plan.Plan, Errors) {
 		case plan.PolicyHold:
 			m := microOS[r.holdMicroOS(o)]
 			s.Unknown = &plan.Artifacts{IPXE: ipxeScript(s, m, nil, "", nil, "bootops.mode=hold"), Workflow: plan.Workflow{Actions: []plan.Action{}}}
+			if m.Chain == plan.ChainShim {
+				s.Unknown.GRUB = grubConfig(s, m, nil, "", nil, "bootops.mode=hold")
+			}
 		}
 		sites = append(sites, s)
 	}
@@ -180,6 +193,9 @@ func (r *repo) artifacts(n *plan.Node, nodeCI *value, s *plan.Site, pr *plan.Pro
 		IPXE:     ipxeScript(s, m, n, pr.Name, pr.KernelArgs),
 		Workflow: r.workflow(n, pr, disk, lookup),
 	}
+	if m.Chain == plan.ChainShim {
+		a.GRUB = grubConfig(s, m, n, pr.Name, pr.KernelArgs)
+	}
 	if n.Name == "" {
 		return a
 	}
@@ -217,40 +233,89 @@ func (r *repo) cloudConfig(n *plan.Node, nodeCI *value, pr *plan.Profile, lookup
 	return expandTree(ci, lookup)
 }
 
-// ipxeScript boots the Micro-OS. The kernel line names the initrd
-// (initrd=initrd) so UEFI kernels find it, and carries the server URL, the
-// node name and the token placeholder the boot plane fills in, then the
-// Micro-OS's cmdline, the profile's kernelArgs, and bootops's own extra
-// parameters (bootops.mode=hold). The compiler has checked every value
-// (checkCmdline, the schema's name patterns); each is cleaned again here
-// (ipxeWord, ipxeArgs) so that no value, checked or not, can add a command
-// to the script, end its kernel line early or be expanded by iPXE.
-func ipxeScript(s *plan.Site, m *plan.MicroOS, n *plan.Node, profile string, kernelArgs []string, extra ...string) string {
-	base := ipxeWord(s.ServerURL())
+// bootLine is the Micro-OS's kernel command line and the comment that
+// names what boots, shared by the iPXE script and the GRUB config. It
+// carries the agent's server URL, the node name and, unless the site
+// talks TLS (the agent then checks in over TLS by its identity), the token
+// placeholder the boot plane fills in; then the Micro-OS's cmdline, the
+// profile's kernelArgs, and bootops's own extra parameters
+// (bootops.mode=hold). The compiler has checked every value (checkCmdline,
+// the schema's name patterns); each is cleaned again here (ipxeWord,
+// ipxeArgs) so that no value, checked or not, can add a command to the
+// script, end its kernel line early or be expanded.
+func bootLine(s *plan.Site, m *plan.MicroOS, n *plan.Node, profile string, kernelArgs []string, extra ...string) (comment string, args []string) {
 	site, micro, prof := ipxeWord(s.Name), ipxeWord(m.Name), ipxeWord(profile)
-	var b strings.Builder
-	b.WriteString("#!ipxe\n")
-	args := []string{"initrd=initrd", plan.CmdlineServer + "=" + base}
+	args = []string{plan.CmdlineServer + "=" + ipxeWord(s.AgentURL())}
 	if n != nil && n.Name != "" {
 		node := ipxeWord(n.Name)
-		fmt.Fprintf(&b, "# bootops: node %s, site %s, profile %s, micro-os %s\n", node, site, prof, micro)
+		comment = fmt.Sprintf("bootops: node %s, site %s, profile %s, micro-os %s", node, site, prof, micro)
 		args = append(args, plan.CmdlineNode+"="+node)
 	} else if profile != "" {
-		fmt.Fprintf(&b, "# bootops: unknown machine on site %s, default profile %s, micro-os %s\n", site, prof, micro)
+		comment = fmt.Sprintf("bootops: unknown machine on site %s, default profile %s, micro-os %s", site, prof, micro)
 		args = append(args, "bootops.profile="+prof)
 	} else {
-		fmt.Fprintf(&b, "# bootops: unknown machine on site %s held in micro-os %s\n", site, micro)
+		comment = fmt.Sprintf("bootops: unknown machine on site %s held in micro-os %s", site, micro)
 	}
-	args = append(args, plan.CmdlineSite+"="+site, plan.CmdlineToken+"="+plan.TokenPlaceholder)
+	args = append(args, plan.CmdlineSite+"="+site)
+	if !s.TLS() {
+		args = append(args, plan.CmdlineToken+"="+plan.TokenPlaceholder)
+	}
 	args = append(args, ipxeArgs(m.Cmdline)...)
 	for _, a := range kernelArgs {
 		args = append(args, ipxeArgs(a)...)
 	}
-	args = append(args, extra...)
-	fmt.Fprintf(&b, "kernel %s/artifacts/microos/%s/kernel %s\n", base, micro, strings.Join(args, " "))
+	return comment, append(args, extra...)
+}
+
+// ipxeScript boots the Micro-OS through iPXE. The kernel line names the
+// initrd (initrd=initrd) so UEFI kernels find it; a Micro-OS with an
+// overlay gets the site's signed overlay as a second initrd.
+func ipxeScript(s *plan.Site, m *plan.MicroOS, n *plan.Node, profile string, kernelArgs []string, extra ...string) string {
+	base, micro := ipxeWord(s.ServerURL()), ipxeWord(m.Name)
+	comment, args := bootLine(s, m, n, profile, kernelArgs, extra...)
+	initrds := []string{"initrd=initrd"}
+	if m.Overlay {
+		initrds = append(initrds, "initrd=overlay")
+	}
+	var b strings.Builder
+	b.WriteString("#!ipxe\n# " + comment + "\n")
+	fmt.Fprintf(&b, "kernel %s/artifacts/microos/%s/kernel %s\n", base, micro, strings.Join(append(initrds, args...), " "))
 	fmt.Fprintf(&b, "initrd --name initrd %s/artifacts/microos/%s/initrd\n", base, micro)
+	if m.Overlay {
+		fmt.Fprintf(&b, "initrd --name overlay %s/artifacts/overlay/%s\n", base, ipxeWord(s.Name))
+	}
 	b.WriteString("boot\n")
 	return b.String()
+}
+
+// grubConfig boots the Micro-OS from Debian's signed GRUB (the shim
+// chain): the kernel, which shim verifies, and the initrd (and the site
+// overlay), which nothing verifies, over HTTP from the boot server. Every
+// word is single-quoted: GRUB expands nothing inside.
+func grubConfig(s *plan.Site, m *plan.MicroOS, n *plan.Node, profile string, kernelArgs []string, extra ...string) string {
+	root := "(http," + ipxeWord(s.Network.ServerAddress) + ":" + strconv.Itoa(s.Network.HTTPPort) + ")"
+	micro := ipxeWord(m.Name)
+	comment, args := bootLine(s, m, n, profile, kernelArgs, append(extra, plan.CmdlineChain+"="+plan.ChainShim)...)
+	var b strings.Builder
+	b.WriteString("# " + comment + "\n")
+	b.WriteString("echo " + grubWord(comment) + "\n")
+	fmt.Fprintf(&b, "linux %s/artifacts/microos/%s/kernel", root, micro)
+	for _, a := range args {
+		b.WriteString(" " + grubWord(a))
+	}
+	fmt.Fprintf(&b, "\ninitrd %s/artifacts/microos/%s/initrd", root, micro)
+	if m.Overlay {
+		fmt.Fprintf(&b, " %s/artifacts/overlay/%s", root, ipxeWord(s.Name))
+	}
+	b.WriteString("\nboot\n")
+	return b.String()
+}
+
+// grubWord quotes w for GRUB's script language: inside single quotes
+// nothing is special; a quote in w ends the quoting, is escaped, and
+// starts it again.
+func grubWord(w string) string {
+	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
 }
 
 func (r *repo) workflow(n *plan.Node, pr *plan.Profile, disk string, lookup func(string) (string, bool)) plan.Workflow {

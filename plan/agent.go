@@ -23,6 +23,7 @@ const (
 	CmdlineSite    = "bootops.site"
 	CmdlineToken   = "bootops.token"
 	CmdlineMachine = "bootops.machine" // an unknown machine's key, set by the server
+	CmdlineChain   = "bootops.chain"   // how it booted, when not through iPXE (shim)
 )
 
 // CheckIn is the agent's first request: who the machine is and what it has.
@@ -39,6 +40,51 @@ type CheckIn struct {
 	Arch     string   `json:"arch"`
 	Disks    []Disk   `json:"disks"`
 	Agent    string   `json:"agent"` // the agent's version
+	// Boot is how the machine booted, as the agent reads it.
+	Boot BootInfo `json:"boot,omitzero"`
+}
+
+// BootInfo is how a machine booted: its firmware, whether UEFI Secure
+// Boot was on (the SecureBoot EFI variable), the chain that loaded the
+// Micro-OS (ChainIPXE, ChainShim, ChainUKI) and whether the agent talks
+// to the server over TLS.
+type BootInfo struct {
+	Firmware   string `json:"firmware,omitempty"` // "uefi" or "bios"
+	SecureBoot bool   `json:"secureBoot,omitempty"`
+	Chain      string `json:"chain,omitempty"`
+	TLS        bool   `json:"tls,omitempty"`
+}
+
+// String is the one-line summary status shows: "uefi, secure boot, uki, tls".
+func (b BootInfo) String() string {
+	if b == (BootInfo{}) {
+		return ""
+	}
+	parts := []string{b.Firmware}
+	if b.Firmware == "uefi" {
+		if b.SecureBoot {
+			parts = append(parts, "secure boot")
+		} else {
+			parts = append(parts, "secure boot off")
+		}
+	}
+	parts = append(parts, b.Chain)
+	if b.TLS {
+		parts = append(parts, "tls")
+	} else {
+		parts = append(parts, "plain http")
+	}
+	out := ""
+	for _, p := range parts {
+		if p == "" {
+			continue
+		}
+		if out != "" {
+			out += ", "
+		}
+		out += p
+	}
+	return out
 }
 
 // Disk is one block device the agent found.
@@ -66,6 +112,12 @@ type CheckInReply struct {
 	// Session is the credential of this workflow's events (and of a held
 	// machine's next check-in): the boot token is spent.
 	Session string `json:"session,omitempty"`
+	// Node is the node the server found by the machine's identity, for an
+	// agent that checked in without one (a UKI, TLS mode): its events
+	// name it.
+	Node string `json:"node,omitempty"`
+	// Machine is, likewise, the unknown machine's key its events name.
+	Machine string `json:"machine,omitempty"`
 }
 
 // IsPowerAction reports the actions that leave the Micro-OS: the

@@ -49,6 +49,8 @@ type Site struct {
 	DefaultProfile string            `json:"defaultProfile,omitempty"`
 	UnknownNodes   string            `json:"unknownNodes"`
 	Labels         map[string]string `json:"labels,omitempty"`
+	// Env goes to the Micro-OS in the signed site overlay.
+	Env map[string]string `json:"env,omitempty"`
 	// Unknown is what an unregistered machine boots under the provision or
 	// hold policy; nil under ignore.
 	Unknown      *Artifacts    `json:"unknown,omitempty"`
@@ -56,9 +58,22 @@ type Site struct {
 	Nodes        []*Node       `json:"nodes"`
 }
 
-// ServerURL is the base URL nodes use to reach the site's boot server.
+// ServerURL is the base URL nodes use to reach the site's boot server
+// from their firmware and boot loaders (plain HTTP).
 func (s *Site) ServerURL() string {
 	return "http://" + s.Network.ServerAddress + ":" + strconv.Itoa(s.Network.HTTPPort)
+}
+
+// TLS says the site's agents talk to the boot server over TLS.
+func (s *Site) TLS() bool { return s.Network.HTTPSPort != 0 }
+
+// AgentURL is the base URL the Micro-OS's agent reports to: https on
+// network.httpsPort when the site has one, else ServerURL.
+func (s *Site) AgentURL() string {
+	if s.TLS() {
+		return "https://" + s.Network.ServerAddress + ":" + strconv.Itoa(s.Network.HTTPSPort)
+	}
+	return s.ServerURL()
 }
 
 // Network is a site's provisioning network.
@@ -66,6 +81,7 @@ type Network struct {
 	Interface     string   `json:"interface,omitempty"`
 	ServerAddress string   `json:"serverAddress"`
 	HTTPPort      int      `json:"httpPort"`
+	HTTPSPort     int      `json:"httpsPort,omitempty"`
 	DHCP          string   `json:"dhcp"`
 	Subnet        string   `json:"subnet,omitempty"`
 	Gateway       string   `json:"gateway,omitempty"`
@@ -114,7 +130,10 @@ type Node struct {
 
 // Artifacts are the files rendered for one node.
 type Artifacts struct {
-	IPXE          string   `json:"ipxe"`
+	IPXE string `json:"ipxe"`
+	// GRUB is the GRUB config of the shim chain (UEFI Secure Boot with
+	// the factory keys): "" unless the Micro-OS's chain is shim.
+	GRUB          string   `json:"grub,omitempty"`
 	UserData      string   `json:"userData,omitempty"`
 	MetaData      string   `json:"metaData,omitempty"`
 	NetworkConfig string   `json:"networkConfig,omitempty"`
@@ -196,7 +215,21 @@ type MicroOS struct {
 	Kernel  Artifact `json:"kernel"`
 	Initrd  Artifact `json:"initrd"`
 	Cmdline string   `json:"cmdline"`
+	// UKI is the signed unified kernel image (kernel, initramfs and
+	// command line in one PE), for the uki chain.
+	UKI *Artifact `json:"uki,omitempty"`
+	// Chain is how UEFI machines boot it: ChainIPXE, ChainShim or ChainUKI.
+	Chain string `json:"chain,omitempty"`
+	// Overlay: machines get the signed site overlay as a second initrd.
+	Overlay bool `json:"overlay,omitempty"`
 }
+
+// Boot chains of UEFI machines (MicroOS.Chain).
+const (
+	ChainIPXE = "ipxe"
+	ChainShim = "shim"
+	ChainUKI  = "uki"
+)
 
 // Artifact is a file fetched from URL or read from Path in the repository.
 type Artifact struct {

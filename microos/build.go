@@ -6,11 +6,14 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/bootops/bootops/trust"
 )
 
 // Options says what goes into the Micro-OS.
@@ -29,6 +32,9 @@ type Options struct {
 	// Load names the modules /init loads, with what they depend on; nil
 	// means DefaultModules. Names match with '-' and '_' alike.
 	Load []string
+	// Config, when set, is built in as the agent's settings
+	// (trust.ConfigPath): its server, site CA and overlay keys.
+	Config *trust.Config
 }
 
 // DefaultBusybox is where Debian's busybox-static installs busybox.
@@ -59,7 +65,12 @@ type Result struct {
 	KernelSHA256, InitrdSHA256 string   // hex
 	KernelVersion              string   // from the kernel's file name; "" when it has none
 	Modules                    []string // what /init loads, in load order
+	// UKI and UKISHA256 name the unified kernel image, when one was built.
+	UKI, UKISHA256 string
 }
+
+// SHA256 is the hex sha256 of b.
+func SHA256(b []byte) string { return sum(b) }
 
 // Build writes out/vmlinuz, a copy of the kernel, and out/initrd.img, a
 // gzipped newc cpio archive, creating out if needed.
@@ -146,6 +157,14 @@ func image(opt Options) ([]byte, []string, error) {
 	a.symlink("bin/sh", "busybox")
 	a.file("bin/bootops-agent", 0o755, agent)
 	a.file("etc/udhcpc.script", 0o755, []byte(udhcpcScript))
+	if opt.Config != nil {
+		b, err := json.MarshalIndent(opt.Config, "", "  ")
+		if err != nil {
+			return nil, nil, err
+		}
+		a.dir("etc/bootops", 0o755)
+		a.file(strings.TrimPrefix(trust.ConfigPath, "/"), 0o644, append(b, '\n'))
+	}
 	names := make([]string, len(mods))
 	for i, m := range mods {
 		b, err := readModule(opt.Modules, m)

@@ -10,16 +10,25 @@ import (
 	"strings"
 
 	"github.com/bootops/bootops/microos"
+	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/trust"
 )
 
 func microosCmd() *command {
 	c := &command{
 		name:    "microos",
 		summary: "Build the Micro-OS a node boots into: the kernel and a reproducible initramfs around bootops-agent.",
-		usage:   "build --kernel PATH [--modules DIR] [--busybox PATH] [--agent PATH] [--load LIST] -o OUT",
+		usage: "build --kernel PATH [--modules DIR] [--busybox PATH] [--agent PATH] [--load LIST]\n" +
+			"       [--server URL --site NAME --ca FILE] [--overlay-key FILE]\n" +
+			"       [--uki [--cmdline ARGS] [--stub PATH] [--sign-key KEY --sign-cert CERT]] -o OUT",
 		example: "  bootops microos build --kernel /boot/vmlinuz-$(uname -r) -o myrepo/microos\n" +
 			"  # writes myrepo/microos/{vmlinuz,initrd.img} and prints the MicroOS object to commit;\n" +
-			"  # `make microos` builds bootops-agent first, then this, into sites/microos",
+			"  # `make microos` builds bootops-agent first, then this, into sites/microos\n\n" +
+			"  bootops microos build --kernel /boot/vmlinuz-$(uname -r) --uki \\\n" +
+			"      --server https://198.18.0.1:8443 --site lab --ca /var/lib/bootops/tls/ca.pem \\\n" +
+			"      --sign-key db.key --sign-cert db.pem -o myrepo/microos\n" +
+			"  # also writes myrepo/microos/bootops.efi: kernel, initramfs and command line in one\n" +
+			"  # PE signed for Secure Boot, the agent's server and site CA inside it (keys stay out of Git)",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
@@ -29,6 +38,15 @@ func microosCmd() *command {
 		agent := fs.String("agent", "", "static bootops-agent binary (default bootops-agent next to this program)")
 		load := fs.String("load", "", "comma-separated modules to load instead of the default list:\n"+strings.Join(microos.DefaultModules, ","))
 		out := fs.String("o", "", "output folder for vmlinuz and initrd.img (created if needed)")
+		server := fs.String("server", "", "build in the boot server's URL the agent reports to (https://… needs --ca)")
+		site := fs.String("site", "", "build in the site the agent reports for")
+		ca := fs.String("ca", "", "build in this PEM site CA: the agent trusts only servers it signed (bootops ca init writes <state-dir>/tls/ca.pem)")
+		overlayKey := fs.String("overlay-key", "", "file of ed25519 public keys (base64, one a line; <state-dir>/tls/overlay.pub): the Micro-OS then runs only with a site overlay signed by one of them")
+		uki := fs.Bool("uki", false, "also write bootops.efi, a unified kernel image (needs --server and --site)")
+		cmdline := fs.String("cmdline", "console=tty0 console=ttyS0,115200", "the UKI's kernel command line (fixed inside it)")
+		stub := fs.String("stub", microos.DefaultStub, "the EFI stub of the UKI (Debian package systemd-boot-efi)")
+		signKey := fs.String("sign-key", "", "PEM private key (unencrypted) that signs the UKI for Secure Boot (sbsign; keep it out of Git)")
+		signCert := fs.String("sign-cert", "", "PEM certificate of --sign-key, the one enrolled in the machines' db")
 		pos, err := parse(fs, e, args)
 		if err != nil {
 			return err
@@ -44,8 +62,18 @@ func microosCmd() *command {
 			return usagef("--kernel PATH is required (e.g. /boot/vmlinuz-<version>)")
 		case *out == "":
 			return usagef("-o OUT is required")
+		case *uki && (*server == "" || *site == ""):
+			return usagef("--uki needs --server and --site: a UKI's agent cannot be told them on a command line of its own")
+		case strings.HasPrefix(*server, "https://") && *ca == "" && *overlayKey == "":
+			return usagef("--server %s needs --ca: the agent must be able to verify the server", *server)
+		case (*signKey != "" || *signCert != "") && !*uki:
+			return usagef("--sign-key and --sign-cert sign the UKI: give --uki")
 		}
-		opt := microos.Options{Kernel: *kernel, Modules: *modules, Busybox: *busybox, Agent: *agent}
+		cfg, err := agentConfig(*server, *site, *ca, *overlayKey, *uki)
+		if err != nil {
+			return err
+		}
+		opt := microos.Options{Kernel: *kernel, Modules: *modules, Busybox: *busybox, Agent: *agent, Config: cfg}
 		if *load != "" {
 			opt.Load = strings.Split(*load, ",")
 		}
@@ -58,10 +86,60 @@ func microosCmd() *command {
 		if err != nil {
 			return err
 		}
+		if *uki {
+			r.UKI = filepath.Join(*out, "bootops.efi")
+			fmt.Fprintf(e.stderr, "building the UKI %s%s\n", r.UKI, map[bool]string{true: " (signing it)", false: " (unsigned: give --sign-key/--sign-cert for Secure Boot)"}[*signKey != ""])
+			if err := microos.BuildUKI(r.Kernel, r.Initrd, microos.UKIOptions{Stub: *stub, Cmdline: *cmdline, SignKey: *signKey, SignCert: *signCert}, r.UKI); err != nil {
+				return err
+			}
+			b, err := os.ReadFile(r.UKI)
+			if err != nil {
+				return err
+			}
+			r.UKISHA256 = microos.SHA256(b)
+		}
 		printMicroOS(e.stdout, r, *out)
 		return nil
 	}
 	return c
+}
+
+// agentConfig is what the Micro-OS's agent gets built in; nil when none
+// of it was asked for.
+func agentConfig(server, site, caFile, overlayFile string, uki bool) (*trust.Config, error) {
+	if server == "" && site == "" && caFile == "" && overlayFile == "" && !uki {
+		return nil, nil
+	}
+	cfg := &trust.Config{Server: server, Site: site}
+	if uki {
+		cfg.Chain = plan.ChainUKI
+	}
+	if caFile != "" {
+		b, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := trust.PoolFromPEM(string(b)); err != nil {
+			return nil, fmt.Errorf("--ca %s: %w", caFile, err)
+		}
+		cfg.CA = string(b)
+	}
+	if overlayFile != "" {
+		b, err := os.ReadFile(overlayFile)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range strings.Fields(string(b)) {
+			if _, err := trust.ParsePublicKey(l); err != nil {
+				return nil, fmt.Errorf("--overlay-key %s: %w", overlayFile, err)
+			}
+			cfg.OverlayKeys = append(cfg.OverlayKeys, l)
+		}
+		if len(cfg.OverlayKeys) == 0 {
+			return nil, fmt.Errorf("--overlay-key %s: no key in it", overlayFile)
+		}
+	}
+	return cfg, nil
 }
 
 // agentBesideMe finds bootops-agent in the folder of the running program,
@@ -111,6 +189,13 @@ initrd: {path: %s, sha256: %s}
 # The last console= is /dev/console, where /init and the agent print.
 cmdline: console=tty0 console=ttyS0,115200
 `, kernel, r.KernelSHA256, initrd, r.InitrdSHA256)
+	if r.UKI != "" {
+		uki := "microos/bootops.efi"
+		if _, rel, ok := repoOf(out); ok {
+			uki = filepath.ToSlash(filepath.Join(rel, "bootops.efi"))
+		}
+		fmt.Fprintf(w, "# UEFI machines load the UKI itself (Secure Boot checks its signature):\nuki: {path: %s, sha256: %s}\nchain: uki\n", uki, r.UKISHA256)
+	}
 }
 
 // repoOf finds the repository holding dir, the nearest folder up from it

@@ -1,0 +1,161 @@
+package trust
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// The files of a site's trust folder (<state-dir>/tls), as `bootops ca
+// init` writes them. The keys are 0600; only the certificates and the
+// overlay's public key may leave the machine.
+const (
+	CAFile         = "ca.pem"
+	CAKeyFile      = "ca-key.pem"
+	ServerFile     = "server.pem"
+	ServerKeyFile  = "server-key.pem"
+	OverlayKeyFile = "overlay.key"
+	OverlayPubFile = "overlay.pub"
+)
+
+// CAOptions says what InitCA makes.
+type CAOptions struct {
+	// Hosts are the server certificate's names: IP addresses and DNS
+	// names the agents reach the boot server by.
+	Hosts []string
+	// Force replaces files already there.
+	Force bool
+	Now   time.Time
+}
+
+// InitCA writes a site CA, a server certificate it signs for opt.Hosts,
+// and an overlay signing key into dir (created 0700). It refuses to
+// replace any of them unless opt.Force.
+func InitCA(dir string, opt CAOptions) error {
+	if len(opt.Hosts) == 0 {
+		return errors.New("ca init: give the server's addresses or names (--host 198.18.0.1)")
+	}
+	if opt.Now.IsZero() {
+		opt.Now = time.Now()
+	}
+	if !opt.Force {
+		for _, f := range []string{CAFile, CAKeyFile, ServerFile, ServerKeyFile, OverlayKeyFile, OverlayPubFile} {
+			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+				return fmt.Errorf("ca init: %s already exists: keep it, or give --force to replace the site's CA (every Micro-OS built with the old one must then be rebuilt)", filepath.Join(dir, f))
+			}
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	ca := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "bootops site CA", Organization: []string{"bootops"}},
+		NotBefore:             opt.Now.Add(-time.Hour),
+		NotAfter:              opt.Now.AddDate(10, 0, 0),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	srv := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: opt.Hosts[0], Organization: []string{"bootops"}},
+		NotBefore:    opt.Now.Add(-time.Hour),
+		NotAfter:     opt.Now.AddDate(2, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, h := range opt.Hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			srv.IPAddresses = append(srv.IPAddresses, ip)
+		} else {
+			srv.DNSNames = append(srv.DNSNames, h)
+		}
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srv, caCert, &srvKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	caKeyDER, _ := x509.MarshalECPrivateKey(caKey)
+	srvKeyDER, _ := x509.MarshalECPrivateKey(srvKey)
+	files := []struct {
+		name string
+		mode os.FileMode
+		data []byte
+	}{
+		{CAFile, 0o644, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})},
+		{CAKeyFile, 0o600, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: caKeyDER})},
+		// The server sends its certificate and the CA's: a client that
+		// pins the CA verifies the chain.
+		{ServerFile, 0o644, append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})...)},
+		{ServerKeyFile, 0o600, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: srvKeyDER})},
+		{OverlayKeyFile, 0o600, []byte(base64.StdEncoding.EncodeToString(priv.Seed()) + "\n")},
+		{OverlayPubFile, 0o644, []byte(base64.StdEncoding.EncodeToString(pub) + "\n")},
+	}
+	for _, f := range files {
+		if err := writeFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
+	return n
+}
+
+// writeFile writes name whole with mode, never leaving a key readable by
+// others even for a moment.
+func writeFile(name string, data []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
+	if err != nil {
+		return err
+	}
+	if err = f.Chmod(mode); err == nil {
+		_, err = f.Write(data)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), name)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// CheckPrivate refuses a private key file that others may read.
+func CheckPrivate(name string) error { return private(name) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -31,16 +32,22 @@ func ParseCmdline(s string) map[string]string {
 // boots again for a new boot token.
 const maxRefused = 3
 
-// Session is one life of the agent: it reads who the machine is, checks in
-// with the server named on the kernel command line (args), runs the
-// workflow it gets and reports every step. tweak, when set, adjusts the
-// Runner before it runs (the fleet simulation and the tests point its disks
-// at files and record its power actions).
+// Session is one life of the agent booted with the kernel command line
+// args alone (see Run).
 func Session(ctx context.Context, args map[string]string, sysfs string, console io.Writer, tweak func(*Runner)) error {
-	server, site, node, machine, token := args[plan.CmdlineServer], args[plan.CmdlineSite], args[plan.CmdlineNode], args[plan.CmdlineMachine], args[plan.CmdlineToken]
-	if server == "" || site == "" || token == "" || (node == "" && machine == "") {
-		return errors.New("the kernel command line lacks bootops.server, bootops.site, bootops.token or bootops.node: was this booted by bootops?")
+	return Run(ctx, FromCmdline(args), sysfs, console, tweak)
+}
+
+// Run is one life of the agent: it reads who the machine is, checks in
+// with the server cfg names, runs the workflow it gets and reports every
+// step. tweak, when set, adjusts the Runner before it runs (the fleet
+// simulation and the tests point its disks at files and record its power
+// actions).
+func Run(ctx context.Context, cfg Config, sysfs string, console io.Writer, tweak func(*Runner)) error {
+	if err := cfg.check(); err != nil {
+		return err
 	}
+	server, site, node := cfg.Server, cfg.Site, cfg.Node
 	id, err := Identity(sysfs)
 	if err != nil {
 		return fmt.Errorf("identity: %w", err)
@@ -49,14 +56,18 @@ func Session(ctx context.Context, args map[string]string, sysfs string, console 
 	if err != nil {
 		return fmt.Errorf("disks: %w", err)
 	}
-	fmt.Fprintf(console, "bootops-agent %s: node %q on site %s, serial %q, uuid %s, %d NICs, %d disks; server %s\n",
-		Version, node, site, id.Serial, id.UUID, len(id.MACs), len(disks), server)
-	up := newUplink(server, site, node, machine, token, console)
+	fmt.Fprintf(console, "bootops-agent %s: node %q on site %s, serial %q, uuid %s, %d NICs, %d disks; server %s (%s); boot: %s\n",
+		Version, node, site, id.Serial, id.UUID, len(id.MACs), len(disks), server, cfg.Source, cfg.Boot)
+	for k, v := range cfg.Env {
+		os.Setenv(k, v)
+	}
+	up := newUplink(server, site, node, cfg.Machine, cfg.Token, console)
+	up.client = cfg.client(30 * time.Second)
 	sendCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	go up.run(sendCtx)
 
-	r := &Runner{Report: up}
+	r := &Runner{Report: up, HTTP: cfg.client(0)}
 	if tweak != nil {
 		tweak(r)
 	}
@@ -68,7 +79,12 @@ func Session(ctx context.Context, args map[string]string, sysfs string, console 
 	}
 checkIn:
 	for wait := first; ; wait = min(2*wait, 30*time.Second) {
-		reply, err = up.checkIn(ctx, plan.CheckIn{Identity: id, Arch: runtime.GOARCH, Disks: disks, Agent: Version})
+		reply, err = up.checkIn(ctx, plan.CheckIn{Identity: id, Arch: runtime.GOARCH, Disks: disks, Agent: Version, Boot: cfg.Boot})
+		if why := tlsRefusal(err); why != "" {
+			// Not the site's server, or someone between: nothing it says
+			// is believed, nothing is installed.
+			fmt.Fprintf(console, "bootops-agent: REFUSED %s: %s; nothing will be installed (%v)\n", server, why, err)
+		}
 		var he *httpError
 		if errors.As(err, &he) && he.code == http.StatusUnauthorized {
 			refused++

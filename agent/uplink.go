@@ -52,7 +52,9 @@ func (u *uplink) post(ctx context.Context, path string, in, out any) error {
 	u.mu.Lock()
 	token := u.token
 	u.mu.Unlock()
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := u.client.Do(req)
 	if err != nil {
@@ -82,6 +84,13 @@ func (u *uplink) checkIn(ctx context.Context, c plan.CheckIn) (plan.CheckInReply
 	if err == nil && r.Session != "" {
 		u.mu.Lock()
 		u.token = r.Session
+		// A machine that checked in by its identity reports as the node
+		// (or unknown machine) the server found.
+		if r.Node != "" {
+			u.node, u.machine = r.Node, ""
+		} else if r.Machine != "" && u.node == "" {
+			u.machine = r.Machine
+		}
 		u.mu.Unlock()
 	}
 	return r, err
@@ -149,7 +158,10 @@ func (u *uplink) send(ctx context.Context) error {
 			return nil
 		}
 		var ack plan.EventAck
-		if err := u.post(ctx, plan.AgentEventsPath, plan.EventBatch{Site: u.site, Node: u.node, Machine: u.machine, Events: batch}, &ack); err != nil {
+		u.mu.Lock()
+		eb := plan.EventBatch{Site: u.site, Node: u.node, Machine: u.machine, Events: batch}
+		u.mu.Unlock()
+		if err := u.post(ctx, plan.AgentEventsPath, eb, &ack); err != nil {
 			return err
 		}
 		u.mu.Lock()

@@ -290,10 +290,12 @@ func ipxeScript(s *plan.Site, m *plan.MicroOS, n *plan.Node, profile string, ker
 
 // grubConfig boots the Micro-OS from Debian's signed GRUB (the shim
 // chain): the kernel, which shim verifies, and the initrd (and the site
-// overlay), which nothing verifies, over HTTP from the boot server. Every
+// overlay), which nothing verifies, over TFTP from the boot server. Every
 // word is single-quoted: GRUB expands nothing inside.
 func grubConfig(s *plan.Site, m *plan.MicroOS, n *plan.Node, profile string, kernelArgs []string, extra ...string) string {
-	root := "(http," + ipxeWord(s.Network.ServerAddress) + ":" + strconv.Itoa(s.Network.HTTPPort) + ")"
+	// Debian's signed GRUB reads files over TFTP only: its http module
+	// is not built in, and Secure Boot forbids loading it.
+	root := "(tftp," + ipxeWord(s.Network.ServerAddress) + ")"
 	micro := ipxeWord(m.Name)
 	comment, args := bootLine(s, m, n, profile, kernelArgs, append(extra, plan.CmdlineChain+"="+plan.ChainShim)...)
 	var b strings.Builder

@@ -1,6 +1,7 @@
 package microos
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"path"
@@ -110,4 +111,17 @@ func (c *cpioWriter) write(ino uint32, e entry) {
 	c.pad()
 	c.put(e.data)
 	c.pad()
+}
+
+// Overlay is an uncompressed newc archive of files (path → content, mode
+// 0644, their folders 0755) for the kernel to unpack over the Micro-OS's
+// own initramfs: the signed site overlay.
+func Overlay(files map[string][]byte) []byte {
+	a := newArchive()
+	for name, data := range files {
+		a.file(name, 0o644, data)
+	}
+	var b bytes.Buffer
+	a.writeTo(&b)
+	return b.Bytes()
 }

@@ -71,6 +71,8 @@ summary="loaded $loaded modules"
 [ "$failed" -gt 0 ] && summary="$summary, $failed failed"
 [ -n "$absent" ] && summary="$summary (no device for:$absent)"
 say "$summary"
+# The agent reads the SecureBoot variable: how the machine booted.
+[ -d /sys/firmware/efi/efivars ] && mount -t efivarfs efivarfs /sys/firmware/efi/efivars 2>/dev/null
 
 # ifaces lists the Ethernet interfaces (ARPHRD_ETHER), lo and tunnels left out.
 ifaces() {

@@ -261,6 +261,33 @@ func (p *Plan) FindNode(name string) []*Node {
 	return out
 }
 
+// MicroOSNamed returns the named Micro-OS, or nil.
+func (p *Plan) MicroOSNamed(name string) *MicroOS {
+	for _, m := range p.MicroOS {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// MicroOSOf is the Micro-OS a decision boots: its profile's, else (an
+// unknown machine held) the one named "default". Nil when neither exists.
+func (p *Plan) MicroOSOf(d Decision) *MicroOS {
+	if pr := p.Profile(d.Profile); pr != nil {
+		return p.MicroOSNamed(pr.MicroOS)
+	}
+	return p.MicroOSNamed("default")
+}
+
+// UEFIChain is how UEFI machines boot m: ChainIPXE unless it says otherwise.
+func (m *MicroOS) UEFIChain() string {
+	if m == nil || m.Chain == "" {
+		return ChainIPXE
+	}
+	return m.Chain
+}
+
 // Profile returns the named profile, or nil.
 func (p *Plan) Profile(name string) *Profile {
 	return p.idx().profiles[name]

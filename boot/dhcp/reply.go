@@ -175,7 +175,7 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 			a.Why = fmt.Sprintf("proxy mode does not answer %s on port %d", mt, port)
 			return a
 		}
-		reply, boot, err := pxeReply(req, cfg, site, arch, ipxe, httpBoot, resp)
+		reply, boot, err := pxeReply(req, cfg, site, p.MicroOSOf(d), arch, ipxe, httpBoot, resp)
 		if err != nil {
 			a.Why = err.Error()
 			return a
@@ -261,7 +261,7 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 	}
 	a.Reply, a.Why = reply, fmt.Sprintf("%s %s to %s", resp, res.IP, res.Node)
 	if pxe || httpBoot {
-		if file, ok := bootTarget(cfg, site, arch, ipxe, httpBoot); ok {
+		if file, ok := bootTarget(cfg, site, p.MicroOSOf(d), arch, ipxe, httpBoot); ok {
 			reply.BootFileName = file
 			a.Boot = file
 			if httpBoot {
@@ -273,9 +273,15 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 }
 
 // pxeReply is the proxyDHCP answer: no address, just where to boot from.
-func pxeReply(req *dhcpv4.DHCPv4, cfg Config, site *plan.Site, arch iana.Arch, ipxe, httpBoot bool, mt dhcpv4.MessageType) (*dhcpv4.DHCPv4, string, error) {
-	file, ok := bootTarget(cfg, site, arch, ipxe, httpBoot)
+func pxeReply(req *dhcpv4.DHCPv4, cfg Config, site *plan.Site, m *plan.MicroOS, arch iana.Arch, ipxe, httpBoot bool, mt dhcpv4.MessageType) (*dhcpv4.DHCPv4, string, error) {
+	file, ok := bootTarget(cfg, site, m, arch, ipxe, httpBoot)
 	if !ok {
+		if m.UEFIChain() == plan.ChainUKI && !httpBoot {
+			return nil, "", fmt.Errorf("micro-os %s boots as a UKI by UEFI HTTP boot: its PXE request is not answered, so the firmware moves on to HTTP boot", m.Name)
+		}
+		if m.UEFIChain() == plan.ChainShim && httpBoot {
+			return nil, "", fmt.Errorf("micro-os %s boots through shim and GRUB, which read TFTP only: its HTTP-boot request is not answered", m.Name)
+		}
 		return nil, "", fmt.Errorf("no boot file for architecture %s", arch)
 	}
 	class := "PXEClient"
@@ -305,8 +311,11 @@ func pxeReply(req *dhcpv4.DHCPv4, cfg Config, site *plan.Site, arch iana.Arch, i
 }
 
 // bootTarget is what the client is told to boot: the script URL for iPXE,
-// an http:// URL for UEFI HTTP boot, a TFTP file name otherwise.
-func bootTarget(cfg Config, site *plan.Site, arch iana.Arch, ipxe, httpBoot bool) (string, bool) {
+// an http:// URL for UEFI HTTP boot, a TFTP file name otherwise. A 64-bit
+// UEFI machine whose Micro-OS boots by another chain gets that chain's
+// first stage: Debian's signed shim (which loads grubx64.efi beside it), or
+// the signed UKI itself (by HTTP boot only: 16 MB is not for TFTP).
+func bootTarget(cfg Config, site *plan.Site, m *plan.MicroOS, arch iana.Arch, ipxe, httpBoot bool) (string, bool) {
 	base := "http://" + netip.AddrPortFrom(cfg.ServerIP, uint16(cfg.HTTPPort)).String()
 	if ipxe {
 		return base + "/boot.ipxe?site=" + site.Name, true
@@ -315,11 +324,35 @@ func bootTarget(cfg Config, site *plan.Site, arch iana.Arch, ipxe, httpBoot bool
 	if !ok {
 		return "", false
 	}
-	if httpBoot || isHTTPArch(arch) {
+	httpBoot = httpBoot || isHTTPArch(arch)
+	if x64 := arch == iana.EFI_X86_64 || arch == iana.EFI_BC || arch == iana.EFI_X86_64_HTTP; x64 {
+		switch m.UEFIChain() {
+		case plan.ChainShim:
+			// Debian's signed GRUB reads only TFTP: a shim loaded by
+			// HTTP boot would find no GRUB config.
+			if httpBoot {
+				return "", false
+			}
+			file = ShimFile
+		case plan.ChainUKI:
+			if !httpBoot {
+				return "", false
+			}
+			return base + "/artifacts/microos/" + m.Name + "/uki", true
+		}
+	}
+	if httpBoot {
 		return base + "/tftp/" + file, true
 	}
 	return file, true
 }
+
+// The shim chain's files, served over TFTP and HTTP under these names:
+// shim loads GRUB from its own folder as grubx64.efi.
+const (
+	ShimFile = "shimx64.efi"
+	GRUBFile = "grubx64.efi"
+)
 
 func isIPXE(req *dhcpv4.DHCPv4) bool {
 	uc := req.GetOneOption(dhcpv4.OptionUserClassInformation)

@@ -180,9 +180,38 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			ev.UUID = "" // the key is the serial: the event must not be keyed by the UUID
 		}
 	}
+	// Over TLS, an agent with no credential (a UKI, a script that carried
+	// none) checks in by its identity: the server finds the node, as it
+	// would have for its script.
+	byIdentity := bearer(r) == "" && r.TLS != nil
+	if byIdentity && c.Node == "" {
+		var reason string
+		n, c.Machine, reason = identify(p, site.Name, c.Identity)
+		if reason != "" {
+			ev.State, ev.Error, ev.Message = status.StateMismatch, true, "agent refused: "+reason
+			s.Events.Record(ev)
+			s.agentFail(w, http.StatusConflict, AgentMismatch, "check-in refused: "+reason)
+			return
+		}
+		if n != nil {
+			c.Node, ev.Node = n.Name, n.Name
+		} else {
+			keyed(&ev, c.Machine)
+		}
+	}
 	subj := subject(c.Node, c.Machine)
 	key := site.Name + "/" + subj
-	g, err := s.Secret.Verify(bearer(r), boot.KindBoot, site.Name, subj, now)
+	var g boot.Grant
+	var err error
+	if byIdentity {
+		g = boot.Grant{ID: boot.NewID()}
+		if n != nil {
+			g.Generation = n.Reprovision
+		}
+	} else {
+		g, err = s.Secret.Verify(bearer(r), boot.KindBoot, site.Name, subj, now)
+	}
+	ev.Boot = c.Boot.String()
 	var sess status.Session
 	resumed := false
 	if errors.Is(err, boot.ErrWrongKind) {
@@ -210,6 +239,18 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			s.agentFail(w, http.StatusConflict, AgentMismatch, "check-in refused: "+reason)
 			return
 		}
+		if gen, ok := s.provisioned(site.Name, n.Name); ok && gen >= n.Reprovision && byIdentity {
+			// What the script would have said: boot from the disk.
+			reply := plan.CheckInReply{Hold: fmt.Sprintf("node %s is provisioned (generation %d): boot from its disk", n.Name, gen)}
+			ev.Message = "agent told to boot from its disk: provisioned at generation " + fmt.Sprint(gen)
+			if err := s.record(ev); err != nil {
+				http.Error(w, "status store: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			s.count(AgentOK)
+			writeJSON(w, reply)
+			return
+		}
 		if gen, ok := s.provisioned(site.Name, n.Name); ok && gen >= n.Reprovision && !resumed {
 			why := fmt.Sprintf("node %s is provisioned (generation %d), yet a machine at %s checks in as it with a token minted before", n.Name, gen, ev.IP)
 			s.conflict(ev, why)
@@ -217,7 +258,7 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if !resumed {
+	if !resumed && !byIdentity {
 		fresh, err := s.sessions().UseToken(g.ID, g.Expires)
 		if err != nil {
 			http.Error(w, "session store: "+err.Error(), http.StatusServiceUnavailable)
@@ -229,6 +270,8 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			s.agentFail(w, http.StatusUnauthorized, AgentConflict, "check-in: the boot token was already used: boot the machine again for a new one")
 			return
 		}
+	}
+	if !resumed {
 		if cur, ok := s.sessions().Session(key); ok && cur.Active(now) {
 			s.conflict(ev, fmt.Sprintf("claimed again from %s while the session opened from %s at %s is in flight (%d of %d actions done): the newer check-in replaces it",
 				ev.IP, cur.Peer, cur.Started.UTC().Format(time.RFC3339), cur.Done, cur.Steps))
@@ -280,6 +323,9 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		reply.Session = s.Secret.Mint(boot.Grant{Kind: boot.KindSession, Site: site.Name, Subject: subj, Generation: sess.Generation, ID: sess.ID, Expires: sess.Expires})
+		if byIdentity {
+			reply.Node, reply.Machine = c.Node, c.Machine
+		}
 		if seedOf != nil {
 			reply.CloudInit = seed(*seedOf, reply.Session)
 		}
@@ -293,6 +339,39 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 	}
 	s.count(AgentOK)
 	writeJSON(w, reply)
+}
+
+// identify finds the node a machine that checked in by its identity is:
+// any of its MACs with its UUID and serial, as plan.Decide judges them.
+// No node: an unknown machine, keyed by its first MAC (else its UUID or
+// serial). A machine whose identifiers point at different nodes, or
+// contradict one, is refused with the reason.
+func identify(p *plan.Plan, site string, id plan.Identity) (*plan.Node, string, string) {
+	macs := id.MACs
+	if len(macs) == 0 {
+		macs = []string{""}
+	}
+	var found *plan.Node
+	for _, mac := range macs {
+		d := p.Decide(site, plan.Machine{MAC: plan.NormalizeMAC(mac), UUID: id.UUID, Serial: id.Serial})
+		switch d.Outcome {
+		case plan.Match:
+			if found != nil && found != d.Node {
+				return nil, "", fmt.Sprintf("its NICs belong to nodes %s and %s", found.Name, d.Node.Name)
+			}
+			found = d.Node
+		case plan.Mismatch:
+			return nil, "", d.Reason
+		}
+	}
+	if found != nil {
+		return found, "", ""
+	}
+	key := plan.MachineKey(plan.Machine{MAC: plan.NormalizeMAC(macs[0]), UUID: id.UUID, Serial: id.Serial})
+	if key == "" || !safeKey(key) {
+		return nil, "", "it reports no MAC, UUID or serial"
+	}
+	return nil, key, ""
 }
 
 // needed is how many actions of wf must be done before the agent may

@@ -57,6 +57,9 @@ func (s *Server) artifact(w http.ResponseWriter, r *http.Request) {
 		a = m.Kernel
 	case file == "initrd":
 		a = m.Initrd
+	case file == "uki" && m.UKI != nil:
+		a = *m.UKI
+		w.Header().Set("Content-Type", "application/efi")
 	default:
 		http.NotFound(w, r)
 		return
@@ -83,7 +86,9 @@ func (s *Server) artifact(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("ETag", `"`+etag+`"`)
-	w.Header().Set("Content-Type", "application/octet-stream")
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/octet-stream")
+	}
 	// ServeContent answers Range and If-None-Match; an *os.File goes out
 	// through sendfile.
 	http.ServeContent(w, r, "", st.ModTime(), f)

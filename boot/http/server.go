@@ -6,6 +6,7 @@ package http
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +54,10 @@ type Server struct {
 	// address: an unknown machine that reports no usable identifier is
 	// keyed by it (else by its address).
 	MACOf func(ip string) string
+	// OverlayKey signs the site overlays (nil: none are served); SiteCA
+	// is the PEM CA they carry for TLS sites.
+	OverlayKey ed25519.PrivateKey
+	SiteCA     string
 	// Now is the clock (default time.Now).
 	Now       func() time.Time
 	Artifacts *Artifacts
@@ -116,11 +122,10 @@ func (s *Server) bootToken(site, subject string, generation int) string {
 // UUID or serial (plan.MachineKey), else the MAC the DHCP server saw at
 // its address, else its address. Never "": machines that report nothing
 // must not share one key, nor one token.
-func (s *Server) unknownKey(m plan.Machine, r *http.Request) string {
+func (s *Server) unknownKey(m plan.Machine, ip string) string {
 	if k := plan.MachineKey(m); k != "" && safeKey(k) {
 		return k
 	}
-	ip := clientIP(r)
 	if s.MACOf != nil && ip != "" {
 		if mac := plan.NormalizeMAC(s.MACOf(ip)); mac != "" {
 			return "mac:" + mac
@@ -150,6 +155,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /boot.ipxe", s.entry)
 	mux.HandleFunc("GET /ipxe", s.script)
 	mux.HandleFunc("GET /artifacts/microos/{name}/{file}", s.artifact)
+	mux.HandleFunc("GET /artifacts/overlay/{site}", s.overlayHandler)
 	mux.HandleFunc("GET /tftp/{file}", s.binary)
 	mux.HandleFunc("GET /api/v1/status", s.status)
 	mux.HandleFunc("POST "+plan.AgentCheckInPath, s.checkin)
@@ -216,20 +222,54 @@ func (s *Server) entry(w http.ResponseWriter, r *http.Request) {
 
 // script answers the per-machine request with what plan.Decide says.
 func (s *Server) script(w http.ResponseWriter, r *http.Request) {
-	p := s.Plans.Current()
+	s.machineScript(w, r, ipxeFlavor)
+}
+
+// flavor is a boot loader's script language: the per-machine script it
+// gets, and the ones that boot the disk, refuse, or say why not.
+type flavor struct {
+	name    string
+	of      func(*plan.Artifacts) string
+	local   func(why string) string
+	refuse  func(why string) string
+	notHere func(why string) string
+}
+
+var ipxeFlavor = flavor{
+	name:    "iPXE",
+	of:      func(a *plan.Artifacts) string { return a.IPXE },
+	local:   localBoot,
+	refuse:  refusal,
+	notHere: func(why string) string { return "#!ipxe\necho bootops: " + ipxeText(why) + "\nexit 1\n" },
+}
+
+// machineScript decides for the machine the request names and answers in
+// flavor f.
+func (s *Server) machineScript(w http.ResponseWriter, r *http.Request, f flavor) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	if p == nil {
-		http.Error(w, "#!ipxe\necho bootops: no plan loaded yet\nsleep 10\nexit 1\n", http.StatusServiceUnavailable)
+	body, ok := s.decideScript(r.URL.Query(), clientIP(r), f)
+	if !ok {
+		http.Error(w, body, http.StatusServiceUnavailable)
 		return
 	}
-	id := parseIdentity(r.URL.Query())
+	io.WriteString(w, body)
+}
+
+// decideScript is the script in flavor f for the machine q names (mac,
+// uuid, serial, site), asking from ip; false when there is no plan yet.
+func (s *Server) decideScript(q url.Values, ip string, f flavor) (string, bool) {
+	p := s.Plans.Current()
+	if p == nil {
+		return f.notHere("no plan loaded yet; try again"), false
+	}
+	id := parseIdentity(q)
 	site := id.Site
 	if site != "" && p.Site(site) == nil {
 		site = "" // a site we do not serve: decide as if none was given
 	}
 	d := p.Decide(site, id.Machine)
-	ev := status.Event{Kind: status.KindScript, MAC: id.Machine.MAC, UUID: id.Machine.UUID, Serial: id.Machine.Serial, IP: clientIP(r)}
+	ev := status.Event{Kind: status.KindScript, MAC: id.Machine.MAC, UUID: id.Machine.UUID, Serial: id.Machine.Serial, IP: ip}
 	if d.Site != nil {
 		ev.Site = d.Site.Name
 	}
@@ -239,16 +279,25 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 		n := d.Node
 		ev.Site, ev.Node = n.Site, n.Name
 		if gen, ok := s.provisioned(n.Site, n.Name); ok && gen >= n.Reprovision {
-			body = localBoot(fmt.Sprintf("node %s is provisioned (generation %d): booting from its disk", n.Name, gen))
+			body = f.local(fmt.Sprintf("node %s is provisioned (generation %d): booting from its disk", n.Name, gen))
 			ev.Message = "served local-disk script: provisioned at generation " + fmt.Sprint(gen)
 			break
 		}
-		body = strings.ReplaceAll(n.Artifacts.IPXE, plan.TokenPlaceholder, s.bootToken(n.Site, n.Name, n.Reprovision))
-		ev.State, ev.Message = status.StateBooting, fmt.Sprintf("served the Micro-OS script of profile %s (%s)", n.Profile, d.Reason)
+		script := f.of(&n.Artifacts)
+		if script == "" {
+			ev.Error, ev.Message = true, fmt.Sprintf("not answered: profile %s's Micro-OS has no %s script (its chain is not %s)", n.Profile, f.name, f.name)
+			body = f.notHere(ev.Message)
+			break
+		}
+		body = strings.ReplaceAll(script, plan.TokenPlaceholder, s.bootToken(n.Site, n.Name, n.Reprovision))
+		ev.State, ev.Message = status.StateBooting, fmt.Sprintf("served the Micro-OS %s script of profile %s (%s)", f.name, n.Profile, d.Reason)
+		if f.name == "iPXE" {
+			ev.Message = fmt.Sprintf("served the Micro-OS script of profile %s (%s)", n.Profile, d.Reason)
+		}
 	case d.Outcome == plan.Mismatch:
 		ev.State, ev.Error = status.StateMismatch, true
 		ev.Message = "refused: " + d.Reason
-		body = refusal(d.Reason)
+		body = f.refuse(d.Reason)
 		// Every node the machine's identifiers point at gets the event.
 		if d.Node == nil {
 			for i, c := range d.Conflicts {
@@ -269,10 +318,10 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 	case d.Boots():
 		// The token is bound to what the machine booted as, which the
 		// agent presents again: it follows the token on the kernel line.
-		key := s.unknownKey(id.Machine, r)
+		key := s.unknownKey(id.Machine, ip)
 		if key == "" {
 			ev.Error, ev.Message = true, "not answered: the machine reports no identifier and no address"
-			body = "#!ipxe\necho bootops: this machine reports no MAC, UUID or serial: it cannot be told apart from others\nexit 1\n"
+			body = f.notHere("this machine reports no MAC, UUID or serial: it cannot be told apart from others")
 			break
 		}
 		if key != plan.MachineKey(id.Machine) {
@@ -280,8 +329,19 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 			ev.MAC, ev.UUID, ev.Serial = "", "", ""
 			keyed(&ev, key)
 		}
+		script := f.of(d.Site.Unknown)
+		if script == "" {
+			ev.Error, ev.Message = true, fmt.Sprintf("not answered: the unknown machines' Micro-OS has no %s script", f.name)
+			body = f.notHere(ev.Message)
+			break
+		}
 		token := s.bootToken(d.Site.Name, subject("", key), 0) + " " + plan.CmdlineMachine + "=" + key
-		body = strings.ReplaceAll(d.Site.Unknown.IPXE, plan.TokenPlaceholder, token)
+		if d.Site.TLS() {
+			// No token on a line that crosses the LAN in clear: the agent
+			// checks in over TLS by its identity.
+			token = ""
+		}
+		body = strings.ReplaceAll(script, plan.TokenPlaceholder, token)
 		ev.State = status.StateBooting
 		if d.Policy == plan.PolicyHold {
 			ev.State = status.StateHeld
@@ -289,11 +349,11 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 		ev.Message = "unknown machine: " + d.Reason
 	default:
 		ev.Message = "not answered: " + d.Reason
-		body = "#!ipxe\necho bootops: " + ipxeText(d.Reason) + "\nexit 1\n"
+		body = f.notHere(d.Reason)
 	}
 	s.Events.Record(ev)
-	s.logger().Info("script", "site", ev.Site, "node", ev.Node, "mac", ev.MAC, "uuid", ev.UUID, "serial", ev.Serial, "outcome", string(d.Outcome), "message", ev.Message)
-	io.WriteString(w, body)
+	s.logger().Info("script", "loader", f.name, "site", ev.Site, "node", ev.Node, "mac", ev.MAC, "uuid", ev.UUID, "serial", ev.Serial, "outcome", string(d.Outcome), "message", ev.Message)
+	return body, true
 }
 
 // binary serves an iPXE build to a UEFI HTTP-boot client.

@@ -65,6 +65,9 @@ type Event struct {
 	// a "provisioned" event installed.
 	Seq        uint64 `json:"seq,omitempty"`
 	Generation int    `json:"generation,omitempty"`
+	// Boot is how the machine booted, as its agent read it at check-in
+	// (plan.BootInfo's summary).
+	Boot string `json:"boot,omitempty"`
 }
 
 // Key is what events are grouped by: site/node, or the machine's MAC (or
@@ -104,6 +107,8 @@ type Machine struct {
 	// Last is the newest event.
 	Last   Event `json:"last"`
 	Events int   `json:"events"`
+	// Boot is how it last booted: firmware, Secure Boot, chain, TLS.
+	Boot string `json:"boot,omitempty"`
 }
 
 // Memory keeps the newest events of each machine in memory: at most
@@ -208,6 +213,7 @@ func (s *Memory) Machines() []Machine {
 func (m *Machine) apply(e Event) {
 	m.Site, m.Node = or(e.Site, m.Site), or(e.Node, m.Node)
 	m.MAC, m.UUID, m.Serial = or(e.MAC, m.MAC), or(e.UUID, m.UUID), or(e.Serial, m.Serial)
+	m.Boot = or(e.Boot, m.Boot)
 	if e.State != "" {
 		if e.State != m.State || m.Since.IsZero() {
 			m.Since = e.Time

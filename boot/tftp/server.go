@@ -29,7 +29,10 @@ import (
 // the blocks they call for, straight from the file in memory, with one
 // sendmmsg. BENCHMARKS.md has the figures.
 type Server struct {
-	Files  Files
+	Files Files
+	// Dynamic, when set, answers names Files lacks (the shim chain's GRUB
+	// configs and Micro-OS files), given the client's address.
+	Dynamic func(name, peer string) ([]byte, bool)
 	Events status.Recorder
 	Log    *slog.Logger
 	// Timeout per packet before a resend (default 2 s: one lost packet
@@ -171,6 +174,9 @@ func (l *listener) handle(b []byte, from netip.AddrPort, local netip.Addr, ifind
 		return
 	}
 	data, ok := l.s.Files.Lookup(req.filename)
+	if !ok && l.s.Dynamic != nil {
+		data, ok = l.s.Dynamic(req.filename, peer)
+	}
 	if !ok {
 		l.log.Info("tftp: not found", "file", req.filename, "peer", peer)
 		l.refuse(from, errCodeNotFound, "file not found")

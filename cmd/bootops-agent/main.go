@@ -5,7 +5,10 @@
 //
 // The kernel command line the boot server renders carries
 // bootops.server=URL bootops.site=S bootops.node=N bootops.token=T (an
-// unknown machine: bootops.machine=mac:… instead of bootops.node).
+// unknown machine: bootops.machine=mac:… instead of bootops.node). A
+// Micro-OS built with settings (bootops microos build --server --ca, a
+// UKI) or a signed site overlay takes them from there; over TLS it checks
+// in by the machine's identity, with no token.
 package main
 
 import (
@@ -30,7 +33,14 @@ func main() {
 		os.Exit(1)
 	}
 	agent.Version = version
-	if err := agent.Session(context.Background(), agent.ParseCmdline(string(cmdline)), "/sys", os.Stdout, nil); err != nil {
+	cfg, err := agent.Load(agent.ParseCmdline(string(cmdline)), "/", "/sys")
+	if err != nil {
+		// A tampered or missing overlay, a broken image: say so where
+		// the operator looks, and install nothing.
+		fmt.Fprintln(os.Stdout, "bootops-agent: REFUSED:", err, "- nothing will be installed")
+		os.Exit(1)
+	}
+	if err := agent.Run(context.Background(), cfg, "/sys", os.Stdout, nil); err != nil {
 		fmt.Fprintln(os.Stdout, "bootops-agent:", err)
 		os.Exit(1)
 	}

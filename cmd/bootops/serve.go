@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,7 @@ import (
 	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/reconciler"
+	"github.com/bootops/bootops/trust"
 )
 
 // serveConfig is what `bootops serve` runs with.
@@ -39,6 +41,7 @@ type serveConfig struct {
 	source, ref, site, httpAddr, dhcp, iface, ipxeDir, stateDir, tftpAddr, artifactMode, logFormat, logLevel string
 	gitUser, gitPasswordFile, gitSSHKey, gitKnownHosts, gitCAFile                                            string
 	webhookSecretFile, verifyCommits, configFile, uiTokenFile                                                string
+	httpsAddr, tlsCert, tlsKey, overlayKey, shim, grub                                                       string
 	interval, drainTimeout                                                                                   time.Duration
 	allowEmpty                                                                                               bool
 }
@@ -79,6 +82,12 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	fs.DurationVar(&cfg.interval, "interval", 30*time.Second, "how often to look at the Git remote (±10% jitter); a webhook looks at once")
 	fs.StringVar(&cfg.site, "site", "", "sites this daemon serves, comma-separated (default: every site; DHCP runs for each on its network.interface)")
 	fs.StringVar(&cfg.httpAddr, "http-addr", ":8080", "HTTP listen address")
+	fs.StringVar(&cfg.httpsAddr, "https-addr", "", "HTTPS listen address for the agents of sites with network.httpsPort (e.g. :8443); its certificate: --tls-cert")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "PEM certificate chain of the HTTPS listener (default <state-dir>/tls/server.pem, from bootops ca init)")
+	fs.StringVar(&cfg.tlsKey, "tls-key", "", "its private key, mode 0600 (default <state-dir>/tls/server-key.pem)")
+	fs.StringVar(&cfg.overlayKey, "overlay-key", "", "ed25519 key that signs the site overlays (default <state-dir>/tls/overlay.key when it exists)")
+	fs.StringVar(&cfg.shim, "shim", "/usr/lib/shim/shimx64.efi.signed", "Debian's signed shim, served as shimx64.efi for the shim chain (package shim-signed)")
+	fs.StringVar(&cfg.grub, "grub", "/usr/lib/grub/x86_64-efi-signed/grubnetx64.efi.signed", "Debian's signed network GRUB, served as grubx64.efi (package grub-efi-amd64-signed)")
 	fs.StringVar(&cfg.dhcp, "dhcp", "", "DHCP mode: proxy, reservation or off (default: the site's network.dhcp)")
 	fs.StringVar(&cfg.iface, "interface", "", "network interface of the provisioning LAN (default: the site's network.interface)")
 	fs.StringVar(&cfg.ipxeDir, "ipxe-dir", "/usr/lib/ipxe", "folder with the iPXE binaries served over TFTP")
@@ -365,11 +374,22 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		httpSrv.Routes[pattern] = h
 	}
 	g.Go(func() error { return dash.Run(ctx) })
+	if err := loadTrust(cfg, httpSrv); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		return err
 	}
 	g.Go(func() error { return httpSrv.Serve(ctx, ln) })
+	if cfg.httpsAddr != "" {
+		tln, err := httpsListener(cfg)
+		if err != nil {
+			return err
+		}
+		log.Info("https", "addr", tln.Addr().String())
+		g.Go(func() error { return httpSrv.Serve(ctx, tln) })
+	}
 	g.Go(func() error { return reloadOnHUP(ctx, log, cfg, reload, level, &settings, follower) })
 	g.Go(func() error {
 		// DHCP and TFTP need the site's network: they start with the
@@ -431,6 +451,14 @@ func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slo
 		if binaries, err = tftp.Load(cfg.ipxeDir); err != nil {
 			return err
 		}
+		// The shim chain's first stages, when Debian's packages are there.
+		for name, file := range map[string]string{dhcp.ShimFile: cfg.shim, dhcp.GRUBFile: cfg.grub} {
+			if b, err := os.ReadFile(file); err == nil {
+				binaries[name] = b
+			} else {
+				log.Debug("shim chain", "file", file, "err", err)
+			}
+		}
 		httpSrv.Binaries = binaries
 	}
 	tftpAddr := ""
@@ -440,7 +468,7 @@ func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slo
 			return fmt.Errorf("tftp: %w", err)
 		}
 		tftpAddr = conn.LocalAddr().String()
-		ts := &tftp.Server{Files: binaries, Events: events, Log: log, DrainTimeout: cfg.drainTimeout}
+		ts := &tftp.Server{Files: binaries, Dynamic: httpSrv.TFTPFile, Events: events, Log: log, DrainTimeout: cfg.drainTimeout}
 		g.Go(func() error { return ts.Serve(ctx, conn) })
 	}
 	for _, site := range sites {
@@ -534,6 +562,8 @@ func restartNeeded(a, b serveConfig) []string {
 		"dhcp": a.dhcp == b.dhcp, "interface": a.iface == b.iface, "tftp-addr": a.tftpAddr == b.tftpAddr, "state-dir": a.stateDir == b.stateDir,
 		"ipxe-dir": a.ipxeDir == b.ipxeDir, "allow-empty": a.allowEmpty == b.allowEmpty, "artifact-mode": a.artifactMode == b.artifactMode,
 		"git-username": a.gitUser == b.gitUser, "git-password-file": a.gitPasswordFile == b.gitPasswordFile, "git-ssh-key": a.gitSSHKey == b.gitSSHKey,
+		"https-addr": a.httpsAddr == b.httpsAddr, "tls-cert": a.tlsCert == b.tlsCert, "tls-key": a.tlsKey == b.tlsKey,
+		"overlay-key": a.overlayKey == b.overlayKey, "shim": a.shim == b.shim, "grub": a.grub == b.grub,
 	} {
 		if !same {
 			out = append(out, name)
@@ -563,3 +593,53 @@ func gitSource(cfg serveConfig, workDir string) (*reconciler.Git, error) {
 type sourceStatus struct{ r *reconciler.Reconciler }
 
 func (s sourceStatus) Status() any { return s.r.Status() }
+
+// loadTrust gives the HTTP server the overlay key and the site CA the
+// overlays carry: from the flags, else from <state-dir>/tls when there.
+func loadTrust(cfg serveConfig, srv *bhttp.Server) error {
+	dir := filepath.Join(cfg.stateDir, "tls")
+	key := cfg.overlayKey
+	if key == "" {
+		if _, err := os.Stat(filepath.Join(dir, trust.OverlayKeyFile)); err == nil {
+			key = filepath.Join(dir, trust.OverlayKeyFile)
+		}
+	}
+	if key != "" {
+		k, err := trust.ReadOverlayKey(key)
+		if err != nil {
+			return fmt.Errorf("overlay key: %w", err)
+		}
+		srv.OverlayKey = k
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, trust.CAFile)); err == nil {
+		srv.SiteCA = string(b)
+	}
+	return nil
+}
+
+// httpsListener is the TLS listener of --https-addr.
+func httpsListener(cfg serveConfig) (net.Listener, error) {
+	dir := filepath.Join(cfg.stateDir, "tls")
+	cert, key := cfg.tlsCert, cfg.tlsKey
+	if cert == "" {
+		cert = filepath.Join(dir, trust.ServerFile)
+	}
+	if key == "" {
+		key = filepath.Join(dir, trust.ServerKeyFile)
+	}
+	if err := trust.CheckPrivate(key); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("--https-addr needs a certificate: %s is missing; run 'bootops ca init --host <serverAddress> --state-dir %s', or give --tls-cert and --tls-key", key, cfg.stateDir)
+		}
+		return nil, fmt.Errorf("--tls-key: %w", err)
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("https: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.httpsAddr)
+	if err != nil {
+		return nil, err
+	}
+	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}), nil
+}

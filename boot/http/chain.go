@@ -1,0 +1,161 @@
+package http
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/microos"
+	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/trust"
+)
+
+// The shim chain. Debian's signed GRUB (grubnetx64, loaded by shim) reads
+// only /grub/grub.cfg, over TFTP, and can load no http module under
+// Secure Boot; so everything after shim comes over TFTP: the dispatcher
+// config, which reads the machine's SMBIOS serial and UUID and asks again
+// with them and its MAC (GRUBMachinePath?…), then the kernel and initrd.
+
+// GRUBConfigPath is the one config file Debian's signed GRUB asks for.
+const GRUBConfigPath = "grub/grub.cfg"
+
+// GRUBMachinePath is the per-machine config the dispatcher asks for, its
+// identity in a query as on the iPXE request.
+const GRUBMachinePath = "grub/machine"
+
+// grubDispatcher is grub.cfg: who am I, then my own config.
+const grubDispatcher = `# bootops: tell the boot server who this machine is
+set timeout=0
+smbios --type 1 --get-string 7 --set bootops_serial
+smbios --type 1 --get-uuid 8 --set bootops_uuid
+echo "bootops: mac ${net_default_mac} serial ${bootops_serial} uuid ${bootops_uuid}"
+configfile "(tftp)/` + GRUBMachinePath + `?mac=${net_default_mac}&serial=${bootops_serial}&uuid=${bootops_uuid}"
+echo "bootops: the boot server gave no config for this machine"
+sleep 10
+`
+
+var grubFlavor = flavor{
+	name:  "GRUB",
+	of:    func(a *plan.Artifacts) string { return a.GRUB },
+	local: func(why string) string { return "echo " + grubQuote("bootops: "+why) + "\nexit\n" },
+	refuse: func(why string) string {
+		return grubStop("REFUSED, this machine does not match its registration: " + why)
+	},
+	notHere: func(why string) string {
+		return grubStop(why)
+	},
+}
+
+// grubStop prints why and stays there: never a wrong OS, never a wipe.
+func grubStop(why string) string {
+	return "echo " + grubQuote("bootops: "+why) + "\necho 'bootops: fix it in Git (bootops explain shows the decision); waiting'\nsleep 3600\nhalt\n"
+}
+
+// grubQuote single-quotes s for GRUB: nothing inside is expanded.
+func grubQuote(s string) string {
+	s = strings.NewReplacer("\n", " ", "\r", " ").Replace(s)
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// TFTPFile serves what TFTP gives beyond the static binaries: GRUB's
+// dispatcher and per-machine config, and the files a per-machine config
+// loads (the Micro-OS's kernel and initrd, the site overlay). peer is the
+// client's address.
+func (s *Server) TFTPFile(name, peer string) ([]byte, bool) {
+	name = strings.TrimPrefix(name, "/")
+	switch {
+	case name == GRUBConfigPath:
+		return []byte(grubDispatcher), true
+	case strings.HasPrefix(name, GRUBMachinePath+"?"):
+		q, err := url.ParseQuery(strings.TrimPrefix(name, GRUBMachinePath+"?"))
+		if err != nil {
+			return nil, false
+		}
+		body, _ := s.decideScript(q, peer, grubFlavor)
+		return []byte(body), true
+	case strings.HasPrefix(name, "artifacts/microos/"):
+		parts := strings.Split(strings.TrimPrefix(name, "artifacts/microos/"), "/")
+		if len(parts) != 2 || (parts[1] != "kernel" && parts[1] != "initrd") {
+			return nil, false
+		}
+		return s.artifactBytes(parts[0], parts[1])
+	case strings.HasPrefix(name, "artifacts/overlay/"):
+		b, err := s.overlay(strings.TrimPrefix(name, "artifacts/overlay/"))
+		if err != nil {
+			s.logger().Warn("overlay", "err", err)
+			return nil, false
+		}
+		return b, true
+	}
+	return nil, false
+}
+
+// artifactBytes reads a Micro-OS file whole (TFTP serves from memory).
+func (s *Server) artifactBytes(name, file string) ([]byte, bool) {
+	p := s.Plans.Current()
+	if p == nil || s.Artifacts == nil {
+		return nil, false
+	}
+	m := p.MicroOSNamed(name)
+	if m == nil {
+		return nil, false
+	}
+	a := m.Kernel
+	if file == "initrd" {
+		a = m.Initrd
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	f, _, err := s.Artifacts.open(ctx, a)
+	if err != nil {
+		s.Events.Record(status.Event{Kind: status.KindFile, Message: fmt.Sprintf("micro-os %s %s: %v", name, file, err), Error: true})
+		return nil, false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	return b, err == nil
+}
+
+// overlay is the signed site overlay of site: the agent's server URL, the
+// site CA (TLS sites) and env, signed with the overlay key.
+func (s *Server) overlay(site string) ([]byte, error) {
+	p := s.Plans.Current()
+	if p == nil {
+		return nil, fmt.Errorf("no plan loaded yet")
+	}
+	st := p.Site(site)
+	if st == nil {
+		return nil, fmt.Errorf("no site %q", site)
+	}
+	if s.OverlayKey == nil {
+		return nil, fmt.Errorf("no overlay key: run 'bootops ca init' (it writes <state-dir>/tls/overlay.key) or give --overlay-key")
+	}
+	o := trust.Overlay{Site: st.Name, Server: st.AgentURL(), Env: st.Env}
+	if st.TLS() {
+		o.CA = s.SiteCA
+	}
+	doc, sig, err := trust.SignOverlay(s.OverlayKey, o)
+	if err != nil {
+		return nil, err
+	}
+	return microos.Overlay(map[string][]byte{
+		strings.TrimPrefix(trust.OverlayPath, "/"):    doc,
+		strings.TrimPrefix(trust.OverlaySigPath, "/"): sig,
+	}), nil
+}
+
+func (s *Server) overlayHandler(w http.ResponseWriter, r *http.Request) {
+	b, err := s.overlay(r.PathValue("site"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(b)
+}

@@ -271,10 +271,16 @@ func (p *Plan) MicroOSNamed(name string) *MicroOS {
 	return nil
 }
 
-// MicroOSOf is the Micro-OS a decision boots: its profile's, else (an
-// unknown machine held) the one named "default". Nil when neither exists.
+// MicroOSOf is the Micro-OS a decision boots: its profile's, else the
+// site's default profile's, else the one named "default". Nil when neither exists.
 func (p *Plan) MicroOSOf(d Decision) *MicroOS {
-	if pr := p.Profile(d.Profile); pr != nil {
+	name := d.Profile
+	if name == "" && d.Site != nil {
+		// DHCP cannot tell a serial-only node from an unknown machine:
+		// both boot the chain of the site's default profile.
+		name = d.Site.DefaultProfile
+	}
+	if pr := p.Profile(name); pr != nil {
 		return p.MicroOSNamed(pr.MicroOS)
 	}
 	return p.MicroOSNamed("default")

@@ -7,9 +7,16 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"flag"
 	"fmt"
 	"log"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +30,7 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8081", "listen address")
 	dropAfter := flag.Int64("drop-after", 0, "cut the first download of each file after this many bytes (0: never)")
 	rate := flag.Int("rate", 0, "send at most this many bytes per second per download (0: no limit)")
+	selfSigned := flag.Bool("tls-self-signed", false, "serve HTTPS with a certificate of its own (the rogue server of the trusted-chain tests)")
 	flag.Parse()
 	var mu sync.Mutex
 	dropped := map[string]bool{}
@@ -65,7 +73,24 @@ func main() {
 		http.ServeContent(w, r, name, st.ModTime(), f)
 	})
 	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if *selfSigned {
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{selfSignedCert(*addr)}}
+		log.Fatal(srv.ListenAndServeTLS("", ""))
+	}
 	log.Fatal(srv.ListenAndServe())
+}
+
+// selfSignedCert is a certificate for addr's host that no CA signed.
+func selfSignedCert(addr string) tls.Certificate {
+	host, _, _ := net.SplitHostPort(addr)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IPAddresses: []net.IP{net.ParseIP(host)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
 // slowWriter sends at most rate bytes a second.

@@ -1,0 +1,294 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"debug/pe"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The trusted boot chains, in VMs with Secure Boot enforced: the signed
+// UKI by UEFI HTTP boot (own keys: OVMF's snakeoil db), and Debian's shim
+// → GRUB → signed kernel (the Microsoft keys machines leave the factory
+// with), both with TLS from the Micro-OS on.
+
+const snakeoilCert = "/usr/share/ovmf/PkKek-1-snakeoil.pem"
+
+// secureVM boots OVMF with Secure Boot enforced: code and a fresh copy
+// of the variables named, SMM on as the secure flash needs.
+func (l *lab) secureVM(name, mac, code, vars string, extra ...string) *vm {
+	l.t.Helper()
+	b, err := os.ReadFile(vars)
+	if err != nil {
+		l.t.Fatalf("OVMF is missing (Debian package ovmf): %v", err)
+	}
+	copyVars := filepath.Join(l.dir, name+"-vars.fd")
+	os.WriteFile(copyVars, b, 0o644)
+	fw := []string{"-machine", "q35,smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on",
+		"-drive", "if=pflash,format=raw,readonly=on,file=" + code, "-drive", "if=pflash,format=raw,file=" + copyVars}
+	return l.boot(name, mac, ",romfile=", append(fw, extra...)...)
+}
+
+// httpBootOnly turns OVMF's PXE off, so its network boot is UEFI HTTP
+// boot (OVMF's runtime configuration, opt/org.tianocore/*).
+var httpBootOnly = []string{"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n",
+	"-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=n"}
+
+// trustedLab is a lab whose bootops serves HTTPS with a CA of its own
+// (bootops ca init), and records the bridge's traffic; withDHCP: with the
+// site's own DHCP server (proxy mode).
+func trustedLab(t *testing.T, withDHCP bool) (l *lab, state, pcap string) {
+	l = newLab(t, withDHCP)
+	state = filepath.Join(l.dir, "state")
+	run(t, bootops, "ca", "init", "--host", "198.18.0.1", "--state-dir", state)
+	pcap = filepath.Join(l.dir, "bridge.pcap")
+	l.start("tcpdump", "ip", "netns", "exec", l.lan, "tcpdump", "-U", "-i", "br0", "-n", "-w", pcap)
+	return l, state, pcap
+}
+
+// waitVMs waits for the VMs' QEMU to end (-no-reboot: a reboot or a
+// power-off ends it), killing what is still running after d.
+func waitVMs(d time.Duration, vms ...*vm) {
+	var wg sync.WaitGroup
+	for _, v := range vms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan error, 1)
+			go func() { done <- v.cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(d):
+				v.cmd.Process.Kill()
+				<-done
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// machine is a machine's entry in `bootops status -o json`.
+func (l *lab) machine(key string) map[string]any {
+	doc := l.status()
+	for _, list := range []string{"nodes", "unknown"} {
+		ms, _ := doc[list].([]any)
+		for _, m := range ms {
+			if mm := m.(map[string]any); mm["key"] == key {
+				return mm
+			}
+		}
+	}
+	return nil
+}
+
+// noSecretsOnTheWire reads the bridge's capture: nothing that authorizes
+// an agent, and no user-data, crossed it in clear.
+func noSecretsOnTheWire(t *testing.T, l *lab, pcap string, userData string) {
+	t.Helper()
+	time.Sleep(2 * time.Second) // tcpdump -U writes each packet as it goes
+	b, err := os.ReadFile(pcap)
+	if err != nil || len(b) < 100000 {
+		t.Fatalf("the capture %s is missing or nearly empty (%d bytes, %v)", pcap, len(b), err)
+	}
+	for _, secret := range []string{"Bearer ", "bootops.token=", "#cloud-config", userData, "/api/v1/agent/"} {
+		if bytes.Contains(b, []byte(secret)) {
+			t.Errorf("the bridge carried %q in clear", secret)
+		}
+	}
+	// And the agent's traffic did cross it, encrypted: TLS records to 8443.
+	if !bytes.Contains(b, []byte{0x16, 0x03, 0x01}) {
+		t.Errorf("no TLS handshake in the capture")
+	}
+}
+
+// UEFI HTTP boot of a signed UKI with Secure Boot on (own keys): one VM
+// provisions over TLS; one whose profile's image is on a rogue HTTPS
+// server (a self-signed certificate, another image) ends failed with the
+// reason and installs nothing; one whose UKI has a flipped byte in its
+// initramfs is refused by the firmware and never checks in.
+func TestSecureBootUKI(t *testing.T) {
+	l, state, pcap := trustedLab(t, true)
+	imgDir := t.TempDir()
+	gzSHA, rawSHA := osImage(t, imgDir)
+	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
+	// The rogue: on the LAN at 198.18.0.3, HTTPS with its own certificate,
+	// serving another image under the same name.
+	rogueDir := t.TempDir()
+	os.WriteFile(filepath.Join(rogueDir, "test.raw.gz"), []byte("not the image"), 0o644)
+	run(t, "ip", "-n", l.dhc, "addr", "add", "198.18.0.3/24", "dev", "eth0")
+	l.start("rogue", "ip", "netns", "exec", l.dhc, imageServer, "-dir", rogueDir, "-addr", "198.18.0.3:8443", "-tls-self-signed")
+
+	// The signed UKI, the agent's server and the site CA inside it.
+	dir := filepath.Join(t.TempDir(), "repo")
+	key := filepath.Join(l.dir, "db.key")
+	run(t, "openssl", "pkey", "-in", "/usr/share/ovmf/PkKek-1-snakeoil.key", "-passin", "pass:snakeoil", "-out", key)
+	os.Chmod(key, 0o600)
+	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "--uki", "--server", "https://198.18.0.1:8443", "--site", "lab",
+		"--ca", filepath.Join(state, "tls/ca.pem"), "--cmdline", "console=ttyS0,115200 panic=-1", "--sign-key", key, "--sign-cert", snakeoilCert,
+		"-o", filepath.Join(dir, "microos"))
+	run(t, "sbverify", "--cert", snakeoilCert, filepath.Join(dir, "microos/bootops.efi"))
+	flipInitrdByte(t, filepath.Join(dir, "microos/bootops.efi"), filepath.Join(dir, "microos/tampered.efi"))
+
+	micro := func(name, uki string) string {
+		return "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: " + name + "\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\n" +
+			"uki: {path: microos/" + uki + "}\nchain: uki\n"
+	}
+	profile := func(name, micro, url string) string {
+		return "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: " + name + "\nmicroOS: " + micro + "\nos: {type: immutable}\n" +
+			"image: {url: \"" + url + "\", sha256: " + gzSHA + ", compression: gz}\ncloudInit: {hostname: e2e, runcmd: [\"echo E2E-USERDATA-SECRET\"]}\n"
+	}
+	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: proxy, httpsPort: 8443}\nunknownNodes: ignore\n"
+	writeRepo(dir, map[string]string{
+		"microos/signed.yaml":    micro("signed", "bootops.efi"),
+		"microos/tampered.yaml":  micro("tampered", "tampered.efi"),
+		"profiles/sb-os.yaml":    profile("sb-os", "signed", "http://198.18.0.1:8081/test.raw.gz"),
+		"profiles/rogue-os.yaml": profile("rogue-os", "signed", "https://198.18.0.3:8443/test.raw.gz"),
+		"profiles/bad-os.yaml":   profile("bad-os", "tampered", "http://198.18.0.1:8081/test.raw.gz"),
+		"sites/lab/site.yaml":    site,
+	}, []string{
+		strings.Replace(node("vm-sb", `mac: "52:54:00:e2:30:01"`), "test-os", "sb-os", 1),
+		strings.Replace(node("vm-rogue", `mac: "52:54:00:e2:30:02"`), "test-os", "rogue-os", 1),
+		strings.Replace(node("vm-tampered", `mac: "52:54:00:e2:30:03"`), "test-os", "bad-os", 1),
+	})
+	l.serve(dir, "--https-addr", "198.18.0.1:8443")
+
+	code, vars := "/usr/share/OVMF/OVMF_CODE_4M.snakeoil.fd", "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd"
+	sbDisk, rogueDisk := disk(t, l, "sb"), disk(t, l, "rogue")
+	start := time.Now()
+	sb := l.secureVM("sb", "52:54:00:e2:30:01", code, vars, append(withDisk(sbDisk), httpBootOnly...)...)
+	rogue := l.secureVM("rogue", "52:54:00:e2:30:02", code, vars, append(withDisk(rogueDisk), httpBootOnly...)...)
+	tampered := l.secureVM("tampered", "52:54:00:e2:30:03", code, vars, httpBootOnly...)
+
+	out := sb.wait(t, "secureboot: Secure boot enabled", 8*time.Minute)
+	if !strings.Contains(out, "bootops-agent") {
+		sb.wait(t, "bootops-agent", 3*time.Minute)
+	}
+	t.Logf("timing: uki chain under TCG, VM start → agent running: %s", time.Since(start).Round(time.Second))
+	tampered.wait(t, "Access Denied", 5*time.Minute)
+	tampered.cmd.Process.Kill()
+	waitState(t, l, "lab/vm-sb", "provisioned", 8*time.Minute)
+	t.Logf("timing: uki chain under TCG, VM start → provisioned: %s", time.Since(start).Round(time.Second))
+	checkDisk(t, sbDisk, rawSHA)
+	if m := l.machine("lab/vm-sb"); m["boot"] != "uefi, secure boot, uki, tls" {
+		t.Errorf("vm-sb's boot: %v, want uefi, secure boot, uki, tls", m["boot"])
+	}
+
+	msg := waitState(t, l, "lab/vm-rogue", "failed", 6*time.Minute)
+	if !strings.Contains(msg, "certificate") {
+		t.Errorf("vm-rogue failed with %q, want the certificate refusal", msg)
+	}
+	if b, _ := os.ReadFile(rogueDisk); bytes.Contains(b, []byte("not the image")) {
+		t.Error("the rogue's image reached vm-rogue's disk")
+	}
+	waitVMs(2*time.Minute, sb, rogue)
+
+	// The tampered UKI: refused by the firmware, so no agent ever asked.
+	m := l.machine("lab/vm-tampered")
+	if m == nil {
+		t.Fatal("vm-tampered is not in the status at all: its DHCP request should be there")
+	}
+	switch m["state"] {
+	case "microos", "provisioning", "provisioned", "failed":
+		t.Errorf("vm-tampered's state is %v: its agent ran", m["state"])
+	}
+	if log := l.logs("lab/vm-tampered"); strings.Contains(log, "agent") || !strings.Contains(log, "/artifacts/microos/tampered/uki") {
+		t.Errorf("vm-tampered's timeline should show the UKI offered and no agent:\n%s", log)
+	}
+	noSecretsOnTheWire(t, l, pcap, "E2E-USERDATA-SECRET")
+}
+
+// flipInitrdByte copies a UKI with one byte in the middle of its .initrd
+// section changed.
+func flipInitrdByte(t *testing.T, src, dst string) {
+	t.Helper()
+	f, err := pe.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.Section(".initrd")
+	f.Close()
+	if s == nil {
+		t.Fatalf("%s has no .initrd section", src)
+	}
+	b, _ := os.ReadFile(src)
+	b[s.Offset+s.Size/2] ^= 0x01
+	os.WriteFile(dst, b, 0o644)
+}
+
+// Debian's signed shim → signed GRUB → Debian's signed kernel, Secure
+// Boot on with only the Microsoft keys, bootops the LAN's DHCP server
+// (reservation mode, a pool for what DHCP cannot tell: a serial-only
+// node). The Micro-OS is generic and gets its server and CA from the
+// signed site overlay; GRUB finds the node's config by its SMBIOS serial.
+// A kernel whose signature was removed is refused by shim.
+func TestSecureBootShim(t *testing.T) {
+	l, state, pcap := trustedLab(t, false)
+	imgDir := t.TempDir()
+	gzSHA, rawSHA := osImage(t, imgDir)
+	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
+
+	dir := filepath.Join(t.TempDir(), "repo")
+	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "--overlay-key", filepath.Join(state, "tls/overlay.pub"),
+		"-o", filepath.Join(dir, "microos"))
+	stripped := filepath.Join(dir, "microos/vmlinuz-unsigned")
+	run(t, "sbattach", "--remove", filepath.Join(dir, "microos/vmlinuz"))
+	os.Rename(filepath.Join(dir, "microos/vmlinuz"), stripped)
+	run(t, "cp", kernel(t), filepath.Join(dir, "microos/vmlinuz"))
+	if out, _ := exec.Command("sbverify", "--list", stripped).CombinedOutput(); !strings.Contains(string(out), "No signature table") {
+		t.Fatalf("the stripped kernel still has a signature:\n%s", out)
+	}
+	micro := func(name, kernel string) string {
+		return "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: " + name + "\nkernel: {path: microos/" + kernel + "}\ninitrd: {path: microos/initrd.img}\n" +
+			"cmdline: console=ttyS0,115200 panic=-1\nchain: shim\noverlay: true\n"
+	}
+	profile := func(name, micro string) string {
+		return "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: " + name + "\nmicroOS: " + micro + "\nos: {type: immutable}\n" +
+			"image: {url: \"http://198.18.0.1:8081/test.raw.gz\", sha256: " + gzSHA + ", compression: gz}\ncloudInit: {hostname: e2e, runcmd: [\"echo E2E-SHIM-SECRET\"]}\n"
+	}
+	writeRepo(dir, map[string]string{
+		"microos/shim.yaml":         micro("shim", "vmlinuz"),
+		"microos/stripped.yaml":     micro("stripped", "vmlinuz-unsigned"),
+		"profiles/shim-os.yaml":     profile("shim-os", "shim"),
+		"profiles/stripped-os.yaml": profile("stripped-os", "stripped"),
+		"sites/lab/site.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\n" +
+			"network: {interface: br0, serverAddress: 198.18.0.1, dhcp: reservation, subnet: 198.18.0.0/24, pool: {start: 198.18.0.100, end: 198.18.0.150}, httpsPort: 8443}\n" +
+			"defaultProfile: shim-os\nunknownNodes: hold\nenv: {BOOTOPS_E2E: overlay}\n",
+	}, []string{
+		strings.Replace(node("vm-shim", `serial: E2E-SHIM`), "test-os", "shim-os", 1),
+		strings.Replace(node("vm-stripped", `mac: "52:54:00:e2:31:02"`), "test-os", "stripped-os", 1) + "ip: 198.18.0.32\n",
+	})
+	l.serve(dir, "--https-addr", "198.18.0.1:8443")
+
+	code, vars := "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"
+	shimDisk := disk(t, l, "shim")
+	start := time.Now()
+	shim := l.secureVM("shim", "52:54:00:e2:31:01", code, vars, append(withDisk(shimDisk), "-smbios", "type=1,serial=E2E-SHIM")...)
+	strippedVM := l.secureVM("stripped", "52:54:00:e2:31:02", code, vars)
+
+	out := shim.wait(t, "secureboot: Secure boot enabled", 8*time.Minute)
+	if !strings.Contains(out, "bootops: node vm-shim") {
+		t.Errorf("GRUB did not run vm-shim's own config (found by its SMBIOS serial):\n%s", tail(out, 30))
+	}
+	shim.wait(t, "signed site overlay", 4*time.Minute)
+	t.Logf("timing: shim chain under TCG, VM start → agent running: %s", time.Since(start).Round(time.Second))
+	strippedVM.wait(t, "bad shim signature", 5*time.Minute)
+	strippedVM.cmd.Process.Kill()
+	waitState(t, l, "lab/vm-shim", "provisioned", 8*time.Minute)
+	t.Logf("timing: shim chain under TCG, VM start → provisioned: %s", time.Since(start).Round(time.Second))
+	checkDisk(t, shimDisk, rawSHA)
+	if m := l.machine("lab/vm-shim"); m["boot"] != "uefi, secure boot, shim, tls" {
+		t.Errorf("vm-shim's boot: %v, want uefi, secure boot, shim, tls", m["boot"])
+	}
+	if s, _ := nodeState(l, "lab/vm-stripped"); s == "microos" || s == "provisioning" || s == "provisioned" {
+		t.Errorf("vm-stripped reached %s with an unsigned kernel", s)
+	}
+	waitVMs(2*time.Minute, shim)
+	noSecretsOnTheWire(t, l, pcap, "E2E-SHIM-SECRET")
+}

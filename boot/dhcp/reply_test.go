@@ -793,3 +793,48 @@ func counters(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	return out
 }
+
+// A 64-bit UEFI machine gets the first stage of its Micro-OS's chain, in
+// both modes: the signed UKI by HTTP boot (PXE unanswered, so the
+// firmware moves on to HTTP boot), shim over TFTP (HTTP boot unanswered:
+// Debian's signed GRUB reads TFTP only); BIOS machines iPXE as ever.
+func TestChainTargets(t *testing.T) {
+	for _, mode := range []string{plan.DHCPProxy, plan.DHCPReservation} {
+		p := testPlan(mode, plan.PolicyIgnore)
+		p.MicroOS = []*plan.MicroOS{{Name: "uki", Chain: plan.ChainUKI, UKI: &plan.Artifact{Path: "microos/bootops.efi"}}, {Name: "shim", Chain: plan.ChainShim}}
+		p.Profiles = []*plan.Profile{{Name: "uki-os", MicroOS: "uki"}, {Name: "shim-os", MicroOS: "shim"}}
+		p.Sites[0].Nodes[0].Profile = "uki-os"  // n1, by MAC
+		p.Sites[0].Nodes[1].Profile = "shim-os" // n2, by UUID
+		cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: mode}
+		for name, c := range map[string]struct {
+			req  *dhcpv4.DHCPv4
+			want string // "" for no answer
+			// proxyOnly: n2 has no reservation, and an unanswered PXE
+			// request in reservation mode still gets its address.
+			proxyOnly bool
+		}{
+			"uki, http boot": {pxeDiscover(t, "52:54:00:00:00:01", iana.EFI_X86_64_HTTP, "HTTPClient:Arch:00016:UNDI:003001"), "http://198.18.0.1:8080/artifacts/microos/uki/uki", false},
+			"uki, pxe":       {pxeDiscover(t, "52:54:00:00:00:01", iana.EFI_X86_64, "PXEClient:Arch:00007:UNDI:003016"), "", true},
+			"uki, bios":      {pxeDiscover(t, "52:54:00:00:00:01", iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001"), "undionly.kpxe", false},
+			"shim, pxe":      {pxeDiscover(t, "52:54:00:00:00:02", iana.EFI_X86_64, "PXEClient:Arch:00007:UNDI:003016", withGUID), ShimFile, true},
+			"shim, http":     {pxeDiscover(t, "52:54:00:00:00:02", iana.EFI_X86_64_HTTP, "HTTPClient:Arch:00016:UNDI:003001", withGUID), "", true},
+		} {
+			if c.proxyOnly && mode == plan.DHCPReservation {
+				continue
+			}
+			t.Run(mode+"/"+name, func(t *testing.T) {
+				a := Reply(p, p.Sites[0], cfg, c.req, 67)
+				switch {
+				case c.want == "" && mode == plan.DHCPProxy && a.Reply != nil:
+					t.Errorf("answered with %q; want no answer", a.Reply.BootFileName)
+				case c.want == "" && mode == plan.DHCPProxy && !strings.Contains(a.Why, "not answered"):
+					t.Errorf("why: %q", a.Why)
+				case c.want != "" && (a.Reply == nil || a.Reply.BootFileName != c.want):
+					t.Errorf("reply %v, want boot file %q (%s)", a.Reply, c.want, a.Why)
+				case c.want != "" && strings.HasPrefix(c.want, "http") && a.Reply.ClassIdentifier() != "HTTPClient":
+					t.Errorf("an HTTP-boot answer without option 60 HTTPClient")
+				}
+			})
+		}
+	}
+}

@@ -229,7 +229,7 @@ func printStatus(w io.Writer, doc statusDoc) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSITE\tSTATE\tACTION\tPROGRESS\tELAPSED\tSEEN\tLAST MESSAGE")
+	fmt.Fprintln(tw, "NODE\tSITE\tSTATE\tACTION\tPROGRESS\tELAPSED\tSEEN\tBOOT\tLAST MESSAGE")
 	for _, n := range doc.Nodes {
 		seen := "-"
 		if !n.Last.Time.IsZero() {
@@ -244,7 +244,7 @@ func printStatus(w io.Writer, doc statusDoc) {
 				prog = fmt.Sprintf("%d MB", l.Bytes>>20)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Site, n.State, action, prog, elapsed(n), seen, firstLine(n.Last.Message))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Site, n.State, action, prog, elapsed(n), seen, or(n.Boot, "-"), firstLine(n.Last.Message))
 	}
 	tw.Flush()
 	if len(doc.Machines) > 0 {

@@ -217,22 +217,7 @@ func sum(b []byte) string {
 
 // writeFile replaces name whole, so a reader never sees half a file.
 func writeFile(name string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
-	if err != nil {
-		return fmt.Errorf("microos: %w", err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), name)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := trust.WriteFile(name, data, 0o644); err != nil {
 		return fmt.Errorf("microos: write %s: %w", name, err)
 	}
 	return nil

@@ -123,7 +123,7 @@ func InitCA(dir string, opt CAOptions) error {
 		{OverlayPubFile, 0o644, []byte(base64.StdEncoding.EncodeToString(pub) + "\n")},
 	}
 	for _, f := range files {
-		if err := writeFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
+		if err := WriteFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
 			return err
 		}
 	}
@@ -135,9 +135,10 @@ func serial() *big.Int {
 	return n
 }
 
-// writeFile writes name whole with mode, never leaving a key readable by
-// others even for a moment.
-func writeFile(name string, data []byte, mode os.FileMode) error {
+// WriteFile writes name whole, with mode from the start (a key is never
+// readable by others, not even for a moment), so a reader never sees half
+// a file.
+func WriteFile(name string, data []byte, mode os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
 	if err != nil {
 		return err

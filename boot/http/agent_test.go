@@ -2,6 +2,7 @@ package http
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -17,8 +18,23 @@ import (
 
 func post(t *testing.T, h http.Handler, path, token string, v any) (int, string) {
 	t.Helper()
+	return agentPost(t, h, path, token, v, false)
+}
+
+// postOverTLS is post over a TLS connection (r.TLS set), as the HTTPS
+// listener's requests are.
+func postOverTLS(t *testing.T, h http.Handler, path, token string, v any) (int, string) {
+	t.Helper()
+	return agentPost(t, h, path, token, v, true)
+}
+
+func agentPost(t *testing.T, h http.Handler, path, token string, v any, overTLS bool) (int, string) {
+	t.Helper()
 	b, _ := json.Marshal(v)
 	req := httptest.NewRequest("POST", path, bytes.NewReader(b))
+	if overTLS {
+		req.TLS = &tls.ConnectionState{HandshakeComplete: true}
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

@@ -1,13 +1,9 @@
 package http
 
 import (
-	"bytes"
 	"crypto/ed25519"
-	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -15,21 +11,6 @@ import (
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/trust"
 )
-
-// postTLS is post over a TLS connection (r.TLS set), as the HTTPS
-// listener's requests are.
-func postTLS(t *testing.T, h http.Handler, path, token string, v any) (int, string) {
-	t.Helper()
-	b, _ := json.Marshal(v)
-	req := httptest.NewRequest("POST", path, bytes.NewReader(b))
-	req.TLS = &tls.ConnectionState{HandshakeComplete: true}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec.Code, rec.Body.String()
-}
 
 // Over TLS, an agent with no token checks in by its identity: the server
 // finds the node and names it in the reply; a provisioned node is told to
@@ -47,14 +28,14 @@ func TestCheckInByIdentityOverTLS(t *testing.T) {
 	if code, body := post(t, h, plan.AgentCheckInPath, "", in); code != 401 {
 		t.Errorf("plain HTTP, no token: %d %s, want 401", code, body)
 	}
-	code, body := postTLS(t, h, plan.AgentCheckInPath, "", in)
+	code, body := postOverTLS(t, h, plan.AgentCheckInPath, "", in)
 	var r plan.CheckInReply
 	json.Unmarshal([]byte(body), &r)
 	if code != 200 || r.Node != "a" || r.Session == "" || r.Workflow == nil {
 		t.Fatalf("TLS check-in by identity: %d %s", code, body)
 	}
 	// Its events, with the session, as node a.
-	code, body = postTLS(t, h, plan.AgentEventsPath, r.Session, plan.EventBatch{Site: "lab", Node: "a", Events: []plan.AgentEvent{{Seq: 1, Type: plan.AgentStarted, Step: 1, Steps: 1, Action: "wipe"}}})
+	code, body = postOverTLS(t, h, plan.AgentEventsPath, r.Session, plan.EventBatch{Site: "lab", Node: "a", Events: []plan.AgentEvent{{Seq: 1, Type: plan.AgentStarted, Step: 1, Steps: 1, Action: "wipe"}}})
 	if code != 200 {
 		t.Errorf("events after an identity check-in: %d %s", code, body)
 	}
@@ -68,20 +49,20 @@ func TestCheckInByIdentityOverTLS(t *testing.T) {
 		t.Errorf("node a's boot: %q", m.Boot)
 	}
 	// An unknown machine: keyed by its MAC, named in the reply.
-	code, body = postTLS(t, h, plan.AgentCheckInPath, "", plan.CheckIn{Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:99"}}})
-	if code != 200 || !strings.Contains(body, `"machine": "mac:52:54:00:00:00:99"`) {
+	code, body = postOverTLS(t, h, plan.AgentCheckInPath, "", plan.CheckIn{Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:99"}}})
+	if code != 200 || !strings.Contains(body, `"machine":"mac:52:54:00:00:00:99"`) {
 		t.Errorf("unknown machine by identity: %d %s", code, body)
 	}
 	// Node b is provisioned at 1, registered at 2: reinstalled. At 1 it
 	// would boot its disk.
 	p.Sites[0].Nodes[1].Reprovision = 1
 	p.Sites[0].Nodes[1].Artifacts.Workflow = plan.Workflow{Node: "b", Actions: []plan.Action{{Action: "wipe-disk"}}}
-	code, body = postTLS(t, h, plan.AgentCheckInPath, "", plan.CheckIn{Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:0b"}}})
+	code, body = postOverTLS(t, h, plan.AgentCheckInPath, "", plan.CheckIn{Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:0b"}}})
 	if code != 200 || !strings.Contains(body, "boot from its disk") || strings.Contains(body, "workflow") {
 		t.Errorf("provisioned node by identity: %d %s", code, body)
 	}
 	// One NIC of node a, one of node b.
-	code, body = postTLS(t, h, plan.AgentCheckInPath, "", plan.CheckIn{Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:0b", "52:54:00:00:00:0c"}, Serial: "SER-A"}})
+	code, body = postOverTLS(t, h, plan.AgentCheckInPath, "", plan.CheckIn{Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:0b", "52:54:00:00:00:0c"}, Serial: "SER-A"}})
 	if code != 409 {
 		t.Errorf("a machine with two nodes' identifiers: %d %s, want 409", code, body)
 	}

@@ -33,8 +33,8 @@ type Server struct {
 	// Dynamic, when set, answers names Files lacks (the shim chain's GRUB
 	// configs and Micro-OS files), given the client's address.
 	Dynamic func(name, peer string) ([]byte, bool)
-	Events status.Recorder
-	Log    *slog.Logger
+	Events  status.Recorder
+	Log     *slog.Logger
 	// Timeout per packet before a resend (default 2 s: one lost packet
 	// should not cost a boot storm 5 s). A client's "timeout" option
 	// overrides it for its transfer.

@@ -160,8 +160,10 @@ func TestProxyModeBIOS(t *testing.T) {
 func TestProxyModeUEFI(t *testing.T) {
 	l := newLab(t, true)
 	l.serve(repo(t, proxySite, node("vm-uuid", "uuid: 01020304-0506-0708-090a-0b0c0d0e0f10")))
+	start := time.Now()
 	v := l.uefiVM("uefi-uuid", "52:54:00:e2:00:11", "-smbios", "type=1,serial=E2E-UEFI,uuid=01020304-0506-0708-090a-0b0c0d0e0f10")
 	out := v.wait(t, "BOOTOPS-MICROOS", 8*time.Minute)
+	t.Logf("timing: ipxe chain (UEFI, PXE, TFTP then plain HTTP), VM start → Micro-OS running: %s", time.Since(start).Round(time.Second))
 	if !strings.Contains(out, "BOOTOPS-MICROOS node=vm-uuid profile=none serial=E2E-UEFI uuid=01020304-0506-0708-090a-0b0c0d0e0f10") {
 		t.Errorf("UEFI VM booted the wrong thing:\n%s", tail(out, 5))
 	}

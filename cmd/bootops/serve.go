@@ -50,7 +50,7 @@ func serveCmd() *command {
 	c := &command{
 		name:    "serve",
 		summary: "Run the boot plane: follow a Git repository (or a folder), compile every revision and serve the last good one over HTTP, DHCP and TFTP.",
-		usage:   "--source GIT-URL|DIR [--ref R] [--interval 30s] [--site S[,S…]] [--http-addr A] [--dhcp proxy|reservation|off] [--interface IF] [--state-dir D] [--webhook-secret-file F] [--verify-commits KEYRING] [--config FILE]",
+		usage:   "--source GIT-URL|DIR [--ref R] [--interval 30s] [--site S[,S…]] [--http-addr A] [--https-addr A] [--dhcp proxy|reservation|off] [--interface IF] [--state-dir D] [--webhook-secret-file F] [--verify-commits KEYRING] [--config FILE]",
 		example: "  bootops serve --source sites --state-dir /tmp/bootops --http-addr 127.0.0.1:8080 --dhcp off --tftp-addr \"\"\n" +
 			"  # (runs as any user: HTTP only; DHCP and TFTP need root for ports 67 and 69)\n" +
 			"  curl 'http://127.0.0.1:8080/ipxe?serial=DEMO-0001'\n" +

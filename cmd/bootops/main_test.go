@@ -135,10 +135,32 @@ func TestRender(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, `no node "rack1-1" (did you mean "rack1-01"?)`) {
 		t.Errorf("unknown node: exit %d, %q", code, stderr)
 	}
+	code, _, stderr = bootops(t, nil, "render", dir, "--node", "rack1-12", "--what", "grub")
+	if code != 1 || !strings.Contains(stderr, "its Micro-OS's chain is not shim") {
+		t.Errorf("grub of an iPXE node: exit %d, %q", code, stderr)
+	}
 	// Flags from the environment.
 	code, out, _ := bootops(t, map[string]string{"BOOTOPS_NODE": "rack1-02", "BOOTOPS_WHAT": "meta-data"}, "render", dir)
 	if code != 0 || out != "instance-id: rack1-02-0\nlocal-hostname: rack1-02\n" {
 		t.Errorf("render from env: exit %d, %q", code, out)
+	}
+}
+
+// A shim-chain node's GRUB config: every kernel word quoted, over TFTP,
+// with the site overlay; a TLS site's carries no token.
+func TestRenderGRUB(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "microos/m.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nchain: shim\noverlay: true\n"+
+		"kernel: {url: \"http://198.18.0.1/k\", sha256: "+strings.Repeat("1a", 32)+"}\ninitrd: {url: \"http://198.18.0.1/i\", sha256: "+strings.Repeat("2b", 32)+"}\n")
+	write(t, dir, "profiles/p.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: p\nos: {type: immutable}\n"+
+		"image: {url: \"http://198.18.0.1/img\", sha256: "+strings.Repeat("3c", 32)+"}\n")
+	write(t, dir, "sites/lab/site.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {serverAddress: 198.18.0.1, httpsPort: 8443}\ndefaultProfile: p\n")
+	write(t, dir, "sites/lab/nodes/n.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n\nidentity: {serial: S-1}\n")
+	code, out, stderr := bootops(t, nil, "render", dir, "--node", "n", "--what", "grub")
+	want := "linux (tftp,198.18.0.1)/artifacts/microos/default/kernel 'bootops.server=https://198.18.0.1:8443' 'bootops.node=n' 'bootops.site=lab' 'console=tty0' 'console=ttyS0,115200' 'bootops.chain=shim'\n" +
+		"initrd (tftp,198.18.0.1)/artifacts/microos/default/initrd (tftp,198.18.0.1)/artifacts/overlay/lab\nboot\n"
+	if code != 0 || !strings.HasSuffix(out, want) || strings.Contains(out, "token") {
+		t.Errorf("render --what grub: exit %d, stderr %q, output:\n%s\nwant it to end with:\n%s", code, stderr, out, want)
 	}
 }
 

@@ -21,7 +21,7 @@ func renderCmd() *command {
 		fs := c.flags(e)
 		node := fs.String("node", "", "node name (required)")
 		site := fs.String("site", "", "site of the node, when several sites have a node of that name")
-		what := fs.String("what", "ipxe", "artifact: ipxe, cloud-init (all three files), user-data, meta-data, network-config, workflow")
+		what := fs.String("what", "ipxe", "artifact: ipxe, grub (the shim chain's config), cloud-init (all three files), user-data, meta-data, network-config, workflow")
 		dir, err := parseDir(fs, e, args)
 		if err != nil {
 			return err
@@ -30,10 +30,10 @@ func renderCmd() *command {
 			return usagef("--node is required")
 		}
 		switch *what {
-		case "ipxe", "cloud-init", "user-data", "meta-data", "network-config", "workflow":
+		case "ipxe", "grub", "cloud-init", "user-data", "meta-data", "network-config", "workflow":
 		default:
 			return usagef("--what %q: want ipxe, cloud-init, user-data, meta-data, network-config or workflow%s", *what,
-				compiler.DidYouMean(*what, []string{"ipxe", "cloud-init", "user-data", "meta-data", "network-config", "workflow"}))
+				compiler.DidYouMean(*what, []string{"ipxe", "grub", "cloud-init", "user-data", "meta-data", "network-config", "workflow"}))
 		}
 		p, err := compileDir(e, dir)
 		if err != nil {
@@ -47,6 +47,11 @@ func renderCmd() *command {
 		switch *what {
 		case "ipxe":
 			fmt.Fprint(e.stdout, a.IPXE)
+		case "grub":
+			if a.GRUB == "" {
+				return fmt.Errorf("node %s boots no GRUB config: its Micro-OS's chain is not shim", n.Name)
+			}
+			fmt.Fprint(e.stdout, a.GRUB)
 		case "user-data":
 			fmt.Fprint(e.stdout, a.UserData)
 		case "meta-data":

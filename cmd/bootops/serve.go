@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -494,6 +495,9 @@ func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slo
 				Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m, Leases: pool}}
 			g.Go(func() error { return ds.Serve(ctx) })
 		}
+		if site.TLS() && !httpsPortServed(cfg.httpsAddr, site.Network.HTTPSPort) {
+			log.Warn("site wants TLS, and no --https-addr serves its port: its agents cannot check in", "site", site.Name, "https_port", site.Network.HTTPSPort, "https_addr", cfg.httpsAddr)
+		}
 		log.Info("serving", "site", site.Name, "plan", p.Hash, "http", httpAddr, "tftp", tftpAddr, "dhcp", m, "interface", iface)
 	}
 	return nil
@@ -642,4 +646,10 @@ func httpsListener(cfg serveConfig) (net.Listener, error) {
 		return nil, err
 	}
 	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}), nil
+}
+
+// httpsPortServed says the --https-addr listener is on port.
+func httpsPortServed(addr string, port int) bool {
+	_, p, err := net.SplitHostPort(addr)
+	return err == nil && p == strconv.Itoa(port)
 }

@@ -428,6 +428,9 @@ func (r *repo) checkMicroOS(m *object) {
 			r.errorf(m.pos("cmdline"), "cmdline", "%s", why)
 		}
 	}
+	if hb := m.v.get("httpsBoot"); hb != nil && hb.b && m.str("chain") != plan.ChainUKI {
+		r.errorf(m.pos("httpsBoot"), "httpsBoot", "httpsBoot is how the firmware fetches the UKI: it needs chain uki")
+	}
 	if m.str("chain") == plan.ChainUKI && m.v.get("uki") == nil {
 		r.errorf(m.pos("chain"), "chain", "chain uki boots the signed unified kernel image: set uki (bootops microos build --uki writes one)")
 	}

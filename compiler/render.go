@@ -18,11 +18,12 @@ func (r *repo) render() (*plan.Plan, Errors) {
 	for _, name := range sortedKeys(r.microOS) {
 		o := r.microOS[name]
 		m := &plan.MicroOS{
-			Name:    name,
-			Kernel:  artifact(o.v.get("kernel")),
-			Initrd:  artifact(o.v.get("initrd")),
-			Cmdline: o.str("cmdline"),
-			Overlay: o.v.get("overlay") != nil && o.v.get("overlay").b,
+			Name:      name,
+			Kernel:    artifact(o.v.get("kernel")),
+			Initrd:    artifact(o.v.get("initrd")),
+			Cmdline:   o.str("cmdline"),
+			Overlay:   o.v.get("overlay") != nil && o.v.get("overlay").b,
+			HTTPSBoot: o.v.get("httpsBoot") != nil && o.v.get("httpsBoot").b,
 		}
 		if c := o.str("chain"); c != plan.ChainIPXE {
 			m.Chain = c

@@ -222,6 +222,9 @@ type MicroOS struct {
 	Chain string `json:"chain,omitempty"`
 	// Overlay: machines get the signed site overlay as a second initrd.
 	Overlay bool `json:"overlay,omitempty"`
+	// HTTPSBoot: the firmware fetches the UKI over HTTPS (it trusts the
+	// site CA).
+	HTTPSBoot bool `json:"httpsBoot,omitempty"`
 }
 
 // Boot chains of UEFI machines (MicroOS.Chain).

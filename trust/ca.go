@@ -1,10 +1,10 @@
 package trust
 
 import (
-	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
@@ -60,7 +60,9 @@ func InitCA(dir string, opt CAOptions) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	// RSA 2048: UEFI firmware's TLS (EDK2's HTTPS boot) offers only RSA
+	// suites and verifies only RSA signatures; the agent takes either.
+	caKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err
 	}
@@ -79,7 +81,7 @@ func InitCA(dir string, opt CAOptions) error {
 		return err
 	}
 	caCert, _ := x509.ParseCertificate(caDER)
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	srvKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err
 	}
@@ -88,8 +90,10 @@ func InitCA(dir string, opt CAOptions) error {
 		Subject:      pkix.Name{CommonName: opt.Hosts[0], Organization: []string{"bootops"}},
 		NotBefore:    opt.Now.Add(-time.Hour),
 		NotAfter:     opt.Now.AddDate(2, 0, 0),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// keyEncipherment: the firmware's suites use RSA key exchange.
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
 	}
 	for _, h := range opt.Hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -106,19 +110,19 @@ func InitCA(dir string, opt CAOptions) error {
 	if err != nil {
 		return err
 	}
-	caKeyDER, _ := x509.MarshalECPrivateKey(caKey)
-	srvKeyDER, _ := x509.MarshalECPrivateKey(srvKey)
+	caKeyDER, _ := x509.MarshalPKCS8PrivateKey(caKey)
+	srvKeyDER, _ := x509.MarshalPKCS8PrivateKey(srvKey)
 	files := []struct {
 		name string
 		mode os.FileMode
 		data []byte
 	}{
 		{CAFile, 0o644, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})},
-		{CAKeyFile, 0o600, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: caKeyDER})},
+		{CAKeyFile, 0o600, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: caKeyDER})},
 		// The server sends its certificate and the CA's: a client that
 		// pins the CA verifies the chain.
 		{ServerFile, 0o644, append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})...)},
-		{ServerKeyFile, 0o600, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: srvKeyDER})},
+		{ServerKeyFile, 0o600, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: srvKeyDER})},
 		{OverlayKeyFile, 0o600, []byte(base64.StdEncoding.EncodeToString(priv.Seed()) + "\n")},
 		{OverlayPubFile, 0o644, []byte(base64.StdEncoding.EncodeToString(pub) + "\n")},
 	}
@@ -160,3 +164,22 @@ func WriteFile(name string, data []byte, mode os.FileMode) error {
 
 // CheckPrivate refuses a private key file that others may read.
 func CheckPrivate(name string) error { return private(name) }
+
+// ServerTLS is the HTTPS listener's configuration: TLS 1.2 and 1.3, and
+// besides the ECDHE suites Go prefers, the RSA key-exchange ones, the only
+// ones UEFI firmware's HTTPS boot offers (EDK2 2022.11: RSA and DHE-RSA
+// suites, no SNI, no elliptic curves). They come last: a client that can
+// do better does.
+func ServerTLS(cert tls.Certificate) *tls.Config {
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: []uint16{
+			tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+			tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+			tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+			tls.TLS_RSA_WITH_AES_128_GCM_SHA256, tls.TLS_RSA_WITH_AES_256_GCM_SHA384,
+			tls.TLS_RSA_WITH_AES_128_CBC_SHA, tls.TLS_RSA_WITH_AES_256_CBC_SHA,
+		},
+	}
+}

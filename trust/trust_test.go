@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,5 +93,35 @@ func TestInitCA(t *testing.T) {
 	}
 	if _, err := PoolFromPEM("nothing"); err == nil {
 		t.Error("a CA bundle without certificates was accepted")
+	}
+}
+
+// The HTTPS listener's configuration completes a handshake with a client
+// that offers what UEFI firmware's HTTPS boot offers: TLS 1.2, RSA key
+// exchange only, no SNI; and verifies against the site CA for the IP.
+func TestServerTLSTakesFirmwareSuites(t *testing.T) {
+	dir := t.TempDir()
+	if err := InitCA(dir, CAOptions{Hosts: []string{"198.18.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, ServerFile), filepath.Join(dir, ServerKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, _ := os.ReadFile(filepath.Join(dir, CAFile))
+	pool, _ := PoolFromPEM(string(caPEM))
+	for _, suite := range []uint16{tls.TLS_RSA_WITH_AES_128_GCM_SHA256, tls.TLS_RSA_WITH_AES_256_CBC_SHA} {
+		c, s := net.Pipe()
+		srv := tls.Server(s, ServerTLS(pair))
+		go srv.Handshake()
+		cli := tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "198.18.0.1", MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{suite},
+			CurvePreferences: []tls.CurveID{}})
+		if err := cli.Handshake(); err != nil {
+			t.Errorf("%s: %v", tls.CipherSuiteName(suite), err)
+		} else if got := cli.ConnectionState().CipherSuite; got != suite {
+			t.Errorf("negotiated %s", tls.CipherSuiteName(got))
+		}
+		c.Close()
+		s.Close()
 	}
 }

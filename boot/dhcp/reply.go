@@ -338,6 +338,11 @@ func bootTarget(cfg Config, site *plan.Site, m *plan.MicroOS, arch iana.Arch, ip
 			if !httpBoot {
 				return "", false
 			}
+			if m.HTTPSBoot && site.Network.HTTPSPort != 0 {
+				// The firmware checks the server against the site CA
+				// it was given: the UKI's bytes cross the LAN encrypted.
+				return "https://" + netip.AddrPortFrom(cfg.ServerIP, uint16(site.Network.HTTPSPort)).String() + "/artifacts/microos/" + m.Name + "/uki", true
+			}
 			return base + "/artifacts/microos/" + m.Name + "/uki", true
 		}
 	}

@@ -838,3 +838,20 @@ func TestChainTargets(t *testing.T) {
 		}
 	}
 }
+
+// httpsBoot: the UKI's https URL on the site's httpsPort; without one the
+// site has no TLS listener to point at, and the URL stays http.
+func TestHTTPSBootTarget(t *testing.T) {
+	p := testPlan(plan.DHCPProxy, plan.PolicyIgnore)
+	p.MicroOS = []*plan.MicroOS{{Name: "uki", Chain: plan.ChainUKI, HTTPSBoot: true, UKI: &plan.Artifact{Path: "microos/bootops.efi"}}}
+	p.Profiles = []*plan.Profile{{Name: "uki-os", MicroOS: "uki"}}
+	p.Sites[0].Nodes[0].Profile = "uki-os"
+	cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPProxy}
+	req := pxeDiscover(t, "52:54:00:00:00:01", iana.EFI_X86_64_HTTP, "HTTPClient:Arch:00016:UNDI:003001")
+	for port, want := range map[int]string{8443: "https://198.18.0.1:8443/artifacts/microos/uki/uki", 0: "http://198.18.0.1:8080/artifacts/microos/uki/uki"} {
+		p.Sites[0].Network.HTTPSPort = port
+		if a := Reply(p, p.Sites[0], cfg, req, 67); a.Reply == nil || a.Reply.BootFileName != want {
+			t.Errorf("httpsPort %d: %v (%s), want %s", port, a.Reply, a.Why, want)
+		}
+	}
+}

@@ -645,7 +645,7 @@ func httpsListener(cfg serveConfig) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}), nil
+	return tls.NewListener(ln, trust.ServerTLS(pair)), nil
 }
 
 // httpsPortServed says the --https-addr listener is on port.

@@ -109,7 +109,8 @@ func noSecretsOnTheWire(t *testing.T, l *lab, pcap string, userData string) {
 }
 
 // UEFI HTTP boot of a signed UKI with Secure Boot on (own keys): one VM
-// provisions over TLS; one whose profile's image is on a rogue HTTPS
+// fetches it by HTTPS boot (its firmware given the site CA) and provisions
+// over TLS; one, by plain HTTP boot, whose profile's image is on a rogue HTTPS
 // server (a self-signed certificate, another image) ends failed with the
 // reason and installs nothing; one whose UKI has a flipped byte in its
 // initramfs is refused by the firmware and never checks in.
@@ -136,9 +137,9 @@ func TestSecureBootUKI(t *testing.T) {
 	run(t, "sbverify", "--cert", snakeoilCert, filepath.Join(dir, "microos/bootops.efi"))
 	flipInitrdByte(t, filepath.Join(dir, "microos/bootops.efi"), filepath.Join(dir, "microos/tampered.efi"))
 
-	micro := func(name, uki string) string {
+	micro := func(name, uki, extra string) string {
 		return "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: " + name + "\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\n" +
-			"uki: {path: microos/" + uki + "}\nchain: uki\n"
+			"uki: {path: microos/" + uki + "}\nchain: uki\n" + extra
 	}
 	profile := func(name, micro, url string) string {
 		return "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: " + name + "\nmicroOS: " + micro + "\nos: {type: immutable}\n" +
@@ -146,10 +147,11 @@ func TestSecureBootUKI(t *testing.T) {
 	}
 	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: proxy, httpsPort: 8443}\nunknownNodes: ignore\n"
 	writeRepo(dir, map[string]string{
-		"microos/signed.yaml":    micro("signed", "bootops.efi"),
-		"microos/tampered.yaml":  micro("tampered", "tampered.efi"),
+		"microos/signed.yaml":    micro("signed", "bootops.efi", "httpsBoot: true\n"),
+		"microos/plain.yaml":     micro("plain", "bootops.efi", ""),
+		"microos/tampered.yaml":  micro("tampered", "tampered.efi", ""),
 		"profiles/sb-os.yaml":    profile("sb-os", "signed", "http://198.18.0.1:8081/test.raw.gz"),
-		"profiles/rogue-os.yaml": profile("rogue-os", "signed", "https://198.18.0.3:8443/test.raw.gz"),
+		"profiles/rogue-os.yaml": profile("rogue-os", "plain", "https://198.18.0.3:8443/test.raw.gz"),
 		"profiles/bad-os.yaml":   profile("bad-os", "tampered", "http://198.18.0.1:8081/test.raw.gz"),
 		"sites/lab/site.yaml":    site,
 	}, []string{
@@ -159,12 +161,17 @@ func TestSecureBootUKI(t *testing.T) {
 	})
 	l.serve(dir, "--https-addr", "198.18.0.1:8443")
 
+	// The firmware's TLS trusts the site CA (an EFI signature list): vm-sb
+	// fetches its UKI by HTTPS boot, the others by plain HTTP boot.
+	esl := filepath.Join(l.dir, "ca.esl")
+	run(t, "cert-to-efi-sig-list", filepath.Join(state, "tls/ca.pem"), esl)
+	fw := append([]string{"-fw_cfg", "name=etc/edk2/https/cacerts,file=" + esl}, httpBootOnly...)
 	code, vars := "/usr/share/OVMF/OVMF_CODE_4M.snakeoil.fd", "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd"
 	sbDisk, rogueDisk := disk(t, l, "sb"), disk(t, l, "rogue")
 	start := time.Now()
-	sb := l.secureVM("sb", "52:54:00:e2:30:01", code, vars, append(withDisk(sbDisk), httpBootOnly...)...)
-	rogue := l.secureVM("rogue", "52:54:00:e2:30:02", code, vars, append(withDisk(rogueDisk), httpBootOnly...)...)
-	tampered := l.secureVM("tampered", "52:54:00:e2:30:03", code, vars, httpBootOnly...)
+	sb := l.secureVM("sb", "52:54:00:e2:30:01", code, vars, append(withDisk(sbDisk), fw...)...)
+	rogue := l.secureVM("rogue", "52:54:00:e2:30:02", code, vars, append(withDisk(rogueDisk), fw...)...)
+	tampered := l.secureVM("tampered", "52:54:00:e2:30:03", code, vars, fw...)
 
 	out := sb.wait(t, "secureboot: Secure boot enabled", 8*time.Minute)
 	if !strings.Contains(out, "bootops-agent") {
@@ -178,6 +185,12 @@ func TestSecureBootUKI(t *testing.T) {
 	checkDisk(t, sbDisk, rawSHA)
 	if m := l.machine("lab/vm-sb"); m["boot"] != "uefi, secure boot, uki, tls" {
 		t.Errorf("vm-sb's boot: %v, want uefi, secure boot, uki, tls", m["boot"])
+	}
+	if log := l.logs("lab/vm-sb"); !strings.Contains(log, "https://198.18.0.1:8443/artifacts/microos/signed/uki") {
+		t.Errorf("vm-sb was not offered its UKI by HTTPS:\n%s", log)
+	}
+	if !strings.Contains(mustRead(sb.console), "URI: https://198.18.0.1:8443/artifacts/microos/signed/uki") {
+		t.Errorf("vm-sb's firmware did not boot from the https URI:\n%s", tail(mustRead(sb.console), 40))
 	}
 
 	msg := waitState(t, l, "lab/vm-rogue", "failed", 6*time.Minute)

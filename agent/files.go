@@ -157,6 +157,13 @@ func (r *Runner) cloudInit(ctx context.Context, s *step) error {
 			}
 		}
 		s.log(fmt.Sprintf("wrote the NoCloud seed to %s on %s (%d files)", dir, dev, len(files)))
+		if seed.Report != "" {
+			// It holds the node's report credential: root only.
+			if err := writeIn(mnt, ReportScriptPath, []byte(seed.Report), 0o700); err != nil {
+				return err
+			}
+			s.log("wrote the first-boot report script to " + ReportScriptPath)
+		}
 		return nil
 	})
 }

@@ -34,7 +34,14 @@ type Seed struct {
 	UserData      string
 	MetaData      string
 	NetworkConfig string
+	// Report is the installed OS's per-boot report script (with the
+	// node's report credential), written to ReportScriptPath.
+	Report string
 }
+
+// ReportScriptPath is where cloud-init finds the report script: it runs
+// what is in scripts/per-boot at every boot.
+const ReportScriptPath = "/var/lib/cloud/scripts/per-boot/bootops-report"
 
 // Defaults of a Runner and its actions.
 const (

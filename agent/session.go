@@ -125,7 +125,7 @@ checkIn:
 			if reply.CloudInit == nil {
 				return Seed{}, nil
 			}
-			return Seed{UserData: reply.CloudInit.UserData, MetaData: reply.CloudInit.MetaData, NetworkConfig: reply.CloudInit.NetworkConfig}, nil
+			return Seed{UserData: reply.CloudInit.UserData, MetaData: reply.CloudInit.MetaData, NetworkConfig: reply.CloudInit.NetworkConfig, Report: reply.CloudInit.Report}, nil
 		}
 	}
 	err = r.Run(ctx, *reply.Workflow)

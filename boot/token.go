@@ -27,6 +27,9 @@ const (
 	// KindSession is what a check-in returns: it is good for the events
 	// of that check-in's workflow (and a held machine's next check-ins).
 	KindSession = "s"
+	// KindReport is written into a node's seed at check-in: the installed
+	// OS reports its boots with it (to that node and generation only).
+	KindReport = "r"
 )
 
 // Errors of Verify, tested with errors.Is.

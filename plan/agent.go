@@ -132,6 +132,24 @@ type CloudInitSeed struct {
 	UserData      string `json:"userData"`
 	MetaData      string `json:"metaData"`
 	NetworkConfig string `json:"networkConfig,omitempty"`
+	// Report is the script the installed OS runs at every boot (cloud-init
+	// runs /var/lib/cloud/scripts/per-boot/) to report it is up, with the
+	// node's report credential in it.
+	Report string `json:"report,omitempty"`
+}
+
+// ReportPath is where the installed OS posts its report (OSReport, the
+// report credential as the bearer).
+const ReportPath = "/api/v1/report"
+
+// OSReport is the installed OS's report of a boot.
+type OSReport struct {
+	Site       string   `json:"site"`
+	Node       string   `json:"node"`
+	InstanceID string   `json:"instanceId"`
+	Hostname   string   `json:"hostname"`
+	Kernel     string   `json:"kernel"`
+	Addresses  []string `json:"addresses,omitempty"`
 }
 
 // Agent event kinds.

@@ -328,6 +328,9 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		}
 		if seedOf != nil {
 			reply.CloudInit = seed(*seedOf, reply.Session)
+			if n != nil && reply.CloudInit != nil {
+				reply.CloudInit.Report = s.report(site, n)
+			}
 		}
 	}
 	if ev.State == "" {

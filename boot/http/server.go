@@ -160,6 +160,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/status", s.status)
 	mux.HandleFunc("POST "+plan.AgentCheckInPath, s.checkin)
 	mux.HandleFunc("POST "+plan.AgentEventsPath, s.agentEvents)
+	mux.HandleFunc("POST "+plan.ReportPath, s.osReport)
 	mux.HandleFunc("GET /api/v1/events", s.events)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {

@@ -18,6 +18,7 @@ const (
 	KindScript = "script" // an iPXE script was served
 	KindFile   = "file"   // an artifact (kernel, initrd) was served
 	KindAgent  = "agent"  // the agent in the Micro-OS reported
+	KindReport = "report" // the installed OS reported (its first boot)
 )
 
 // Node states (DESIGN.md §4) the boot plane can tell.
@@ -32,7 +33,13 @@ const (
 	StateProvisioning = "provisioning" // running action i/N
 	StateProvisioned  = "provisioned"
 	StateFailed       = "failed"
+	// StateRunning: the installed OS reported its first boot.
+	StateRunning = "running"
 )
+
+// Installed reports the states of a node whose OS is on its disk:
+// provisioned, or running since.
+func Installed(state string) bool { return state == StateProvisioned || state == StateRunning }
 
 // Event is one thing the boot plane did for a machine.
 type Event struct {
@@ -68,6 +75,9 @@ type Event struct {
 	// Boot is how the machine booted, as its agent read it at check-in
 	// (plan.BootInfo's summary).
 	Boot string `json:"boot,omitempty"`
+	// Hostname and Kernel are what the installed OS reported (KindReport).
+	Hostname string `json:"hostname,omitempty"`
+	Kernel   string `json:"kernel,omitempty"`
 }
 
 // Key is what events are grouped by: site/node, or the machine's MAC (or
@@ -109,6 +119,9 @@ type Machine struct {
 	Events int   `json:"events"`
 	// Boot is how it last booted: firmware, Secure Boot, chain, TLS.
 	Boot string `json:"boot,omitempty"`
+	// Hostname and Kernel: the installed OS's last report.
+	Hostname string `json:"hostname,omitempty"`
+	Kernel   string `json:"kernel,omitempty"`
 }
 
 // Memory keeps the newest events of each machine in memory: at most
@@ -214,7 +227,8 @@ func (m *Machine) apply(e Event) {
 	m.Site, m.Node = or(e.Site, m.Site), or(e.Node, m.Node)
 	m.MAC, m.UUID, m.Serial = or(e.MAC, m.MAC), or(e.UUID, m.UUID), or(e.Serial, m.Serial)
 	m.Boot = or(e.Boot, m.Boot)
-	if e.State != "" {
+	m.Hostname, m.Kernel = or(e.Hostname, m.Hostname), or(e.Kernel, m.Kernel)
+	if e.State != "" && !keepsState(m.State, e) {
 		if e.State != m.State || m.Since.IsZero() {
 			m.Since = e.Time
 		}
@@ -222,6 +236,16 @@ func (m *Machine) apply(e Event) {
 	}
 	m.Last = e
 	m.Events++
+}
+
+// keepsState says e leaves a machine in state cur although it names a
+// state of its own: an installed node's reboot (its DHCP request, and the
+// local-disk script, which names no state) never moves it back. What does
+// move it on is a reinstall (the Micro-OS script, served only when Git
+// raised its generation: booting), the agent, and the installed OS's
+// report (running).
+func keepsState(cur string, e Event) bool {
+	return Installed(cur) && e.State == StateDiscovered
 }
 
 // sortMachines puts registered nodes first, then by key.

@@ -32,3 +32,44 @@ func TestMemory(t *testing.T) {
 		t.Errorf("machine bound: %d machines, %+v", len(got), got)
 	}
 }
+
+// Every transition a node's state takes from one event: the boot plane's
+// events move it forward to the Micro-OS, the agent's through the
+// install, the installed OS's report to running; an installed node's
+// reboot (DHCP, the local-disk script) never moves it back; a reinstall
+// (the Micro-OS script again) starts over.
+func TestStateTransitions(t *testing.T) {
+	for _, c := range []struct {
+		from string
+		ev   Event
+		want string
+	}{
+		{StateRegistered, Event{Kind: KindDHCP, State: StateDiscovered}, StateDiscovered},
+		{StateDiscovered, Event{Kind: KindScript, State: StateBooting}, StateBooting},
+		{StateBooting, Event{Kind: KindAgent, State: StateMicroOS}, StateMicroOS},
+		{StateMicroOS, Event{Kind: KindAgent, State: StateProvisioning}, StateProvisioning},
+		{StateProvisioning, Event{Kind: KindAgent, State: StateFailed}, StateFailed},
+		{StateProvisioning, Event{Kind: KindAgent, State: StateProvisioned}, StateProvisioned},
+		{StateFailed, Event{Kind: KindDHCP, State: StateDiscovered}, StateDiscovered},
+		{StateProvisioning, Event{Kind: KindDHCP, State: StateDiscovered}, StateDiscovered},
+		// The installed node's reboot.
+		{StateProvisioned, Event{Kind: KindDHCP, State: StateDiscovered}, StateProvisioned},
+		{StateProvisioned, Event{Kind: KindScript, Message: "served local-disk script"}, StateProvisioned},
+		{StateProvisioned, Event{Kind: KindFile, Message: "tftp: sent undionly.kpxe"}, StateProvisioned},
+		{StateProvisioned, Event{Kind: KindReport, State: StateRunning}, StateRunning},
+		{StateRunning, Event{Kind: KindDHCP, State: StateDiscovered}, StateRunning},
+		{StateRunning, Event{Kind: KindScript, Message: "served local-disk script"}, StateRunning},
+		{StateRunning, Event{Kind: KindReport, State: StateRunning}, StateRunning},
+		// A reinstall: Git raised the generation, the Micro-OS script is served.
+		{StateRunning, Event{Kind: KindScript, State: StateBooting}, StateBooting},
+		{StateProvisioned, Event{Kind: KindScript, State: StateBooting}, StateBooting},
+		{StateRunning, Event{Kind: KindAgent, State: StateMicroOS}, StateMicroOS},
+		{StateMismatch, Event{Kind: KindDHCP, State: StateDiscovered}, StateDiscovered},
+	} {
+		m := Machine{State: c.from}
+		m.apply(c.ev)
+		if m.State != c.want {
+			t.Errorf("%s + %s event (state %q): %s, want %s", c.from, c.ev.Kind, c.ev.State, m.State, c.want)
+		}
+	}
+}

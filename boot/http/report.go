@@ -1,0 +1,135 @@
+package http
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
+)
+
+// The installed OS's report: the agent writes a script into the new
+// system (plan.CloudInitSeed.Report) that cloud-init runs at every boot;
+// it posts a plan.OSReport with the node's report credential, minted at
+// check-in for that node and generation. The first accepted report puts
+// the node in state running.
+
+// AgentReportRefused counts refused reports (a wrong, another node's, an
+// old generation's credential, or none).
+const AgentReportRefused = "report_refused"
+
+// ReportTTL bounds how long after its install a machine may first report
+// (a machine may sit powered off in a warehouse for weeks).
+const ReportTTL = 90 * 24 * time.Hour
+
+// reportScript is the per-boot script: POSIX sh handing over to Python 3,
+// which cloud-init itself needs, so nothing else must be installed. It
+// tries for about two minutes, then gives up until the next boot.
+const reportScript = `#!/bin/sh
+# bootops: tell the boot server this node's OS is up (cloud-init runs it at every boot)
+exec python3 - <<'BOOTOPS_REPORT'
+import json, os, socket, ssl, subprocess, time, urllib.request
+url, token, site, node, ca = %q, %q, %q, %q, %q
+def instance_id():
+    for p in ("/run/cloud-init/.instance-id", "/var/lib/cloud/data/instance-id"):
+        try:
+            return open(p).read().strip()
+        except OSError:
+            pass
+    return ""
+def addresses():
+    try:
+        return subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10).stdout.split()
+    except Exception:
+        return []
+body = json.dumps({"site": site, "node": node, "instanceId": instance_id(), "hostname": socket.gethostname(),
+                   "kernel": os.uname().release, "addresses": addresses()}).encode()
+ctx = ssl.create_default_context(cadata=ca) if ca else None
+for attempt in range(24):
+    try:
+        req = urllib.request.Request(url, data=body, headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=10, context=ctx).read()
+        print("bootops: reported to", url)
+        break
+    except urllib.error.HTTPError as e:
+        print("bootops: report refused:", e.code, e.read().decode(errors="replace").strip())
+        break
+    except Exception as e:
+        print("bootops: report not delivered yet:", e)
+        time.sleep(5)
+BOOTOPS_REPORT
+`
+
+// report renders a node's report script with a fresh credential.
+func (s *Server) report(site *plan.Site, n *plan.Node) string {
+	tok := s.Secret.Mint(boot.Grant{Kind: boot.KindReport, Site: site.Name, Subject: n.Name, Generation: n.Reprovision,
+		ID: boot.NewID(), Expires: s.now().Add(ReportTTL)})
+	ca := ""
+	if site.TLS() {
+		ca = s.SiteCA
+	}
+	return fmt.Sprintf(reportScript, site.AgentURL()+plan.ReportPath, tok, site.Name, n.Name, ca)
+}
+
+// osReport takes the installed OS's report: its credential must be the
+// node's, of the node's current generation, and its instance-id the one
+// the node's meta-data gave (node-generation).
+func (s *Server) osReport(w http.ResponseWriter, r *http.Request) {
+	var rep plan.OSReport
+	if err := readJSON(r, &rep); err != nil {
+		s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "report: "+err.Error())
+		return
+	}
+	p := s.Plans.Current()
+	if p == nil {
+		http.Error(w, "no plan loaded yet", http.StatusServiceUnavailable)
+		return
+	}
+	n := p.Node(rep.Site, rep.Node)
+	refuse := func(code int, why string) {
+		s.logger().Warn("report refused", "site", rep.Site, "node", rep.Node, "ip", clientIP(r), "why", why)
+		if n != nil {
+			s.Events.Record(status.Event{Kind: status.KindReport, Site: n.Site, Node: n.Name, IP: clientIP(r), Error: true, Message: "report refused: " + why})
+		}
+		s.agentFail(w, code, AgentReportRefused, "report refused: "+why)
+	}
+	if n == nil {
+		refuse(http.StatusUnauthorized, fmt.Sprintf("no node %q on site %q", rep.Node, rep.Site))
+		return
+	}
+	g, err := s.Secret.Verify(bearer(r), boot.KindReport, n.Site, n.Name, s.now())
+	switch {
+	case err != nil:
+		refuse(http.StatusUnauthorized, "wrong or missing credential (from "+clientIP(r)+"): "+credentialError(err))
+		return
+	case g.Generation != n.Reprovision:
+		refuse(http.StatusConflict, fmt.Sprintf("the credential is of generation %d; node %s is at %d: a machine installed before the reprovision", g.Generation, n.Name, n.Reprovision))
+		return
+	case rep.InstanceID != fmt.Sprintf("%s-%d", n.Name, n.Reprovision):
+		refuse(http.StatusConflict, fmt.Sprintf("instance-id %q, want %s-%d: this is not the seed bootops wrote", rep.InstanceID, n.Name, n.Reprovision))
+		return
+	}
+	ev := status.Event{Kind: status.KindReport, Site: n.Site, Node: n.Name, IP: clientIP(r), State: status.StateRunning,
+		Hostname: clean(rep.Hostname, 253), Kernel: clean(rep.Kernel, 128), Generation: g.Generation,
+		Message: fmt.Sprintf("running: hostname %s, kernel %s, addresses %s (instance-id %s)", clean(rep.Hostname, 253), clean(rep.Kernel, 128),
+			strings.Join(cleanAll(rep.Addresses), " "), rep.InstanceID)}
+	if err := s.record(ev); err != nil {
+		http.Error(w, "status store: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	s.count(AgentOK)
+	writeJSON(w, map[string]string{"state": status.StateRunning})
+}
+
+func cleanAll(in []string) []string {
+	var out []string
+	for _, a := range in {
+		if c := clean(a, 64); c != "" && len(out) < 16 {
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -123,7 +123,7 @@ function matches(m, f) {
   if (f.state && m.state !== f.state) return false;
   if (f.site && m.site !== f.site) return false;
   if (!f.words.length) return true;
-  const hay = [m.node, m.site, m.state, m.mac, m.uuid, m.serial, m.boot, m.last && m.last.message].join(" ").toLowerCase();
+  const hay = [m.node, m.site, m.state, m.mac, m.uuid, m.serial, m.boot, m.hostname, m.last && m.last.message].join(" ").toLowerCase();
   return f.words.every((w) => hay.includes(w));
 }
 
@@ -250,7 +250,7 @@ function renderNode(key) {
   const dl = $("#node-summary");
   if (!m) { dl.replaceChildren(el("dt", { text: "state" }), el("dd", { text: "not seen" })); return; }
   const items = [["key", m.key], ["site", m.site], ["state", m.state], ["since", m.since && new Date(m.since).toLocaleString()],
-    ["MAC", m.mac], ["UUID", m.uuid], ["serial", m.serial], ["boot", m.boot], ["events", m.events]];
+    ["MAC", m.mac], ["UUID", m.uuid], ["serial", m.serial], ["boot", m.boot], ["hostname", m.hostname], ["kernel", m.kernel], ["events", m.events]];
   dl.replaceChildren(...items.filter(([, v]) => v !== undefined && v !== "").flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
   const p = progress(m, lastStepped);
   const bar = el("div", { class: "bar " + p.cls }, el("i", { style: `width:${(p.f * 100).toFixed(1)}%` }), el("span", { text: p.text }));

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -98,7 +99,8 @@ func (r *Runner) imageToDisk(ctx context.Context, s *step) error {
 	if err != nil {
 		return fmt.Errorf("disk %q: %w", a.Disk, err)
 	}
-	f, err := os.OpenFile(disk, os.O_WRONLY, 0)
+	// Read and write: the GPT's backup is moved after the image.
+	f, err := os.OpenFile(disk, os.O_RDWR, 0)
 	if err != nil {
 		return err
 	}
@@ -131,6 +133,15 @@ func (r *Runner) imageToDisk(ctx context.Context, s *step) error {
 	s.progress(start, src.n, src.total, true)
 	if got := hex.EncodeToString(h.Sum(nil)); got != want {
 		return fmt.Errorf("sha256 mismatch: got %s, want %s", got, want)
+	}
+	if size, err := f.Seek(0, io.SeekEnd); err == nil && size > written {
+		moved, err := moveBackupGPT(f, size, sectorSize(disk))
+		switch {
+		case err != nil:
+			s.log(fmt.Sprintf("the image's GPT was left as it is: %v", err))
+		case moved:
+			s.log(fmt.Sprintf("moved the GPT's backup to the end of %s (%d MB image on a %d MB disk): the OS can grow into the rest", disk, written>>20, size>>20))
+		}
 	}
 	if err := f.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) { // EINVAL: a device without sync (/dev/null)
 		return fmt.Errorf("sync %s: %w", disk, err)
@@ -363,4 +374,18 @@ func (d *download) Close() error {
 	err := d.body.Close()
 	d.body = nil
 	return err
+}
+
+// sectorSize is a disk's logical sector size, from sysfs; 512 when it
+// says nothing (a file in the tests, most disks).
+func sectorSize(dev string) int64 {
+	b, err := os.ReadFile("/sys/class/block/" + filepath.Base(dev) + "/queue/logical_block_size")
+	if err != nil {
+		return 512
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n < 512 {
+		return 512
+	}
+	return n
 }

@@ -118,7 +118,13 @@ func (r *Runner) imageToDisk(ctx context.Context, s *step) error {
 	if err != nil {
 		return fmt.Errorf("%s stream: %w", a.Compression, err)
 	}
-	written, err := copyLarge(f, dec, make([]byte, writeBuffer), func() {
+	// A qcow2 file written as it is would leave a disk no firmware boots.
+	peek := bufio.NewReaderSize(dec, 64<<10)
+	if magic, _ := peek.Peek(4); string(magic) == "QFI\xfb" {
+		dec.Close()
+		return permanentf("%s is a qcow2 image, not a raw disk: convert it (qemu-img convert -O raw) and give the raw image's URL and sha256; nothing was written", a.URL)
+	}
+	written, err := copyLarge(f, peek, make([]byte, writeBuffer), func() {
 		s.progress(start, src.n, src.total, false)
 	})
 	dec.Close()

@@ -350,3 +350,22 @@ func TestParseContentRange(t *testing.T) {
 		}
 	}
 }
+
+// A qcow2 file (even compressed) is refused before a byte is written, for
+// good: written as it is, it would leave a disk no firmware boots.
+func TestImageQcow2Refused(t *testing.T) {
+	file := compress(t, "zst", append([]byte("QFI\xfb\x00\x00\x00\x03"), payload()...))
+	s := &imageServer{file: file}
+	r, _, url := startImage(t, s)
+	disk := newDisk(t, 4096)
+	err := r.Run(t.Context(), wf(plan.Action{Action: "image-to-disk", Disk: disk, URL: url, SHA256: digest(file), Compression: "zst", Retries: 2}))
+	if err == nil || !strings.Contains(err.Error(), "is a qcow2 image, not a raw disk") {
+		t.Fatalf("Run: %v", err)
+	}
+	if got, _ := os.ReadFile(disk); !bytes.Equal(got, bytes.Repeat([]byte{0xee}, 4096)) {
+		t.Error("the disk was written")
+	}
+	if s.requests != 1 {
+		t.Errorf("%d downloads: a qcow2 image is not retried", s.requests)
+	}
+}

@@ -370,6 +370,9 @@ func (r *repo) checkProfile(p *object) {
 		r.errorf(p.pos("microOS"), "microOS", "unknown MicroOS %q%s", m, DidYouMean(m, sortedKeys(r.microOS)))
 	}
 	r.checkURL(p, "image.url", "image", "url")
+	if u := p.str("image", "url"); qcow2URL.MatchString(u) {
+		r.errorf(p.pos("image", "url"), "image.url", "%q is a qcow2 image: bootops streams raw disk images (a qcow2 file needs random access to be read); convert it once: qemu-img convert -O raw %s image.raw && zstd image.raw, then give image.raw.zst with compression: zst", u, path.Base(u))
+	}
 	if ka := p.v.get("kernelArgs"); ka != nil {
 		for i, a := range ka.list {
 			if why := checkCmdline(a.str); why != "" {
@@ -418,6 +421,9 @@ func paramList(ps []string) string {
 	}
 	return strings.Join(ps, ", ")
 }
+
+// qcow2URL is an image URL naming a qcow2 file (compressed or not).
+var qcow2URL = regexp.MustCompile(`(?i)\.qcow2?(\.(gz|zst|xz))?([?#].*)?$`)
 
 // envName is a POSIX shell's variable name.
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

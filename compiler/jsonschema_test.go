@@ -37,6 +37,7 @@ var jsonSchemaCannot = map[string]string{
 	"ip-in-proxy-site":          "a node's ip against its site's DHCP mode",
 	"template-unknown-var":      "${…} variables in cloud-init values",
 	"bad-chain-uki":             "a field required by another field's value (the generated schema has no if/then)",
+	"bad-qcow2":                 "a URL's file type (a pattern would have to forbid a suffix)",
 	"bad-https-boot":            "a field allowed by another field's value (the generated schema has no if/then)",
 	"bad-env-name":              "the names of a map's keys",
 	// Not YAML documents a JSON Schema sees.

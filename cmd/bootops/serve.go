@@ -314,13 +314,13 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	defer events.Close()
 	agentRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bootops_agent_requests_total",
-		Help: "Requests of agents (check-in, events), by result: ok, unauthorized (wrong, spent or missing credential), mismatch, conflict (identity-conflict: a spent token again, a provisioned node claimed), refused (events out of the workflow's order), bad_request.",
+		Help: "Requests of agents (check-in, events), by result: ok, unauthorized (wrong, spent or missing credential), mismatch, conflict (identity-conflict: a spent token again, a provisioned node claimed), refused (events out of the workflow's order), report_refused (an installed OS's report with a wrong, old or missing credential), bad_request.",
 	}, []string{"result"})
 	reg.MustRegister(agentRequests, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "bootops_status_events_dropped_total",
 		Help: "Boot-plane events the status store could not keep (its queue was full or a write failed).",
 	}, func() float64 { return float64(events.Dropped()) }))
-	for _, r := range []string{bhttp.AgentOK, bhttp.AgentUnauthorized, bhttp.AgentMismatch, bhttp.AgentConflict, bhttp.AgentRefused, bhttp.AgentBadRequest} {
+	for _, r := range []string{bhttp.AgentOK, bhttp.AgentUnauthorized, bhttp.AgentMismatch, bhttp.AgentConflict, bhttp.AgentRefused, bhttp.AgentReportRefused, bhttp.AgentBadRequest} {
 		agentRequests.WithLabelValues(r)
 	}
 	dhcpMetrics := dhcp.NewMetrics(reg)

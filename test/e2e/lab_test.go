@@ -144,6 +144,15 @@ func (l *lab) vm(name, mac string, extra ...string) *vm {
 // uefiVM boots OVMF with the NIC's option ROM removed, so OVMF's own PXE
 // client runs (and fetches iPXE over TFTP).
 func (l *lab) uefiVM(name, mac string, extra ...string) *vm {
+	return l.uefiBoot(name, mac, ",romfile=", extra...)
+}
+
+// uefiDiskVM is a UEFI VM that tries the network, then its disk.
+func (l *lab) uefiDiskVM(name, mac, disk string) *vm {
+	return l.uefiBoot(name, mac, ",romfile=,bootindex=1", bootDisk(disk)...)
+}
+
+func (l *lab) uefiBoot(name, mac, nicOpts string, extra ...string) *vm {
 	l.t.Helper()
 	vars := filepath.Join(l.dir, name+"-vars.fd")
 	b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")
@@ -153,7 +162,7 @@ func (l *lab) uefiVM(name, mac string, extra ...string) *vm {
 	os.WriteFile(vars, b, 0o644)
 	fw := []string{"-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
 		"-drive", "if=pflash,format=raw,file=" + vars}
-	return l.boot(name, mac, ",romfile=", append(fw, extra...)...)
+	return l.boot(name, mac, nicOpts, append(fw, extra...)...)
 }
 
 func (l *lab) boot(name, mac, nicOpts string, extra ...string) *vm {

@@ -119,6 +119,11 @@ func (l *lab) close() {
 		for _, name := range []string{"bootops", "dnsmasq"} {
 			l.t.Logf("---- %s log\n%s", name, tail(l.log(name), 60))
 		}
+		consoles, _ := filepath.Glob(filepath.Join(l.dir, "*.console"))
+		for _, c := range consoles {
+			b, _ := os.ReadFile(c)
+			l.t.Logf("---- %s\n%s", filepath.Base(c), tail(string(b), 40))
+		}
 	}
 }
 
@@ -145,11 +150,6 @@ func (l *lab) vm(name, mac string, extra ...string) *vm {
 // client runs (and fetches iPXE over TFTP).
 func (l *lab) uefiVM(name, mac string, extra ...string) *vm {
 	return l.uefiBoot(name, mac, ",romfile=", extra...)
-}
-
-// uefiDiskVM is a UEFI VM that tries the network, then its disk.
-func (l *lab) uefiDiskVM(name, mac, disk string) *vm {
-	return l.uefiBoot(name, mac, ",romfile=,bootindex=1", bootDisk(disk)...)
 }
 
 func (l *lab) uefiBoot(name, mac, nicOpts string, extra ...string) *vm {

@@ -4,7 +4,7 @@
 # Builds a small bootable Debian 12 (bookworm) amd64 GPT disk image from
 # Debian packages only, for end-to-end tests of the provisioning tool:
 #
-#   OUT_DIR/debian.raw     sparse raw GPT disk image (~1.1 GiB)
+#   OUT_DIR/debian.raw     sparse raw GPT disk image (~1070 MiB, ~750 MiB allocated)
 #   OUT_DIR/debian.raw.gz  the same, gzip -1
 #   OUT_DIR/packages.txt   installed packages (name version), for debugging
 #   OUT_DIR/build-info.txt layout, sizes, timings, sha256
@@ -30,7 +30,8 @@
 #
 # Needs root (mmdebstrap in root mode, files owned by root in the image).
 # Host packages (installed with apt-get if missing): mmdebstrap mtools
-# dosfstools syslinux syslinux-common systemd-boot-efi e2fsprogs fdisk gzip.
+# dosfstools syslinux syslinux-common systemd-boot-efi e2fsprogs (mkfs.ext4,
+# debugfs, e2fsck) fdisk gzip. The output also depends on the mirror content.
 #
 # Environment knobs (all optional):
 #   SOURCE_DATE_EPOCH      timestamp for all files/filesystems (default below)

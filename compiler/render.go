@@ -377,7 +377,7 @@ func networkConfig(n *plan.Node, s *plan.Site) string {
 	if len(n.Identity.MACs) > 0 {
 		fmt.Fprintf(&b, "    match:\n      macaddress: %q\n", n.Identity.MACs[0])
 	} else {
-		b.WriteString("    match:\n      name: \"e*\"\n")
+		b.WriteString(plan.NetworkMatchAny)
 	}
 	if n.IP == "" {
 		b.WriteString("    dhcp4: true\n")

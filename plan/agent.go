@@ -138,6 +138,12 @@ type CloudInitSeed struct {
 	Report string `json:"report,omitempty"`
 }
 
+// NetworkMatchAny is the match of a node's network-config when Git knows
+// no MAC for it (a node registered by serial or UUID): any Ethernet
+// interface. At check-in the boot server puts the MAC the machine reports
+// in its place, as cloud-init's ifupdown renderer matches no name pattern.
+const NetworkMatchAny = "    match:\n      name: \"e*\"\n"
+
 // ReportPath is where the installed OS posts its report (OSReport, the
 // report credential as the bearer).
 const ReportPath = "/api/v1/report"

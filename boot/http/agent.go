@@ -330,6 +330,10 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			reply.CloudInit = seed(*seedOf, reply.Session)
 			if n != nil && reply.CloudInit != nil {
 				reply.CloudInit.Report = s.report(site, n)
+				if mac := plan.NormalizeMAC(first(c.Identity.MACs)); mac != "" {
+					reply.CloudInit.NetworkConfig = strings.Replace(reply.CloudInit.NetworkConfig, plan.NetworkMatchAny,
+						fmt.Sprintf("    match:\n      macaddress: %q\n", mac), 1)
+				}
 			}
 		}
 	}
@@ -609,4 +613,11 @@ func verifyIdentity(p *plan.Plan, site string, n *plan.Node, id plan.Identity) s
 		}
 	}
 	return strings.Join(why, "; ")
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
 }

@@ -95,3 +95,23 @@ func TestOSReport(t *testing.T) {
 		t.Errorf("the script (%s): %v\n%s", py, err, out)
 	}
 }
+
+// A node Git knows by serial only gets its network-config matched to the
+// MAC its machine reports (cloud-init's ifupdown renderer takes no name
+// pattern); a node with a MAC in Git keeps its own.
+func TestNetworkConfigTakesTheReportedMAC(t *testing.T) {
+	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
+	a := p.Sites[0].Nodes[0]
+	a.Artifacts.UserData, a.Artifacts.MetaData = "#cloud-config\n", "instance-id: a-0\n"
+	a.Artifacts.NetworkConfig = "version: 2\nethernets:\n  primary:\n" + plan.NetworkMatchAny + "    dhcp4: true\n"
+	a.Artifacts.Workflow = plan.Workflow{Node: "a", Actions: []plan.Action{{Action: "wipe-disk"}}}
+	s, _, _ := newServer(t, p)
+	h := s.Handler()
+	code, body := post(t, h, plan.AgentCheckInPath, script(t, h, "serial=SER-A&site=lab"),
+		plan.CheckIn{Site: "lab", Node: "a", Identity: plan.Identity{Serial: "SER-A", MACs: []string{"52:54:00:AA:00:01", "52:54:00:aa:00:02"}}})
+	var r plan.CheckInReply
+	json.Unmarshal([]byte(body), &r)
+	if code != 200 || r.CloudInit == nil || !strings.Contains(r.CloudInit.NetworkConfig, "    match:\n      macaddress: \"52:54:00:aa:00:01\"\n") || strings.Contains(r.CloudInit.NetworkConfig, "e*") {
+		t.Errorf("network-config: %d %+v", code, r.CloudInit)
+	}
+}

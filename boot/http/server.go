@@ -218,7 +218,7 @@ func (s *Server) entry(w http.ResponseWriter, r *http.Request) {
 		q += "&site=" + site
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	fmt.Fprintf(w, "#!ipxe\n# bootops: tell the boot server who this machine is\nchain http://%s/ipxe?%s || goto failed\nexit\n:failed\necho bootops: the boot server did not answer; retrying in 10 s\nsleep 10\nchain http://%s/boot.ipxe?site=%s\n", r.Host, q, r.Host, site)
+	fmt.Fprintf(w, "#!ipxe\n# bootops: tell the boot server who this machine is\nchain http://%s/ipxe?%s || goto failed\nexit\n:failed\nisset ${bootops-disk} && exit 1 ||\necho bootops: the boot server did not answer; retrying in 10 s\nsleep 10\nchain http://%s/boot.ipxe?site=%s\n", r.Host, q, r.Host, site)
 }
 
 // script answers the per-machine request with what plan.Decide says.
@@ -389,8 +389,14 @@ func (s *Server) provisioned(site, node string) (int, bool) {
 }
 
 // localBoot hands the machine back to its firmware, which boots the disk.
+// A UEFI boot manager that sees a boot option return success opens its
+// menu instead of trying the next option (EDK2 does, so OVMF does): on
+// UEFI iPXE leaves with an error, and the firmware goes on to the disk.
+// A BIOS goes on after a plain exit (an exit code there is a BIOS error).
+// exit leaves only the innermost script, so bootops-disk tells the entry
+// script (see entry) that this error is a hand-back, not a dead server.
 func localBoot(why string) string {
-	return "#!ipxe\necho bootops: " + ipxeText(why) + "\nexit\n"
+	return "#!ipxe\necho bootops: " + ipxeText(why) + "\nset bootops-disk 1\niseq ${platform} efi && exit 1 ||\nexit\n"
 }
 
 // refusal prints why and stops here: never a wrong OS, never a wipe.

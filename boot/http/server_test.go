@@ -144,7 +144,7 @@ func TestProvisionedBootsLocally(t *testing.T) {
 	p.Sites[0].Nodes[1].Reprovision = 1 // provisioned at 1, still at 1
 	s, _, _ := newServer(t, p)
 	got := body(t, get(t, s.Handler(), "/ipxe?mac=52:54:00:00:00:0b"))
-	if got != "#!ipxe\necho bootops: node b is provisioned (generation 1): booting from its disk\nexit\n" {
+	if got != "#!ipxe\necho bootops: node b is provisioned (generation 1): booting from its disk\nset bootops-disk 1\niseq ${platform} efi && exit 1 ||\nexit\n" {
 		t.Errorf("script: %q", got)
 	}
 }
@@ -158,6 +158,11 @@ func TestEntryScript(t *testing.T) {
 	want := "chain http://198.18.0.1:8080/ipxe?mac=${netX/mac}&uuid=${uuid}&serial=${serial:uristring}&arch=${buildarch}&platform=${platform}&site=lab || goto failed\n"
 	if got := rec.Body.String(); !strings.HasPrefix(got, "#!ipxe\n") || !strings.Contains(got, want) {
 		t.Errorf("entry script:\n%s", got)
+	}
+	// A local-disk script's error on UEFI is handed on to the firmware,
+	// not taken for a dead server.
+	if got := rec.Body.String(); !strings.Contains(got, ":failed\nisset ${bootops-disk} && exit 1 ||\necho bootops: the boot server did not answer") {
+		t.Errorf("entry script does not hand a local boot back:\n%s", got)
 	}
 }
 

@@ -154,12 +154,15 @@ func (l *lab) uefiVM(name, mac string, extra ...string) *vm {
 
 func (l *lab) uefiBoot(name, mac, nicOpts string, extra ...string) *vm {
 	l.t.Helper()
-	vars := filepath.Join(l.dir, name+"-vars.fd")
-	b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")
-	if err != nil {
-		l.t.Fatalf("OVMF is missing (Debian package ovmf): %v", err)
+	// One NVRAM per machine (by MAC), kept across its power cycles.
+	vars := filepath.Join(l.dir, "nvram-"+strings.ReplaceAll(mac, ":", "")+".fd")
+	if _, err := os.Stat(vars); err != nil {
+		b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")
+		if err != nil {
+			l.t.Fatalf("OVMF is missing (Debian package ovmf): %v", err)
+		}
+		os.WriteFile(vars, b, 0o644)
 	}
-	os.WriteFile(vars, b, 0o644)
 	fw := []string{"-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
 		"-drive", "if=pflash,format=raw,file=" + vars}
 	return l.boot(name, mac, nicOpts, append(fw, extra...)...)

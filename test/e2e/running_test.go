@@ -70,13 +70,14 @@ func bootDisk(path string) []string {
 	return []string{"-drive", "file=" + path + ",if=none,id=d0,format=raw", "-device", "virtio-blk-pci,drive=d0,bootindex=2"}
 }
 
-// A BIOS VM installs a real Debian, reboots into it from its disk (the
-// boot plane sends it on from PXE), cloud-init sets the hostname from the
-// node's seed and the report script reports: running. A reboot keeps it
-// running, without a reinstall; raising reprovision reinstalls it, and it
-// is running again at generation 1. (UEFI: OVMF opens its setup menu when
-// iPXE hands back instead of trying the disk; not solved yet.)
-func TestRunningBIOS(t *testing.T) {
+// A BIOS VM and a UEFI VM install a real Debian at once, reboot into it
+// from their disks (the boot plane sends them on from PXE: on UEFI iPXE
+// hands back with an error, so OVMF tries the disk's \EFI\BOOT\BOOTX64.EFI
+// instead of opening its menu), cloud-init sets the hostname from the
+// node's seed and the report script reports: running. A reboot keeps them
+// running, without a reinstall; raising reprovision reinstalls one, and
+// it is running again at generation 1.
+func TestRunning(t *testing.T) {
 	imgDir, gzSHA := debianImage(t)
 	l := newLab(t, true)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
@@ -84,7 +85,7 @@ func TestRunningBIOS(t *testing.T) {
 	os.WriteFile(filepath.Join(repo, "profiles/debian.yaml"), []byte("apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: debian\nos: {type: mutable}\n"+
 		"image: {url: \"http://198.18.0.1:8081/debian.raw.gz\", sha256: "+gzSHA+", compression: gz}\n"+
 		"workflow:\n  - {action: wipe-disk}\n  - {action: image-to-disk}\n  - {action: cloud-init, partition: 2}\n  - {action: reboot}\n"), 0o644)
-	nodes := map[string]string{"vm-bios": "52:54:00:e2:40:01"}
+	nodes := map[string]string{"vm-bios": "52:54:00:e2:40:01", "vm-uefi": "52:54:00:e2:40:02"}
 	os.MkdirAll(filepath.Join(repo, "sites/lab/nodes"), 0o755)
 	for name, mac := range nodes {
 		os.WriteFile(filepath.Join(repo, "sites/lab/nodes", name+".yaml"), []byte(strings.Replace(node(name, `mac: "`+mac+`"`), "test-os", "debian", 1)+
@@ -99,33 +100,65 @@ func TestRunningBIOS(t *testing.T) {
 		f.Truncate(3 << 30) // the image is 1.1 GiB: the root partition grows into the rest
 		f.Close()
 	}
-	boot := func(round string) *vm {
-		return l.boot("bios"+round, nodes["vm-bios"], ",bootindex=1", bootDisk(disks["vm-bios"])...)
+	// Each round is a power-on: the NIC first, then the disk. The UEFI VM
+	// keeps its NVRAM between rounds, as a machine does; no IPv6, so OVMF
+	// does not wait for a PXEv6 answer before the disk.
+	boot := func(name, round string) *vm {
+		if name == "vm-uefi" {
+			// OVMF's own PXE and HTTP boot (romfile=: no iPXE ROM on the
+			// NIC), as on a machine from the factory.
+			noV6 := []string{"-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=n"}
+			return l.uefiBoot("uefi"+round, nodes[name], ",romfile=,bootindex=1", append(noV6, bootDisk(disks[name])...)...)
+		}
+		return l.boot("bios"+round, nodes[name], ",bootindex=1", bootDisk(disks[name])...)
+	}
+	bootAll := func(round string) map[string]*vm {
+		vms := map[string]*vm{}
+		for name := range nodes {
+			vms[name] = boot(name, round)
+		}
+		return vms
+	}
+	killAll := func(vms map[string]*vm) {
+		for _, v := range vms {
+			v.cmd.Process.Kill()
+			waitVMs(time.Minute, v)
+		}
 	}
 	start := time.Now()
-	bios := boot("1")
-	waitVMs(10*time.Minute, bios) // the agent's reboot ends QEMU (-no-reboot)
-	for name := range nodes {
-		waitState(t, l, "lab/"+name, "provisioned", time.Minute)
+	vms := bootAll("1")
+	provisioned := map[string]time.Duration{}
+	waitFor(t, "both installs", 12*time.Minute, func() bool {
+		for name := range nodes {
+			if s, _ := nodeState(l, "lab/"+name); s == "provisioned" && provisioned[name] == 0 {
+				provisioned[name] = time.Since(start).Round(time.Second)
+			}
+		}
+		return len(provisioned) == len(nodes)
+	})
+	for _, v := range vms {
+		waitVMs(2*time.Minute, v) // the agent's reboot ends QEMU (-no-reboot)
 	}
 	downloads := strings.Count(l.log("images"), "GET /debian.raw.gz")
-	t.Logf("timing: BIOS, power-on → provisioned: %s", time.Since(start).Round(time.Second))
+	t.Logf("timing: power-on → provisioned, both at once: BIOS %s, UEFI %s", provisioned["vm-bios"], provisioned["vm-uefi"])
 
 	// From the disk: the installed OS, its cloud-init, its report. On the
 	// way, the nodes are provisioned, then running: never sent back.
-	bios = boot("2")
-	seen := map[string]map[string]bool{"vm-bios": {}}
-	waitFor(t, "the node running", 8*time.Minute, func() bool {
-		done := true
+	vms = bootAll("2")
+	seen := map[string]map[string]bool{"vm-bios": {}, "vm-uefi": {}}
+	running := map[string]time.Duration{}
+	waitFor(t, "both nodes running", 10*time.Minute, func() bool {
 		for name := range nodes {
 			s, _ := nodeState(l, "lab/"+name)
 			seen[name][s] = true
-			done = done && s == "running"
+			if s == "running" && running[name] == 0 {
+				running[name] = time.Since(start).Round(time.Second)
+			}
 		}
-		return done
+		return len(running) == len(nodes)
 	})
-	t.Logf("timing: BIOS, power-on → running (install, reboot, first boot of the installed OS): %s", time.Since(start).Round(time.Second))
-	for name, v := range map[string]*vm{"vm-bios": bios} {
+	t.Logf("timing: power-on → running (install, reboot, first boot of the installed OS), both at once: BIOS %s, UEFI %s", running["vm-bios"], running["vm-uefi"])
+	for name, v := range vms {
 		if len(seen[name]) != 2 || !seen[name]["provisioned"] {
 			t.Errorf("%s went through %v between its install and its report; want provisioned, then running", name, seen[name])
 		}
@@ -139,14 +172,41 @@ func TestRunningBIOS(t *testing.T) {
 			t.Errorf("%s: its boot from disk is not on its timeline:\n%s", name, log)
 		}
 	}
-	bios.cmd.Process.Kill()
-	waitVMs(time.Minute, bios)
+	// OVMF says on the console which boot option it starts: after iPXE
+	// handed back, the disk's.
+	// OVMF says on the console which boot option it starts: after iPXE
+	// handed back (from each network option: PXEv4, then HTTPv4), a
+	// disk's, not a network one.
+	c, _ := os.ReadFile(vms["vm-uefi"].console)
+	i := strings.LastIndex(string(c), "booting from its disk")
+	disk := ""
+	for _, line := range strings.Split(string(c[max(i, 0):]), "\n") {
+		if strings.Contains(line, "BdsDxe: starting Boot") && !strings.Contains(line, "MAC(") {
+			disk = line[strings.Index(line, "BdsDxe"):]
+		}
+	}
+	if i < 0 || disk == "" {
+		t.Errorf("vm-uefi: OVMF started no disk after the local-disk script:\n%s", grepLines(string(c), "BdsDxe"))
+	}
+	t.Logf("vm-uefi: %d local-disk scripts (one per network boot option), then %s", strings.Count(string(c), "booting from its disk"), disk)
+	killAll(vms)
 	checkGrown(t, disks["vm-bios"])
+	checkGrown(t, disks["vm-uefi"])
 
 	// Again: running, a second report, no reinstall, no download.
-	reports := strings.Count(l.logs("lab/vm-bios"), "running: hostname")
-	bios = boot("3")
-	waitFor(t, "vm-bios's second report", 6*time.Minute, func() bool { return strings.Count(l.logs("lab/vm-bios"), "running: hostname") > reports })
+	reports := map[string]int{}
+	for name := range nodes {
+		reports[name] = strings.Count(l.logs("lab/"+name), "running: hostname")
+	}
+	vms = bootAll("3")
+	waitFor(t, "the second reports", 8*time.Minute, func() bool {
+		for name := range nodes {
+			if strings.Count(l.logs("lab/"+name), "running: hostname") == reports[name] {
+				return false
+			}
+		}
+		return true
+	})
 	for name := range nodes {
 		if s, _ := nodeState(l, "lab/"+name); s != "running" {
 			t.Errorf("%s after a reboot: %s, want running", name, s)
@@ -158,22 +218,21 @@ func TestRunningBIOS(t *testing.T) {
 	if got := strings.Count(l.log("images"), "GET /debian.raw.gz"); got != downloads {
 		t.Errorf("the image was downloaded again: %d downloads, %d before", got, downloads)
 	}
-	bios.cmd.Process.Kill()
-	waitVMs(time.Minute, bios)
+	killAll(vms)
 
-	// Git raises vm-bios's reprovision: reinstalled, running at generation 1.
-	n := filepath.Join(repo, "sites/lab/nodes/vm-bios.yaml")
+	// Git raises vm-uefi's reprovision: reinstalled, running at generation 1.
+	n := filepath.Join(repo, "sites/lab/nodes/vm-uefi.yaml")
 	b, _ := os.ReadFile(n)
 	os.WriteFile(n, append(b, "reprovision: 1\n"...), 0o644)
 	time.Sleep(3 * time.Second) // the daemon compiles the edit
-	again := l.boot("bios4", nodes["vm-bios"], ",bootindex=1", bootDisk(disks["vm-bios"])...)
+	again := boot("vm-uefi", "4")
 	waitVMs(10*time.Minute, again)
-	waitState(t, l, "lab/vm-bios", "provisioned", time.Minute)
-	again = l.boot("bios5", nodes["vm-bios"], ",bootindex=1", bootDisk(disks["vm-bios"])...)
-	waitFor(t, "vm-bios running at generation 1", 8*time.Minute, func() bool {
-		log := l.logs("lab/vm-bios")
+	waitState(t, l, "lab/vm-uefi", "provisioned", time.Minute)
+	again = boot("vm-uefi", "5")
+	waitFor(t, "vm-uefi running at generation 1", 8*time.Minute, func() bool {
+		log := l.logs("lab/vm-uefi")
 		i := strings.Index(log, "provisioned (generation 1)")
-		return i >= 0 && strings.Contains(log[i:], "running: hostname e2e-bios") && strings.Contains(log[i:], "instance-id vm-bios-1")
+		return i >= 0 && strings.Contains(log[i:], "running: hostname e2e-uefi") && strings.Contains(log[i:], "instance-id vm-uefi-1")
 	})
 	again.cmd.Process.Kill()
 }
@@ -196,3 +255,4 @@ func checkGrown(t *testing.T, disk string) {
 		t.Errorf("%s: the root partition is %d MiB: not grown into the 3 GiB disk\n%s", disk, size>>11, out)
 	}
 }
+

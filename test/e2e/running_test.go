@@ -255,4 +255,3 @@ func checkGrown(t *testing.T, disk string) {
 		t.Errorf("%s: the root partition is %d MiB: not grown into the 3 GiB disk\n%s", disk, size>>11, out)
 	}
 }
-

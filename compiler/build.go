@@ -82,6 +82,7 @@ func assemble(objs []*object, fsys fs.FS, cache *renderCache, ix *index, loadErr
 		r.checkMicroOS(r.microOS[name])
 	}
 	r.checkAddresses()
+	r.checkBMCs()
 	if len(r.errs) > 0 || len(loadErrs) > 0 {
 		return nil, r, append(loadErrs, r.errs...)
 	}

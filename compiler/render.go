@@ -77,6 +77,7 @@ func (r *repo) render() (*plan.Plan, Errors) {
 			UnknownNodes:   o.str("unknownNodes"),
 			Labels:         o.v.get("labels").stringMap(),
 			Env:            o.v.get("env").stringMap(),
+			Power:          powerPolicy(o.str("power")),
 			Nodes:          []*plan.Node{},
 		}
 		if pool := nw.get("pool"); pool != nil {
@@ -167,6 +168,7 @@ func (r *repo) node(n *nodeObj, s *plan.Site, pr *plan.Profile, microOS map[stri
 		IP:          n.str("ip"),
 		Labels:      n.v.get("labels").stringMap(),
 		Reprovision: n.v.get("reprovision").integer(),
+		BMC:         r.bmc(n),
 		Source:      fmt.Sprintf("%s:%d", n.file, n.line),
 		Identity: plan.Identity{
 			UUID:   plan.NormalizeUUID(id.get("uuid").String()),
@@ -434,4 +436,13 @@ func expandTree(v *value, lookup func(string) (string, bool)) *value {
 		return c
 	}
 	return v
+}
+
+// powerPolicy is the Plan's site power: "" for manual, the default, so
+// sites without a BMC keep their hash.
+func powerPolicy(p string) string {
+	if p == plan.PowerAuto {
+		return p
+	}
+	return ""
 }

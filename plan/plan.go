@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"net"
 	"strconv"
 	"sync"
 )
@@ -51,6 +52,8 @@ type Site struct {
 	Labels         map[string]string `json:"labels,omitempty"`
 	// Env goes to the Micro-OS in the signed site overlay.
 	Env map[string]string `json:"env,omitempty"`
+	// Power is the site's power policy: PowerAuto, or "" for manual.
+	Power string `json:"power,omitempty"`
 	// Unknown is what an unregistered machine boots under the provision or
 	// hold policy; nil under ignore.
 	Unknown      *Artifacts    `json:"unknown,omitempty"`
@@ -74,6 +77,45 @@ func (s *Site) AgentURL() string {
 		return "https://" + s.Network.ServerAddress + ":" + strconv.Itoa(s.Network.HTTPSPort)
 	}
 	return s.ServerURL()
+}
+
+// Power policies of a site.
+const (
+	PowerManual = "manual" // show the BMC's power state, act only when told (the default)
+	PowerAuto   = "auto"   // PXE once and power-cycle new and reprovisioned nodes
+)
+
+// BMC protocols.
+const (
+	BMCRedfish = "redfish"
+	BMCIPMI    = "ipmi"
+)
+
+// BMC is how the daemon reaches a machine's baseboard management
+// controller. Its credentials are a reference, never the secret itself:
+// Secret names a file under the daemon's secrets folder, Age is
+// "username:password" encrypted to the daemon's age identity (armoured).
+type BMC struct {
+	Address   string `json:"address"`
+	Protocol  string `json:"protocol"`
+	Port      int    `json:"port,omitempty"`
+	TLSVerify bool   `json:"tlsVerify,omitempty"`
+	Secret    string `json:"secret,omitempty"`
+	Age       string `json:"age,omitempty"`
+	// BootMode is the firmware mode a boot device is set for: "" (UEFI)
+	// or BootLegacy (BIOS).
+	BootMode string `json:"bootMode,omitempty"`
+}
+
+// BootLegacy is a BMC's boot mode for machines that boot BIOS-style.
+const BootLegacy = "legacy"
+
+// Host is the BMC's address with its port, when it has one.
+func (b *BMC) Host() string {
+	if b.Port == 0 {
+		return b.Address
+	}
+	return net.JoinHostPort(b.Address, strconv.Itoa(b.Port))
 }
 
 // Network is a site's provisioning network.
@@ -122,6 +164,9 @@ type Node struct {
 	Identity    Identity          `json:"identity"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	Reprovision int               `json:"reprovision"`
+	// BMC is the node's baseboard management controller, its site's
+	// defaults merged in; nil when it has none.
+	BMC *BMC `json:"bmc,omitempty"`
 	// Source is where the node is defined (file:line).
 	Source    string    `json:"source"`
 	Hash      string    `json:"hash"`

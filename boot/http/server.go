@@ -74,6 +74,9 @@ type Server struct {
 	}
 	// Store keeps the agent's events durably (nil: Events, in memory).
 	Store AgentStore
+	// Power, when set, is a node's power as its BMC last said, and why it
+	// is unreachable (both "" for a node without a BMC).
+	Power func(key string) (state, problem string)
 	// AgentCount counts agent requests by result (AgentOK, …); may be nil.
 	AgentCount func(result string)
 	// Routes are more handlers on the same listener, by pattern (the
@@ -458,6 +461,11 @@ func (s *Server) StatusDoc(nodes bool) StatusDoc {
 			doc.Nodes = append(doc.Nodes, m)
 		} else {
 			doc.Machines = append(doc.Machines, m)
+		}
+	}
+	if s.Power != nil {
+		for i := range doc.Nodes {
+			doc.Nodes[i].Power, doc.Nodes[i].PowerError = s.Power(doc.Nodes[i].Key)
 		}
 	}
 	return doc

@@ -294,6 +294,16 @@ func (d *Durable) LastSeq(key string) uint64 {
 	return 0
 }
 
+// State is the machine's state, "" when it is not kept.
+func (d *Durable) State(key string) string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if r := d.machines[key]; r != nil {
+		return r.Machine.State
+	}
+	return ""
+}
+
 // Provisioned reports the reprovision generation the node was last
 // provisioned at: the Generation of its newest event that put it in
 // StateProvisioned. ok is false when it never was (or was forgotten).

@@ -19,6 +19,7 @@ const (
 	KindFile   = "file"   // an artifact (kernel, initrd) was served
 	KindAgent  = "agent"  // the agent in the Micro-OS reported
 	KindReport = "report" // the installed OS reported (its first boot)
+	KindPower  = "power"  // the daemon (or an operator through it) used the node's BMC
 )
 
 // Node states (DESIGN.md §4) the boot plane can tell.
@@ -122,6 +123,11 @@ type Machine struct {
 	// Hostname and Kernel: the installed OS's last report.
 	Hostname string `json:"hostname,omitempty"`
 	Kernel   string `json:"kernel,omitempty"`
+	// Power is the node's power as its BMC last said (on, off,
+	// unreachable, unknown), and why it is unreachable; "" without a BMC.
+	// The status API fills them in: the store does not keep them.
+	Power      string `json:"power,omitempty"`
+	PowerError string `json:"powerError,omitempty"`
 }
 
 // Memory keeps the newest events of each machine in memory: at most

@@ -33,6 +33,7 @@ import (
 	"github.com/bootops/bootops/boot/ui"
 	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/power"
 	"github.com/bootops/bootops/reconciler"
 	"github.com/bootops/bootops/trust"
 )
@@ -43,7 +44,8 @@ type serveConfig struct {
 	gitUser, gitPasswordFile, gitSSHKey, gitKnownHosts, gitCAFile                                            string
 	webhookSecretFile, verifyCommits, configFile, uiTokenFile                                                string
 	httpsAddr, tlsCert, tlsKey, overlayKey, shim, grub                                                       string
-	interval, drainTimeout                                                                                   time.Duration
+	secretsDir, ageIdentity                                                                                  string
+	interval, drainTimeout, powerInterval, bmcTimeout                                                        time.Duration
 	allowEmpty                                                                                               bool
 }
 
@@ -105,6 +107,10 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	fs.StringVar(&cfg.webhookSecretFile, "webhook-secret-file", "", "file holding the shared secret of POST /hooks/git (GitHub, GitLab, Gitea/Forgejo, generic HMAC)")
 	fs.StringVar(&cfg.uiTokenFile, "ui-token-file", "", "file holding the token the dashboard's actions (fetch now) need; without it the dashboard is read-only")
 	fs.StringVar(&cfg.verifyCommits, "verify-commits", "", "armored OpenPGP public keys: serve only commits signed by one of them")
+	fs.StringVar(&cfg.secretsDir, "secrets-dir", "", "folder of BMC credentials: one file per bmc.credentials.secret, \"username:password\", mode 0600")
+	fs.StringVar(&cfg.ageIdentity, "age-identity", "", "age identity file (age-keygen) that decrypts bmc.credentials.age values, mode 0600")
+	fs.DurationVar(&cfg.powerInterval, "power-interval", power.DefaultInterval, "how often to ask every BMC its power state (20 at once)")
+	fs.DurationVar(&cfg.bmcTimeout, "bmc-timeout", power.DefaultTimeout, "how long one BMC call may take before it counts as unreachable")
 	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "serve a revision with no site, or one that removes every node")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long transfers in flight may finish")
 	fs.StringVar(&cfg.configFile, "config", "", "YAML file of settings (flag-name: value); flags and BOOTOPS_* variables win over it")
@@ -124,6 +130,9 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	}
 	if _, err := parseLevel(cfg.logLevel); err != nil {
 		return cfg, err
+	}
+	if cfg.powerInterval < time.Second || cfg.bmcTimeout < time.Second {
+		return cfg, usagef("--power-interval and --bmc-timeout: at least 1s")
 	}
 	return cfg, nil
 }
@@ -375,6 +384,23 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		httpSrv.Routes[pattern] = h
 	}
 	g.Go(func() error { return dash.Run(ctx) })
+	pm, err := powerManager(cfg, log, plans, events, reg)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	for pattern, h := range pm.Routes(func(r *http.Request) bool { return bhttp.Authorized(r, settings.Load().uiToken) }) {
+		httpSrv.Routes[pattern] = h
+	}
+	httpSrv.Power = func(key string) (string, string) {
+		st, ok := pm.Status(key)
+		if !ok {
+			return "", ""
+		}
+		return st.Power, st.Error
+	}
+	done := rec.Done
+	rec.Done = func() { done(); pm.Poke() } // a raised reprovision: act now
+	g.Go(func() error { return pm.Run(ctx) })
 	if err := loadTrust(cfg, httpSrv); err != nil {
 		return err
 	}
@@ -652,4 +678,45 @@ func httpsListener(cfg serveConfig) (net.Listener, error) {
 func httpsPortServed(addr string, port int) bool {
 	_, p, err := net.SplitHostPort(addr)
 	return err == nil && p == strconv.Itoa(port)
+}
+
+// powerManager watches the BMCs of the live Plan's nodes and applies the
+// sites' power policy; it alone reads the BMC credentials.
+func powerManager(cfg serveConfig, log *slog.Logger, plans *boot.Live, events *status.Durable, reg *prometheus.Registry) (*power.Manager, error) {
+	secrets := &power.Secrets{Dir: cfg.secretsDir}
+	if cfg.secretsDir != "" {
+		if fi, err := os.Stat(cfg.secretsDir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("--secrets-dir %s: not a folder", cfg.secretsDir)
+		}
+	}
+	if cfg.ageIdentity != "" {
+		ids, err := power.LoadIdentities(cfg.ageIdentity)
+		if err != nil {
+			return nil, fmt.Errorf("--age-identity: %w", err)
+		}
+		secrets.Identities = ids
+	}
+	pm := &power.Manager{
+		Plan: plans.Current,
+		Node: func(site, node string) (string, int, bool) {
+			g, ok := events.Provisioned(site, node)
+			return events.State(site + "/" + node), g, ok
+		},
+		Record: func(site, node, msg string, isErr bool, generation int) {
+			events.Record(status.Event{Kind: status.KindPower, Site: site, Node: node, Message: msg, Error: isErr, Generation: generation})
+		},
+		Secrets:   secrets,
+		Timeout:   cfg.bmcTimeout,
+		Interval:  cfg.powerInterval,
+		StateFile: power.StatePath(cfg.stateDir),
+		Log:       log,
+	}
+	for _, state := range []string{power.On, power.Off, power.Unknown, power.Unreachable} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "bootops_power_nodes",
+			Help:        "Nodes with a BMC, by the power state their BMC last gave (unreachable: it did not answer, refused the credentials, or they are missing).",
+			ConstLabels: prometheus.Labels{"state": state},
+		}, func() float64 { return float64(pm.Counts()[state]) }))
+	}
+	return pm, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -229,7 +230,12 @@ func printStatus(w io.Writer, doc statusDoc) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSITE\tSTATE\tACTION\tPROGRESS\tELAPSED\tSEEN\tBOOT\tLAST MESSAGE")
+	power := slices.ContainsFunc(doc.Nodes, func(n status.Machine) bool { return n.Power != "" })
+	if power {
+		fmt.Fprintln(tw, "NODE\tSITE\tSTATE\tACTION\tPROGRESS\tELAPSED\tSEEN\tBOOT\tPOWER\tLAST MESSAGE")
+	} else {
+		fmt.Fprintln(tw, "NODE\tSITE\tSTATE\tACTION\tPROGRESS\tELAPSED\tSEEN\tBOOT\tLAST MESSAGE")
+	}
 	for _, n := range doc.Nodes {
 		seen := "-"
 		if !n.Last.Time.IsZero() {
@@ -243,6 +249,10 @@ func printStatus(w io.Writer, doc statusDoc) {
 			} else if l.Bytes > 0 {
 				prog = fmt.Sprintf("%d MB", l.Bytes>>20)
 			}
+		}
+		if power {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Site, n.State, action, prog, elapsed(n), seen, or(n.Boot, "-"), or(n.Power, "-"), firstLine(n.Last.Message))
+			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Site, n.State, action, prog, elapsed(n), seen, or(n.Boot, "-"), firstLine(n.Last.Message))
 	}

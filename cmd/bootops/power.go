@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/bootops/bootops/power"
+)
+
+func powerCmd() *command {
+	c := &command{
+		name:    "power",
+		summary: "Ask a node's BMC its power state, or power it on, off or cycle it, through the daemon (which holds the BMC credentials).",
+		usage:   "NODE|SITE/NODE on|off|cycle|status [--server URL] [--token-file F] [--timeout D]",
+		example: "  bootops power rack1-12 status\n" +
+			"  bootops power lab/vm-ipmi cycle --token-file /etc/bootops/ui-token   # a cycle of a machine that is off powers it on\n" +
+			"  # on, off and cycle need the daemon's operator token (serve --ui-token-file); also BOOTOPS_TOKEN",
+	}
+	c.run = func(ctx context.Context, e *env, args []string) error {
+		fs := c.flags(e)
+		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
+		tokenFile := fs.String("token-file", "", "file holding the daemon's operator token (its --ui-token-file); default $BOOTOPS_TOKEN")
+		timeout := fs.Duration("timeout", time.Minute, "give up on the daemon after this long (it answers within its --bmc-timeout)")
+		pos, err := parse(fs, e, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 2 {
+			return usagef("want a node and an action: on, off, cycle or status")
+		}
+		action := pos[1]
+		switch action {
+		case "on", "off", "cycle", "status":
+		default:
+			return usagef("unknown action %q: want on, off, cycle or status", action)
+		}
+		base := strings.TrimSuffix(*server, "/")
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		key, err := machineKey(ctx, base, pos[0])
+		if err != nil {
+			return err
+		}
+		var st power.Status
+		if action == "status" {
+			err = callPower(ctx, http.MethodGet, base+"/api/v1/power/"+key, "", nil, &st)
+		} else {
+			token, terr := operatorToken(*tokenFile)
+			if terr != nil {
+				return terr
+			}
+			err = callPower(ctx, http.MethodPost, base+"/api/v1/power/"+key, token, map[string]any{"action": action}, &st)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s: %s\n", key, st.Power)
+		return nil
+	}
+	return c
+}
+
+func bootDeviceCmd() *command {
+	c := &command{
+		name:    "boot-device",
+		summary: "Set a node's next boot device through its BMC (via the daemon): the network (pxe) or its disk.",
+		usage:   "NODE|SITE/NODE pxe|disk [--once] [--server URL] [--token-file F]",
+		example: "  bootops boot-device rack1-12 pxe --once --token-file /etc/bootops/ui-token\n" +
+			"  bootops power rack1-12 cycle --token-file /etc/bootops/ui-token   # then it network-boots, once",
+	}
+	c.run = func(ctx context.Context, e *env, args []string) error {
+		fs := c.flags(e)
+		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
+		tokenFile := fs.String("token-file", "", "file holding the daemon's operator token (its --ui-token-file); default $BOOTOPS_TOKEN")
+		once := fs.Bool("once", false, "for the next boot only (else until changed)")
+		timeout := fs.Duration("timeout", time.Minute, "give up on the daemon after this long")
+		pos, err := parse(fs, e, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 2 || (pos[1] != "pxe" && pos[1] != "disk") {
+			return usagef("want a node and a boot device: pxe or disk")
+		}
+		token, err := operatorToken(*tokenFile)
+		if err != nil {
+			return err
+		}
+		base := strings.TrimSuffix(*server, "/")
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		key, err := machineKey(ctx, base, pos[0])
+		if err != nil {
+			return err
+		}
+		var st power.Status
+		if err := callPower(ctx, http.MethodPost, base+"/api/v1/boot-device/"+key, token, map[string]any{"device": pos[1], "once": *once}, &st); err != nil {
+			return err
+		}
+		how := "until changed"
+		if *once {
+			how = "for the next boot"
+		}
+		fmt.Fprintf(e.stdout, "%s: boots from %s %s\n", key, pos[1], how)
+		return nil
+	}
+	return c
+}
+
+// operatorToken is the daemon's operator token, from a file or
+// $BOOTOPS_TOKEN.
+func operatorToken(file string) (string, error) {
+	if file == "" {
+		if t := strings.TrimSpace(os.Getenv("BOOTOPS_TOKEN")); t != "" {
+			return t, nil
+		}
+		return "", usagef("on, off, cycle and boot-device need the daemon's operator token: --token-file F (the file serve's --ui-token-file names) or BOOTOPS_TOKEN")
+	}
+	return readSecret(file, "--token-file")
+}
+
+// callPower calls the daemon's power API; an error carries the daemon's
+// message (the BMC's, when it failed there).
+func callPower(ctx context.Context, method, url, token string, body any, out *power.Status) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("the daemon did not answer in time: %w", err)
+		}
+		return fmt.Errorf("no answer from the daemon: %w (is `bootops serve` running there?)", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	var msg struct {
+		power.Status
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(b, &msg) != nil {
+		msg.Message = strings.TrimSpace(string(b))
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s (%s)", or(msg.Message, resp.Status), resp.Status)
+	}
+	*out = msg.Status
+	return nil
+}

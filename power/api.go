@@ -1,0 +1,98 @@
+package power
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+)
+
+// Routes are the daemon's power API, for `bootops power` and `bootops
+// boot-device`:
+//
+//	GET  /api/v1/power/{site}/{node}        the BMC's power state, asked now
+//	POST /api/v1/power/{site}/{node}        {"action": "on"|"off"|"cycle"}
+//	POST /api/v1/boot-device/{site}/{node}  {"device": "pxe"|"disk", "once": true}
+//
+// The POSTs need authorized (the daemon's operator token); every answer
+// comes within the BMC timeout, a BMC that did not answer is a 504.
+func (m *Manager) Routes(authorized func(*http.Request) bool) map[string]http.Handler {
+	return map[string]http.Handler{
+		"GET /api/v1/power/{site}/{node}": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			st, err := m.Query(r.Context(), key(r))
+			m.answer(w, st, err)
+		}),
+		"POST /api/v1/power/{site}/{node}": m.guard(authorized, func(w http.ResponseWriter, r *http.Request) {
+			var req struct {
+				Action string `json:"action"`
+			}
+			if !readBody(w, r, &req) {
+				return
+			}
+			st, err := m.Act(r.Context(), key(r), req.Action)
+			m.answer(w, st, err)
+		}),
+		"POST /api/v1/boot-device/{site}/{node}": m.guard(authorized, func(w http.ResponseWriter, r *http.Request) {
+			var req struct {
+				Device string `json:"device"`
+				Once   bool   `json:"once"`
+			}
+			if !readBody(w, r, &req) {
+				return
+			}
+			err := m.BootDevice(r.Context(), key(r), req.Device, req.Once)
+			st, _ := m.Status(key(r))
+			m.answer(w, st, err)
+		}),
+	}
+}
+
+func key(r *http.Request) string { return r.PathValue("site") + "/" + r.PathValue("node") }
+
+func (m *Manager) guard(authorized func(*http.Request) bool, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if authorized == nil || !authorized(r) {
+			http.Error(w, "power actions need the daemon's operator token (serve --ui-token-file; bootops power --token-file)", http.StatusUnauthorized)
+			return
+		}
+		h(w, r)
+	})
+}
+
+func readBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+	if err == nil {
+		err = json.Unmarshal(b, v)
+	}
+	if err != nil {
+		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func (m *Manager) answer(w http.ResponseWriter, st Status, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	code := http.StatusOK
+	var body struct {
+		Status
+		Message string `json:"message,omitempty"`
+	}
+	body.Status = st
+	if err != nil {
+		body.Message = err.Error()
+		switch {
+		case errors.Is(err, ErrNoNode):
+			code = http.StatusNotFound
+		case errors.Is(err, ErrNoBMC):
+			code = http.StatusConflict
+		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+			code = http.StatusGatewayTimeout
+		default:
+			code = http.StatusBadGateway
+		}
+	}
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(body)
+}

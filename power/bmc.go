@@ -1,0 +1,172 @@
+package power
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	bmclib "github.com/bmc-toolbox/bmclib/v2"
+	"github.com/bmc-toolbox/bmclib/v2/providers/redfish"
+	"github.com/jacobweinstock/registrar"
+
+	"github.com/bootops/bootops/plan"
+)
+
+// Power states as bootops shows them.
+const (
+	On          = "on"
+	Off         = "off"
+	Unknown     = "unknown"     // not asked yet
+	Unreachable = "unreachable" // the BMC did not answer, or refused us
+)
+
+// Controller is one machine's BMC as the daemon uses it. Every call ends
+// by ctx's deadline.
+type Controller interface {
+	// PowerState is On or Off.
+	PowerState(ctx context.Context) (string, error)
+	// SetPower is "on", "off" or "cycle".
+	SetPower(ctx context.Context, action string) error
+	// SetBootDevice sets the next boot device ("pxe", "disk"), for the
+	// next boot only when once.
+	SetBootDevice(ctx context.Context, device string, once bool) error
+}
+
+// Dial makes a node's Controller from its Plan entry and credentials.
+type Dial func(b *plan.BMC, c Credentials) Controller
+
+// DialBMCLib reaches BMCs through bmclib: IPMI through ipmitool, Redfish
+// through gofish. A connection is opened per call: BMCs drop idle
+// sessions, and a call is rare.
+func DialBMCLib(b *plan.BMC, c Credentials) Controller {
+	return &bmcLib{b: *b, c: c}
+}
+
+type bmcLib struct {
+	b plan.BMC
+	c Credentials
+}
+
+func (x *bmcLib) client() *bmclib.Client {
+	var opts []bmclib.Option
+	switch x.b.Protocol {
+	case plan.BMCIPMI:
+		if x.b.Port != 0 {
+			opts = append(opts, bmclib.WithIpmitoolPort(strconv.Itoa(x.b.Port)))
+		}
+	case plan.BMCRedfish:
+		if x.b.Port != 0 {
+			opts = append(opts, bmclib.WithRedfishPort(strconv.Itoa(x.b.Port)))
+		}
+		hc := &http.Client{Transport: &http.Transport{
+			TLSClientConfig:     &tls.Config{InsecureSkipVerify: !x.b.TLSVerify}, // tlsVerify: false in Git says so
+			TLSHandshakeTimeout: 10 * time.Second,
+		}}
+		opts = append(opts, bmclib.WithHTTPClient(hc))
+	}
+	cl := bmclib.NewClient(x.b.Address, x.c.Username, x.c.Password, opts...)
+	// Only the protocol Git names, and for Redfish only the generic
+	// provider: a vendor's extensions add nothing to power and boot
+	// device, and each provider tried costs the BMC a login.
+	drivers := cl.Registry.Using(x.b.Protocol)
+	if x.b.Protocol == plan.BMCRedfish {
+		drivers = slices.DeleteFunc(drivers, func(d *registrar.Driver) bool { return d.Name != redfish.ProviderName })
+	}
+	cl.Registry.Drivers = drivers
+	return cl
+}
+
+// do opens the BMC, runs f and closes it, saying which BMC and what
+// failed, and naming a timeout as one.
+func (x *bmcLib) do(ctx context.Context, what string, f func(*bmclib.Client) error) error {
+	start := time.Now()
+	cl := x.client()
+	err := cl.Open(ctx)
+	if err == nil {
+		err = f(cl)
+		cl.Close(context.WithoutCancel(ctx))
+	}
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return &TimeoutError{What: what, BMC: x.b.Host() + " (" + x.b.Protocol + ")", After: time.Since(start)}
+	}
+	return fmt.Errorf("%s: BMC %s (%s): %s", what, x.b.Host(), x.b.Protocol, tidy(err))
+}
+
+// TimeoutError is a BMC that did not answer in time.
+type TimeoutError struct {
+	What, BMC string
+	After     time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("%s: BMC %s did not answer within %s", e.What, e.BMC, e.After.Round(time.Second))
+}
+
+func isTimeout(err error) bool {
+	var t *TimeoutError
+	return errors.As(err, &t)
+}
+
+// tidy keeps a bmclib error readable: one line, bounded.
+func tidy(err error) string {
+	s := strings.Join(strings.Fields(err.Error()), " ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+func (x *bmcLib) PowerState(ctx context.Context) (string, error) {
+	var state string
+	err := x.do(ctx, "power status", func(cl *bmclib.Client) error {
+		s, err := cl.GetPowerState(ctx)
+		if err != nil {
+			return err
+		}
+		state, err = parseState(s)
+		return err
+	})
+	return state, err
+}
+
+// parseState reads a provider's answer: ipmitool's "Chassis Power is on",
+// Redfish's "On", "Off", "PoweringOn"…
+func parseState(s string) (string, error) {
+	l := strings.ToLower(strings.TrimSpace(s))
+	switch {
+	case strings.HasSuffix(l, " on") || l == "on" || l == "poweringoff":
+		return On, nil
+	case strings.HasSuffix(l, " off") || l == "off" || l == "poweringon":
+		return Off, nil
+	}
+	return "", fmt.Errorf("the BMC said %q, neither on nor off", s)
+}
+
+func (x *bmcLib) SetPower(ctx context.Context, action string) error {
+	return x.do(ctx, "power "+action, func(cl *bmclib.Client) error {
+		ok, err := cl.SetPowerState(ctx, action)
+		if err == nil && !ok {
+			err = errors.New("the BMC did not accept it")
+		}
+		return err
+	})
+}
+
+func (x *bmcLib) SetBootDevice(ctx context.Context, device string, once bool) error {
+	return x.do(ctx, "boot device "+device, func(cl *bmclib.Client) error {
+		ok, err := cl.SetBootDevice(ctx, device, !once, x.b.BootMode != plan.BootLegacy)
+		if err == nil && !ok {
+			err = errors.New("the BMC did not accept it")
+		}
+		return err
+	})
+}

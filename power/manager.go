@@ -1,0 +1,532 @@
+package power
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/bootops/bootops/plan"
+)
+
+// Defaults of a Manager.
+const (
+	DefaultInterval = time.Minute
+	DefaultTimeout  = 20 * time.Second
+	DefaultParallel = 20
+	// MaxAttempts bounds the automatic tries per node and generation.
+	MaxAttempts = 6
+)
+
+// Manager watches the power of every node with a BMC in the live Plan and,
+// on sites with power: auto, sets a one-time PXE boot and power-cycles a
+// node that is new or whose reprovision was raised: once per generation,
+// never while it is installing, retrying with backoff. It holds the BMC
+// credentials; nothing else in the daemon does.
+type Manager struct {
+	// Plan is the live Plan.
+	Plan func() *plan.Plan
+	// Node says where a node stands: its state, and the generation its OS
+	// was installed at (installed false when it never was).
+	Node func(site, node string) (state string, installed int, ok bool)
+	// Record puts a step on the node's timeline; generation is the one a
+	// cycle was for (0 otherwise).
+	Record  func(site, node, msg string, isErr bool, generation int)
+	Secrets *Secrets
+	Dial    Dial          // default DialBMCLib
+	Timeout time.Duration // per BMC call; default DefaultTimeout
+	// Interval between power polls; default DefaultInterval.
+	Interval time.Duration
+	Parallel int // BMCs asked at once; default DefaultParallel
+	// StateFile keeps the generation each node was cycled for, so a
+	// restart does not cycle it again.
+	StateFile string
+	Log       *slog.Logger
+	Now       func() time.Time // default time.Now
+
+	once   sync.Once
+	mu     sync.Mutex
+	nodes  map[string]*nodePower
+	cycled map[string]int
+	poke   chan struct{}
+}
+
+// nodePower is what the Manager knows of one node's BMC.
+type nodePower struct {
+	call sync.Mutex // one call to a BMC at a time
+
+	state   string
+	err     string
+	checked time.Time
+	// automatic tries for generation gen: failures so far, and when the
+	// next may start.
+	gen      int
+	attempts int
+	next     time.Time
+}
+
+// Status is a node's power as last seen.
+type Status struct {
+	Node    string    `json:"node"`
+	Power   string    `json:"power"`
+	Error   string    `json:"error,omitempty"`
+	Checked time.Time `json:"checked,omitzero"`
+}
+
+func (m *Manager) init() {
+	m.once.Do(func() {
+		m.nodes = map[string]*nodePower{}
+		m.cycled = map[string]int{}
+		m.poke = make(chan struct{}, 1)
+		if m.Dial == nil {
+			m.Dial = DialBMCLib
+		}
+		if m.Timeout <= 0 {
+			m.Timeout = DefaultTimeout
+		}
+		if m.Interval <= 0 {
+			m.Interval = DefaultInterval
+		}
+		if m.Parallel <= 0 {
+			m.Parallel = DefaultParallel
+		}
+		if m.Now == nil {
+			m.Now = time.Now
+		}
+		if m.Log == nil {
+			m.Log = slog.New(slog.DiscardHandler)
+		}
+		if m.StateFile != "" {
+			if b, err := os.ReadFile(m.StateFile); err == nil {
+				if err := json.Unmarshal(b, &m.cycled); err != nil {
+					m.Log.Warn("power: state file unreadable; no node counts as cycled", "file", m.StateFile, "err", err)
+					m.cycled = map[string]int{}
+				}
+			}
+		}
+	})
+}
+
+// Poke makes the Manager look again now (a new Plan: a raised reprovision).
+func (m *Manager) Poke() {
+	m.init()
+	select {
+	case m.poke <- struct{}{}:
+	default:
+	}
+}
+
+// Run polls and applies the policy until ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	m.init()
+	t := time.NewTicker(m.Interval)
+	defer t.Stop()
+	for {
+		m.Round(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-m.poke:
+		}
+	}
+}
+
+// target is one node with a BMC.
+type target struct {
+	site *plan.Site
+	node *plan.Node
+}
+
+func (t target) key() string { return t.site.Name + "/" + t.node.Name }
+
+func (m *Manager) targets() []target {
+	p := m.Plan()
+	if p == nil {
+		return nil
+	}
+	var ts []target
+	for _, s := range p.Sites {
+		for _, n := range s.Nodes {
+			if n.BMC != nil {
+				ts = append(ts, target{s, n})
+			}
+		}
+	}
+	return ts
+}
+
+// Round asks every BMC its power state, Parallel at once, and on power:
+// auto sites acts where the policy says. It returns when every BMC has
+// answered or timed out.
+func (m *Manager) Round(ctx context.Context) {
+	m.init()
+	ts := m.targets()
+	m.forget(ts)
+	sem := make(chan struct{}, m.Parallel)
+	var wg sync.WaitGroup
+	for _, t := range ts {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			m.visit(ctx, t)
+		}()
+	}
+	wg.Wait()
+}
+
+// forget drops nodes no longer in the Plan (or without a BMC).
+func (m *Manager) forget(ts []target) {
+	keep := map[string]bool{}
+	for _, t := range ts {
+		keep[t.key()] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range m.nodes {
+		if !keep[k] {
+			delete(m.nodes, k)
+		}
+	}
+}
+
+func (m *Manager) node(key string) *nodePower {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	np := m.nodes[key]
+	if np == nil {
+		np = &nodePower{state: Unknown}
+		m.nodes[key] = np
+	}
+	return np
+}
+
+// controller is t's BMC with its credentials; an error says which
+// credentials are missing or unreadable.
+func (m *Manager) controller(t target) (Controller, error) {
+	c, err := m.Secrets.Lookup(t.node.BMC)
+	if err != nil {
+		return nil, err
+	}
+	return m.Dial(t.node.BMC, c), nil
+}
+
+func (m *Manager) visit(ctx context.Context, t target) {
+	np := m.node(t.key())
+	np.call.Lock()
+	defer np.call.Unlock()
+	state, err := m.poll(ctx, t, np)
+	if err != nil || t.site.Power != plan.PowerAuto {
+		return
+	}
+	m.auto(ctx, t, np, state)
+}
+
+// poll asks t's BMC its power state and keeps it; the caller holds np.call.
+func (m *Manager) poll(ctx context.Context, t target, np *nodePower) (string, error) {
+	c, err := m.controller(t)
+	var state string
+	if err == nil {
+		cctx, cancel := context.WithTimeout(ctx, m.Timeout)
+		state, err = c.PowerState(cctx)
+		cancel()
+	}
+	m.mu.Lock()
+	before := np.err
+	np.checked = m.Now()
+	if err != nil {
+		np.state, np.err = Unreachable, err.Error()
+	} else {
+		np.state, np.err = state, ""
+	}
+	m.mu.Unlock()
+	switch {
+	case err != nil && before != err.Error():
+		// A warning, once per new error: the site goes on.
+		m.Log.Warn("power: BMC unreachable", "node", t.key(), "err", err)
+	case err == nil && before != "":
+		m.Log.Info("power: BMC answers again", "node", t.key(), "power", state)
+	}
+	return state, err
+}
+
+// due says whether the policy wants t cycled now, for which generation.
+func (m *Manager) due(t target) (int, bool) {
+	gen := t.node.Reprovision
+	m.mu.Lock()
+	done, ok := m.cycled[t.key()]
+	m.mu.Unlock()
+	if ok && done >= gen {
+		return gen, false // once per generation
+	}
+	state, installed, wasInstalled := m.Node(t.site.Name, t.node.Name)
+	if wasInstalled && installed >= gen {
+		return gen, false // its OS is this generation's
+	}
+	if state == "microos" || state == "provisioning" {
+		return gen, false // never under a running install
+	}
+	return gen, true
+}
+
+// auto applies power: auto to t; the caller holds np.call.
+func (m *Manager) auto(ctx context.Context, t target, np *nodePower, state string) {
+	gen, ok := m.due(t)
+	if !ok {
+		return
+	}
+	now := m.Now()
+	m.mu.Lock()
+	if np.gen != gen {
+		np.gen, np.attempts, np.next = gen, 0, time.Time{}
+	}
+	if np.attempts >= MaxAttempts || now.Before(np.next) {
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	c, err := m.controller(t)
+	if err == nil {
+		err = m.bootAndCycle(ctx, t, c, state, gen)
+	}
+	if err == nil {
+		m.mu.Lock()
+		m.cycled[t.key()] = gen
+		m.mu.Unlock()
+		if err := m.save(); err != nil {
+			m.Log.Error("power: state file", "file", m.StateFile, "err", err)
+		}
+		return
+	}
+	m.mu.Lock()
+	np.attempts++
+	n := np.attempts
+	wait := backoff(n)
+	np.next = now.Add(wait)
+	m.mu.Unlock()
+	if n >= MaxAttempts {
+		m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: gave up after %d attempts for generation %d: %v (fix the BMC, then raise reprovision or restart the daemon)", n, gen, err), true, 0)
+		return
+	}
+	m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: failed (attempt %d of %d): %v; next try in %s", n, MaxAttempts, err, wait), true, 0)
+}
+
+// backoff is the wait after the n-th failed attempt: 15 s, doubling, at
+// most 10 min.
+func backoff(n int) time.Duration {
+	d := 15 * time.Second << (n - 1)
+	if d > 10*time.Minute || d <= 0 {
+		d = 10 * time.Minute
+	}
+	return d
+}
+
+func (m *Manager) bootAndCycle(ctx context.Context, t target, c Controller, state string, gen int) error {
+	cctx, cancel := context.WithTimeout(ctx, m.Timeout)
+	err := c.SetBootDevice(cctx, "pxe", true)
+	cancel()
+	if err != nil {
+		return err
+	}
+	m.Record(t.site.Name, t.node.Name, "power: set next boot pxe (once)", false, 0)
+	action, said := "cycle", "power: cycled"
+	if state == Off {
+		action, said = "on", "power: powered on (it was off)"
+	}
+	cctx, cancel = context.WithTimeout(ctx, m.Timeout)
+	err = c.SetPower(cctx, action)
+	cancel()
+	if err != nil {
+		return err
+	}
+	why := "a new node"
+	if gen > 0 {
+		why = fmt.Sprintf("reprovision raised to %d", gen)
+	}
+	m.Record(t.site.Name, t.node.Name, fmt.Sprintf("%s for generation %d (%s)", said, gen, why), false, gen)
+	return nil
+}
+
+func (m *Manager) save() error {
+	if m.StateFile == "" {
+		return nil
+	}
+	m.mu.Lock()
+	b, err := json.MarshalIndent(m.cycled, "", "  ")
+	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	tmp := m.StateFile + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, m.StateFile)
+}
+
+// Status is the last seen power of the node key ("site/node"); ok is false
+// when it has no BMC.
+func (m *Manager) Status(key string) (Status, bool) {
+	m.init()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	np := m.nodes[key]
+	if np == nil {
+		return Status{}, false
+	}
+	return Status{Node: key, Power: np.state, Error: np.err, Checked: np.checked}, true
+}
+
+// Counts is how many nodes with a BMC are in each power state.
+func (m *Manager) Counts() map[string]int {
+	m.init()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := map[string]int{On: 0, Off: 0, Unknown: 0, Unreachable: 0}
+	for _, np := range m.nodes {
+		c[np.state]++
+	}
+	return c
+}
+
+// Errors of the actions asked for by an operator.
+var (
+	ErrNoNode = errors.New("no such node in the live plan")
+	ErrNoBMC  = errors.New("the node has no bmc in Git")
+)
+
+func (m *Manager) find(key string) (target, error) {
+	for _, t := range m.targets() {
+		if t.key() == key {
+			return t, nil
+		}
+	}
+	if p := m.Plan(); p != nil {
+		for _, s := range p.Sites {
+			for _, n := range s.Nodes {
+				if s.Name+"/"+n.Name == key {
+					return target{}, ErrNoBMC
+				}
+			}
+		}
+	}
+	return target{}, ErrNoNode
+}
+
+// Query asks the node's BMC its power state now.
+func (m *Manager) Query(ctx context.Context, key string) (Status, error) {
+	m.init()
+	t, err := m.find(key)
+	if err != nil {
+		return Status{}, err
+	}
+	np := m.node(key)
+	np.call.Lock()
+	defer np.call.Unlock()
+	_, err = m.poll(ctx, t, np)
+	st, _ := m.Status(key)
+	return st, err
+}
+
+// Act does what an operator asked: "on", "off" or "cycle" (a cycle of a
+// machine that is off powers it on), and records it on the timeline.
+func (m *Manager) Act(ctx context.Context, key, action string) (Status, error) {
+	m.init()
+	switch action {
+	case "on", "off", "cycle":
+	default:
+		return Status{}, fmt.Errorf("unknown power action %q: want on, off, cycle or status", action)
+	}
+	t, err := m.find(key)
+	if err != nil {
+		return Status{}, err
+	}
+	np := m.node(key)
+	np.call.Lock()
+	defer np.call.Unlock()
+	c, err := m.controller(t)
+	if err != nil {
+		return Status{}, err
+	}
+	said := "power: " + action
+	if action == "cycle" {
+		cctx, cancel := context.WithTimeout(ctx, m.Timeout)
+		state, err := c.PowerState(cctx)
+		cancel()
+		if err != nil {
+			return Status{}, err
+		}
+		if state == Off {
+			action, said = "on", "power: cycle of a machine that was off: powered on"
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, m.Timeout)
+	err = c.SetPower(cctx, action)
+	cancel()
+	if err != nil {
+		m.Record(t.site.Name, t.node.Name, said+" failed: "+err.Error(), true, 0)
+		return Status{}, err
+	}
+	m.Record(t.site.Name, t.node.Name, said+" (asked by an operator)", false, 0)
+	m.poll(ctx, t, np)
+	st, _ := m.Status(key)
+	return st, nil
+}
+
+// BootDevice sets the node's next boot device ("pxe" or "disk"), for the
+// next boot only when once.
+func (m *Manager) BootDevice(ctx context.Context, key, device string, once bool) error {
+	m.init()
+	switch device {
+	case "pxe", "disk":
+	default:
+		return fmt.Errorf("unknown boot device %q: want pxe or disk", device)
+	}
+	t, err := m.find(key)
+	if err != nil {
+		return err
+	}
+	np := m.node(key)
+	np.call.Lock()
+	defer np.call.Unlock()
+	c, err := m.controller(t)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, m.Timeout)
+	err = c.SetBootDevice(cctx, device, once)
+	cancel()
+	how := "persistent"
+	if once {
+		how = "once"
+	}
+	if err != nil {
+		m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: set next boot %s (%s) failed: %v", device, how, err), true, 0)
+		return err
+	}
+	m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: set next boot %s (%s, asked by an operator)", device, how), false, 0)
+	return nil
+}
+
+// Keys is every node with a BMC that the Manager has seen, sorted.
+func (m *Manager) Keys() []string {
+	m.init()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keys := make([]string, 0, len(m.nodes))
+	for k := range m.nodes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// StatePath is the state file's usual place under the daemon's state dir.
+func StatePath(stateDir string) string { return filepath.Join(stateDir, "power.json") }

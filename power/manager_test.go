@@ -1,0 +1,319 @@
+package power
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bootops/bootops/plan"
+)
+
+// fakeBMC is a machine's BMC in memory: its power, its next boot device,
+// and every call made to it.
+type fakeBMC struct {
+	mu    sync.Mutex
+	power string
+	boot  string
+	calls []string
+	fail  error         // every call fails with it
+	hang  chan struct{} // calls wait on it (or their deadline)
+}
+
+func (f *fakeBMC) call(ctx context.Context, what string) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, what)
+	fail, hang := f.fail, f.hang
+	f.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+			return &TimeoutError{What: what, BMC: "fake", After: time.Second}
+		}
+	}
+	return fail
+}
+
+func (f *fakeBMC) PowerState(ctx context.Context) (string, error) {
+	if err := f.call(ctx, "status"); err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.power, nil
+}
+
+func (f *fakeBMC) SetPower(ctx context.Context, action string) error {
+	if err := f.call(ctx, "power "+action); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch action {
+	case "on":
+		f.power = On
+	case "off":
+		f.power = Off
+	case "cycle":
+		if f.power == Off {
+			return errors.New("cycle of a machine that is off")
+		}
+	}
+	return nil
+}
+
+func (f *fakeBMC) SetBootDevice(ctx context.Context, device string, once bool) error {
+	if err := f.call(ctx, fmt.Sprintf("boot %s once=%v", device, once)); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.boot = device
+	return nil
+}
+
+func (f *fakeBMC) actions() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, c := range f.calls {
+		if c != "status" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// rig is a Manager over a one-site Plan, fake BMCs by address and a
+// timeline per node.
+type rig struct {
+	m      *Manager
+	p      *plan.Plan
+	bmcs   map[string]*fakeBMC
+	mu     sync.Mutex
+	events map[string][]string
+	state  map[string]string
+	inst   map[string]int
+}
+
+func newRig(t *testing.T, power string, nodes ...*plan.Node) *rig {
+	t.Helper()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "rack"), []byte("admin:pw\n"), 0o600)
+	r := &rig{
+		p:      &plan.Plan{Sites: []*plan.Site{{Name: "lab", Power: power, Nodes: nodes}}},
+		bmcs:   map[string]*fakeBMC{},
+		events: map[string][]string{},
+		state:  map[string]string{},
+		inst:   map[string]int{},
+	}
+	for _, n := range nodes {
+		if n.BMC != nil {
+			r.bmcs[n.BMC.Address] = &fakeBMC{power: Off}
+		}
+	}
+	r.m = r.manager(dir)
+	return r
+}
+
+func (r *rig) manager(dir string) *Manager {
+	return &Manager{
+		Plan: func() *plan.Plan { return r.p },
+		Node: func(site, node string) (string, int, bool) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			g, ok := r.inst[node]
+			return r.state[node], g, ok
+		},
+		Record: func(site, node, msg string, isErr bool, gen int) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.events[node] = append(r.events[node], msg)
+		},
+		Secrets: &Secrets{Dir: dir},
+		Dial: func(b *plan.BMC, c Credentials) Controller {
+			if c.Username != "admin" || c.Password != "pw" {
+				panic("credentials not read: " + c.Username)
+			}
+			return r.bmcs[b.Address]
+		},
+		Timeout:   200 * time.Millisecond,
+		StateFile: filepath.Join(dir, "power.json"),
+	}
+}
+
+func bmcNode(name, addr string, gen int) *plan.Node {
+	return &plan.Node{Name: name, Reprovision: gen, BMC: &plan.BMC{Address: addr, Protocol: plan.BMCIPMI, Secret: "rack"}}
+}
+
+// A new node on a power: auto site is set to PXE once and powered on,
+// once: the next rounds, and a restarted daemon, leave it alone.
+func TestAutoPowersOnANewNodeOnce(t *testing.T) {
+	r := newRig(t, plan.PowerAuto, bmcNode("n1", "10.0.0.1", 0), &plan.Node{Name: "n2"})
+	ctx := context.Background()
+	r.m.Round(ctx)
+	b := r.bmcs["10.0.0.1"]
+	if got := strings.Join(b.actions(), ", "); got != "boot pxe once=true, power on" {
+		t.Fatalf("BMC calls: %s", got)
+	}
+	if got := strings.Join(r.events["n1"], " | "); !strings.Contains(got, "power: set next boot pxe (once)") || !strings.Contains(got, "power: powered on (it was off) for generation 0 (a new node)") {
+		t.Errorf("timeline: %s", got)
+	}
+	if st, _ := r.m.Status("lab/n1"); st.Power != Off { // as polled before acting
+		t.Errorf("status: %+v", st)
+	}
+	r.m.Round(ctx)
+	if st, _ := r.m.Status("lab/n1"); st.Power != On {
+		t.Errorf("status after the next poll: %+v", st)
+	}
+	again := r.manager(filepath.Dir(r.m.StateFile))
+	again.Round(ctx)
+	if n := len(b.actions()); n != 2 {
+		t.Errorf("cycled again (%d calls): %v", n, b.actions())
+	}
+	if _, ok := r.m.Status("lab/n2"); ok {
+		t.Error("a node without a BMC has a power status")
+	}
+}
+
+// Raising reprovision on an installed node cycles it (it is on); a node
+// that is installing is never touched; a manual site is only watched.
+func TestAutoCyclesOnAReprovision(t *testing.T) {
+	r := newRig(t, plan.PowerAuto, bmcNode("n1", "10.0.0.1", 1), bmcNode("n2", "10.0.0.2", 1))
+	r.bmcs["10.0.0.1"].power = On
+	r.inst["n1"], r.state["n1"] = 0, "running"
+	r.inst["n2"], r.state["n2"] = 0, "provisioning"
+	r.m.Round(context.Background())
+	if got := strings.Join(r.bmcs["10.0.0.1"].actions(), ", "); got != "boot pxe once=true, power cycle" {
+		t.Errorf("n1: %s", got)
+	}
+	if got := r.events["n1"]; len(got) != 2 || !strings.Contains(got[1], "power: cycled for generation 1 (reprovision raised to 1)") {
+		t.Errorf("n1's timeline: %q", got)
+	}
+	if got := r.bmcs["10.0.0.2"].actions(); len(got) != 0 {
+		t.Errorf("n2 was touched while provisioning: %v", got)
+	}
+	// Installed at this generation: nothing to do.
+	r.inst["n2"], r.state["n2"] = 1, "provisioned"
+	r.m.Round(context.Background())
+	if got := r.bmcs["10.0.0.2"].actions(); len(got) != 0 {
+		t.Errorf("n2 was cycled though installed at its generation: %v", got)
+	}
+
+	m := newRig(t, "", bmcNode("n1", "10.0.0.1", 0))
+	m.m.Round(context.Background())
+	if got := m.bmcs["10.0.0.1"].actions(); len(got) != 0 {
+		t.Errorf("a manual site acted: %v", got)
+	}
+	if st, _ := m.m.Status("lab/n1"); st.Power != Off || st.Checked.IsZero() {
+		t.Errorf("a manual site's node is not watched: %+v", st)
+	}
+}
+
+// A failing BMC is retried with backoff, each failure on the timeline
+// with the BMC's message, and given up after MaxAttempts.
+func TestAutoRetriesWithBackoff(t *testing.T) {
+	r2 := newRig(t, plan.PowerAuto, bmcNode("n1", "10.0.0.1", 0))
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	r2.m.Now = func() time.Time { return now }
+	calls := 0
+	r2.m.Dial = func(bm *plan.BMC, c Credentials) Controller { return failingSet{r2.bmcs["10.0.0.1"], &calls} }
+	// Rounds a minute apart: the tries come at 0, 15 s, 30 s, 1, 2, 4 min.
+	r2.m.Round(context.Background())
+	r2.m.Round(context.Background()) // too soon: no try
+	if calls != 1 {
+		t.Fatalf("%d tries before the backoff ran out", calls)
+	}
+	for i := 0; i < 10; i++ {
+		now = now.Add(11 * time.Minute)
+		r2.m.Round(context.Background())
+	}
+	if calls != MaxAttempts {
+		t.Errorf("%d attempts, want %d", calls, MaxAttempts)
+	}
+	ev := r2.events["n1"]
+	if len(ev) != MaxAttempts || !strings.Contains(ev[0], "power: failed (attempt 1 of 6): boot device pxe: the BMC refused; next try in 15s") || !strings.Contains(ev[len(ev)-1], "power: gave up after 6 attempts for generation 0") {
+		t.Errorf("timeline:\n%s", strings.Join(ev, "\n"))
+	}
+	if backoff(1) != 15*time.Second || backoff(3) != time.Minute || backoff(12) != 10*time.Minute {
+		t.Errorf("backoff: %s %s %s", backoff(1), backoff(3), backoff(12))
+	}
+}
+
+// failingSet answers status and refuses every change.
+type failingSet struct {
+	*fakeBMC
+	calls *int
+}
+
+func (f failingSet) SetBootDevice(ctx context.Context, device string, once bool) error {
+	*f.calls++
+	return errors.New("boot device pxe: the BMC refused")
+}
+
+// One BMC that hangs, one whose secret is missing: both show as
+// unreachable with why, within the timeout, and the others are served.
+func TestUnreachableBMCsDoNotStopTheSite(t *testing.T) {
+	r := newRig(t, plan.PowerAuto, bmcNode("n1", "10.0.0.1", 0), bmcNode("n2", "10.0.0.2", 0), bmcNode("n3", "10.0.0.3", 0))
+	r.bmcs["10.0.0.1"].hang = make(chan struct{})
+	defer close(r.bmcs["10.0.0.1"].hang)
+	r.p.Sites[0].Nodes[1].BMC.Secret = "nowhere"
+	start := time.Now()
+	r.m.Round(context.Background())
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a round with a hanging BMC took %s", d)
+	}
+	st, _ := r.m.Status("lab/n1")
+	if st.Power != Unreachable || !strings.Contains(st.Error, "did not answer") {
+		t.Errorf("hanging BMC: %+v", st)
+	}
+	st, _ = r.m.Status("lab/n2")
+	if st.Power != Unreachable || !strings.Contains(st.Error, `secret "nowhere": no file`) {
+		t.Errorf("missing secret: %+v", st)
+	}
+	if got := strings.Join(r.bmcs["10.0.0.3"].actions(), ", "); got != "boot pxe once=true, power on" {
+		t.Errorf("the healthy node: %s", got)
+	}
+	c := r.m.Counts()
+	if c[Unreachable] != 2 || c[Off] != 1 {
+		t.Errorf("counts: %v", c)
+	}
+}
+
+// An operator's actions: on, off, cycle of an off machine, a boot device;
+// each on the timeline. Unknown nodes and nodes without a BMC say so.
+func TestOperatorActions(t *testing.T) {
+	r := newRig(t, "", bmcNode("n1", "10.0.0.1", 0), &plan.Node{Name: "n2"})
+	ctx := context.Background()
+	if st, err := r.m.Act(ctx, "lab/n1", "cycle"); err != nil || st.Power != On {
+		t.Fatalf("cycle: %+v %v", st, err)
+	}
+	if st, err := r.m.Act(ctx, "lab/n1", "off"); err != nil || st.Power != Off {
+		t.Fatalf("off: %+v %v", st, err)
+	}
+	if err := r.m.BootDevice(ctx, "lab/n1", "pxe", true); err != nil {
+		t.Fatal(err)
+	}
+	want := "power: cycle of a machine that was off: powered on (asked by an operator) | power: off (asked by an operator) | power: set next boot pxe (once, asked by an operator)"
+	if got := strings.Join(r.events["n1"], " | "); got != want {
+		t.Errorf("timeline:\n%s\nwant\n%s", got, want)
+	}
+	if _, err := r.m.Act(ctx, "lab/n2", "on"); !errors.Is(err, ErrNoBMC) {
+		t.Errorf("no BMC: %v", err)
+	}
+	if _, err := r.m.Act(ctx, "lab/n9", "on"); !errors.Is(err, ErrNoNode) {
+		t.Errorf("no node: %v", err)
+	}
+	if _, err := r.m.Act(ctx, "lab/n1", "reboot"); err == nil || !strings.Contains(err.Error(), "want on, off, cycle") {
+		t.Errorf("bad action: %v", err)
+	}
+	if err := r.m.BootDevice(ctx, "lab/n1", "cdrom", true); err == nil {
+		t.Error("cdrom accepted")
+	}
+}

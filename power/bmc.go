@@ -116,9 +116,18 @@ func isTimeout(err error) bool {
 	return errors.As(err, &t)
 }
 
-// tidy keeps a bmclib error readable: one line, bounded.
+// tidy keeps a bmclib error readable: one line, bounded, without
+// bmclib's wrapping ("2 errors occurred: * provider: ipmitool: …", "no
+// Opener implementations found": there is one provider).
 func tidy(err error) string {
 	s := strings.Join(strings.Fields(err.Error()), " ")
+	for _, noise := range []string{"* no Opener implementations found", "* no PowerStateGetter implementations found", "* no PowerSetter implementations found", "* no BootDeviceSetter implementations found"} {
+		s = strings.ReplaceAll(s, noise, "")
+	}
+	if i := strings.Index(s, " errors occurred: * "); i >= 0 && i < 4 {
+		s = s[i+len(" errors occurred: * "):]
+	}
+	s = strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(s, "provider: ipmitool: "), "provider: gofish: "))
 	if len(s) > 300 {
 		s = s[:300] + "…"
 	}

@@ -223,10 +223,10 @@ func (m *Manager) visit(ctx context.Context, t target) {
 	np.call.Lock()
 	defer np.call.Unlock()
 	state, err := m.poll(ctx, t, np)
-	if err != nil || t.site.Power != plan.PowerAuto {
+	if t.site.Power != plan.PowerAuto {
 		return
 	}
-	m.auto(ctx, t, np, state)
+	m.auto(ctx, t, np, state, err)
 }
 
 // poll asks t's BMC its power state and keeps it; the caller holds np.call.
@@ -276,8 +276,10 @@ func (m *Manager) due(t target) (int, bool) {
 	return gen, true
 }
 
-// auto applies power: auto to t; the caller holds np.call.
-func (m *Manager) auto(ctx context.Context, t target, np *nodePower, state string) {
+// auto applies power: auto to t, whose BMC just said state (or failed
+// with pollErr: for a node that is due, that is a failed attempt too, on
+// its timeline); the caller holds np.call.
+func (m *Manager) auto(ctx context.Context, t target, np *nodePower, state string, pollErr error) {
 	gen, ok := m.due(t)
 	if !ok {
 		return
@@ -292,9 +294,12 @@ func (m *Manager) auto(ctx context.Context, t target, np *nodePower, state strin
 		return
 	}
 	m.mu.Unlock()
-	c, err := m.controller(t)
+	err := pollErr
 	if err == nil {
-		err = m.bootAndCycle(ctx, t, c, state, gen)
+		var c Controller
+		if c, err = m.controller(t); err == nil {
+			err = m.bootAndCycle(ctx, t, c, state, gen)
+		}
 	}
 	if err == nil {
 		m.mu.Lock()

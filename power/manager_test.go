@@ -280,6 +280,13 @@ func TestUnreachableBMCsDoNotStopTheSite(t *testing.T) {
 	if got := strings.Join(r.bmcs["10.0.0.3"].actions(), ", "); got != "boot pxe once=true, power on" {
 		t.Errorf("the healthy node: %s", got)
 	}
+	// Both are due (new nodes on a power: auto site): a failed attempt
+	// each, with why, on their timelines.
+	for node, want := range map[string]string{"n1": "did not answer", "n2": `secret "nowhere": no file`} {
+		if ev := r.events[node]; len(ev) != 1 || !strings.Contains(ev[0], "power: failed (attempt 1 of 6)") || !strings.Contains(ev[0], want) {
+			t.Errorf("%s's timeline: %q", node, ev)
+		}
+	}
 	c := r.m.Counts()
 	if c[Unreachable] != 2 || c[Off] != 1 {
 		t.Errorf("counts: %v", c)
@@ -315,5 +322,12 @@ func TestOperatorActions(t *testing.T) {
 	}
 	if err := r.m.BootDevice(ctx, "lab/n1", "cdrom", true); err == nil {
 		t.Error("cdrom accepted")
+	}
+}
+
+func TestTidyBMCLibErrors(t *testing.T) {
+	err := errors.New("2 errors occurred:\n\t* provider: ipmitool: Error in open session response message : invalid authentication algorithm\nError: Unable to establish IPMI v2 / RMCP+ session: exit status 1\n\t* no Opener implementations found\n\n")
+	if got := tidy(err); got != "Error in open session response message : invalid authentication algorithm Error: Unable to establish IPMI v2 / RMCP+ session: exit status 1" {
+		t.Errorf("%q", got)
 	}
 }

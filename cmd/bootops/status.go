@@ -7,8 +7,8 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strings"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 

@@ -60,6 +60,14 @@ func startDaemon(t *testing.T) *daemon {
 	if err := fleet.Generate(repo, sites, nodes); err != nil {
 		t.Fatal(err)
 	}
+	// One node has a BMC whose credentials this daemon lacks (it is given
+	// no --secrets-dir): its power shows as unreachable, with why.
+	f, err := os.OpenFile(filepath.Join(repo, fleet.NodeFile(sites, withBMC)), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "bmc: {address: 127.0.0.1, port: 9, protocol: redfish, credentials: {secret: rack-bmc}}\n")
+	f.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +216,7 @@ func (d *daemon) populate(t *testing.T) {
 }
 
 const (
+	withBMC    = 4 // registered, never seen
 	failed     = 7
 	failReason = "sha256 of the image is 9f2c…, want aba2c9d0…: the image on the mirror is not the one in Git"
 )
@@ -275,6 +284,15 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("unknown machines section: %q", unknown)
 	}
 	c.screenshot(t, filepath.Join(outDir(), "dashboard.png"), false)
+
+	// The node with a BMC: its power in its row and on its page.
+	bmcKey := site(withBMC) + "/" + node(withBMC)
+	c.waitJS(t, "the power of "+bmcKey, fmt.Sprintf(`document.querySelector('#rows .row[data-key="%s"]').innerText.includes("⏻ unreachable")`, bmcKey), 20*time.Second)
+	var tip string
+	c.eval(t, fmt.Sprintf(`document.querySelector('#rows .row[data-key="%s"] .power').title`, bmcKey), &tip)
+	if !strings.Contains(tip, `secret "rack-bmc": the daemon has no --secrets-dir`) {
+		t.Errorf("the power's reason: %q", tip)
+	}
 
 	// Live: a streaming node's progress reaches its row.
 	var lat []float64

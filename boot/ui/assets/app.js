@@ -75,13 +75,13 @@ function makeRow(key) {
   if (!rowTemplate) {
     const bar = el("div", { class: "bar" }, el("i", {}), el("span", {}));
     rowTemplate = el("div", { class: "row", role: "row" }, el("div", {}, el("a", {})), el("div", {}),
-      el("div", {}, el("span", { class: "state" })), el("div", {}, bar), el("div", {}), el("div", { class: "msg" }));
+      el("div", {}, el("span", { class: "state" }), el("span", { class: "power" })), el("div", {}, bar), el("div", {}), el("div", { class: "msg" }));
   }
   const tr = rowTemplate.cloneNode(true);
   tr.dataset.key = key;
   const [node, site, state, prog, elapsed, message] = tr.children;
   const bar = prog.firstChild;
-  return { tr, cells: { node, site, state, progress: prog, elapsed, message }, link: node.firstChild, state: state.firstChild, bar, fill: bar.firstChild, ptext: bar.lastChild };
+  return { tr, cells: { node, site, state, progress: prog, elapsed, message }, link: node.firstChild, state: state.firstChild, power: state.lastChild, bar, fill: bar.firstChild, ptext: bar.lastChild };
 }
 
 function fillRow(r, m) {
@@ -90,6 +90,10 @@ function fillRow(r, m) {
   r.cells.site.textContent = m.site || "";
   r.state.textContent = m.state;
   r.state.className = "state s-" + m.state;
+  // The BMC's word on the machine's power, when it has a BMC.
+  r.power.textContent = m.power ? "⏻ " + m.power : "";
+  r.power.className = "power p-" + (m.power || "none");
+  r.power.title = m.powerError || "";
   const p = progress(m);
   r.bar.className = "bar " + p.cls;
   r.fill.style.width = (p.f * 100).toFixed(1) + "%";
@@ -123,7 +127,7 @@ function matches(m, f) {
   if (f.state && m.state !== f.state) return false;
   if (f.site && m.site !== f.site) return false;
   if (!f.words.length) return true;
-  const hay = [m.node, m.site, m.state, m.mac, m.uuid, m.serial, m.boot, m.hostname, m.last && m.last.message].join(" ").toLowerCase();
+  const hay = [m.node, m.site, m.state, m.mac, m.uuid, m.serial, m.boot, m.hostname, m.power, m.last && m.last.message].join(" ").toLowerCase();
   return f.words.every((w) => hay.includes(w));
 }
 
@@ -250,7 +254,8 @@ function renderNode(key) {
   const dl = $("#node-summary");
   if (!m) { dl.replaceChildren(el("dt", { text: "state" }), el("dd", { text: "not seen" })); return; }
   const items = [["key", m.key], ["site", m.site], ["state", m.state], ["since", m.since && new Date(m.since).toLocaleString()],
-    ["MAC", m.mac], ["UUID", m.uuid], ["serial", m.serial], ["boot", m.boot], ["hostname", m.hostname], ["kernel", m.kernel], ["events", m.events]];
+    ["MAC", m.mac], ["UUID", m.uuid], ["serial", m.serial], ["boot", m.boot], ["hostname", m.hostname], ["kernel", m.kernel],
+    ["power", m.power && (m.power + (m.powerError ? ": " + m.powerError : ""))], ["events", m.events]];
   dl.replaceChildren(...items.filter(([, v]) => v !== undefined && v !== "").flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
   const p = progress(m, lastStepped);
   const bar = el("div", { class: "bar " + p.cls }, el("i", { style: `width:${(p.f * 100).toFixed(1)}%` }), el("span", { text: p.text }));

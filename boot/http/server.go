@@ -478,6 +478,21 @@ type StatusDoc struct {
 	Plan     string           `json:"plan"`
 	Nodes    []status.Machine `json:"nodes"`
 	Machines []status.Machine `json:"unknown"`
+	// Sites is a hub's (bootops hub): each site daemon reporting to it and
+	// when it was last heard. A site daemon leaves it out.
+	Sites []SiteStatus `json:"sites,omitempty"`
+}
+
+// SiteStatus is one site daemon as a hub last heard from it.
+type SiteStatus struct {
+	Name      string    `json:"name"`
+	LastHeard time.Time `json:"lastHeard,omitzero"`
+	Daemon    string    `json:"daemon,omitempty"`
+	Plan      string    `json:"plan,omitempty"`
+	// Pending is how many events the site had not sent yet when it last
+	// said hello; Events is how many the hub has of it.
+	Pending int    `json:"pending"`
+	Events  uint64 `json:"events"`
 }
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {

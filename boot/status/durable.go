@@ -25,6 +25,7 @@ var ErrClosed = errors.New("status: store closed")
 //	events/<key>/<seq>    the machine's events as JSON, by store sequence
 //	seqs/<key>/<agent seq> → <seq>  which stored event carries an agent Seq
 //	machines/<key>        the machine's record (summary, counts, last Seq)
+//	outbox/<seq>          events not yet acknowledged by the hub (Options.Outbox)
 //
 // Sequences are 8-byte big-endian, so a bucket's order is the order the
 // events were stored in. The store sequence is the events bucket's
@@ -34,6 +35,7 @@ var (
 	bucketEvents   = []byte("events")
 	bucketSeqs     = []byte("seqs")
 	bucketMachines = []byte("machines")
+	bucketOutbox   = []byte("outbox")
 )
 
 const (
@@ -58,6 +60,9 @@ type Options struct {
 	// Machines or Events return (the dashboard pushes the change). It
 	// runs on the writer: it must not block.
 	Changed func()
+	// Outbox keeps every stored event, in store order, until Sent says
+	// the hub has it: the site's store-and-forward buffer (see Pending).
+	Outbox bool
 }
 
 // Durable keeps events in a bbolt file. One writer goroutine commits what
@@ -150,7 +155,7 @@ func Open(path string, opt Options) (*Durable, error) {
 // load creates the buckets and rebuilds the index from the machines bucket.
 func (d *Durable) load() error {
 	return d.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketEvents, bucketSeqs, bucketMachines, bucketTokens, bucketSessions} {
+		for _, name := range [][]byte{bucketEvents, bucketSeqs, bucketMachines, bucketTokens, bucketSessions, bucketOutbox} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -416,6 +421,7 @@ func (d *Durable) write(reqs []request) error {
 			events:   tx.Bucket(bucketEvents),
 			seqs:     tx.Bucket(bucketSeqs),
 			machines: tx.Bucket(bucketMachines),
+			outbox:   tx.Bucket(bucketOutbox),
 			pending:  map[string]*record{},
 			removed:  map[string]bool{},
 			count:    len(d.machines),
@@ -473,8 +479,8 @@ func (d *Durable) install(b *batch) {
 // pending until the commit succeeds; a key is in pending, in removed, or
 // in neither.
 type batch struct {
-	d                      *Durable
-	events, seqs, machines *bolt.Bucket
+	d                              *Durable
+	events, seqs, machines, outbox *bolt.Bucket
 	pending                map[string]*record
 	removed                map[string]bool
 	count                  int // machines once this batch is in
@@ -560,6 +566,13 @@ func (b *batch) add(e Event) error {
 	eb.FillPercent = 0.9 // keys are appended
 	if err := eb.Put(u64(id), v); err != nil {
 		return err
+	}
+	if b.d.opt.Outbox {
+		ob := b.outbox
+		ob.FillPercent = 0.9
+		if err := ob.Put(u64(id), v); err != nil {
+			return err
+		}
 	}
 	if e.Seq != 0 {
 		sb, err := b.seqs.CreateBucketIfNotExists([]byte(k))
@@ -706,4 +719,47 @@ func (b *batch) flush() error {
 // until the transaction ends).
 func u64(n uint64) []byte {
 	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), n)
+}
+
+// Outgoing is an event waiting in the outbox, with its store sequence.
+type Outgoing struct {
+	Seq   uint64
+	Event Event
+}
+
+// Pending returns up to max events of the outbox after store sequence
+// after, oldest first.
+func (d *Durable) Pending(after uint64, max int) ([]Outgoing, error) {
+	var out []Outgoing
+	err := d.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketOutbox).Cursor()
+		for k, v := c.Seek(u64(after + 1)); k != nil && len(out) < max; k, v = c.Next() {
+			var e Event
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("outbox %x: %w", k, err)
+			}
+			out = append(out, Outgoing{Seq: binary.BigEndian.Uint64(k), Event: e})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Sent drops the outbox's events up to store sequence upTo: the hub has
+// acknowledged them.
+func (d *Durable) Sent(upTo uint64) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		ob := tx.Bucket(bucketOutbox)
+		var done [][]byte
+		c := ob.Cursor()
+		for k, _ := c.First(); k != nil && binary.BigEndian.Uint64(k) <= upTo; k, _ = c.Next() {
+			done = append(done, bytes.Clone(k))
+		}
+		for _, k := range done {
+			if err := ob.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -1,0 +1,33 @@
+// Package hub carries the status events of many site daemons to one view,
+// over NATS JetStream: each site daemon forwards what its status store
+// keeps (its outbox: the store-and-forward buffer while the uplink is down)
+// to the stream BOOTOPS_EVENTS on a 1- or 3-server hub cluster, one subject
+// per site, deduplicated by the event's store sequence; every hub server
+// reads the stream into the fleet's status and serves it like a site daemon
+// does, read-only. Configuration still comes only from Git.
+//
+//	site daemon ── status.Durable (outbox) ── Forwarder ──TLS, nkey──▶ hub cluster
+//	                                                               (JetStream, R1 or R3)
+//	                                                                  │ every hub server
+//	                                                                  ▼
+//	                                                     View: /api/v1/status, dashboard
+package hub
+
+// Subjects and stream.
+const (
+	// Stream holds every site's events and hellos.
+	Stream = "BOOTOPS_EVENTS"
+	// SubjectPrefix + site is where a site publishes, and only there.
+	SubjectPrefix = "bootops.events."
+	// Kind is the header that says what a message is: KindEvent (a status
+	// event, JSON) or KindHello (a site's summary, JSON).
+	Kind      = "Bootops-Kind"
+	KindEvent = "event"
+	KindHello = "hello"
+	// Seq and Prev are an event's store sequence at its site and the one
+	// sent before it (0: the first this forwarder sent since it started).
+	// A publish that failed and was sent again lands after the ones that
+	// followed it; the view puts them back in order by these.
+	Seq  = "Bootops-Seq"
+	Prev = "Bootops-Prev"
+)

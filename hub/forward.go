@@ -1,0 +1,236 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/bootops/bootops/boot/status"
+)
+
+// Outbox is a site's store-and-forward buffer: status.Durable opened with
+// Options.Outbox.
+type Outbox interface {
+	Pending(after uint64, max int) ([]status.Outgoing, error)
+	Sent(upTo uint64) error
+}
+
+// Forwarder sends a site daemon's events to the hub, in store order, each
+// once: an event leaves the outbox only when the hub's stream has
+// acknowledged it, and a resend after a cut link carries the same
+// message ID (site/store sequence), which the stream's duplicate window
+// drops. While the hub is unreachable the site goes on: its events wait in
+// its status store.
+type Forwarder struct {
+	Site string
+	// URLs are the hub's servers (any of them will do).
+	URLs []string
+	// Seed is the site's nkey seed (bootops hub add-site wrote it).
+	Seed []byte
+	// RootCAs verify the hub's TLS certificate; nil: plain (tests only).
+	RootCAs *x509.CertPool
+	Outbox  Outbox
+	// Hello is what the site says of itself every HelloEvery (default
+	// 10 s) while connected.
+	Hello      func() Hello
+	HelloEvery time.Duration
+	// Batch is how many events are in flight at once (default 512).
+	Batch int
+	Log   *slog.Logger
+
+	// Wake, when sent to, makes it look at the outbox now (the store's
+	// Changed hook); else it looks every 200 ms.
+	wake      chan struct{}
+	connected atomic.Bool
+	sent      atomic.Uint64
+}
+
+// Poke says the outbox has news.
+func (f *Forwarder) Poke() {
+	if f.wake == nil {
+		return
+	}
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Connected says whether the link to the hub is up.
+func (f *Forwarder) Connected() bool { return f.connected.Load() }
+
+// Sent counts the events the hub acknowledged.
+func (f *Forwarder) Sent() uint64 { return f.sent.Load() }
+
+// Run forwards until ctx ends.
+func (f *Forwarder) Run(ctx context.Context) error {
+	if f.wake == nil {
+		f.wake = make(chan struct{}, 1)
+	}
+	if f.Log == nil {
+		f.Log = slog.New(slog.DiscardHandler)
+	}
+	if f.Batch <= 0 {
+		f.Batch = 512
+	}
+	if f.HelloEvery <= 0 {
+		f.HelloEvery = 10 * time.Second
+	}
+	kp, err := nkeys.FromSeed(f.Seed)
+	if err != nil {
+		return fmt.Errorf("hub: the site's nkey seed: %w", err)
+	}
+	pub, _ := kp.PublicKey()
+	opts := []nats.Option{
+		nats.Name("bootops-site-" + f.Site),
+		nats.Nkey(pub, kp.Sign),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		// No buffering while disconnected: the outbox is the buffer, and a
+		// publish that cannot go fails at once.
+		nats.ReconnectBufSize(-1),
+		nats.RetryOnFailedConnect(true),
+		// The hub's servers as the site was told them: the addresses they
+		// advertise to each other may not be reachable from a site.
+		nats.IgnoreDiscoveredServers(),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			f.connected.Store(false)
+			f.Log.Warn("hub: link down; events wait in the status store", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			f.connected.Store(true)
+			f.Log.Info("hub: link up again", "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			f.Log.Warn("hub: refused", "err", err)
+		}),
+	}
+	if f.RootCAs != nil {
+		opts = append(opts, nats.Secure(&tls.Config{RootCAs: f.RootCAs, MinVersion: tls.VersionTLS12}))
+	}
+	nc, err := nats.Connect(strings.Join(f.URLs, ","), opts...)
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	defer nc.Close()
+	f.connected.Store(nc.IsConnected())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	subject := SubjectPrefix + f.Site
+	var cursor uint64
+	lastHello := time.Time{}
+	wait := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		if nc.IsConnected() && f.Hello != nil && time.Since(lastHello) >= f.HelloEvery {
+			if err := f.hello(ctx, js, subject); err == nil {
+				lastHello = time.Now()
+			}
+		}
+		n, err := f.flush(ctx, js, subject, &cursor)
+		switch {
+		case err != nil:
+			if nc.IsConnected() {
+				f.Log.Warn("hub: events not acknowledged; they stay in the outbox", "err", err)
+			}
+			wait = min(wait*2, 5*time.Second)
+		case n == f.Batch:
+			continue // more waiting
+		default:
+			wait = 200 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+		case <-f.wake:
+		case <-time.After(wait):
+		}
+	}
+	return nil
+}
+
+func (f *Forwarder) hello(ctx context.Context, js jetstream.JetStream, subject string) error {
+	h := f.Hello()
+	h.Site, h.Sent = f.Site, time.Now().UTC()
+	b, _ := json.Marshal(h)
+	msg := nats.NewMsg(subject)
+	msg.Header.Set(Kind, KindHello)
+	msg.Data = b
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := js.PublishMsg(cctx, msg)
+	return err
+}
+
+// flush sends up to Batch events after *cursor and, when the stream
+// acknowledged a prefix of them, drops that prefix from the outbox.
+func (f *Forwarder) flush(ctx context.Context, js jetstream.JetStream, subject string, cursor *uint64) (int, error) {
+	out, err := f.Outbox.Pending(*cursor, f.Batch)
+	if err != nil || len(out) == 0 {
+		return 0, err
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(out))
+	var sendErr error
+	prev := *cursor
+	for _, o := range out {
+		b, err := json.Marshal(o.Event)
+		if err != nil {
+			return 0, err
+		}
+		msg := nats.NewMsg(subject)
+		msg.Header.Set(Kind, KindEvent)
+		msg.Header.Set(jetstream.MsgIDHeader, f.Site+"/"+strconv.FormatUint(o.Seq, 10))
+		msg.Header.Set(Seq, strconv.FormatUint(o.Seq, 10))
+		msg.Header.Set(Prev, strconv.FormatUint(prev, 10))
+		prev = o.Seq
+		msg.Data = b
+		fut, err := js.PublishMsgAsync(msg)
+		if err != nil {
+			sendErr = err
+			break
+		}
+		futures = append(futures, fut)
+	}
+	acked := 0
+	timeout := time.After(10 * time.Second)
+wait:
+	for _, fut := range futures {
+		select {
+		case <-fut.Ok():
+			acked++
+		case err := <-fut.Err():
+			sendErr = err
+			break wait
+		case <-timeout:
+			sendErr = errors.New("no acknowledgement within 10 s")
+			break wait
+		case <-ctx.Done():
+			sendErr = ctx.Err()
+			break wait
+		}
+	}
+	if acked > 0 {
+		upTo := out[acked-1].Seq
+		if err := f.Outbox.Sent(upTo); err != nil {
+			return acked, err
+		}
+		*cursor = upTo
+		f.sent.Add(uint64(acked))
+	}
+	if sendErr != nil {
+		return acked, sendErr
+	}
+	return len(out), nil
+}

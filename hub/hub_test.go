@@ -1,0 +1,456 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/bootops/bootops/boot/status"
+)
+
+func freePort(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// cluster starts n hub servers (n = 1 or 3) on loopback that accept sites.
+func cluster(t testing.TB, ctx context.Context, n int, sites map[string]string) []*Node {
+	t.Helper()
+	clients, routes := make([]string, n), make([]string, n)
+	for i := range n {
+		clients[i], routes[i] = freePort(t), freePort(t)
+	}
+	nodes := make([]*Node, n)
+	var wg sync.WaitGroup
+	var errs = make([]error, n)
+	for i := range n {
+		cfg := Config{Name: fmt.Sprintf("hub-%d", i+1), Listen: clients[i], StoreDir: filepath.Join(t.TempDir(), "js"), Sites: sites, Replicas: n}
+		if n > 1 {
+			cfg.ClusterListen = routes[i]
+			for j := range n {
+				if j != i {
+					cfg.Routes = append(cfg.Routes, "nats://"+routes[j])
+				}
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nodes[i], errs[i] = Start(ctx, cfg)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if nodes[i].srv.Running() {
+				nodes[i].Close()
+			}
+		})
+	}
+	return nodes
+}
+
+// proxy stands between a site and the hub's servers: cut drops every
+// connection and refuses new ones until mend.
+type proxy struct {
+	t        testing.TB
+	backends []string
+	addrs    []string
+	mu       sync.Mutex
+	lns      []net.Listener
+	conns    []net.Conn
+}
+
+func newProxy(t testing.TB, backends []string) *proxy {
+	p := &proxy{t: t, backends: backends}
+	for range backends {
+		p.addrs = append(p.addrs, freePort(t))
+	}
+	p.mend()
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *proxy) urls() []string {
+	var out []string
+	for _, a := range p.addrs {
+		out = append(out, "nats://"+a)
+	}
+	return out
+}
+
+func (p *proxy) mend() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, a := range p.addrs {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		p.lns = append(p.lns, ln)
+		go func(ln net.Listener, backend string) {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				b, err := net.Dial("tcp", backend)
+				if err != nil {
+					c.Close()
+					continue
+				}
+				p.mu.Lock()
+				p.conns = append(p.conns, c, b)
+				p.mu.Unlock()
+				go func() { io.Copy(b, c); b.Close() }()
+				go func() { io.Copy(c, b); c.Close() }()
+			}
+		}(ln, p.backends[i])
+	}
+}
+
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ln := range p.lns {
+		ln.Close()
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.lns, p.conns = nil, nil
+}
+
+// site is a site daemon's status store and its forwarder.
+type site struct {
+	name  string
+	idx   int
+	store *status.Durable
+	fwd   *Forwarder
+	proxy *proxy
+	done  chan struct{}
+}
+
+func newSite(t testing.TB, ctx context.Context, name string, idx int, hubs []string, kp nkeys.KeyPair) *site {
+	t.Helper()
+	seed, _ := kp.Seed()
+	s := &site{name: name, idx: idx, proxy: newProxy(t, hubs), done: make(chan struct{})}
+	st, err := status.Open(filepath.Join(t.TempDir(), "status.db"), status.Options{Outbox: true, Changed: func() {
+		if s.fwd != nil {
+			s.fwd.Poke()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.store = st
+	s.fwd = &Forwarder{Site: name, URLs: s.proxy.urls(), Seed: seed, Outbox: st, HelloEvery: time.Second,
+		Hello: func() Hello { return Hello{Plan: "plan-" + name, Nodes: []string{"never-booted"}} }}
+	go func() { defer close(s.done); s.fwd.Run(ctx) }()
+	t.Cleanup(func() { <-s.done; st.Close() })
+	return s
+}
+
+// provision writes a full provisioning's events for machines from..to-1,
+// as the boot plane and the agents would: DHCP, script, check-in, four
+// actions with progress, provisioned.
+func (s *site) provision(t testing.TB, from, to int) {
+	t.Helper()
+	var batch []status.Event
+	for i := from; i < to; i++ {
+		node := fmt.Sprintf("n%05d", i)
+		mac := fmt.Sprintf("52:54:%02x:%02x:%02x:%02x", s.idx, i>>16, (i>>8)&0xff, i&0xff)
+		ev := []status.Event{
+			{Kind: status.KindDHCP, Site: s.name, Node: node, MAC: mac, State: status.StateDiscovered, Message: "dhcp: proxy offer, boot file ipxe"},
+			{Kind: status.KindScript, Site: s.name, Node: node, MAC: mac, State: status.StateBooting, Message: "served the Micro-OS script"},
+			{Kind: status.KindAgent, Site: s.name, Node: node, State: status.StateMicroOS, Seq: 1, Message: "agent checked in"},
+		}
+		seq := uint64(2)
+		for k, a := range []string{"wipe-disk", "image-to-disk", "cloud-init", "reboot"} {
+			ev = append(ev,
+				status.Event{Kind: status.KindAgent, Site: s.name, Node: node, State: status.StateProvisioning, Action: a, Step: k + 1, Steps: 4, Seq: seq, Message: "started " + a},
+				status.Event{Kind: status.KindAgent, Site: s.name, Node: node, State: status.StateProvisioning, Action: a, Step: k + 1, Steps: 4, Seq: seq + 1, Bytes: 64 << 20, Total: 64 << 20, Message: "done " + a})
+			seq += 2
+		}
+		ev = append(ev, status.Event{Kind: status.KindAgent, Site: s.name, Node: node, State: status.StateProvisioned, Seq: seq, Message: "provisioned (generation 0)"})
+		batch = append(batch, ev...)
+		if len(batch) >= 1000 || i == to-1 {
+			if err := s.store.RecordSync(batch...); err != nil {
+				t.Fatal(err)
+			}
+			batch = nil
+		}
+	}
+}
+
+// drained waits until the site's outbox is empty.
+func (s *site) drained(t testing.TB, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if out, _ := s.store.Pending(0, 1); len(out) == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	out, _ := s.store.Pending(0, 100000)
+	t.Fatalf("site %s: %d events still not acknowledged after %s", s.name, len(out), d)
+}
+
+// caughtUp waits until node's view has applied the stream's last message.
+func caughtUp(t testing.TB, ctx context.Context, n *Node, d time.Duration) {
+	t.Helper()
+	js, _ := jetstream.New(n.nc)
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s, err := js.Stream(cctx, Stream)
+		var last uint64
+		if err == nil {
+			if info, err := s.Info(cctx); err == nil {
+				last = info.State.LastSeq
+			}
+		}
+		cancel()
+		if last > 0 && n.View.Applied() >= last {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: the view applied up to %d, not the stream's end", n.cfg.Name, n.View.Applied())
+}
+
+type summary struct {
+	State, Last string
+	Events      int
+}
+
+func summarize(ms []status.Machine) map[string]summary {
+	out := map[string]summary{}
+	for _, m := range ms {
+		out[m.Key] = summary{m.State, m.Last.Message, m.Events}
+	}
+	return out
+}
+
+// sameView compares a hub's view with the union of the sites' stores:
+// every machine, its state, its last message and its number of events
+// (a duplicate or a loss changes it).
+func sameView(t testing.TB, n *Node, sites []*site) {
+	t.Helper()
+	want := map[string]summary{}
+	for _, s := range sites {
+		for k, v := range summarize(s.store.Machines()) {
+			want[k] = v
+		}
+	}
+	got := summarize(n.View.Machines())
+	if len(got) != len(want) {
+		t.Errorf("%s: %d machines, the sites have %d", n.cfg.Name, len(got), len(want))
+	}
+	bad := 0
+	for k, w := range want {
+		if g := got[k]; g != w {
+			if bad++; bad <= 5 {
+				t.Errorf("%s: %s is %+v, its site says %+v", n.cfg.Name, k, g, w)
+			}
+		}
+	}
+	if bad > 5 {
+		t.Errorf("%s: %d machines differ", n.cfg.Name, bad)
+	}
+}
+
+func siteKeys(t testing.TB, names ...string) (map[string]string, map[string]nkeys.KeyPair) {
+	pubs, kps := map[string]string{}, map[string]nkeys.KeyPair{}
+	for _, n := range names {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := kp.PublicKey()
+		pubs[n], kps[n] = pub, kp
+	}
+	return pubs, kps
+}
+
+// Three hub servers (a JetStream cluster, the stream on all three) and
+// three sites of 1,000 machines each: every hub's view is the union of the
+// sites'. One site's link is cut for a minute while its machines go on
+// provisioning: once it is back the hub has every event, once. The
+// stream's leader is killed: the other two go on, and so does their view.
+func TestHubFleet(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	names := []string{"north", "south", "east"}
+	pubs, kps := siteKeys(t, names...)
+	hubs := cluster(t, ctx, 3, pubs)
+	var urls []string
+	for _, h := range hubs {
+		urls = append(urls, h.cfg.Listen)
+	}
+	var sites []*site
+	for i, n := range names {
+		sites = append(sites, newSite(t, ctx, n, i, urls, kps[n]))
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, s := range sites {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.provision(t, 0, 1000) }()
+	}
+	wg.Wait()
+	for _, s := range sites {
+		s.drained(t, 2*time.Minute)
+	}
+	for _, h := range hubs {
+		caughtUp(t, ctx, h, time.Minute)
+		sameView(t, h, sites)
+	}
+	t.Logf("3 sites × 1,000 machines (%d events) in every hub's view: %s", 3*1000*12, time.Since(start).Round(time.Millisecond))
+	doc := hubs[0].View.Doc("hub-1")
+	if len(doc.Sites) != 3 || doc.Sites[0].Plan != "plan-east" || doc.Sites[0].LastHeard.IsZero() {
+		t.Errorf("sites in the hub's document: %+v", doc.Sites)
+	}
+	registered := 0
+	for _, m := range doc.Nodes {
+		if m.Node == "never-booted" && m.State == status.StateRegistered {
+			registered++
+		}
+	}
+	if len(doc.Nodes) != 3003 || registered != 3 {
+		t.Errorf("%d nodes in the hub's document (%d registered, never booted); want 3,003 and 3", len(doc.Nodes), registered)
+	}
+
+	// The uplink of "east" is cut for a minute; its machines go on.
+	east := sites[2]
+	east.proxy.cut()
+	cutAt := time.Now()
+	deadline := time.Now().Add(5 * time.Second)
+	for east.fwd.Connected() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if east.fwd.Connected() {
+		t.Fatal("east still connected after its link was cut")
+	}
+	for k := range 6 {
+		east.provision(t, 1000+k*50, 1050+k*50)
+		time.Sleep(10 * time.Second)
+	}
+	if out, _ := east.store.Pending(0, 100000); len(out) != 300*12 {
+		t.Errorf("east's outbox holds %d events after a minute cut off, want %d", len(out), 300*12)
+	}
+	east.proxy.mend()
+	back := time.Now()
+	east.drained(t, 2*time.Minute)
+	for _, h := range hubs {
+		caughtUp(t, ctx, h, time.Minute)
+		sameView(t, h, sites)
+	}
+	t.Logf("east cut off %s, caught up %s after its link came back", back.Sub(cutAt).Round(time.Second), time.Since(back).Round(time.Millisecond))
+
+	// Kill the stream's leader: the other two serve on.
+	js, _ := jetstream.New(hubs[0].nc)
+	s, err := js.Stream(ctx, Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	var alive []*Node
+	for _, h := range hubs {
+		if h.cfg.Name == info.Cluster.Leader {
+			h.Close()
+			t.Logf("killed %s, the stream's leader", h.cfg.Name)
+		} else {
+			alive = append(alive, h)
+		}
+	}
+	if len(alive) != 2 {
+		t.Fatalf("leader %q is none of the hubs", info.Cluster.Leader)
+	}
+	for _, s := range sites {
+		s.provision(t, 2000, 2100)
+	}
+	for _, s := range sites {
+		s.drained(t, 2*time.Minute)
+	}
+	for _, h := range alive {
+		caughtUp(t, ctx, h, time.Minute)
+		sameView(t, h, sites)
+	}
+}
+
+// A site's credential publishes on its own subject only; an unknown key
+// does not get in; both are refused where the hub says so, and nothing of
+// theirs reaches the view.
+func TestHubRefusesOtherSites(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubs, kps := siteKeys(t, "north", "south")
+	hubs := cluster(t, ctx, 1, pubs)
+	url := "nats://" + hubs[0].cfg.Listen
+
+	errs := make(chan error, 10)
+	kp := kps["north"]
+	pub, _ := kp.PublicKey()
+	nc, err := nats.Connect(url, nats.Nkey(pub, kp.Sign), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = js.Publish(cctx, SubjectPrefix+"south", []byte(`{"kind":"agent","site":"south","node":"n1","state":"failed","message":"forged"}`))
+	ccancel()
+	if err == nil {
+		t.Error("north published on south's subject")
+	}
+	select {
+	case err := <-errs:
+		if !strings.Contains(err.Error(), "Permissions Violation for Publish") {
+			t.Errorf("refusal: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("no permissions violation reported")
+	}
+	// On its own subject, in another site's name: dropped by the view.
+	cctx, ccancel = context.WithTimeout(ctx, 2*time.Second)
+	if _, err := js.Publish(cctx, SubjectPrefix+"north", []byte(`{"kind":"agent","site":"south","node":"n1","state":"failed","message":"forged"}`)); err != nil {
+		t.Errorf("north on its own subject: %v", err)
+	}
+	ccancel()
+	caughtUp(t, ctx, hubs[0], 10*time.Second)
+	if len(hubs[0].View.Machines()) != 0 || hubs[0].View.Forged() != 1 {
+		t.Errorf("machines %d, forged %d", len(hubs[0].View.Machines()), hubs[0].View.Forged())
+	}
+
+	stranger, _ := nkeys.CreateUser()
+	spub, _ := stranger.PublicKey()
+	if _, err := nats.Connect(url, nats.Nkey(spub, stranger.Sign)); err == nil || !strings.Contains(err.Error(), "Authorization Violation") {
+		t.Errorf("an unknown key connected: %v", err)
+	}
+	if _, err := nats.Connect(url); err == nil {
+		t.Error("a connection without a key got in")
+	}
+}
+

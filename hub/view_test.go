@@ -1,0 +1,38 @@
+package hub
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/bootops/bootops/boot/status"
+)
+
+// Events that reach the stream out of order (a failed publish sent again
+// after the ones that followed it had landed) are applied in the site's
+// order; one applied already is not applied again.
+func TestViewPutsEventsBackInOrder(t *testing.T) {
+	v := NewView()
+	ev := func(i int) []byte {
+		b, _ := json.Marshal(status.Event{Kind: status.KindAgent, Site: "s", Node: "n", Message: fmt.Sprintf("event %d", i)})
+		return b
+	}
+	at := time.Now()
+	// The stream's order: 1 2 4 5 3 (resent) 4 (resent) 6.
+	for i, x := range [][2]uint64{{1, 0}, {2, 1}, {4, 3}, {5, 4}, {3, 2}, {4, 3}, {6, 5}} {
+		v.Apply("s", KindEvent, ev(int(x[0])), uint64(i+1), at, x[0], x[1])
+	}
+	got := v.Events("s/n")
+	if len(got) != 6 {
+		t.Fatalf("%d events applied, want 6", len(got))
+	}
+	for i, e := range got {
+		if want := fmt.Sprintf("event %d", i+1); e.Message != want {
+			t.Errorf("event %d: %q, want %q", i, e.Message, want)
+		}
+	}
+	if s := v.Sites(); len(s) != 1 || s[0].Events != 6 || !s[0].LastHeard.Equal(at) {
+		t.Errorf("site: %+v", s)
+	}
+}

@@ -174,7 +174,6 @@ func (v *View) Events(key string) []status.Event { return v.mem.Events(key) }
 func (v *View) Doc(hub string) bhttp.StatusDoc {
 	doc := bhttp.StatusDoc{Nodes: []status.Machine{}, Machines: []status.Machine{}}
 	sites := v.Sites()
-	doc.Source = map[string]any{"hub": hub, "sites": len(sites)}
 	seen := map[string]bool{}
 	for _, m := range v.mem.Machines() {
 		if m.Node != "" {
@@ -202,5 +201,8 @@ func (v *View) Doc(hub string) bhttp.StatusDoc {
 		}
 		doc.Sites = append(doc.Sites, ss)
 	}
+	// The dashboard reads the sites from the source (pushed when it
+	// changes): each site's row says when it was last heard.
+	doc.Source = map[string]any{"hub": hub, "sites": doc.Sites}
 	return doc
 }

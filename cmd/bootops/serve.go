@@ -33,6 +33,7 @@ import (
 	"github.com/bootops/bootops/boot/ui"
 	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/hub"
 	"github.com/bootops/bootops/power"
 	"github.com/bootops/bootops/reconciler"
 	"github.com/bootops/bootops/trust"
@@ -45,6 +46,7 @@ type serveConfig struct {
 	webhookSecretFile, verifyCommits, configFile, uiTokenFile                                                string
 	httpsAddr, tlsCert, tlsKey, overlayKey, shim, grub                                                       string
 	secretsDir, ageIdentity                                                                                  string
+	hubURLs, hubSeed, hubCA                                                                                  string
 	interval, drainTimeout, powerInterval, bmcTimeout                                                        time.Duration
 	allowEmpty                                                                                               bool
 }
@@ -111,6 +113,9 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	fs.StringVar(&cfg.ageIdentity, "age-identity", "", "age identity file (age-keygen) that decrypts bmc.credentials.age values, mode 0600")
 	fs.DurationVar(&cfg.powerInterval, "power-interval", power.DefaultInterval, "how often to ask every BMC its power state (20 at once)")
 	fs.DurationVar(&cfg.bmcTimeout, "bmc-timeout", power.DefaultTimeout, "how long one BMC call may take before it counts as unreachable")
+	fs.StringVar(&cfg.hubURLs, "hub", "", "report this site's events to a hub (bootops hub): its NATS URLs, comma-separated (nats://hub1:4222,…); needs --site S, --hub-seed and --hub-ca")
+	fs.StringVar(&cfg.hubSeed, "hub-seed", "", "the site's nkey seed file from bootops hub add-site (mode 0600)")
+	fs.StringVar(&cfg.hubCA, "hub-ca", "", "PEM CA certificate(s) the hub's TLS certificate chains to")
 	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "serve a revision with no site, or one that removes every node")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long transfers in flight may finish")
 	fs.StringVar(&cfg.configFile, "config", "", "YAML file of settings (flag-name: value); flags and BOOTOPS_* variables win over it")
@@ -130,6 +135,14 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	}
 	if _, err := parseLevel(cfg.logLevel); err != nil {
 		return cfg, err
+	}
+	if cfg.hubURLs != "" {
+		switch {
+		case len(cfg.sites()) != 1:
+			return cfg, usagef("--hub: name the one site this daemon reports as with --site S (a hub credential is one site's)")
+		case cfg.hubSeed == "" || cfg.hubCA == "":
+			return cfg, usagef("--hub needs --hub-seed (the site's key, from bootops hub add-site) and --hub-ca (the hub's CA): sites reach the hub over TLS only")
+		}
 	}
 	if cfg.powerInterval < time.Second || cfg.bmcTimeout < time.Second {
 		return cfg, usagef("--power-interval and --bmc-timeout: at least 1s")
@@ -316,7 +329,13 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 
 	// Every event of every machine, durable: a restart (or a crash) loses
 	// nothing the agent was told was stored.
-	events, err := status.Open(filepath.Join(cfg.stateDir, "status.db"), status.Options{Changed: dash.Notify})
+	var fwd *hub.Forwarder
+	events, err := status.Open(filepath.Join(cfg.stateDir, "status.db"), status.Options{Outbox: cfg.hubURLs != "", Changed: func() {
+		dash.Notify()
+		if fwd != nil {
+			fwd.Poke()
+		}
+	}})
 	if err != nil {
 		return fmt.Errorf("status store: %w", err)
 	}
@@ -401,6 +420,12 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	done := rec.Done
 	rec.Done = func() { done(); pm.Poke() } // a raised reprovision: act now
 	g.Go(func() error { return pm.Run(ctx) })
+	if cfg.hubURLs != "" {
+		if fwd, err = hubForwarder(cfg, log, plans, rec, events); err != nil {
+			return usageError{err.Error()}
+		}
+		g.Go(func() error { return fwd.Run(ctx) })
+	}
 	if err := loadTrust(cfg, httpSrv); err != nil {
 		return err
 	}
@@ -719,4 +744,44 @@ func powerManager(cfg serveConfig, log *slog.Logger, plans *boot.Live, events *s
 		}, func() float64 { return float64(pm.Counts()[state]) }))
 	}
 	return pm, nil
+}
+
+// hubForwarder sends the site's events to the hub: what the status store
+// keeps waits in its outbox until the hub has it.
+func hubForwarder(cfg serveConfig, log *slog.Logger, plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable) (*hub.Forwarder, error) {
+	if err := trust.CheckPrivate(cfg.hubSeed); err != nil {
+		return nil, fmt.Errorf("--hub-seed: %w", err)
+	}
+	seed, err := os.ReadFile(cfg.hubSeed)
+	if err != nil {
+		return nil, fmt.Errorf("--hub-seed: %w", err)
+	}
+	ca, err := os.ReadFile(cfg.hubCA)
+	if err != nil {
+		return nil, fmt.Errorf("--hub-ca: %w", err)
+	}
+	pool, err := trust.PoolFromPEM(string(ca))
+	if err != nil {
+		return nil, fmt.Errorf("--hub-ca %s: %w", cfg.hubCA, err)
+	}
+	site := cfg.sites()[0]
+	host, _ := os.Hostname()
+	return &hub.Forwarder{
+		Site: site, URLs: strings.Split(cfg.hubURLs, ","), Seed: []byte(strings.TrimSpace(string(seed))), RootCAs: pool, Outbox: events,
+		Hello: func() hub.Hello {
+			h := hub.Hello{Daemon: host, Version: version, Source: rec.Status()}
+			if p := plans.Current(); p != nil {
+				h.Plan = p.Hash
+				for _, s := range p.Sites {
+					if s.Name == site {
+						for _, n := range s.Nodes {
+							h.Nodes = append(h.Nodes, n.Name)
+						}
+					}
+				}
+			}
+			return h
+		},
+		Log: log.With("hub", cfg.hubURLs),
+	}, nil
 }

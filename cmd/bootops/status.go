@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/reconciler"
 )
@@ -182,9 +183,30 @@ type statusDoc struct {
 	Plan     string            `json:"plan"`
 	Nodes    []status.Machine  `json:"nodes"`
 	Machines []status.Machine  `json:"unknown"`
+	// Sites: a hub's site daemons.
+	Sites []bhttp.SiteStatus `json:"sites"`
+}
+
+// printSites is a hub's head: each site and when it was last heard.
+func printSites(w io.Writer, sites []bhttp.SiteStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SITE\tLAST HEARD\tDAEMON\tPLAN\tEVENTS\tUNSENT")
+	for _, s := range sites {
+		heard := "never"
+		if !s.LastHeard.IsZero() {
+			heard = time.Since(s.LastHeard).Round(time.Second).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", s.Name, heard, or(s.Daemon, "-"), or(shortRev(s.Plan), "-"), s.Events, s.Pending)
+	}
+	tw.Flush()
 }
 
 func printStatus(w io.Writer, doc statusDoc) {
+	if len(doc.Sites) > 0 {
+		printSites(w, doc.Sites)
+		printNodes(w, doc)
+		return
+	}
 	src := doc.Source
 	where := src.URL
 	if src.Ref != "" {
@@ -228,6 +250,11 @@ func printStatus(w io.Writer, doc statusDoc) {
 		}
 		tw.Flush()
 	}
+	printNodes(w, doc)
+}
+
+// printNodes is the table of nodes and unknown machines.
+func printNodes(w io.Writer, doc statusDoc) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	power := slices.ContainsFunc(doc.Nodes, func(n status.Machine) bool { return n.Power != "" })

@@ -195,10 +195,22 @@ function renderSites(nodes) {
       c.onclick = () => { $("#state-filter").value = st; $("#site-filter").value = site; queueLayout(); };
       chips.append(c);
     }
-    frag.append(el("div", { class: "site", "data-site": site }, el("h3", { text: `${site} · ${total} nodes` }), chips));
+    frag.append(el("div", { class: "site", "data-site": site }, el("h3", { text: `${site} · ${total} nodes${heard(site)}` }), chips));
     if (![...siteSel.options].some((o) => o.value === site)) siteSel.append(el("option", { value: site, text: site }));
   }
   box.replaceChildren(frag);
+}
+
+// heard says, on a hub, when a site was last heard from: a site whose
+// uplink is down shows how long ago.
+function heard(site) {
+  const list = source && source.hub && source.sites;
+  if (!list) return "";
+  const s = list.find((x) => x.name === site);
+  if (!s || !s.lastHeard) return " · never heard";
+  const ago = Date.now() - Date.parse(s.lastHeard);
+  if (ago < 30000) return "";
+  return ` · last heard ${fmtDuration(ago)} ago` + (s.pending ? `, ${s.pending} events unsent` : "");
 }
 
 function renderOthers() {
@@ -227,6 +239,12 @@ function renderOthers() {
 
 function renderSource() {
   const rev = $("#revision"), ban = $("#refused");
+  if (source && source.hub) {
+    const n = (source.sites || []).length;
+    rev.textContent = `hub ${source.hub} · ${n} site${n === 1 ? "" : "s"} (read-only: configuration comes from each site's Git)`;
+    ban.hidden = true;
+    return;
+  }
   if (!source) { rev.textContent = plan ? "plan " + plan.slice(0, 12) : "no plan yet"; ban.hidden = true; return; }
   const a = source.applied || {};
   const when = a.at ? new Date(a.at).toLocaleString() : "";
@@ -382,3 +400,6 @@ setInterval(() => {
 }, 1000);
 window.addEventListener("hashchange", onRoute);
 onRoute();
+
+// On a hub, "last heard" ages while a site is silent: lay out now and then.
+setInterval(() => { if (source && source.hub && !(route && route.node)) queueLayout(); }, 15000);

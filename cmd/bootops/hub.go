@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/boot/ui"
+	"github.com/bootops/bootops/hub"
+	"github.com/bootops/bootops/trust"
+)
+
+func hubCmd() *command {
+	c := &command{
+		name:    "hub",
+		summary: "Run a hub server: every site daemon's events, over NATS JetStream, in one read-only view (status API, logs, dashboard); or register a site with it.",
+		usage:   "--sites-dir D --store D --tls-cert F --tls-key F [--name N] [--nats-addr A] [--http-addr A] [--cluster-addr A --routes URL,… --replicas 3]  |  add-site NAME --sites-dir D -o SEED",
+		example: "  bootops ca init --host hub.example.net --state-dir /var/lib/bootops-hub   # the hub's TLS certificate\n" +
+			"  bootops hub add-site store-0042 --sites-dir /etc/bootops-hub/sites -o store-0042.seed\n" +
+			"  #   copy store-0042.seed (mode 0600) and /var/lib/bootops-hub/tls/ca.pem to the site; then there:\n" +
+			"  #   bootops serve … --hub nats://hub.example.net:4222 --hub-seed store-0042.seed --hub-ca ca.pem\n" +
+			"  bootops hub --sites-dir /etc/bootops-hub/sites --store /var/lib/bootops-hub/js \\\n" +
+			"      --tls-cert /var/lib/bootops-hub/tls/server.pem --tls-key /var/lib/bootops-hub/tls/server-key.pem\n" +
+			"  bootops status --server http://hub.example.net:8090      # every site's nodes\n" +
+			"  # three servers: --name h1 --cluster-addr :6222 --routes nats://h2:6222,nats://h3:6222 --replicas 3",
+	}
+	c.run = func(ctx context.Context, e *env, args []string) error {
+		fs := c.flags(e)
+		name := fs.String("name", hostname(), "this hub server's name, unique in its cluster")
+		natsAddr := fs.String("nats-addr", ":4222", "NATS address the site daemons connect to (TLS)")
+		httpAddr := fs.String("http-addr", ":8090", "HTTP address of the view: /api/v1/status, /api/v1/events, the dashboard, /metrics")
+		store := fs.String("store", "/var/lib/bootops-hub/js", "folder of the JetStream stream")
+		sitesDir := fs.String("sites-dir", "", "folder of the sites allowed in: NAME.pub, each a site's nkey public key (add-site writes them)")
+		tlsCert := fs.String("tls-cert", "", "PEM certificate of the NATS listener (bootops ca init's server.pem)")
+		tlsKey := fs.String("tls-key", "", "its private key, mode 0600")
+		clusterAddr := fs.String("cluster-addr", "", "route address for a 3-server cluster (e.g. :6222)")
+		routes := fs.String("routes", "", "the other servers' route URLs, comma-separated (nats://h2:6222,nats://h3:6222)")
+		replicas := fs.Int("replicas", 1, "copies of the stream: 1, or 3 in a 3-server cluster")
+		out := fs.String("o", "", "add-site: file to write the site's nkey seed to (mode 0600)")
+		logFormat := fs.String("log-format", "json", "log format: json or text")
+		pos, err := parse(fs, e, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) > 0 {
+			if pos[0] != "add-site" || len(pos) != 2 {
+				return usagef("unknown subcommand %q: want 'add-site NAME'", strings.Join(pos, " "))
+			}
+			return addSite(e, pos[1], *sitesDir, *out)
+		}
+		switch {
+		case *sitesDir == "":
+			return usagef("--sites-dir is required: the sites allowed in (bootops hub add-site)")
+		case *tlsCert == "" || *tlsKey == "":
+			return usagef("--tls-cert and --tls-key are required: sites reach the hub over TLS only (bootops ca init makes them)")
+		case *replicas != 1 && *replicas != 3:
+			return usagef("--replicas %d: want 1 or 3", *replicas)
+		}
+		sites, err := readSites(*sitesDir)
+		if err != nil {
+			return err
+		}
+		if err := trust.CheckPrivate(*tlsKey); err != nil {
+			return usagef("--tls-key: %v", err)
+		}
+		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			return usagef("--tls-cert/--tls-key: %v", err)
+		}
+		var handler slog.Handler = slog.NewJSONHandler(e.stderr, nil)
+		if *logFormat == "text" {
+			handler = slog.NewTextHandler(e.stderr, nil)
+		}
+		log := slog.New(handler)
+		cfg := hub.Config{Name: *name, Listen: *natsAddr, TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+			ClusterListen: *clusterAddr, Replicas: *replicas, StoreDir: *store, Sites: sites, Log: log}
+		if *routes != "" {
+			cfg.Routes = strings.Split(*routes, ",")
+		}
+		node, err := hub.Start(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer node.Close()
+		return serveHub(ctx, log, node, *name, *httpAddr)
+	}
+	return c
+}
+
+// serveHub serves the hub's view over HTTP until ctx ends.
+func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr string) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	v := node.View
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bootops_hub_applied_sequence", Help: "The stream sequence this hub's view has applied."}, func() float64 { return float64(v.Applied()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bootops_hub_forged_events_total", Help: "Events a site sent in another site's name (dropped)."}, func() float64 { return float64(v.Forged()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_hub_sites", Help: "Sites the hub has heard from."}, func() float64 { return float64(len(v.Sites())) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_hub_machines", Help: "Machines in the hub's view."}, func() float64 { return float64(len(v.Machines())) }),
+	)
+	dash := &ui.Server{Doc: func() bhttp.StatusDoc { return v.Doc(name) }, Events: v.Events, Log: log}
+	v.OnChange(dash.Notify)
+	mux := http.NewServeMux()
+	writeJSONTo := func(w http.ResponseWriter, x any) {
+		w.Header().Set("Content-Type", "application/json")
+		jsonEncode(w, x)
+	}
+	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSONTo(w, v.Doc(name)) })
+	mux.HandleFunc("GET /api/v1/events", func(w http.ResponseWriter, r *http.Request) {
+		key := r.URL.Query().Get("key")
+		if node := r.URL.Query().Get("node"); node != "" {
+			key = r.URL.Query().Get("site") + "/" + node
+		}
+		ev := v.Events(key)
+		if ev == nil {
+			ev = []status.Event{}
+		}
+		writeJSONTo(w, ev)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	for pattern, h := range dash.Routes() {
+		if pattern != "POST /api/v1/sync" { // read-only: configuration comes from Git
+			mux.Handle(pattern, h)
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return dash.Run(ctx) })
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	log.Info("hub started", "name", name, "nats", node.ClientURL(), "http", ln.Addr().String())
+	return g.Wait()
+}
+
+// readSites reads NAME.pub files: the sites allowed to publish.
+func readSites(dir string) (map[string]string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.pub"))
+	if err != nil {
+		return nil, err
+	}
+	sites := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		name := strings.TrimSuffix(filepath.Base(f), ".pub")
+		pub := strings.TrimSpace(string(b))
+		if !nkeys.IsValidPublicUserKey(pub) {
+			return nil, fmt.Errorf("%s: not an nkey user public key (bootops hub add-site writes them)", f)
+		}
+		sites[name] = pub
+	}
+	if len(sites) == 0 {
+		return nil, fmt.Errorf("--sites-dir %s: no NAME.pub file: add sites with bootops hub add-site NAME", dir)
+	}
+	return sites, nil
+}
+
+// addSite makes a site's nkey pair: the seed for the site (out, 0600),
+// the public key for the hub (sitesDir/NAME.pub).
+func addSite(e *env, name, sitesDir, out string) error {
+	if !validSiteName(name) {
+		return usagef("site name %q: lowercase letters, digits and '-'", name)
+	}
+	if sitesDir == "" || out == "" {
+		return usagef("add-site needs --sites-dir (the hub's) and -o (the site's seed file)")
+	}
+	pubFile := filepath.Join(sitesDir, name+".pub")
+	if _, err := os.Stat(pubFile); err == nil {
+		return fmt.Errorf("%s exists: site %s is registered already (remove the file to replace its key)", pubFile, name)
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return err
+	}
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	if err := os.MkdirAll(sitesDir, 0o755); err != nil {
+		return err
+	}
+	if err := trust.WriteFile(out, append(seed, '\n'), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(pubFile, []byte(pub+"\n"), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "site %s: seed in %s (give it to the site daemon, --hub-seed), public key in %s (restart the hub to let it in)\n", name, out, pubFile)
+	return nil
+}
+
+func validSiteName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	if h == "" {
+		return "hub"
+	}
+	return h
+}
+
+func jsonEncode(w io.Writer, x any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(x)
+}

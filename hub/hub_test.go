@@ -453,4 +453,3 @@ func TestHubRefusesOtherSites(t *testing.T) {
 		t.Error("a connection without a key got in")
 	}
 }
-

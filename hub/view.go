@@ -33,8 +33,8 @@ type SiteStatus struct {
 	Hello     *Hello    `json:"hello,omitempty"`
 	Events    uint64    `json:"events"`
 
-	last  uint64                 // the store sequence of the last event applied
-	early map[uint64]earlyEvent  // events that came before their predecessor, by it
+	last  uint64                // the store sequence of the last event applied
+	early map[uint64]earlyEvent // events that came before their predecessor, by it
 }
 
 type earlyEvent struct {

@@ -481,9 +481,9 @@ func (d *Durable) install(b *batch) {
 type batch struct {
 	d                              *Durable
 	events, seqs, machines, outbox *bolt.Bucket
-	pending                map[string]*record
-	removed                map[string]bool
-	count                  int // machines once this batch is in
+	pending                        map[string]*record
+	removed                        map[string]bool
+	count                          int // machines once this batch is in
 }
 
 // peek returns the machine's record as this transaction sees it, not to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
@@ -28,7 +29,7 @@ func freePort(t testing.TB) string {
 }
 
 // cluster starts n hub servers (n = 1 or 3) on loopback that accept sites.
-func cluster(t testing.TB, ctx context.Context, n int, sites map[string]string) []*Node {
+func cluster(t testing.TB, ctx context.Context, n int, sites map[string]string, log ...*slog.Logger) []*Node {
 	t.Helper()
 	clients, routes := make([]string, n), make([]string, n)
 	for i := range n {
@@ -39,6 +40,9 @@ func cluster(t testing.TB, ctx context.Context, n int, sites map[string]string) 
 	var errs = make([]error, n)
 	for i := range n {
 		cfg := Config{Name: fmt.Sprintf("hub-%d", i+1), Listen: clients[i], StoreDir: filepath.Join(t.TempDir(), "js"), Sites: sites, Replicas: n}
+		if len(log) > 0 {
+			cfg.Log = log[0]
+		}
 		if n > 1 {
 			cfg.ClusterListen = routes[i]
 			for j := range n {
@@ -407,7 +411,8 @@ func TestHubRefusesOtherSites(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pubs, kps := siteKeys(t, "north", "south")
-	hubs := cluster(t, ctx, 1, pubs)
+	var logBuf syncBuffer
+	hubs := cluster(t, ctx, 1, pubs, slog.New(slog.NewTextHandler(&logBuf, nil)))
 	url := "nats://" + hubs[0].cfg.Listen
 
 	errs := make(chan error, 10)
@@ -452,4 +457,27 @@ func TestHubRefusesOtherSites(t *testing.T) {
 	if _, err := nats.Connect(url); err == nil {
 		t.Error("a connection without a key got in")
 	}
+	time.Sleep(200 * time.Millisecond)
+	for _, want := range []string{`Publish Violation - Subject \"bootops.events.south\"`, "authentication error - Nkey"} {
+		if !strings.Contains(logBuf.String(), want) {
+			t.Errorf("the hub's log lacks %q:\n%s", want, logBuf.String())
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/test/fleet"
 )
 
 func freePort(t testing.TB) string {
@@ -179,21 +180,7 @@ func (s *site) provision(t testing.TB, from, to int) {
 	t.Helper()
 	var batch []status.Event
 	for i := from; i < to; i++ {
-		node := fmt.Sprintf("n%05d", i)
-		mac := fmt.Sprintf("52:54:%02x:%02x:%02x:%02x", s.idx, i>>16, (i>>8)&0xff, i&0xff)
-		ev := []status.Event{
-			{Kind: status.KindDHCP, Site: s.name, Node: node, MAC: mac, State: status.StateDiscovered, Message: "dhcp: proxy offer, boot file ipxe"},
-			{Kind: status.KindScript, Site: s.name, Node: node, MAC: mac, State: status.StateBooting, Message: "served the Micro-OS script"},
-			{Kind: status.KindAgent, Site: s.name, Node: node, State: status.StateMicroOS, Seq: 1, Message: "agent checked in"},
-		}
-		seq := uint64(2)
-		for k, a := range []string{"wipe-disk", "image-to-disk", "cloud-init", "reboot"} {
-			ev = append(ev,
-				status.Event{Kind: status.KindAgent, Site: s.name, Node: node, State: status.StateProvisioning, Action: a, Step: k + 1, Steps: 4, Seq: seq, Message: "started " + a},
-				status.Event{Kind: status.KindAgent, Site: s.name, Node: node, State: status.StateProvisioning, Action: a, Step: k + 1, Steps: 4, Seq: seq + 1, Bytes: 64 << 20, Total: 64 << 20, Message: "done " + a})
-			seq += 2
-		}
-		ev = append(ev, status.Event{Kind: status.KindAgent, Site: s.name, Node: node, State: status.StateProvisioned, Seq: seq, Message: "provisioned (generation 0)"})
+		ev := fleet.Provisioning(s.name, s.idx, i)
 		batch = append(batch, ev...)
 		if len(batch) >= 1000 || i == to-1 {
 			if err := s.store.RecordSync(batch...); err != nil {
@@ -328,7 +315,7 @@ func TestHubFleet(t *testing.T) {
 		caughtUp(t, ctx, h, time.Minute)
 		sameView(t, h, sites)
 	}
-	t.Logf("3 sites × 1,000 machines (%d events) in every hub's view: %s", 3*1000*12, time.Since(start).Round(time.Millisecond))
+	t.Logf("3 sites × 1,000 machines (%d events) in every hub's view: %s", 3*1000*fleet.EventsPerMachine, time.Since(start).Round(time.Millisecond))
 	doc := hubs[0].View.Doc("hub-1")
 	if len(doc.Sites) != 3 || doc.Sites[0].Plan != "plan-east" || doc.Sites[0].LastHeard.IsZero() {
 		t.Errorf("sites in the hub's document: %+v", doc.Sites)
@@ -358,8 +345,8 @@ func TestHubFleet(t *testing.T) {
 		east.provision(t, 1000+k*50, 1050+k*50)
 		time.Sleep(10 * time.Second)
 	}
-	if out, _ := east.store.Pending(0, 100000); len(out) != 300*12 {
-		t.Errorf("east's outbox holds %d events after a minute cut off, want %d", len(out), 300*12)
+	if out, _ := east.store.Pending(0, 100000); len(out) != 300*fleet.EventsPerMachine {
+		t.Errorf("east's outbox holds %d events after a minute cut off, want %d", len(out), 300*fleet.EventsPerMachine)
 	}
 	east.proxy.mend()
 	back := time.Now()

@@ -4,23 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/test/procstat"
 )
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return "127.0.0.1:" + procstat.FreePort() }
 
 // The hub as an operator runs it: ca init, add-site, bootops hub, a site
 // daemon with --hub; a machine booting at the site shows in the hub's

@@ -5,7 +5,6 @@ package browser
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,16 +15,11 @@ import (
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/hub"
 	"github.com/bootops/bootops/trust"
+
+	"github.com/bootops/bootops/test/procstat"
 )
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return "127.0.0.1:" + procstat.FreePort() }
 
 // The hub's dashboard: every site's machines, and a site whose link is
 // down says since when it was last heard.

@@ -34,11 +34,10 @@ import (
 
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/hub"
+	"github.com/bootops/bootops/test/fleet"
 	"github.com/bootops/bootops/test/procstat"
 	"github.com/bootops/bootops/trust"
 )
-
-const eventsPerMachine = 12
 
 func main() {
 	bin := flag.String("bootops", "bin/bootops", "the bootops binary")
@@ -152,7 +151,7 @@ func run(bin string, nSites, machines, cut int) error {
 	}
 	wg.Wait()
 	written := time.Since(start)
-	total := nSites * machines * eventsPerMachine
+	total := nSites * machines * fleet.EventsPerMachine
 	if err := waitApplied(hubURL, sites, 10*time.Minute); err != nil {
 		return err
 	}
@@ -169,7 +168,7 @@ func run(bin string, nSites, machines, cut int) error {
 		return lags[min(len(lags)-1, int(p*float64(len(lags))))].Round(time.Millisecond)
 	}
 	fmt.Printf("bootops hub: %d sites × %d machines × %d events = %d events (plus %d probes): written to the sites' stores in %s, all in the hub's view after %s: %.0f events/s\n",
-		nSites, machines, eventsPerMachine, total, len(lags), written.Round(time.Millisecond), elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds())
+		nSites, machines, fleet.EventsPerMachine, total, len(lags), written.Round(time.Millisecond), elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds())
 	fmt.Printf("  hub process: CPU %s (%.2f cores over the run), RSS %d MiB, peak RSS %d MiB\n", cpu.Round(time.Millisecond), cpu.Seconds()/elapsed.Seconds(), rss>>10, hwm>>10)
 	fmt.Printf("  lag, site store → hub view, under that load (%d probes, one every 100 ms): p50 %s, p99 %s, max %s\n", len(lags), pct(0.50), pct(0.99), pct(1))
 
@@ -224,20 +223,7 @@ func (s *site) start(ctx context.Context, addr string, seed []byte, pool *x509.C
 func (s *site) provision(from, to int) {
 	var batch []status.Event
 	for i := from; i < to; i++ {
-		node := fmt.Sprintf("n%05d", i)
-		mac := fmt.Sprintf("52:54:%02x:%02x:%02x:%02x", s.idx, i>>16, (i>>8)&0xff, i&0xff)
-		batch = append(batch,
-			status.Event{Kind: status.KindDHCP, Site: s.name, Node: node, MAC: mac, State: status.StateDiscovered, Message: "dhcp: proxy offer, boot file ipxe"},
-			status.Event{Kind: status.KindScript, Site: s.name, Node: node, MAC: mac, State: status.StateBooting, Message: "served the Micro-OS script"},
-			status.Event{Kind: status.KindAgent, Site: s.name, Node: node, State: status.StateMicroOS, Seq: 1, Message: "agent checked in"})
-		seq := uint64(2)
-		for k, a := range []string{"wipe-disk", "image-to-disk", "cloud-init", "reboot"} {
-			batch = append(batch,
-				status.Event{Kind: status.KindAgent, Site: s.name, Node: node, State: status.StateProvisioning, Action: a, Step: k + 1, Steps: 4, Seq: seq, Message: "started " + a},
-				status.Event{Kind: status.KindAgent, Site: s.name, Node: node, State: status.StateProvisioning, Action: a, Step: k + 1, Steps: 4, Seq: seq + 1, Bytes: 64 << 20, Total: 64 << 20, Rate: 4e7, Message: "done " + a})
-			seq += 2
-		}
-		batch = append(batch, status.Event{Kind: status.KindAgent, Site: s.name, Node: node, State: status.StateProvisioned, Seq: seq, Message: "provisioned (generation 0)"})
+		batch = append(batch, fleet.Provisioning(s.name, s.idx, i)...)
 		if len(batch) >= 240 || i == to-1 {
 			s.store.RecordSync(batch...)
 			s.fwd.Poke()
@@ -354,4 +340,3 @@ func reference(work string, n int) error {
 	fmt.Printf("reference, nats.go async publish of %d messages of %d bytes (message IDs on) into a JetStream file stream, one embedded server, no TLS: %s, %.0f messages/s\n", n, len(b), el.Round(time.Millisecond), float64(n)/el.Seconds())
 	return nil
 }
-

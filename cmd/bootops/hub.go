@@ -33,12 +33,13 @@ func hubCmd() *command {
 		name:    "hub",
 		summary: "Run a hub server: every site daemon's events, over NATS JetStream, in one read-only view (status API, logs, dashboard); or register a site with it.",
 		usage:   "--sites-dir D --store D --tls-cert F --tls-key F [--name N] [--nats-addr A] [--http-addr A] [--cluster-addr A --routes URL,… --replicas 3]  |  add-site NAME --sites-dir D -o SEED",
-		example: "  bootops ca init --host hub.example.net --state-dir /var/lib/bootops-hub   # the hub's TLS certificate\n" +
+		example: "  bootops hub --sites-dir /etc/bootops-hub/sites --store /var/lib/bootops-hub/js \\\n" +
+			"      --tls-cert /var/lib/bootops-hub/tls/server.pem --tls-key /var/lib/bootops-hub/tls/server-key.pem\n" +
+			"  # before: the hub's TLS certificate, and each site's key\n" +
+			"  bootops ca init --host hub.example.net --state-dir /var/lib/bootops-hub\n" +
 			"  bootops hub add-site store-0042 --sites-dir /etc/bootops-hub/sites -o store-0042.seed\n" +
 			"  #   copy store-0042.seed (mode 0600) and /var/lib/bootops-hub/tls/ca.pem to the site; then there:\n" +
-			"  #   bootops serve … --hub nats://hub.example.net:4222 --hub-seed store-0042.seed --hub-ca ca.pem\n" +
-			"  bootops hub --sites-dir /etc/bootops-hub/sites --store /var/lib/bootops-hub/js \\\n" +
-			"      --tls-cert /var/lib/bootops-hub/tls/server.pem --tls-key /var/lib/bootops-hub/tls/server-key.pem\n" +
+			"  #   bootops serve … --site store-0042 --hub nats://hub.example.net:4222 --hub-seed store-0042.seed --hub-ca ca.pem\n" +
 			"  bootops status --server http://hub.example.net:8090      # every site's nodes\n" +
 			"  # three servers: --name h1 --cluster-addr :6222 --routes nats://h2:6222,nats://h3:6222 --replicas 3",
 	}

@@ -25,9 +25,9 @@ import (
 )
 
 // Git reads one ref of a remote repository: it lists the remote's refs to
-// see whether the ref moved, and when it did, clones that one commit
-// (shallow, single branch, no tags) into a fresh folder and reads its tree
-// straight from the object store.
+// see whether the ref moved, and when it did, fetches it (the first time a
+// single-branch clone without tags, then into that clone: only the new
+// objects) and reads the commit's tree straight from the object store.
 type Git struct {
 	URL string
 	// Ref is a branch, a tag, a full ref name (refs/…) or a commit SHA;
@@ -43,7 +43,25 @@ type Git struct {
 	WorkDir      string // clones go in folders below it
 	auth         transport.AuthMethod
 	authResolved bool
+
+	// kept is the clone kept between fetches of a moving ref: a fetch then
+	// brings only what changed (one commit, its trees, the changed blobs),
+	// not the whole tree again.
+	kept      *keptClone
+	keptFresh int // fetches into kept since it was cloned
 }
+
+// keptClone is the clone Fetch reuses.
+type keptClone struct {
+	dir   string
+	repo  *git.Repository
+	store *filesystem.Storage
+	ref   plumbing.ReferenceName
+}
+
+// keptFetches bounds the fetches into one kept clone: each adds a pack,
+// so after that many the next fetch clones afresh.
+const keptFetches = 500
 
 var shaRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
@@ -189,22 +207,38 @@ type Checkout struct {
 	FS     *treeFS
 	dir    string
 	store  *filesystem.Storage
+	kept   bool
 }
 
-// Close closes the object store and removes the clone.
+// Close closes the object store and removes the clone (a kept clone
+// stays for the next fetch).
 func (c *Checkout) Close() error {
+	if c.kept {
+		return nil
+	}
 	c.store.Close()
 	return os.RemoveAll(c.dir)
 }
 
-// Fetch clones ref (as Head named it) into a new folder and opens the
-// commit want. A pinned commit is fetched with its history, since a
-// server need not serve a single commit by SHA.
+// Fetch brings ref (as Head named it) and opens the commit want: into the
+// clone kept from the last fetch of that ref, else into a new clone (kept
+// for the next time). A pinned commit is fetched with its history, since a
+// server need not serve a single commit by SHA, into a clone of its own.
 func (g *Git) Fetch(ctx context.Context, ref plumbing.ReferenceName, want plumbing.Hash) (*Checkout, error) {
 	auth, err := g.authMethod()
 	if err != nil {
 		return nil, err
 	}
+	if !g.Pinned() && g.kept != nil && g.kept.ref == ref && g.keptFresh < keptFetches {
+		co, err := g.fetchKept(ctx, auth)
+		if err == nil {
+			return co, nil
+		}
+		// Whatever went wrong with the kept clone, a fresh one is the
+		// remedy (and the error, if it fails too, is the clone's).
+		g.dropKept()
+	}
+	g.dropKept()
 	if err := os.MkdirAll(g.WorkDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -229,7 +263,13 @@ func (g *Git) Fetch(ctx context.Context, ref plumbing.ReferenceName, want plumbi
 	st = filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(4*cache.MiByte), filesystem.Options{LargeObjectThreshold: 1 << 20, KeepDescriptors: true})
 	opts := &git.CloneOptions{URL: g.URL, Auth: auth, CABundle: g.CABundle, NoCheckout: true, Tags: git.NoTags}
 	if !g.Pinned() {
-		opts.ReferenceName, opts.SingleBranch, opts.Depth = ref, true, 1
+		// The ref's whole history, once: the next fetches then bring one
+		// commit's new objects. (A shallow clone is cheaper once and dearer
+		// every time after: the server cannot count on what a shallow
+		// clone holds, and sends the whole tree again; and parsing a
+		// 10,000-file pack per push is where the time went. BENCHMARKS.md,
+		// "Push to live".)
+		opts.ReferenceName, opts.SingleBranch = ref, true
 	}
 	repo, err := git.CloneContext(ctx, st, nil, opts)
 	if err != nil {
@@ -264,7 +304,59 @@ func (g *Git) Fetch(ctx context.Context, ref plumbing.ReferenceName, want plumbi
 		return nil, fmt.Errorf("git: commit %s: %w", h, err)
 	}
 	ok = true
+	if !g.Pinned() {
+		// Kept for the next fetch of the ref.
+		g.kept, g.keptFresh = &keptClone{dir: dir, repo: repo, store: st, ref: ref}, 0
+		return &Checkout{Commit: commit, FS: tfs, dir: dir, store: st, kept: true}, nil
+	}
 	return &Checkout{Commit: commit, FS: tfs, dir: dir, store: st}, nil
+}
+
+// fetchKept fetches the ref into the kept clone (the new commits, and of
+// their trees and blobs only what the clone lacks) and opens it.
+func (g *Git) fetchKept(ctx context.Context, auth transport.AuthMethod) (*Checkout, error) {
+	k := g.kept
+	g.keptFresh++
+	spec := gitconfig.RefSpec("+" + string(k.ref) + ":" + string(k.ref))
+	err := k.repo.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin", RefSpecs: []gitconfig.RefSpec{spec}, Auth: auth, CABundle: g.CABundle, Tags: git.NoTags, Force: true})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return nil, err
+	}
+	r, err := k.repo.Reference(k.ref, true)
+	if err != nil {
+		return nil, err
+	}
+	h := r.Hash()
+	if tag, err := k.repo.TagObject(h); err == nil {
+		c, err := tag.Commit()
+		if err != nil {
+			return nil, err
+		}
+		h = c.Hash
+	}
+	commit, err := k.repo.CommitObject(h)
+	if err != nil {
+		return nil, err
+	}
+	tree, err := commit.Tree()
+	if err != nil {
+		return nil, err
+	}
+	tfs, err := newTreeFS(k.repo.Storer, tree)
+	if err != nil {
+		return nil, err
+	}
+	return &Checkout{Commit: commit, FS: tfs, dir: k.dir, store: k.store, kept: true}, nil
+}
+
+// dropKept closes and removes the kept clone.
+func (g *Git) dropKept() {
+	if g.kept == nil {
+		return
+	}
+	g.kept.store.Close()
+	os.RemoveAll(g.kept.dir)
+	g.kept = nil
 }
 
 // CleanWorkDir removes clones a crash left behind.

@@ -147,6 +147,28 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	if h := f.R.Status().History; len(h) > historyLen || len(h) < 5 {
 		t.Errorf("history has %d entries", len(h))
 	}
+	// After the first clone every push was fetched into the kept clone
+	// (a rewind too): one clone on disk, not one per push.
+	if f.Git.kept == nil || f.Git.keptFresh < 5 {
+		t.Errorf("fetches into the kept clone: %d", f.Git.keptFresh)
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(f.Git.WorkDir, "fetch-*")); len(dirs) != 1 {
+		t.Errorf("clones on disk: %v", dirs)
+	}
+	// A kept clone that cannot fetch any more (here: its remote gone):
+	// the next push comes through a fresh clone.
+	if err := f.Git.kept.repo.DeleteRemote("origin"); err != nil {
+		t.Fatal(err)
+	}
+	healed := rem.Commit("c", map[string]string{"sites/s1/nodes/n6.yaml": nodeYAML("n6", "S6")})
+	f.Trigger("c")
+	eventually(t, "the push after the kept clone broke", func() bool { return f.R.Status().Applied.Revision == healed })
+	if !served(live, "S6") || f.Git.keptFresh != 0 {
+		t.Errorf("after a broken kept clone: served %v, fetches into the new one %d", served(live, "S6"), f.Git.keptFresh)
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(f.Git.WorkDir, "fetch-*")); len(dirs) != 1 {
+		t.Errorf("clones on disk after the fresh clone: %v", dirs)
+	}
 }
 
 func TestGitServerDownAndRestart(t *testing.T) {

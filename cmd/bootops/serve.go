@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -46,7 +47,7 @@ type serveConfig struct {
 	webhookSecretFile, verifyCommits, configFile, uiTokenFile                                                string
 	httpsAddr, tlsCert, tlsKey, overlayKey, shim, grub                                                       string
 	secretsDir, ageIdentity                                                                                  string
-	hubURLs, hubSeed, hubCA                                                                                  string
+	hubURLs, hubSeed, hubCA, pprofAddr                                                                       string
 	interval, drainTimeout, powerInterval, bmcTimeout                                                        time.Duration
 	allowEmpty                                                                                               bool
 }
@@ -116,6 +117,7 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	fs.StringVar(&cfg.hubURLs, "hub", "", "report this site's events to a hub (bootops hub): its NATS URLs, comma-separated (nats://hub1:4222,…); needs --site S, --hub-seed and --hub-ca")
 	fs.StringVar(&cfg.hubSeed, "hub-seed", "", "the site's nkey seed file from bootops hub add-site (mode 0600)")
 	fs.StringVar(&cfg.hubCA, "hub-ca", "", "PEM CA certificate(s) the hub's TLS certificate chains to")
+	fs.StringVar(&cfg.pprofAddr, "pprof-addr", "", "debugging: serve Go's profiles (/debug/pprof/) on this address; keep it on loopback")
 	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "serve a revision with no site, or one that removes every node")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long transfers in flight may finish")
 	fs.StringVar(&cfg.configFile, "config", "", "YAML file of settings (flag-name: value); flags and BOOTOPS_* variables win over it")
@@ -434,6 +436,27 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		return err
 	}
 	g.Go(func() error { return httpSrv.Serve(ctx, ln) })
+	if cfg.pprofAddr != "" {
+		pln, err := net.Listen("tcp", cfg.pprofAddr)
+		if err != nil {
+			return fmt.Errorf("--pprof-addr: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		psrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		g.Go(func() error {
+			<-ctx.Done()
+			return psrv.Close()
+		})
+		g.Go(func() error {
+			if err := psrv.Serve(pln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
 	if cfg.httpsAddr != "" {
 		tln, err := httpsListener(cfg)
 		if err != nil {

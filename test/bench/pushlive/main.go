@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -38,12 +39,15 @@ func main() {
 	sites := flag.Int("sites", 10, "sites in the repository")
 	pushes := flag.Int("pushes", 50, "pushes to measure")
 	reference := flag.Bool("reference", true, "also time the reference (git clone --depth 1 + bootops validate) per push")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write the daemon's CPU profile during the pushes to this file (serve --pprof-addr)")
 	flag.Parse()
 	if err := run(*bin, *nodes, *sites, *pushes, *reference); err != nil {
 		fmt.Fprintln(os.Stderr, "pushlive:", err)
 		os.Exit(1)
 	}
 }
+
+var cpuProfile string
 
 func run(bin string, nodes, sites, pushes int, reference bool) error {
 	bin, _ = filepath.Abs(bin)
@@ -65,7 +69,7 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 			return err
 		}
 	}
-	gitPort, httpPort := procstat.FreePort(), procstat.FreePort()
+	gitPort, httpPort, pprofPort := procstat.FreePort(), procstat.FreePort(), procstat.FreePort()
 	daemon := exec.Command("git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1", "--port="+gitPort, "--base-path="+filepath.Dir(bare), filepath.Dir(bare))
 	if err := daemon.Start(); err != nil {
 		return err
@@ -77,6 +81,9 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 	serve := exec.Command(bin, "serve", "--source", url, "--interval", "1h", "--webhook-secret-file", secret,
 		"--state-dir", filepath.Join(work, "state"), "--http-addr", "127.0.0.1:"+httpPort, "--dhcp", "off", "--tftp-addr", "",
 		"--log-level", "warn")
+	if cpuProfile != "" {
+		serve.Args = append(serve.Args, "--pprof-addr", "127.0.0.1:"+pprofPort)
+	}
 	serve.Stderr = os.Stderr
 	if err := serve.Start(); err != nil {
 		return err
@@ -94,6 +101,28 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 	fmt.Printf("repository: %d nodes, %d sites; git daemon on loopback; first revision served %.2f s after start; then RSS %d MB, peak so far %d MB\n", nodes, sites, first.Seconds(), rss0>>10, hwm0>>10)
 
 	var live, ref []time.Duration
+	profiled := make(chan error, 1)
+	if cpuProfile != "" {
+		// The daemon's CPU over the pushes (one per 100 ms or so, with the
+		// reference off): where the time goes.
+		secs := max(2, pushes/3)
+		go func() {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%s/debug/pprof/profile?seconds=%d", pprofPort, secs))
+			if err != nil {
+				profiled <- err
+				return
+			}
+			defer resp.Body.Close()
+			f, err := os.Create(cpuProfile)
+			if err == nil {
+				_, err = io.Copy(f, resp.Body)
+				f.Close()
+			}
+			profiled <- err
+		}()
+	} else {
+		profiled <- nil
+	}
 	node := filepath.Join(repo, "sites", "site-000", "nodes")
 	files, _ := filepath.Glob(filepath.Join(node, "*.yaml"))
 	if len(files) == 0 {
@@ -126,6 +155,9 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 			}
 			ref = append(ref, d)
 		}
+	}
+	if err := <-profiled; err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
 	}
 	fmt.Printf("bootops webhook → served, %d pushes: %s\n", pushes, summary(live))
 	if reference {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,13 +42,25 @@ type Server struct {
 	// lastFull is when the last pool-exhausted event was recorded (unix
 	// ns), refused how many machines went without an address since.
 	lastFull, refused atomic.Int64
+	gateOnce          sync.Once
+	gate              *eventGate
 }
+
+func (s *Server) events() *eventGate {
+	s.gateOnce.Do(func() { s.gate = newEventGate() })
+	return s.gate
+}
+
+// SuppressedEvents is how many replies were not recorded as status events
+// (a machine's same answer again within 5 s, or past 2,000 events a second).
+func (s *Server) SuppressedEvents() uint64 { return s.events().Suppressed() }
 
 // Metrics are the DHCP server's Prometheus series. A nil *Metrics counts
 // nothing.
 type Metrics struct {
-	dropped   *prometheus.CounterVec
-	exhausted *prometheus.CounterVec
+	dropped    *prometheus.CounterVec
+	exhausted  *prometheus.CounterVec
+	suppressed prometheus.Counter
 }
 
 // NewMetrics registers the series on reg.
@@ -61,8 +74,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "bootops_dhcp_pool_exhausted_total",
 			Help: "Unknown machines that got no address because every address of the site's pool is leased, by site.",
 		}, []string{"site"}),
+		suppressed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bootops_dhcp_events_suppressed_total",
+			Help: "DHCP replies sent but not written to the status store: a machine's same answer again within 5 s, or past 2,000 events a second (a flood must not become a flood of disk writes).",
+		}),
 	}
-	reg.MustRegister(m.dropped, m.exhausted)
+	reg.MustRegister(m.dropped, m.exhausted, m.suppressed)
 	for _, r := range DropReasons() {
 		m.dropped.WithLabelValues(r)
 	}
@@ -141,6 +158,7 @@ func (s *Server) loop(ctx context.Context, conn *net.UDPConn, port int) error {
 		peer netip.AddrPort
 	}
 	pool := sync.Pool{New: func() any { b := make([]byte, 1500); return &b }}
+	proxy := s.Config.Mode == plan.DHCPProxy
 	work := make(chan packet, 4096)
 	var wg sync.WaitGroup
 	for range runtime.GOMAXPROCS(0) {
@@ -166,6 +184,10 @@ func (s *Server) loop(ctx context.Context, conn *net.UDPConn, port int) error {
 				return nil
 			}
 			return fmt.Errorf("dhcp: read: %w", err)
+		}
+		if proxy && !bootClient((*bp)[:n]) {
+			pool.Put(bp) // not a boot client: proxy mode has nothing for it
+			continue
 		}
 		select {
 		case work <- packet{(*bp)[:n], peer}:
@@ -215,7 +237,11 @@ func (s *Server) answer(conn *net.UDPConn, port int, pkt []byte, peer netip.Addr
 		ev.Node = a.Node.Name
 	}
 	if s.Events != nil {
-		s.Events.Record(ev)
+		if s.events().allow(ev.MAC+"|"+strconv.Itoa(port), ev.Message, time.Now()) {
+			s.Events.Record(ev)
+		} else if s.Metrics != nil {
+			s.Metrics.suppressed.Inc()
+		}
 	}
 	// One line per reply would cost more than the reply: events keep them.
 	log.Debug("dhcp", "mac", ev.MAC, "node", ev.Node, "type", a.Reply.MessageType().String(), "boot", a.Boot, "to", dst.String())

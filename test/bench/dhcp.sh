@@ -42,6 +42,14 @@ sleep 1
 for r in "${rates[@]}"; do bench dnsmasq "$r"; done
 kill $dns; wait $dns 2>/dev/null || true
 ip netns exec $srv "$work/bootops" serve --source "$work/repo" --state-dir "$work/state" --dhcp proxy --interface vsrv \
-  --http-addr 198.18.1.1:8080 --tftp-addr "" --log-format text 2>"$work/bootops.log" &
+  --http-addr 198.18.1.1:8080 --tftp-addr "" --log-format text --pprof-addr 127.0.0.1:6060 2>"$work/bootops.log" &
 sleep 2
-for r in "${rates[@]}"; do bench bootops "$r"; done
+prof=
+for r in "${rates[@]}"; do
+  # BENCH_CPUPROFILE=FILE: the daemon's CPU profile during the last rate.
+  if [ -n "${BENCH_CPUPROFILE:-}" ] && [ "$r" = "${rates[-1]}" ]; then
+    ip netns exec $srv curl -s -o "$BENCH_CPUPROFILE" "http://127.0.0.1:6060/debug/pprof/profile?seconds=8" & prof=$!
+  fi
+  bench bootops "$r"
+done
+[ -z "$prof" ] || wait $prof

@@ -468,3 +468,50 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Sites added and removed while the hub runs: the new one gets in at
+// once, the removed one is shut out.
+func TestHubSetSites(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubs, kps := siteKeys(t, "north", "south")
+	hubs := cluster(t, ctx, 1, map[string]string{"north": pubs["north"]})
+	url := "nats://" + hubs[0].cfg.Listen
+	connect := func(site string) (*nats.Conn, error) {
+		kp := kps[site]
+		pub, _ := kp.PublicKey()
+		return nats.Connect(url, nats.Nkey(pub, kp.Sign), nats.MaxReconnects(0))
+	}
+	if _, err := connect("south"); err == nil {
+		t.Fatal("south got in before it was added")
+	}
+	north, err := connect("north")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer north.Close()
+	if err := hubs[0].SetSites(map[string]string{"south": pubs["south"]}); err != nil {
+		t.Fatal(err)
+	}
+	south, err := connect("south")
+	if err != nil {
+		t.Fatalf("south after it was added: %v", err)
+	}
+	defer south.Close()
+	js, _ := jetstream.New(south)
+	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+	defer ccancel()
+	if _, err := js.Publish(cctx, SubjectPrefix+"south", []byte(`{"kind":"dhcp","site":"south","mac":"52:54:00:00:00:01","message":"hello"}`)); err != nil {
+		t.Errorf("south publishing: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for north.IsConnected() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if north.IsConnected() {
+		t.Error("north, removed, is still connected")
+	}
+	if _, err := connect("north"); err == nil {
+		t.Error("north, removed, got in again")
+	}
+}

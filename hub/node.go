@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -50,6 +51,45 @@ type Node struct {
 	srv  *server.Server
 	nc   *nats.Conn
 	View *View
+
+	mu   sync.Mutex
+	opts *server.Options // what the server runs with, for a reload
+	self string          // the view's own key
+}
+
+// siteUsers are the server's users: the hub's own reader, with every
+// permission, and each site, allowed to publish on its subject only.
+func siteUsers(self string, sites map[string]string) ([]*server.NkeyUser, error) {
+	users := []*server.NkeyUser{{Nkey: self}}
+	for site, pub := range sites {
+		if !nkeys.IsValidPublicUserKey(pub) {
+			return nil, fmt.Errorf("hub: site %s: %q is not an nkey user public key", site, pub)
+		}
+		users = append(users, &server.NkeyUser{Nkey: pub, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{SubjectPrefix + site}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		}})
+	}
+	return users, nil
+}
+
+// SetSites changes the sites allowed in, without a restart: a new site may
+// connect at once, and a removed one's connections are closed.
+func (n *Node) SetSites(sites map[string]string) error {
+	users, err := siteUsers(n.self, sites)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	next := n.opts.Clone()
+	next.Nkeys = users
+	if err := n.srv.ReloadOptions(next.Clone()); err != nil {
+		return fmt.Errorf("hub: reload the sites: %w", err)
+	}
+	n.opts = next
+	n.cfg.Sites = sites
+	return nil
 }
 
 // Start runs the server and, once JetStream is ready (in a cluster: once
@@ -74,15 +114,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	selfPub, _ := self.PublicKey()
-	users := []*server.NkeyUser{{Nkey: selfPub}}
-	for site, pub := range cfg.Sites {
-		if !nkeys.IsValidPublicUserKey(pub) {
-			return nil, fmt.Errorf("hub: site %s: %q is not an nkey user public key", site, pub)
-		}
-		users = append(users, &server.NkeyUser{Nkey: pub, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{SubjectPrefix + site}},
-			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
-		}})
+	users, err := siteUsers(selfPub, cfg.Sites)
+	if err != nil {
+		return nil, err
 	}
 	opts := &server.Options{
 		ServerName: cfg.Name,
@@ -128,7 +162,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("hub %s: connect to itself: %w", cfg.Name, err)
 	}
-	n := &Node{cfg: cfg, srv: srv, nc: nc, View: NewView()}
+	n := &Node{cfg: cfg, srv: srv, nc: nc, View: NewView(), opts: opts.Clone(), self: selfPub}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		n.Close()

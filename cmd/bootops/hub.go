@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -101,6 +102,7 @@ func hubCmd() *command {
 			return err
 		}
 		defer node.Close()
+		go followSites(ctx, log, node, *sitesDir, sites)
 		return serveHub(ctx, log, node, *name, *httpAddr)
 	}
 	return c
@@ -165,6 +167,48 @@ func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr 
 	return g.Wait()
 }
 
+// sitesEvery is how often the hub looks at its --sites-dir again.
+const sitesEvery = 5 * time.Second
+
+// followSites lets in the sites add-site adds, and shuts out the ones
+// whose NAME.pub is removed, while the hub runs.
+func followSites(ctx context.Context, log *slog.Logger, node *hub.Node, dir string, current map[string]string) {
+	t := time.NewTicker(sitesEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		next, err := readSites(dir)
+		if err != nil {
+			log.Warn("hub: sites folder unreadable; the sites stay as they were", "err", err)
+			continue
+		}
+		if maps.Equal(next, current) {
+			continue
+		}
+		if err := node.SetSites(next); err != nil {
+			log.Error("hub: sites not changed", "err", err)
+			continue
+		}
+		var added, removed []string
+		for s := range next {
+			if current[s] == "" {
+				added = append(added, s)
+			}
+		}
+		for s := range current {
+			if next[s] == "" {
+				removed = append(removed, s)
+			}
+		}
+		log.Info("hub: sites changed", "added", added, "removed", removed)
+		current = next
+	}
+}
+
 // readSites reads NAME.pub files: the sites allowed to publish.
 func readSites(dir string) (map[string]string, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.pub"))
@@ -218,7 +262,7 @@ func addSite(e *env, name, sitesDir, out string) error {
 	if err := os.WriteFile(pubFile, []byte(pub+"\n"), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "site %s: seed in %s (give it to the site daemon, --hub-seed), public key in %s (restart the hub to let it in)\n", name, out, pubFile)
+	fmt.Fprintf(e.stdout, "site %s: seed in %s (give it to the site daemon, --hub-seed), public key in %s (a running hub lets it in within %s)\n", name, out, pubFile, sitesEvery)
 	return nil
 }
 

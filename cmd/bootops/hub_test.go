@@ -92,6 +92,17 @@ func TestHubCommands(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// A site added while the hub runs is let in.
+	if code, out, errs := bootops(t, nil, "hub", "add-site", "east", "--sites-dir", sites, "-o", filepath.Join(dir, "east.seed")); code != 0 || !strings.Contains(out, "lets it in within") {
+		t.Fatalf("add-site east: %d %s %s", code, out, errs)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for !strings.Contains(hubLog.String(), `"added":["east"]`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hub did not take in east:\n%s", hubLog.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if code, out, _ := bootops(t, nil, "logs", "lab/vm-serial", "--server", hub); code != 0 || !strings.Contains(out, "served the Micro-OS script") {
 		t.Errorf("logs through the hub: %d\n%s", code, out)
 	}

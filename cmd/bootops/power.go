@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -25,9 +25,7 @@ func powerCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
-		tokenFile := fs.String("token-file", "", "file holding the daemon's operator token (its --ui-token-file); default $BOOTOPS_TOKEN")
-		timeout := fs.Duration("timeout", time.Minute, "give up on the daemon after this long (it answers within its --bmc-timeout)")
+		d := addPowerFlags(fs, "give up on the daemon after this long (it answers within its --bmc-timeout)")
 		pos, err := parse(fs, e, args)
 		if err != nil {
 			return err
@@ -41,23 +39,14 @@ func powerCmd() *command {
 		default:
 			return usagef("unknown action %q: want on, off, cycle or status", action)
 		}
-		base := strings.TrimSuffix(*server, "/")
-		ctx, cancel := context.WithTimeout(ctx, *timeout)
-		defer cancel()
-		key, err := machineKey(ctx, base, pos[0])
-		if err != nil {
-			return err
-		}
-		var st power.Status
-		if action == "status" {
-			err = callPower(ctx, http.MethodGet, base+"/api/v1/power/"+key, "", nil, &st)
-		} else {
-			token, terr := operatorToken(*tokenFile)
-			if terr != nil {
-				return terr
+		method, token, body := http.MethodGet, "", map[string]any(nil)
+		if action != "status" {
+			if token, err = d.token(e); err != nil {
+				return err
 			}
-			err = callPower(ctx, http.MethodPost, base+"/api/v1/power/"+key, token, map[string]any{"action": action}, &st)
+			method, body = http.MethodPost, map[string]any{"action": action}
 		}
+		st, key, err := d.call(ctx, method, "/api/v1/power/", pos[0], token, body)
 		if err != nil {
 			return err
 		}
@@ -77,10 +66,8 @@ func bootDeviceCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
-		tokenFile := fs.String("token-file", "", "file holding the daemon's operator token (its --ui-token-file); default $BOOTOPS_TOKEN")
+		d := addPowerFlags(fs, "give up on the daemon after this long")
 		once := fs.Bool("once", false, "for the next boot only (else until changed)")
-		timeout := fs.Duration("timeout", time.Minute, "give up on the daemon after this long")
 		pos, err := parse(fs, e, args)
 		if err != nil {
 			return err
@@ -88,19 +75,12 @@ func bootDeviceCmd() *command {
 		if len(pos) != 2 || (pos[1] != "pxe" && pos[1] != "disk") {
 			return usagef("want a node and a boot device: pxe or disk")
 		}
-		token, err := operatorToken(*tokenFile)
+		token, err := d.token(e)
 		if err != nil {
 			return err
 		}
-		base := strings.TrimSuffix(*server, "/")
-		ctx, cancel := context.WithTimeout(ctx, *timeout)
-		defer cancel()
-		key, err := machineKey(ctx, base, pos[0])
+		_, key, err := d.call(ctx, http.MethodPost, "/api/v1/boot-device/", pos[0], token, map[string]any{"device": pos[1], "once": *once})
 		if err != nil {
-			return err
-		}
-		var st power.Status
-		if err := callPower(ctx, http.MethodPost, base+"/api/v1/boot-device/"+key, token, map[string]any{"device": pos[1], "once": *once}, &st); err != nil {
 			return err
 		}
 		how := "until changed"
@@ -113,16 +93,45 @@ func bootDeviceCmd() *command {
 	return c
 }
 
-// operatorToken is the daemon's operator token, from a file or
+// powerFlags are how power and boot-device reach the daemon.
+type powerFlags struct {
+	server, tokenFile *string
+	timeout           *time.Duration
+}
+
+func addPowerFlags(fs *flag.FlagSet, timeoutHelp string) powerFlags {
+	return powerFlags{
+		server:    fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address"),
+		tokenFile: fs.String("token-file", "", "file holding the daemon's operator token (its --ui-token-file); default $BOOTOPS_TOKEN"),
+		timeout:   fs.Duration("timeout", time.Minute, timeoutHelp),
+	}
+}
+
+// token is the daemon's operator token, from --token-file or
 // $BOOTOPS_TOKEN.
-func operatorToken(file string) (string, error) {
-	if file == "" {
-		if t := strings.TrimSpace(os.Getenv("BOOTOPS_TOKEN")); t != "" {
+func (d powerFlags) token(e *env) (string, error) {
+	if *d.tokenFile == "" {
+		if t := strings.TrimSpace(e.getenv("BOOTOPS_TOKEN")); t != "" {
 			return t, nil
 		}
 		return "", usagef("on, off, cycle and boot-device need the daemon's operator token: --token-file F (the file serve's --ui-token-file names) or BOOTOPS_TOKEN")
 	}
-	return readSecret(file, "--token-file")
+	return readSecret(*d.tokenFile, "--token-file")
+}
+
+// call resolves node to its key and calls the daemon's api path for it,
+// all within --timeout.
+func (d powerFlags) call(ctx context.Context, method, api, node, token string, body any) (power.Status, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, *d.timeout)
+	defer cancel()
+	base := strings.TrimSuffix(*d.server, "/")
+	key, err := machineKey(ctx, base, node)
+	if err != nil {
+		return power.Status{}, "", err
+	}
+	var st power.Status
+	err = callPower(ctx, method, base+api+key, token, body, &st)
+	return st, key, err
 }
 
 // callPower calls the daemon's power API; an error carries the daemon's

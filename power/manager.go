@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -32,9 +31,10 @@ const (
 type Manager struct {
 	// Plan is the live Plan.
 	Plan func() *plan.Plan
-	// Node says where a node stands: its state, and the generation its OS
-	// was installed at (installed false when it never was).
-	Node func(site, node string) (state string, installed int, ok bool)
+	// Node says where a node stands: whether it is installing now (in the
+	// Micro-OS or provisioning: never power it then), and the generation
+	// its OS was installed at (ok false when it never was).
+	Node func(site, node string) (installing bool, installed int, ok bool)
 	// Record puts a step on the node's timeline; generation is the one a
 	// cycle was for (0 otherwise).
 	Record  func(site, node, msg string, isErr bool, generation int)
@@ -234,9 +234,7 @@ func (m *Manager) poll(ctx context.Context, t target, np *nodePower) (string, er
 	c, err := m.controller(t)
 	var state string
 	if err == nil {
-		cctx, cancel := context.WithTimeout(ctx, m.Timeout)
-		state, err = c.PowerState(cctx)
-		cancel()
+		err = m.bounded(ctx, func(ctx context.Context) (err error) { state, err = c.PowerState(ctx); return err })
 	}
 	m.mu.Lock()
 	before := np.err
@@ -266,11 +264,11 @@ func (m *Manager) due(t target) (int, bool) {
 	if ok && done >= gen {
 		return gen, false // once per generation
 	}
-	state, installed, wasInstalled := m.Node(t.site.Name, t.node.Name)
+	installing, installed, wasInstalled := m.Node(t.site.Name, t.node.Name)
 	if wasInstalled && installed >= gen {
 		return gen, false // its OS is this generation's
 	}
-	if state == "microos" || state == "provisioning" {
+	if installing {
 		return gen, false // never under a running install
 	}
 	return gen, true
@@ -334,10 +332,7 @@ func backoff(n int) time.Duration {
 }
 
 func (m *Manager) bootAndCycle(ctx context.Context, t target, c Controller, state string, gen int) error {
-	cctx, cancel := context.WithTimeout(ctx, m.Timeout)
-	err := c.SetBootDevice(cctx, "pxe", true)
-	cancel()
-	if err != nil {
+	if err := m.bounded(ctx, func(ctx context.Context) error { return c.SetBootDevice(ctx, "pxe", true) }); err != nil {
 		return err
 	}
 	m.Record(t.site.Name, t.node.Name, "power: set next boot pxe (once)", false, 0)
@@ -345,10 +340,7 @@ func (m *Manager) bootAndCycle(ctx context.Context, t target, c Controller, stat
 	if state == Off {
 		action, said = "on", "power: powered on (it was off)"
 	}
-	cctx, cancel = context.WithTimeout(ctx, m.Timeout)
-	err = c.SetPower(cctx, action)
-	cancel()
-	if err != nil {
+	if err := m.bounded(ctx, func(ctx context.Context) error { return c.SetPower(ctx, action) }); err != nil {
 		return err
 	}
 	why := "a new node"
@@ -425,6 +417,31 @@ func (m *Manager) find(key string) (target, error) {
 	return target{}, ErrNoNode
 }
 
+// operator runs f, an operator's call, on the node key's BMC: one call to
+// a BMC at a time, as for the polls.
+func (m *Manager) operator(key string, f func(t target, np *nodePower, c Controller) error) error {
+	m.init()
+	t, err := m.find(key)
+	if err != nil {
+		return err
+	}
+	np := m.node(key)
+	np.call.Lock()
+	defer np.call.Unlock()
+	c, err := m.controller(t)
+	if err != nil {
+		return err
+	}
+	return f(t, np, c)
+}
+
+// bounded runs one BMC call within the Manager's timeout.
+func (m *Manager) bounded(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, m.Timeout)
+	defer cancel()
+	return f(ctx)
+}
+
 // Query asks the node's BMC its power state now.
 func (m *Manager) Query(ctx context.Context, key string) (Status, error) {
 	m.init()
@@ -434,8 +451,8 @@ func (m *Manager) Query(ctx context.Context, key string) (Status, error) {
 	}
 	np := m.node(key)
 	np.call.Lock()
-	defer np.call.Unlock()
 	_, err = m.poll(ctx, t, np)
+	np.call.Unlock()
 	st, _ := m.Status(key)
 	return st, err
 }
@@ -443,44 +460,33 @@ func (m *Manager) Query(ctx context.Context, key string) (Status, error) {
 // Act does what an operator asked: "on", "off" or "cycle" (a cycle of a
 // machine that is off powers it on), and records it on the timeline.
 func (m *Manager) Act(ctx context.Context, key, action string) (Status, error) {
-	m.init()
 	switch action {
 	case "on", "off", "cycle":
 	default:
 		return Status{}, fmt.Errorf("unknown power action %q: want on, off, cycle or status", action)
 	}
-	t, err := m.find(key)
-	if err != nil {
-		return Status{}, err
-	}
-	np := m.node(key)
-	np.call.Lock()
-	defer np.call.Unlock()
-	c, err := m.controller(t)
-	if err != nil {
-		return Status{}, err
-	}
-	said := "power: " + action
-	if action == "cycle" {
-		cctx, cancel := context.WithTimeout(ctx, m.Timeout)
-		state, err := c.PowerState(cctx)
-		cancel()
-		if err != nil {
-			return Status{}, err
+	err := m.operator(key, func(t target, np *nodePower, c Controller) error {
+		said := "power: " + action
+		if action == "cycle" {
+			var state string
+			if err := m.bounded(ctx, func(ctx context.Context) (err error) { state, err = c.PowerState(ctx); return err }); err != nil {
+				return err
+			}
+			if state == Off {
+				action, said = "on", "power: cycle of a machine that was off: powered on"
+			}
 		}
-		if state == Off {
-			action, said = "on", "power: cycle of a machine that was off: powered on"
+		if err := m.bounded(ctx, func(ctx context.Context) error { return c.SetPower(ctx, action) }); err != nil {
+			m.Record(t.site.Name, t.node.Name, said+" failed: "+err.Error(), true, 0)
+			return err
 		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, m.Timeout)
-	err = c.SetPower(cctx, action)
-	cancel()
+		m.Record(t.site.Name, t.node.Name, said+" (asked by an operator)", false, 0)
+		m.poll(ctx, t, np)
+		return nil
+	})
 	if err != nil {
-		m.Record(t.site.Name, t.node.Name, said+" failed: "+err.Error(), true, 0)
 		return Status{}, err
 	}
-	m.Record(t.site.Name, t.node.Name, said+" (asked by an operator)", false, 0)
-	m.poll(ctx, t, np)
 	st, _ := m.Status(key)
 	return st, nil
 }
@@ -488,49 +494,23 @@ func (m *Manager) Act(ctx context.Context, key, action string) (Status, error) {
 // BootDevice sets the node's next boot device ("pxe" or "disk"), for the
 // next boot only when once.
 func (m *Manager) BootDevice(ctx context.Context, key, device string, once bool) error {
-	m.init()
 	switch device {
 	case "pxe", "disk":
 	default:
 		return fmt.Errorf("unknown boot device %q: want pxe or disk", device)
 	}
-	t, err := m.find(key)
-	if err != nil {
-		return err
-	}
-	np := m.node(key)
-	np.call.Lock()
-	defer np.call.Unlock()
-	c, err := m.controller(t)
-	if err != nil {
-		return err
-	}
-	cctx, cancel := context.WithTimeout(ctx, m.Timeout)
-	err = c.SetBootDevice(cctx, device, once)
-	cancel()
 	how := "persistent"
 	if once {
 		how = "once"
 	}
-	if err != nil {
-		m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: set next boot %s (%s) failed: %v", device, how, err), true, 0)
-		return err
-	}
-	m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: set next boot %s (%s, asked by an operator)", device, how), false, 0)
-	return nil
-}
-
-// Keys is every node with a BMC that the Manager has seen, sorted.
-func (m *Manager) Keys() []string {
-	m.init()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	keys := make([]string, 0, len(m.nodes))
-	for k := range m.nodes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return m.operator(key, func(t target, _ *nodePower, c Controller) error {
+		if err := m.bounded(ctx, func(ctx context.Context) error { return c.SetBootDevice(ctx, device, once) }); err != nil {
+			m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: set next boot %s (%s) failed: %v", device, how, err), true, 0)
+			return err
+		}
+		m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: set next boot %s (%s, asked by an operator)", device, how), false, 0)
+		return nil
+	})
 }
 
 // StatePath is the state file's usual place under the daemon's state dir.

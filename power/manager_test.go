@@ -125,11 +125,11 @@ func newRig(t *testing.T, power string, nodes ...*plan.Node) *rig {
 func (r *rig) manager(dir string) *Manager {
 	return &Manager{
 		Plan: func() *plan.Plan { return r.p },
-		Node: func(site, node string) (string, int, bool) {
+		Node: func(site, node string) (bool, int, bool) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			g, ok := r.inst[node]
-			return r.state[node], g, ok
+			return r.state[node] == "provisioning" || r.state[node] == "microos", g, ok
 		},
 		Record: func(site, node, msg string, isErr bool, gen int) {
 			r.mu.Lock()

@@ -746,9 +746,10 @@ func powerManager(cfg serveConfig, log *slog.Logger, plans *boot.Live, events *s
 	}
 	pm := &power.Manager{
 		Plan: plans.Current,
-		Node: func(site, node string) (string, int, bool) {
+		Node: func(site, node string) (bool, int, bool) {
 			g, ok := events.Provisioned(site, node)
-			return events.State(site + "/" + node), g, ok
+			state := events.State(site + "/" + node)
+			return state == status.StateMicroOS || state == status.StateProvisioning, g, ok
 		},
 		Record: func(site, node, msg string, isErr bool, generation int) {
 			events.Record(status.Event{Kind: status.KindPower, Site: site, Node: node, Message: msg, Error: isErr, Generation: generation})

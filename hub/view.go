@@ -25,16 +25,23 @@ type Hello struct {
 	Sent    time.Time `json:"sent"`
 }
 
-// SiteStatus is one site as the hub sees it.
-type SiteStatus struct {
-	Name string `json:"name"`
-	// LastHeard is the newest message from the site (event or hello).
-	LastHeard time.Time `json:"lastHeard,omitzero"`
-	Hello     *Hello    `json:"hello,omitempty"`
-	Events    uint64    `json:"events"`
+// siteState is what the view keeps of one site.
+type siteState struct {
+	name      string
+	lastHeard time.Time // the newest message from the site (event or hello)
+	hello     *Hello
+	events    uint64
+	last      uint64                // the store sequence of the last event applied
+	early     map[uint64]earlyEvent // events that came before their predecessor, by it
+}
 
-	last  uint64                // the store sequence of the last event applied
-	early map[uint64]earlyEvent // events that came before their predecessor, by it
+// status is the site as the status document has it.
+func (s *siteState) status() bhttp.SiteStatus {
+	st := bhttp.SiteStatus{Name: s.name, LastHeard: s.lastHeard, Events: s.events}
+	if s.hello != nil {
+		st.Daemon, st.Plan, st.Pending = s.hello.Daemon, s.hello.Plan, s.hello.Pending
+	}
+	return st
 }
 
 type earlyEvent struct {
@@ -52,7 +59,7 @@ type View struct {
 	mem *status.Memory
 
 	mu      sync.Mutex
-	sites   map[string]*SiteStatus
+	sites   map[string]*siteState
 	applied atomic.Uint64 // the last stream sequence applied
 	forged  atomic.Uint64 // events naming another site than their subject's
 	changed func()
@@ -60,7 +67,7 @@ type View struct {
 
 // NewView returns an empty view.
 func NewView() *View {
-	return &View{mem: &status.Memory{PerMachine: 2000, MaxMachines: 500000}, sites: map[string]*SiteStatus{}}
+	return &View{mem: &status.Memory{PerMachine: 2000, MaxMachines: 500000}, sites: map[string]*siteState{}}
 }
 
 // OnChange sets what is called after each message applied (the
@@ -80,11 +87,11 @@ func (v *View) Apply(site, kind string, data []byte, seq uint64, at time.Time, s
 	v.mu.Lock()
 	s := v.sites[site]
 	if s == nil {
-		s = &SiteStatus{Name: site}
+		s = &siteState{name: site}
 		v.sites[site] = s
 	}
-	if at.After(s.LastHeard) {
-		s.LastHeard = at
+	if at.After(s.lastHeard) {
+		s.lastHeard = at
 	}
 	v.mu.Unlock()
 	switch kind {
@@ -94,7 +101,7 @@ func (v *View) Apply(site, kind string, data []byte, seq uint64, at time.Time, s
 			return
 		}
 		v.mu.Lock()
-		s.Hello = &h
+		s.hello = &h
 		v.mu.Unlock()
 	default:
 		var e status.Event
@@ -113,7 +120,7 @@ func (v *View) Apply(site, kind string, data []byte, seq uint64, at time.Time, s
 // inOrder applies e when its predecessor was (then whatever waited for
 // it), keeps it when it came early, and drops it when it was applied
 // already.
-func (v *View) inOrder(s *SiteStatus, seq, prev uint64, e status.Event) {
+func (v *View) inOrder(s *siteState, seq, prev uint64, e status.Event) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	switch {
@@ -128,7 +135,7 @@ func (v *View) inOrder(s *SiteStatus, seq, prev uint64, e status.Event) {
 		return
 	}
 	for {
-		s.Events++
+		s.events++
 		v.mem.Record(e)
 		if seq == 0 {
 			return
@@ -150,15 +157,27 @@ func (v *View) Applied() uint64 { return v.applied.Load() }
 func (v *View) Forged() uint64 { return v.forged.Load() }
 
 // Sites lists the sites heard of, by name.
-func (v *View) Sites() []SiteStatus {
+func (v *View) Sites() []bhttp.SiteStatus {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	out := make([]SiteStatus, 0, len(v.sites))
+	out := make([]bhttp.SiteStatus, 0, len(v.sites))
 	for _, s := range v.sites {
-		c := *s
-		out = append(out, c)
+		out = append(out, s.status())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// registered is each site's registered nodes, as its last hello named them.
+func (v *View) registered() map[string][]string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := map[string][]string{}
+	for _, s := range v.sites {
+		if s.hello != nil {
+			out[s.name] = s.hello.Nodes
+		}
+	}
 	return out
 }
 
@@ -172,8 +191,7 @@ func (v *View) Events(key string) []status.Event { return v.mem.Events(key) }
 // site daemon's, every site's nodes (a registered node no machine booted
 // yet is "registered"), and the sites with when they were last heard.
 func (v *View) Doc(hub string) bhttp.StatusDoc {
-	doc := bhttp.StatusDoc{Nodes: []status.Machine{}, Machines: []status.Machine{}}
-	sites := v.Sites()
+	doc := bhttp.StatusDoc{Nodes: []status.Machine{}, Machines: []status.Machine{}, Sites: v.Sites()}
 	seen := map[string]bool{}
 	for _, m := range v.mem.Machines() {
 		if m.Node != "" {
@@ -183,24 +201,14 @@ func (v *View) Doc(hub string) bhttp.StatusDoc {
 			doc.Machines = append(doc.Machines, m)
 		}
 	}
-	for _, s := range sites {
-		if s.Hello == nil {
-			continue
-		}
-		for _, n := range s.Hello.Nodes {
-			if k := s.Name + "/" + n; !seen[k] {
-				doc.Nodes = append(doc.Nodes, status.Machine{Key: k, Site: s.Name, Node: n, State: status.StateRegistered})
+	for site, nodes := range v.registered() {
+		for _, n := range nodes {
+			if k := site + "/" + n; !seen[k] {
+				doc.Nodes = append(doc.Nodes, status.Machine{Key: k, Site: site, Node: n, State: status.StateRegistered})
 			}
 		}
 	}
 	sort.Slice(doc.Nodes, func(i, j int) bool { return doc.Nodes[i].Key < doc.Nodes[j].Key })
-	for _, s := range sites {
-		ss := bhttp.SiteStatus{Name: s.Name, LastHeard: s.LastHeard, Events: s.Events}
-		if s.Hello != nil {
-			ss.Daemon, ss.Plan, ss.Pending = s.Hello.Daemon, s.Hello.Plan, s.Hello.Pending
-		}
-		doc.Sites = append(doc.Sites, ss)
-	}
 	// The dashboard reads the sites from the source (pushed when it
 	// changes): each site's row says when it was last heard.
 	doc.Source = map[string]any{"hub": hub, "sites": doc.Sites}

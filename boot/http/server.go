@@ -500,15 +500,29 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, []status.Event{})
 		return
 	}
-	key := r.URL.Query().Get("key")
-	if node := r.URL.Query().Get("node"); node != "" {
-		key = r.URL.Query().Get("site") + "/" + node
-	}
-	ev := s.Status.Events(key)
-	if ev == nil {
-		ev = []status.Event{}
-	}
-	writeJSON(w, ev)
+	EventsHandler(s.Status.Events).ServeHTTP(w, r)
+}
+
+// EventsHandler is GET /api/v1/events over a timeline lookup: one
+// machine's events, by ?key= or ?site=&node=, oldest first (a hub serves
+// its view with it too).
+func EventsHandler(events func(key string) []status.Event) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.URL.Query().Get("key")
+		if node := r.URL.Query().Get("node"); node != "" {
+			key = r.URL.Query().Get("site") + "/" + node
+		}
+		ev := events(key)
+		if ev == nil {
+			ev = []status.Event{}
+		}
+		writeJSON(w, ev)
+	})
+}
+
+// StatusHandler is GET /api/v1/status over a document (a hub's).
+func StatusHandler(doc func() StatusDoc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, doc()) })
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

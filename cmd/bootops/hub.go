@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -23,7 +21,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	bhttp "github.com/bootops/bootops/boot/http"
-	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/boot/ui"
 	"github.com/bootops/bootops/hub"
 	"github.com/bootops/bootops/trust"
@@ -122,22 +119,8 @@ func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr 
 	dash := &ui.Server{Doc: func() bhttp.StatusDoc { return v.Doc(name) }, Events: v.Events, Log: log}
 	v.OnChange(dash.Notify)
 	mux := http.NewServeMux()
-	writeJSONTo := func(w http.ResponseWriter, x any) {
-		w.Header().Set("Content-Type", "application/json")
-		jsonEncode(w, x)
-	}
-	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSONTo(w, v.Doc(name)) })
-	mux.HandleFunc("GET /api/v1/events", func(w http.ResponseWriter, r *http.Request) {
-		key := r.URL.Query().Get("key")
-		if node := r.URL.Query().Get("node"); node != "" {
-			key = r.URL.Query().Get("site") + "/" + node
-		}
-		ev := v.Events(key)
-		if ev == nil {
-			ev = []status.Event{}
-		}
-		writeJSONTo(w, ev)
-	})
+	mux.Handle("GET /api/v1/status", bhttp.StatusHandler(func() bhttp.StatusDoc { return v.Doc(name) }))
+	mux.Handle("GET /api/v1/events", bhttp.EventsHandler(v.Events))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	for pattern, h := range dash.Routes() {
 		if pattern != "POST /api/v1/sync" { // read-only: configuration comes from Git
@@ -284,10 +267,4 @@ func hostname() string {
 		return "hub"
 	}
 	return h
-}
-
-func jsonEncode(w io.Writer, x any) {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(x)
 }

@@ -185,17 +185,13 @@ func (f *Forwarder) flush(ctx context.Context, js jetstream.JetStream, subject s
 	var sendErr error
 	prev := *cursor
 	for _, o := range out {
-		b, err := json.Marshal(o.Event)
-		if err != nil {
-			return 0, err
-		}
 		msg := nats.NewMsg(subject)
 		msg.Header.Set(Kind, KindEvent)
 		msg.Header.Set(jetstream.MsgIDHeader, f.Site+"/"+strconv.FormatUint(o.Seq, 10))
 		msg.Header.Set(Seq, strconv.FormatUint(o.Seq, 10))
 		msg.Header.Set(Prev, strconv.FormatUint(prev, 10))
 		prev = o.Seq
-		msg.Data = b
+		msg.Data = o.JSON
 		fut, err := js.PublishMsgAsync(msg)
 		if err != nil {
 			sendErr = err

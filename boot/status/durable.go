@@ -721,10 +721,11 @@ func u64(n uint64) []byte {
 	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), n)
 }
 
-// Outgoing is an event waiting in the outbox, with its store sequence.
+// Outgoing is an event waiting in the outbox: its store sequence and the
+// JSON it is stored as (what the hub is sent, unchanged).
 type Outgoing struct {
-	Seq   uint64
-	Event Event
+	Seq  uint64
+	JSON []byte
 }
 
 // Pending returns up to max events of the outbox after store sequence
@@ -734,11 +735,7 @@ func (d *Durable) Pending(after uint64, max int) ([]Outgoing, error) {
 	err := d.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketOutbox).Cursor()
 		for k, v := c.Seek(u64(after + 1)); k != nil && len(out) < max; k, v = c.Next() {
-			var e Event
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("outbox %x: %w", k, err)
-			}
-			out = append(out, Outgoing{Seq: binary.BigEndian.Uint64(k), Event: e})
+			out = append(out, Outgoing{Seq: binary.BigEndian.Uint64(k), JSON: bytes.Clone(v)})
 		}
 		return nil
 	})

@@ -2,6 +2,7 @@ package status
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -760,5 +761,56 @@ func BenchmarkRecord(b *testing.B) {
 			b.ReportMetric(float64(d.Dropped())/float64(b.N), "dropped/op")
 			b.ReportMetric(float64(uint64(b.N)-d.Dropped())/b.Elapsed().Seconds(), "stored/s")
 		})
+	}
+}
+
+// With Outbox, every stored event waits, in store order and as stored,
+// until Sent; it outlives a restart. Without, nothing is kept for a hub.
+func TestDurableOutbox(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "status.db")
+	d, err := Open(path, Options{Outbox: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := d.RecordSync(Event{Kind: KindAgent, Site: "s", Node: "n", Seq: uint64(i + 1), Message: fmt.Sprint("e", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.RecordSync(Event{Kind: KindAgent, Site: "s", Node: "n", Seq: 3, Message: "e2"}) // a resend: not stored, not queued
+	out, err := d.Pending(0, 100)
+	if err != nil || len(out) != 5 {
+		t.Fatalf("pending: %d %v", len(out), err)
+	}
+	for i, o := range out {
+		var e Event
+		if err := json.Unmarshal(o.JSON, &e); err != nil || e.Message != fmt.Sprint("e", i) || (i > 0 && o.Seq <= out[i-1].Seq) {
+			t.Errorf("outbox %d: %+v %v (seq %d)", i, e, err, o.Seq)
+		}
+	}
+	if err := d.Sent(out[2].Seq); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d, err = Open(path, Options{Outbox: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest, _ := d.Pending(0, 100); len(rest) != 2 || rest[0].Seq != out[3].Seq {
+		t.Errorf("after Sent and a restart: %d pending", len(rest))
+	}
+	if after, _ := d.Pending(out[3].Seq, 100); len(after) != 1 || after[0].Seq != out[4].Seq {
+		t.Errorf("pending after a cursor: %d", len(after))
+	}
+	d.Close()
+
+	plain, err := Open(filepath.Join(t.TempDir(), "plain.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	plain.RecordSync(Event{Kind: KindDHCP, MAC: "52:54:00:00:00:01", Message: "x"})
+	if out, _ := plain.Pending(0, 10); len(out) != 0 {
+		t.Errorf("an outbox without Outbox: %d", len(out))
 	}
 }

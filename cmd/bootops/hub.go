@@ -20,9 +20,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/bootops/bootops/boot"
 	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/boot/ui"
 	"github.com/bootops/bootops/hub"
+	"github.com/bootops/bootops/reconciler"
 	"github.com/bootops/bootops/trust"
 )
 
@@ -267,4 +270,44 @@ func hostname() string {
 		return "hub"
 	}
 	return h
+}
+
+// hubForwarder sends the site's events to the hub: what the status store
+// keeps waits in its outbox until the hub has it.
+func hubForwarder(cfg serveConfig, log *slog.Logger, plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable) (*hub.Forwarder, error) {
+	if err := trust.CheckPrivate(cfg.hubSeed); err != nil {
+		return nil, fmt.Errorf("--hub-seed: %w", err)
+	}
+	seed, err := os.ReadFile(cfg.hubSeed)
+	if err != nil {
+		return nil, fmt.Errorf("--hub-seed: %w", err)
+	}
+	ca, err := os.ReadFile(cfg.hubCA)
+	if err != nil {
+		return nil, fmt.Errorf("--hub-ca: %w", err)
+	}
+	pool, err := trust.PoolFromPEM(string(ca))
+	if err != nil {
+		return nil, fmt.Errorf("--hub-ca %s: %w", cfg.hubCA, err)
+	}
+	site := cfg.sites()[0]
+	host, _ := os.Hostname()
+	return &hub.Forwarder{
+		Site: site, URLs: strings.Split(cfg.hubURLs, ","), Seed: []byte(strings.TrimSpace(string(seed))), RootCAs: pool, Outbox: events,
+		Hello: func() hub.Hello {
+			h := hub.Hello{Daemon: host, Version: version, Source: rec.Status()}
+			if p := plans.Current(); p != nil {
+				h.Plan = p.Hash
+				for _, s := range p.Sites {
+					if s.Name == site {
+						for _, n := range s.Nodes {
+							h.Nodes = append(h.Nodes, n.Name)
+						}
+					}
+				}
+			}
+			return h
+		},
+		Log: log.With("hub", cfg.hubURLs),
+	}, nil
 }

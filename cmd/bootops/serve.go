@@ -437,25 +437,9 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	}
 	g.Go(func() error { return httpSrv.Serve(ctx, ln) })
 	if cfg.pprofAddr != "" {
-		pln, err := net.Listen("tcp", cfg.pprofAddr)
-		if err != nil {
-			return fmt.Errorf("--pprof-addr: %w", err)
+		if err := servePprof(ctx, g, cfg.pprofAddr); err != nil {
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		psrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		g.Go(func() error {
-			<-ctx.Done()
-			return psrv.Close()
-		})
-		g.Go(func() error {
-			if err := psrv.Serve(pln); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
 	}
 	if cfg.httpsAddr != "" {
 		tln, err := httpsListener(cfg)
@@ -728,84 +712,27 @@ func httpsPortServed(addr string, port int) bool {
 	return err == nil && p == strconv.Itoa(port)
 }
 
-// powerManager watches the BMCs of the live Plan's nodes and applies the
-// sites' power policy; it alone reads the BMC credentials.
-func powerManager(cfg serveConfig, log *slog.Logger, plans *boot.Live, events *status.Durable, reg *prometheus.Registry) (*power.Manager, error) {
-	secrets := &power.Secrets{Dir: cfg.secretsDir}
-	if cfg.secretsDir != "" {
-		if fi, err := os.Stat(cfg.secretsDir); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("--secrets-dir %s: not a folder", cfg.secretsDir)
+// servePprof serves Go's profiles on addr (serve --pprof-addr) until ctx
+// ends: what the benchmarks profile the daemon with.
+func servePprof(ctx context.Context, g *errgroup.Group, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--pprof-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	g.Go(func() error {
+		<-ctx.Done()
+		return srv.Close()
+	})
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
 		}
-	}
-	if cfg.ageIdentity != "" {
-		ids, err := power.LoadIdentities(cfg.ageIdentity)
-		if err != nil {
-			return nil, fmt.Errorf("--age-identity: %w", err)
-		}
-		secrets.Identities = ids
-	}
-	pm := &power.Manager{
-		Plan: plans.Current,
-		Node: func(site, node string) (bool, int, bool) {
-			g, ok := events.Provisioned(site, node)
-			state := events.State(site + "/" + node)
-			return state == status.StateMicroOS || state == status.StateProvisioning, g, ok
-		},
-		Record: func(site, node, msg string, isErr bool, generation int) {
-			events.Record(status.Event{Kind: status.KindPower, Site: site, Node: node, Message: msg, Error: isErr, Generation: generation})
-		},
-		Secrets:   secrets,
-		Timeout:   cfg.bmcTimeout,
-		Interval:  cfg.powerInterval,
-		StateFile: power.StatePath(cfg.stateDir),
-		Log:       log,
-	}
-	for _, state := range []string{power.On, power.Off, power.Unknown, power.Unreachable} {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "bootops_power_nodes",
-			Help:        "Nodes with a BMC, by the power state their BMC last gave (unreachable: it did not answer, refused the credentials, or they are missing).",
-			ConstLabels: prometheus.Labels{"state": state},
-		}, func() float64 { return float64(pm.Counts()[state]) }))
-	}
-	return pm, nil
-}
-
-// hubForwarder sends the site's events to the hub: what the status store
-// keeps waits in its outbox until the hub has it.
-func hubForwarder(cfg serveConfig, log *slog.Logger, plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable) (*hub.Forwarder, error) {
-	if err := trust.CheckPrivate(cfg.hubSeed); err != nil {
-		return nil, fmt.Errorf("--hub-seed: %w", err)
-	}
-	seed, err := os.ReadFile(cfg.hubSeed)
-	if err != nil {
-		return nil, fmt.Errorf("--hub-seed: %w", err)
-	}
-	ca, err := os.ReadFile(cfg.hubCA)
-	if err != nil {
-		return nil, fmt.Errorf("--hub-ca: %w", err)
-	}
-	pool, err := trust.PoolFromPEM(string(ca))
-	if err != nil {
-		return nil, fmt.Errorf("--hub-ca %s: %w", cfg.hubCA, err)
-	}
-	site := cfg.sites()[0]
-	host, _ := os.Hostname()
-	return &hub.Forwarder{
-		Site: site, URLs: strings.Split(cfg.hubURLs, ","), Seed: []byte(strings.TrimSpace(string(seed))), RootCAs: pool, Outbox: events,
-		Hello: func() hub.Hello {
-			h := hub.Hello{Daemon: host, Version: version, Source: rec.Status()}
-			if p := plans.Current(); p != nil {
-				h.Plan = p.Hash
-				for _, s := range p.Sites {
-					if s.Name == site {
-						for _, n := range s.Nodes {
-							h.Nodes = append(h.Nodes, n.Name)
-						}
-					}
-				}
-			}
-			return h
-		},
-		Log: log.With("hub", cfg.hubURLs),
-	}, nil
+		return nil
+	})
+	return nil
 }

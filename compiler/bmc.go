@@ -56,10 +56,6 @@ func (r *repo) bmc(n *nodeObj) *plan.BMC {
 // checkBMCs: every node's BMC is whole (address, protocol, one
 // credentials reference that reads), and no two nodes share one.
 func (r *repo) checkBMCs() {
-	type owner struct {
-		name string
-		pos  Pos
-	}
 	seen := map[string]owner{}
 	for _, n := range r.nodes {
 		if n.v.get("bmc") == nil || n.site == "" {

@@ -297,10 +297,6 @@ func (r *repo) holdMicroOS(s *object) string {
 // checkAddresses: reservation IPs inside the subnet, unique, and only in
 // reservation-mode sites.
 func (r *repo) checkAddresses() {
-	type owner struct {
-		name string
-		pos  Pos
-	}
 	seen := map[string]owner{}
 	for _, n := range r.nodes {
 		ipv := n.v.get("ip")
@@ -556,4 +552,11 @@ func expand(s string, lookup func(string) (string, bool), out *strings.Builder) 
 		}
 	}
 	return nil
+}
+
+// owner is the node that first claimed something only one node may have
+// (an address, a BMC), and where: a second claim's error names it.
+type owner struct {
+	name string
+	pos  Pos
 }

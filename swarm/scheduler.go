@@ -1,0 +1,400 @@
+package swarm
+
+import (
+	crand "crypto/rand"
+	"encoding/hex"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Defaults of a Scheduler.
+const (
+	DefaultServerStreams = 8                // chunk transfers from the server at once, per image
+	DefaultPeers         = 4                // transfers a machine takes, and serves, at once
+	leaseTTL             = time.Minute      // an assignment not reported back by then is forgotten
+	deadAfter            = 10 * time.Second // a member not heard from for this long holds nothing
+	forgetAfter          = 10 * time.Minute // ... and is forgotten after this
+	avoidGone            = 30 * time.Second // a source that failed a transfer, avoided by that machine
+	avoidSlow            = time.Minute      // a source too slow for a machine, avoided by it
+	idleFallback         = 2 * time.Second  // a machine with nothing to do this long gets a chunk from the server
+	maxGone              = 3                // failed transfers from a source before it counts as gone
+)
+
+// Scheduler decides, for every image being installed, which machine
+// fetches which chunk from where. It keeps everything in memory: a
+// restarted server starts every swarm afresh, and the peers' next
+// reports fill it again (their Have is resent in full then, see Peer).
+type Scheduler struct {
+	// ServerURL is the base URL of the server's own chunks.
+	ServerURL string
+	// ServerStreams bounds the server's transfers at once, per image
+	// (0: DefaultServerStreams): enough to fill its link, and no more.
+	ServerStreams int
+	Now           func() time.Time
+
+	mu     sync.Mutex
+	groups map[string]*group
+	stats  Stats
+}
+
+// Stats counts what the swarms did since the server started.
+type Stats struct {
+	ServerBytes, PeerBytes int64 // bytes delivered, as the receivers reported them
+	Bad                    int64 // transfers whose bytes did not match: their sources were dropped
+	Gone, Slow             int64 // transfers that failed for the other reasons, and were retried
+	Members                int   // machines in a swarm now
+}
+
+// group is one image's swarm.
+type group struct {
+	m          *Manifest
+	key        string
+	members    map[string]*member
+	holders    []int // members that hold each chunk (and are not banned or gone)
+	serverBusy int
+	fromServer []int // transfers of each chunk from the server under way
+	seen       time.Time
+}
+
+type member struct {
+	name, url, instance string
+	have                []bool
+	complete, bad       bool
+	seen, idle          time.Time
+	uploads, downloads  int
+	fails               int
+	avoid               map[string]time.Time // source → until
+	leases              map[int]lease        // chunk → where it is being fetched from
+}
+
+type lease struct {
+	from  string
+	until time.Time
+}
+
+func (s *Scheduler) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// Stats returns the counters.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	for _, g := range s.groups {
+		st.Members += len(g.members)
+	}
+	return st
+}
+
+// Report takes a report from machine name, whose request came from
+// address ip, about the image m, and returns its work. peers is the most
+// transfers the machine takes and serves at once (its site's limit; 0:
+// DefaultPeers).
+func (s *Scheduler) Report(m *Manifest, name, ip string, peers int, r Report) Reply {
+	if peers <= 0 {
+		peers = DefaultPeers
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.group(m, now)
+	me := g.members[name]
+	if me == nil {
+		me = &member{name: name, have: make([]bool, m.Chunks()), avoid: map[string]time.Time{}, leases: map[int]lease{}, idle: now}
+		g.members[name] = me
+	}
+	if r.Instance != me.instance {
+		// A new life of the machine (the agent started again): whatever
+		// it held before is not on its disk any more.
+		g.forget(me)
+		me.instance = r.Instance
+	}
+	if me.fails >= maxGone {
+		// Back after its transfers failed: what it holds counts again.
+		g.count(me, +1)
+	}
+	me.fails = 0
+	me.seen = now
+	if r.Addr != "" && ip != "" {
+		if _, port, err := net.SplitHostPort(r.Addr); err == nil {
+			me.url = "http://" + net.JoinHostPort(ip, port)
+		}
+	}
+	for _, i := range r.Have {
+		if i >= 0 && i < len(me.have) && !me.have[i] {
+			me.have[i] = true
+			if !me.bad {
+				g.holders[i]++
+			}
+		}
+	}
+	for _, i := range r.Lost {
+		if i >= 0 && i < len(me.have) && me.have[i] {
+			me.have[i] = false
+			if !me.bad {
+				g.holders[i]--
+			}
+		}
+	}
+	for _, t := range r.Done {
+		s.close(g, me, t)
+		if t.From == "" {
+			s.stats.ServerBytes += t.Bytes
+		} else {
+			s.stats.PeerBytes += t.Bytes
+		}
+	}
+	for _, t := range r.Failed {
+		s.close(g, me, t)
+		s.failed(g, me, t, now)
+	}
+	me.complete = r.Complete
+	reply := Reply{Key: g.key, Banned: me.bad}
+	for _, h := range me.have {
+		if h {
+			reply.Holds++
+		}
+	}
+	if r.Leaving {
+		g.forget(me)
+		delete(g.members, name)
+		return reply
+	}
+	g.expire(now)
+	for _, o := range g.members {
+		if o != me && !o.complete && o.alive(now) {
+			reply.Fetching++
+		}
+	}
+	if r.Want > 0 && !r.Complete {
+		reply.Assign = s.assign(g, me, min(r.Want, peers), peers, now)
+	}
+	if me.downloads > 0 {
+		me.idle = now
+	}
+	return reply
+}
+
+// group returns m's swarm, made on first use; swarms nobody reported to
+// for a while are forgotten on the way.
+func (s *Scheduler) group(m *Manifest, now time.Time) *group {
+	if s.groups == nil {
+		s.groups = map[string]*group{}
+	}
+	for k, g := range s.groups {
+		if now.Sub(g.seen) > forgetAfter {
+			delete(s.groups, k)
+		}
+	}
+	g := s.groups[m.Source]
+	if g == nil || g.m.SHA256 != m.SHA256 {
+		key := make([]byte, 16)
+		crand.Read(key)
+		g = &group{m: m, key: hex.EncodeToString(key), members: map[string]*member{},
+			holders: make([]int, m.Chunks()), fromServer: make([]int, m.Chunks())}
+		s.groups[m.Source] = g
+	}
+	g.seen = now
+	return g
+}
+
+// Key is the credential of m's swarm ("" before anyone reported to it):
+// the server's chunk handler checks it.
+func (s *Scheduler) Key(source string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.groups[source]; g != nil {
+		return g.key
+	}
+	return ""
+}
+
+func (me *member) alive(now time.Time) bool {
+	return now.Sub(me.seen) <= deadAfter && me.fails < maxGone
+}
+
+// count adds d to the holder counts of what me holds.
+func (g *group) count(me *member, d int) {
+	if me.bad {
+		return
+	}
+	for i, h := range me.have {
+		if h {
+			g.holders[i] += d
+		}
+	}
+}
+
+// close ends the lease of transfer t to me.
+func (s *Scheduler) close(g *group, me *member, t Transfer) {
+	l, ok := me.leases[t.Chunk]
+	if !ok || l.from != t.From {
+		return
+	}
+	delete(me.leases, t.Chunk)
+	me.downloads--
+	if t.From == "" {
+		g.serverBusy--
+		g.fromServer[t.Chunk]--
+	} else if src := g.members[t.From]; src != nil {
+		src.uploads--
+	}
+}
+
+// failed takes a failed transfer into account.
+func (s *Scheduler) failed(g *group, me *member, t Transfer, now time.Time) {
+	src := g.members[t.From]
+	switch t.Why {
+	case WhyBad:
+		s.stats.Bad++
+		if src != nil && !src.bad {
+			// A liar: it holds nothing for anyone from now on.
+			g.count(src, -1)
+			src.bad = true
+		}
+		me.avoid[t.From] = now.Add(forgetAfter)
+	case WhySlow:
+		s.stats.Slow++
+		me.avoid[t.From] = now.Add(avoidSlow)
+	default:
+		s.stats.Gone++
+		me.avoid[t.From] = now.Add(avoidGone)
+		if src != nil {
+			if src.fails++; src.fails == maxGone {
+				g.count(src, -1) // alive() is false from now on
+			}
+		}
+	}
+}
+
+// expire forgets leases not reported back in time, and members not heard
+// from for long.
+func (g *group) expire(now time.Time) {
+	for name, me := range g.members {
+		for i, l := range me.leases {
+			if now.After(l.until) {
+				delete(me.leases, i)
+				me.downloads--
+				if l.from == "" {
+					g.serverBusy--
+					g.fromServer[i]--
+				} else if src := g.members[l.from]; src != nil {
+					src.uploads--
+				}
+			}
+		}
+		if now.Sub(me.seen) > forgetAfter {
+			g.forget(me)
+			delete(g.members, name)
+		}
+	}
+}
+
+// forget drops what me holds.
+func (g *group) forget(me *member) {
+	if me.fails < maxGone {
+		g.count(me, -1)
+	}
+	clear(me.have)
+	me.complete = false
+}
+
+// assign hands me up to want chunks: the rarest it lacks, each from the
+// least busy peer holding it; from the server when no peer me may fetch
+// from holds it and nobody fetches it from the server yet (so the server
+// sends each chunk about once), and anyway when me has had nothing to do
+// for idleFallback.
+func (s *Scheduler) assign(g *group, me *member, want, peers int, now time.Time) []Assignment {
+	var lacking []int
+	for i, h := range me.have {
+		if _, busy := me.leases[i]; !h && !busy && !g.m.IsZero(i) {
+			lacking = append(lacking, i)
+		}
+	}
+	if len(lacking) == 0 {
+		return nil
+	}
+	// Rarest first; among equals, an order of this machine's own, so the
+	// machines spread over the chunks.
+	rand.Shuffle(len(lacking), func(a, b int) { lacking[a], lacking[b] = lacking[b], lacking[a] })
+	rarity := func(i int) int { return g.holders[i] + g.fromServer[i] }
+	slices.SortStableFunc(lacking, func(a, b int) int { return rarity(a) - rarity(b) })
+
+	var sources []*member
+	if !me.bad {
+		for _, o := range g.members {
+			if o != me && !o.bad && o.url != "" && o.alive(now) && !avoided(me, o.name, now) {
+				sources = append(sources, o)
+			}
+		}
+	}
+	serverOK := !avoided(me, "", now)
+	streams := s.ServerStreams
+	if streams <= 0 {
+		streams = DefaultServerStreams
+	}
+	var out []Assignment
+	give := func(i int, src *member) {
+		me.downloads++
+		if src == nil {
+			g.serverBusy++
+			g.fromServer[i]++
+			me.leases[i] = lease{from: "", until: now.Add(leaseTTL)}
+			out = append(out, Assignment{Chunk: i, URL: s.ServerURL})
+			return
+		}
+		src.uploads++
+		me.leases[i] = lease{from: src.name, until: now.Add(leaseTTL)}
+		out = append(out, Assignment{Chunk: i, From: src.name, URL: src.url})
+	}
+	for _, i := range lacking {
+		if len(out) >= want {
+			break
+		}
+		var best *member
+		held := false
+		for _, o := range sources {
+			if o.have[i] {
+				held = true
+				if o.uploads < peers && (best == nil || o.uploads < best.uploads) {
+					best = o
+				}
+			}
+		}
+		switch {
+		case best != nil:
+			give(i, best)
+		case held:
+			// Its holders are busy: one of them will have time soon.
+		case serverOK && g.serverBusy < streams && (me.bad || g.fromServer[i] == 0):
+			// Nobody this machine may fetch it from holds it, nor is it
+			// coming from the server to anyone: the server sends it.
+			give(i, nil)
+		}
+	}
+	if len(out) == 0 && me.downloads == 0 && serverOK && g.serverBusy < streams && now.Sub(me.idle) >= idleFallback {
+		give(lacking[0], nil)
+	}
+	return out
+}
+
+func avoided(me *member, source string, now time.Time) bool {
+	until, ok := me.avoid[source]
+	return ok && now.Before(until)
+}
+
+// String names a transfer's source for logs: the server or the peer.
+func Source(from string) string {
+	if from == "" {
+		return "the server"
+	}
+	return strconv.Quote(from)
+}

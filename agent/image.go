@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bufio"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,8 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
-	"github.com/ulikunitz/xz"
+	"github.com/bootops/bootops/swarm"
 )
 
 const (
@@ -106,39 +104,19 @@ func (r *Runner) imageToDisk(ctx context.Context, s *step) error {
 	}
 	defer f.Close()
 
-	start := r.Now()
-	src := &download{ctx: ctx, client: r.HTTP, url: a.URL, delay: r.Backoff, log: s.log}
-	if err := src.connect(); err != nil {
-		return err
+	var written int64
+	if r.Swarm != nil {
+		if written, err = r.imageFromPeers(ctx, s, f, disk); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			s.log(fmt.Sprintf("fetching the image with the other machines failed (%v): fetching it from %s", err, a.URL))
+		}
 	}
-	defer src.Close()
-	h := sha256.New()
-	in := bufio.NewReaderSize(io.TeeReader(src, h), mib)
-	dec, err := decompress(a.Compression, in)
-	if err != nil {
-		return fmt.Errorf("%s stream: %w", a.Compression, err)
-	}
-	// A qcow2 file written as it is would leave a disk no firmware boots.
-	peek := bufio.NewReaderSize(dec, 64<<10)
-	if magic, _ := peek.Peek(4); string(magic) == "QFI\xfb" {
-		dec.Close()
-		return permanentf("%s is a qcow2 image, not a raw disk: convert it (qemu-img convert -O raw) and give the raw image's URL and sha256; nothing was written", a.URL)
-	}
-	written, err := copyLarge(f, peek, make([]byte, writeBuffer), func() {
-		s.progress(start, src.n, src.total, false)
-	})
-	dec.Close()
-	if err != nil {
-		return fmt.Errorf("%s to %s: %w", a.URL, disk, err)
-	}
-	// Whatever follows the compressed stream (padding) is part of the file
-	// the sha256 is of.
-	if _, err := io.Copy(io.Discard, in); err != nil {
-		return fmt.Errorf("%s: %w", a.URL, err)
-	}
-	s.progress(start, src.n, src.total, true)
-	if got := hex.EncodeToString(h.Sum(nil)); got != want {
-		return fmt.Errorf("sha256 mismatch: got %s, want %s", got, want)
+	if r.Swarm == nil || err != nil {
+		if written, err = r.imageFromURL(ctx, s, f, disk); err != nil {
+			return err
+		}
 	}
 	if size, err := f.Seek(0, io.SeekEnd); err == nil && size > written {
 		moved, err := moveBackupGPT(f, size, sectorSize(disk))
@@ -155,29 +133,54 @@ func (r *Runner) imageToDisk(ctx context.Context, s *step) error {
 	if err := rereadPartitions(f); err != nil {
 		s.log(fmt.Sprintf("re-read partition table of %s: %v", disk, err))
 	}
-	s.log(fmt.Sprintf("wrote %d bytes to %s (%d downloaded, sha256 %s)", written, disk, src.n, want))
 	return nil
 }
 
-// decompress returns the decompressed stream of in.
-func decompress(compression string, in io.Reader) (io.ReadCloser, error) {
-	switch compression {
-	case "gz":
-		return gzip.NewReader(in)
-	case "zst":
-		d, err := zstd.NewReader(in)
-		if err != nil {
-			return nil, err
-		}
-		return d.IOReadCloser(), nil
-	case "xz":
-		x, err := xz.NewReader(in)
-		if err != nil {
-			return nil, err
-		}
-		return io.NopCloser(x), nil
+// imageFromURL streams the image from its URL through its decompressor
+// onto the disk f, checking the sha256 of what it downloaded, and returns
+// the bytes written.
+func (r *Runner) imageFromURL(ctx context.Context, s *step, f *os.File, disk string) (int64, error) {
+	a := s.a
+	want := strings.ToLower(a.SHA256)
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, err
 	}
-	return io.NopCloser(in), nil
+	start := r.Now()
+	src := &download{ctx: ctx, client: r.HTTP, url: a.URL, delay: r.Backoff, log: s.log}
+	if err := src.connect(); err != nil {
+		return 0, err
+	}
+	defer src.Close()
+	h := sha256.New()
+	in := bufio.NewReaderSize(io.TeeReader(src, h), mib)
+	dec, err := swarm.Decompress(a.Compression, in)
+	if err != nil {
+		return 0, fmt.Errorf("%s stream: %w", a.Compression, err)
+	}
+	// A qcow2 file written as it is would leave a disk no firmware boots.
+	peek := bufio.NewReaderSize(dec, 64<<10)
+	if magic, _ := peek.Peek(4); string(magic) == "QFI\xfb" {
+		dec.Close()
+		return 0, permanentf("%s is a qcow2 image, not a raw disk: convert it (qemu-img convert -O raw) and give the raw image's URL and sha256; nothing was written", a.URL)
+	}
+	written, err := copyLarge(f, peek, make([]byte, writeBuffer), func() {
+		s.progress(start, src.n, src.total, false)
+	})
+	dec.Close()
+	if err != nil {
+		return 0, fmt.Errorf("%s to %s: %w", a.URL, disk, err)
+	}
+	// Whatever follows the compressed stream (padding) is part of the file
+	// the sha256 is of.
+	if _, err := io.Copy(io.Discard, in); err != nil {
+		return 0, fmt.Errorf("%s: %w", a.URL, err)
+	}
+	s.progress(start, src.n, src.total, true)
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return 0, fmt.Errorf("sha256 mismatch: got %s, want %s", got, want)
+	}
+	s.log(fmt.Sprintf("wrote %d bytes to %s (%d downloaded, sha256 %s)", written, disk, src.n, want))
+	return written, nil
 }
 
 // readError marks errors of the source in copyLarge.

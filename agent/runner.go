@@ -86,6 +86,13 @@ type Runner struct {
 	CloudInit func(ctx context.Context) (Seed, error)
 	Now       func() time.Time
 	Backoff   time.Duration // first retry delay (default 2 s, doubling, max 1 min)
+	// Swarm, when set, is how image-to-disk fetches its image with the
+	// other machines installing it, within Peers' limits (the site's
+	// imageDelivery: peers); nil fetches it from its URL.
+	Swarm SwarmClient
+	Peers *plan.Peers
+
+	seeding *seeding // the image this machine serves to the others
 }
 
 // ActionError is what Run returns when an action failed for good.
@@ -124,9 +131,11 @@ func (r *Runner) Run(ctx context.Context, wf plan.Workflow) error {
 	provisioned := func() {
 		c.emit(plan.AgentEvent{Type: plan.AgentProvisioned, Generation: c.Generation})
 	}
+	defer c.stopSeeding(ctx, false)
 	for i, a := range wf.Actions {
 		s := &step{r: &c, a: a, i: i + 1, n: len(wf.Actions)}
 		if plan.IsPowerAction(a.Action) {
+			c.stopSeeding(ctx, true)
 			provisioned()
 			return c.runAction(ctx, s)
 		}
@@ -134,6 +143,7 @@ func (r *Runner) Run(ctx context.Context, wf plan.Workflow) error {
 			return err
 		}
 	}
+	c.stopSeeding(ctx, true)
 	provisioned()
 	return nil
 }

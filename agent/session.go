@@ -120,6 +120,9 @@ checkIn:
 		}
 	}
 	r.Generation = reply.Generation
+	if reply.Peers != nil && r.Swarm == nil {
+		r.Swarm, r.Peers = swarmLine{up}, reply.Peers
+	}
 	if r.CloudInit == nil {
 		r.CloudInit = func(context.Context) (Seed, error) {
 			if reply.CloudInit == nil {

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/swarm"
 )
 
 // uplink talks to the boot server: the check-in, and the events, which it
@@ -41,11 +44,21 @@ func newUplink(server, site, node, machine, token string, console io.Writer) *up
 }
 
 func (u *uplink) post(ctx context.Context, path string, in, out any) error {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
+	return u.do(ctx, http.MethodPost, path, in, out)
+}
+
+// do sends in (nothing for a GET) with the uplink's credential and reads
+// the answer into out.
+func (u *uplink) do(ctx context.Context, method, path string, in, out any) error {
+	var payload io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		payload = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, "POST", u.server+path, bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, method, u.server+path, payload)
 	if err != nil {
 		return err
 	}
@@ -198,4 +211,30 @@ func (u *uplink) Flush(ctx context.Context) error {
 			return fmt.Errorf("%d events not acknowledged: %w", n, ctx.Err())
 		}
 	}
+}
+
+// swarmLine is the uplink as the line to the server's swarms (SwarmClient).
+type swarmLine struct{ u *uplink }
+
+// query names the machine, as the session credential does.
+func (l swarmLine) query() string {
+	l.u.mu.Lock()
+	defer l.u.mu.Unlock()
+	return "?" + url.Values{"site": {l.u.site}, "node": {l.u.node}, "machine": {l.u.machine}}.Encode()
+}
+
+func (l swarmLine) Manifest(ctx context.Context, image string) (*swarm.Manifest, error) {
+	m := new(swarm.Manifest)
+	err := l.u.do(ctx, http.MethodGet, plan.AgentSwarmPath+image+"/manifest"+l.query(), nil, m)
+	var he *httpError
+	if errors.As(err, &he) && he.code == http.StatusServiceUnavailable {
+		return nil, &swarm.PreparingError{}
+	}
+	return m, err
+}
+
+func (l swarmLine) Report(ctx context.Context, image string, r swarm.Report) (swarm.Reply, error) {
+	var reply swarm.Reply
+	err := l.u.do(ctx, http.MethodPost, plan.AgentSwarmPath+image+l.query(), r, &reply)
+	return reply, err
 }

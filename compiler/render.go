@@ -78,6 +78,7 @@ func (r *repo) render() (*plan.Plan, Errors) {
 			Labels:         o.v.get("labels").stringMap(),
 			Env:            o.v.get("env").stringMap(),
 			Power:          powerPolicy(o.str("power")),
+			Peers:          peerLimits(o),
 			Nodes:          []*plan.Node{},
 		}
 		if pool := nw.get("pool"); pool != nil {
@@ -436,6 +437,22 @@ func expandTree(v *value, lookup func(string) (string, bool)) *value {
 		return c
 	}
 	return v
+}
+
+// peerLimits is a site's limits when its machines share images
+// (imageDelivery: peers), nil else, so other sites keep their hash.
+func peerLimits(o *object) *plan.Peers {
+	if o.str("imageDelivery") != "peers" {
+		return nil
+	}
+	p := o.v.get("peers")
+	l := &plan.Peers{PerMachine: 4, Linger: "1m"}
+	if p != nil {
+		l.UploadMbit = p.get("uploadMbit").integer()
+		l.PerMachine = max(p.get("perMachine").integer(), 1)
+		l.Linger = p.get("linger").String()
+	}
+	return l
 }
 
 // powerPolicy is the Plan's site power: "" for manual, the default, so

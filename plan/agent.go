@@ -11,9 +11,18 @@ import "time"
 //
 //	POST /api/v1/agent/checkin   CheckIn → CheckInReply
 //	POST /api/v1/agent/events    EventBatch → EventAck (sent once stored durably)
+//
+// An agent fetching its image with its peers (CheckInReply.Peers) asks,
+// with the session credential and ?site=…&node=…&machine=…, for the
+// image's manifest (503 with Retry-After while the server prepares it)
+// and reports to the swarm's scheduler (package swarm):
+//
+//	GET  /api/v1/agent/swarm/{sha256}/manifest   → swarm.Manifest
+//	POST /api/v1/agent/swarm/{sha256}            swarm.Report → swarm.Reply
 const (
 	AgentCheckInPath = "/api/v1/agent/checkin"
 	AgentEventsPath  = "/api/v1/agent/events"
+	AgentSwarmPath   = "/api/v1/agent/swarm/"
 )
 
 // Kernel command line keys the rendered iPXE script sets.
@@ -118,6 +127,10 @@ type CheckInReply struct {
 	Node string `json:"node,omitempty"`
 	// Machine is, likewise, the unknown machine's key its events name.
 	Machine string `json:"machine,omitempty"`
+	// Peers, when set, has the agent fetch the image from the other
+	// machines installing it (the site's imageDelivery: peers), through
+	// AgentSwarmPath.
+	Peers *Peers `json:"peers,omitempty"`
 }
 
 // IsPowerAction reports the actions that leave the Micro-OS: the
@@ -183,6 +196,10 @@ type AgentEvent struct {
 	Bytes   int64     `json:"bytes,omitempty"`
 	Total   int64     `json:"total,omitempty"` // 0 when unknown
 	Rate    float64   `json:"rate,omitempty"`  // bytes per second
+	// FromServer and FromPeers split an image's bytes by where they came
+	// from, when the machine fetched it with its peers (progress).
+	FromServer int64 `json:"fromServer,omitempty"`
+	FromPeers  int64 `json:"fromPeers,omitempty"`
 	Message string    `json:"message,omitempty"`
 	// Generation is set on the provisioned event.
 	Generation int `json:"generation,omitempty"`

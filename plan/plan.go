@@ -54,6 +54,9 @@ type Site struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Power is the site's power policy: PowerAuto, or "" for manual.
 	Power string `json:"power,omitempty"`
+	// Peers, when set, has the site's machines fetch images from each
+	// other (imageDelivery: peers).
+	Peers *Peers `json:"peers,omitempty"`
 	// Unknown is what an unregistered machine boots under the provision or
 	// hold policy; nil under ignore.
 	Unknown      *Artifacts    `json:"unknown,omitempty"`
@@ -77,6 +80,13 @@ func (s *Site) AgentURL() string {
 		return "https://" + s.Network.ServerAddress + ":" + strconv.Itoa(s.Network.HTTPSPort)
 	}
 	return s.ServerURL()
+}
+
+// Peers is a site's limits on the machines sharing images.
+type Peers struct {
+	UploadMbit int    `json:"uploadMbit,omitempty"` // 0: no bound
+	PerMachine int    `json:"perMachine"`
+	Linger     string `json:"linger"`
 }
 
 // Power policies of a site.

@@ -106,6 +106,14 @@ func (c *Cache) Get(url, sum, compression string) (*Image, error) {
 	}
 }
 
+// Lookup returns the image of the given sha256 if it is prepared, and
+// nil else (it starts nothing).
+func (c *Cache) Lookup(sum string) *Image {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.images[sum]
+}
+
 // load reads a prepared image from the folder.
 func (c *Cache) load(sum string) (*Image, error) {
 	dir := filepath.Join(c.Dir, sum)

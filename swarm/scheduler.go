@@ -29,8 +29,6 @@ const (
 // restarted server starts every swarm afresh, and the peers' next
 // reports fill it again (their Have is resent in full then, see Peer).
 type Scheduler struct {
-	// ServerURL is the base URL of the server's own chunks.
-	ServerURL string
 	// ServerStreams bounds the server's transfers at once, per image
 	// (0: DefaultServerStreams): enough to fill its link, and no more.
 	ServerStreams int
@@ -94,11 +92,22 @@ func (s *Scheduler) Stats() Stats {
 	return st
 }
 
-// Report takes a report from machine name, whose request came from
-// address ip, about the image m, and returns its work. peers is the most
-// transfers the machine takes and serves at once (its site's limit; 0:
-// DefaultPeers).
-func (s *Scheduler) Report(m *Manifest, name, ip string, peers int, r Report) Reply {
+// Member is who a report comes from.
+type Member struct {
+	Name string // the machine
+	IP   string // the address its request came from: its chunks are fetched there
+	// Server is the base URL of the server's chunks for it (its site's
+	// address).
+	Server string
+	// Peers is the most transfers it takes and serves at once (its site's
+	// limit; 0: DefaultPeers).
+	Peers int
+}
+
+// Report takes a report from a machine about the image m, and returns its
+// work.
+func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
+	name, ip, peers := who.Name, who.IP, who.Peers
 	if peers <= 0 {
 		peers = DefaultPeers
 	}
@@ -175,7 +184,7 @@ func (s *Scheduler) Report(m *Manifest, name, ip string, peers int, r Report) Re
 		}
 	}
 	if r.Want > 0 && !r.Complete {
-		reply.Assign = s.assign(g, me, min(r.Want, peers), peers, now)
+		reply.Assign = s.assign(g, me, min(r.Want, peers), peers, who.Server, now)
 	}
 	if me.downloads > 0 {
 		me.idle = now
@@ -312,7 +321,7 @@ func (g *group) forget(me *member) {
 // from holds it and nobody fetches it from the server yet (so the server
 // sends each chunk about once), and anyway when me has had nothing to do
 // for idleFallback.
-func (s *Scheduler) assign(g *group, me *member, want, peers int, now time.Time) []Assignment {
+func (s *Scheduler) assign(g *group, me *member, want, peers int, server string, now time.Time) []Assignment {
 	var lacking []int
 	for i, h := range me.have {
 		if _, busy := me.leases[i]; !h && !busy && !g.m.IsZero(i) {
@@ -348,7 +357,7 @@ func (s *Scheduler) assign(g *group, me *member, want, peers int, now time.Time)
 			g.serverBusy++
 			g.fromServer[i]++
 			me.leases[i] = lease{from: "", until: now.Add(leaseTTL)}
-			out = append(out, Assignment{Chunk: i, URL: s.ServerURL})
+			out = append(out, Assignment{Chunk: i, URL: server})
 			return
 		}
 		src.uploads++

@@ -116,8 +116,11 @@ func newFleet(t *testing.T, img []byte) *fleet {
 	})
 	fl.srv = httptest.NewServer(mux)
 	t.Cleanup(fl.srv.Close)
-	fl.sched.ServerURL = fl.srv.URL
 	return fl
+}
+
+func (fl *fleet) member(name string) Member {
+	return Member{Name: name, IP: "127.0.0.1", Server: fl.srv.URL, Peers: 3}
 }
 
 // peer makes a peer of the fleet, named name, writing to a file of its
@@ -131,7 +134,7 @@ func (fl *fleet) peer(name string) (*Peer, *os.File) {
 	p := &Peer{Manifest: fl.im.Manifest, Disk: f, Listen: "127.0.0.1:0", Peers: 3,
 		MinRate: 256 << 10, SlowGrace: 400 * time.Millisecond,
 		Coordinate: func(ctx context.Context, r Report) (Reply, error) {
-			return fl.sched.Report(fl.im.Manifest, name, "127.0.0.1", 3, r), nil
+			return fl.sched.Report(fl.im.Manifest, fl.member(name), r), nil
 		}}
 	if err := p.Start(); err != nil {
 		fl.t.Fatal(err)
@@ -225,7 +228,7 @@ func (fl *fleet) fake(name string, serve http.HandlerFunc) (requests func() int)
 			all = append(all, i)
 		}
 	}
-	fl.sched.Report(m, name, "127.0.0.1", 3, Report{Instance: name, Addr: srv.Listener.Addr().String(), Have: all, Complete: true})
+	fl.sched.Report(m, fl.member(name), Report{Instance: name, Addr: srv.Listener.Addr().String(), Have: all, Complete: true})
 	return func() int { mu.Lock(); defer mu.Unlock(); return n }
 }
 
@@ -260,7 +263,7 @@ func TestSwarmLyingPeer(t *testing.T) {
 	if n := requests(); n == 0 || n > 4*3 {
 		t.Errorf("the liar was asked %d times", n)
 	}
-	reply := fl.sched.Report(fl.im.Manifest, "liar", "127.0.0.1", 3, Report{Instance: "liar", Want: 3})
+	reply := fl.sched.Report(fl.im.Manifest, fl.member("liar"), Report{Instance: "liar", Want: 3})
 	if !reply.Banned {
 		t.Error("the liar is not banned")
 	}

@@ -313,6 +313,9 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			ev.Message = "unknown machine told to reboot: " + d.Reason
 		}
 	}
+	if reply.Workflow != nil && site.Peers != nil && s.Swarm != nil {
+		reply.Peers = site.Peers
+	}
 	if reply.Workflow != nil || reply.RetrySeconds > 0 {
 		if reply.Workflow != nil {
 			sess.Steps, sess.Need = len(reply.Workflow.Actions), needed(*reply.Workflow)
@@ -526,7 +529,8 @@ func seed(a plan.Artifacts, token string) *plan.CloudInitSeed {
 // agentEvent turns what the agent said into a timeline event.
 func agentEvent(b plan.EventBatch, a plan.AgentEvent) status.Event {
 	e := status.Event{Time: a.Time.UTC(), Kind: status.KindAgent, Site: b.Site, Node: b.Node,
-		Action: a.Action, Step: a.Step, Steps: a.Steps, Bytes: a.Bytes, Total: a.Total, Rate: a.Rate, Seq: a.Seq, Generation: a.Generation}
+		Action: a.Action, Step: a.Step, Steps: a.Steps, Bytes: a.Bytes, Total: a.Total, Rate: a.Rate, Seq: a.Seq, Generation: a.Generation,
+		FromServer: a.FromServer, FromPeers: a.FromPeers}
 	if b.Node == "" {
 		keyed(&e, b.Machine)
 	}

@@ -77,6 +77,9 @@ type Server struct {
 	// Power, when set, is a node's power as its BMC last said, and why it
 	// is unreachable (both "" for a node without a BMC).
 	Power func(key string) (state, problem string)
+	// Swarm, when set, has the machines of sites with imageDelivery: peers
+	// fetch their image from each other (nil: every site from the server).
+	Swarm *Swarm
 	// AgentCount counts agent requests by result (AgentOK, …); may be nil.
 	AgentCount func(result string)
 	// Routes are more handlers on the same listener, by pattern (the
@@ -165,6 +168,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+plan.AgentEventsPath, s.agentEvents)
 	mux.HandleFunc("POST "+plan.ReportPath, s.osReport)
 	mux.HandleFunc("GET /api/v1/events", s.events)
+	mux.HandleFunc("GET "+plan.AgentSwarmPath+"{image}/manifest", s.swarmManifest)
+	mux.HandleFunc("POST "+plan.AgentSwarmPath+"{image}", s.swarmReport)
+	mux.HandleFunc("GET /swarm/{source}/chunk/{i}", s.Swarm.ServeChunk)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if s.Plans.Current() == nil {

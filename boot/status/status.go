@@ -68,6 +68,10 @@ type Event struct {
 	Bytes  int64   `json:"bytes,omitempty"`
 	Total  int64   `json:"total,omitempty"`
 	Rate   float64 `json:"rate,omitempty"`
+	// FromServer and FromPeers split an image's bytes by where they came
+	// from, when the machine fetched it with its peers.
+	FromServer int64 `json:"fromServer,omitempty"`
+	FromPeers  int64 `json:"fromPeers,omitempty"`
 	// Seq is the agent's sequence number of the event (duplicates from a
 	// resent batch are dropped); Generation is the reprovision generation
 	// a "provisioned" event installed.
@@ -99,6 +103,12 @@ func (e Event) Key() string {
 	return "unknown"
 }
 
+// ImageSources splits an image's bytes by where they came from.
+type ImageSources struct {
+	FromServer int64 `json:"fromServer"`
+	FromPeers  int64 `json:"fromPeers"`
+}
+
 // Recorder takes events.
 type Recorder interface {
 	Record(Event)
@@ -123,6 +133,9 @@ type Machine struct {
 	// Hostname and Kernel: the installed OS's last report.
 	Hostname string `json:"hostname,omitempty"`
 	Kernel   string `json:"kernel,omitempty"`
+	// Image says where the last image it fetched with its peers came
+	// from; nil when it fetched none that way.
+	Image *ImageSources `json:"image,omitempty"`
 	// Power is the node's power as its BMC last said (on, off,
 	// unreachable, unknown), and why it is unreachable; "" without a BMC.
 	// The status API fills them in: the store does not keep them.
@@ -234,6 +247,9 @@ func (m *Machine) apply(e Event) {
 	m.MAC, m.UUID, m.Serial = or(e.MAC, m.MAC), or(e.UUID, m.UUID), or(e.Serial, m.Serial)
 	m.Boot = or(e.Boot, m.Boot)
 	m.Hostname, m.Kernel = or(e.Hostname, m.Hostname), or(e.Kernel, m.Kernel)
+	if e.FromServer > 0 || e.FromPeers > 0 {
+		m.Image = &ImageSources{FromServer: e.FromServer, FromPeers: e.FromPeers}
+	}
 	if e.State != "" && !keepsState(m.State, e) {
 		if e.State != m.State || m.Since.IsZero() {
 			m.Since = e.Time

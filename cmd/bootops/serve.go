@@ -37,6 +37,7 @@ import (
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/power"
 	"github.com/bootops/bootops/reconciler"
+	"github.com/bootops/bootops/swarm"
 	"github.com/bootops/bootops/trust"
 )
 
@@ -47,7 +48,8 @@ type serveConfig struct {
 	webhookSecretFile, verifyCommits, configFile, uiTokenFile                                                string
 	httpsAddr, tlsCert, tlsKey, overlayKey, shim, grub                                                       string
 	secretsDir, ageIdentity                                                                                  string
-	hubURLs, hubSeed, hubCA, pprofAddr                                                                       string
+	hubURLs, hubSeed, hubCA, pprofAddr, swarmAddr                                                            string
+	swarmStreams                                                                                             int
 	interval, drainTimeout, powerInterval, bmcTimeout                                                        time.Duration
 	allowEmpty                                                                                               bool
 }
@@ -117,6 +119,8 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	fs.StringVar(&cfg.hubURLs, "hub", "", "report this site's events to a hub (bootops hub): its NATS URLs, comma-separated (nats://hub1:4222,…); needs --site S, --hub-seed and --hub-ca")
 	fs.StringVar(&cfg.hubSeed, "hub-seed", "", "the site's nkey seed file from bootops hub add-site (mode 0600)")
 	fs.StringVar(&cfg.hubCA, "hub-ca", "", "PEM CA certificate(s) the hub's TLS certificate chains to")
+	fs.StringVar(&cfg.swarmAddr, "swarm-addr", "", "serve image chunks to sites with imageDelivery: peers on a listener of their own (default: on --http-addr); its port is the same on every site's server address")
+	fs.IntVar(&cfg.swarmStreams, "swarm-streams", swarm.DefaultServerStreams, "chunk transfers the server makes at once per image to machines fetching with their peers: enough to fill its link")
 	fs.StringVar(&cfg.pprofAddr, "pprof-addr", "", "debugging: serve Go's profiles (/debug/pprof/) on this address; keep it on loopback")
 	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "serve a revision with no site, or one that removes every node")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long transfers in flight may finish")
@@ -428,6 +432,9 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		}
 		g.Go(func() error { return fwd.Run(ctx) })
 	}
+	if httpSrv.Swarm, err = swarmServer(ctx, g, cfg, log, reg); err != nil {
+		return err
+	}
 	if err := loadTrust(cfg, httpSrv); err != nil {
 		return err
 	}
@@ -624,7 +631,7 @@ func restartNeeded(a, b serveConfig) []string {
 		"dhcp": a.dhcp == b.dhcp, "interface": a.iface == b.iface, "tftp-addr": a.tftpAddr == b.tftpAddr, "state-dir": a.stateDir == b.stateDir,
 		"ipxe-dir": a.ipxeDir == b.ipxeDir, "allow-empty": a.allowEmpty == b.allowEmpty, "artifact-mode": a.artifactMode == b.artifactMode,
 		"git-username": a.gitUser == b.gitUser, "git-password-file": a.gitPasswordFile == b.gitPasswordFile, "git-ssh-key": a.gitSSHKey == b.gitSSHKey,
-		"https-addr": a.httpsAddr == b.httpsAddr, "tls-cert": a.tlsCert == b.tlsCert, "tls-key": a.tlsKey == b.tlsKey,
+		"https-addr": a.httpsAddr == b.httpsAddr, "swarm-addr": a.swarmAddr == b.swarmAddr, "swarm-streams": a.swarmStreams == b.swarmStreams, "tls-cert": a.tlsCert == b.tlsCert, "tls-key": a.tlsKey == b.tlsKey,
 		"overlay-key": a.overlayKey == b.overlayKey, "shim": a.shim == b.shim, "grub": a.grub == b.grub,
 	} {
 		if !same {

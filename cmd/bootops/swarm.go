@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/swarm"
+)
+
+// swarmServer is the daemon's part in machines fetching their image from
+// each other (a site's imageDelivery: peers): images prepared under the
+// state folder, the scheduler, its metrics, and, with --swarm-addr, a
+// listener of its own for chunks.
+func swarmServer(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, reg *prometheus.Registry) (*bhttp.Swarm, error) {
+	sw := &bhttp.Swarm{
+		Cache:     &swarm.Cache{Dir: filepath.Join(cfg.stateDir, "images"), Client: &http.Client{Timeout: 6 * time.Hour}},
+		Scheduler: &swarm.Scheduler{ServerStreams: cfg.swarmStreams},
+	}
+	stat := func(f func(swarm.Stats) float64) func() float64 {
+		return func() float64 { return f(sw.Scheduler.Stats()) }
+	}
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bootops_swarm_bytes_total", Help: "Image bytes machines fetched with their peers, from the server.", ConstLabels: prometheus.Labels{"from": "server"}},
+			stat(func(s swarm.Stats) float64 { return float64(s.ServerBytes) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bootops_swarm_bytes_total", Help: "Image bytes machines fetched with their peers, from the server.", ConstLabels: prometheus.Labels{"from": "peers"}},
+			stat(func(s swarm.Stats) float64 { return float64(s.PeerBytes) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bootops_swarm_failed_transfers_total", Help: "Chunk transfers between machines that failed, by why: bad (the bytes did not match: the source was dropped), gone, slow.", ConstLabels: prometheus.Labels{"why": "bad"}},
+			stat(func(s swarm.Stats) float64 { return float64(s.Bad) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bootops_swarm_failed_transfers_total", Help: "Chunk transfers between machines that failed, by why: bad (the bytes did not match: the source was dropped), gone, slow.", ConstLabels: prometheus.Labels{"why": "gone"}},
+			stat(func(s swarm.Stats) float64 { return float64(s.Gone) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bootops_swarm_failed_transfers_total", Help: "Chunk transfers between machines that failed, by why: bad (the bytes did not match: the source was dropped), gone, slow.", ConstLabels: prometheus.Labels{"why": "slow"}},
+			stat(func(s swarm.Stats) float64 { return float64(s.Slow) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_swarm_members", Help: "Machines fetching or serving an image with their peers now."},
+			stat(func(s swarm.Stats) float64 { return float64(s.Members) })),
+	)
+	if cfg.swarmAddr == "" {
+		return sw, nil
+	}
+	ln, err := net.Listen("tcp", cfg.swarmAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--swarm-addr: %w", err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	sw.Port, _ = strconv.Atoi(port)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /swarm/{source}/chunk/{i}", sw.ServeChunk)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("image chunks", "addr", ln.Addr().String())
+	g.Go(func() error {
+		<-ctx.Done()
+		return srv.Close()
+	})
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	return sw, nil
+}

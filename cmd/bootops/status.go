@@ -253,16 +253,21 @@ func printStatus(w io.Writer, doc statusDoc) {
 	printNodes(w, doc)
 }
 
-// printNodes is the table of nodes and unknown machines.
+// printNodes is the table of nodes and unknown machines. POWER shows when
+// a node has a BMC, IMAGE FROM when one fetched its image with its peers.
 func printNodes(w io.Writer, doc statusDoc) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	power := slices.ContainsFunc(doc.Nodes, func(n status.Machine) bool { return n.Power != "" })
+	image := slices.ContainsFunc(doc.Nodes, func(n status.Machine) bool { return n.Image != nil })
+	head := []string{"NODE", "SITE", "STATE", "ACTION", "PROGRESS", "ELAPSED", "SEEN", "BOOT"}
 	if power {
-		fmt.Fprintln(tw, "NODE\tSITE\tSTATE\tACTION\tPROGRESS\tELAPSED\tSEEN\tBOOT\tPOWER\tLAST MESSAGE")
-	} else {
-		fmt.Fprintln(tw, "NODE\tSITE\tSTATE\tACTION\tPROGRESS\tELAPSED\tSEEN\tBOOT\tLAST MESSAGE")
+		head = append(head, "POWER")
 	}
+	if image {
+		head = append(head, "IMAGE FROM")
+	}
+	fmt.Fprintln(tw, strings.Join(append(head, "LAST MESSAGE"), "\t"))
 	for _, n := range doc.Nodes {
 		seen := "-"
 		if !n.Last.Time.IsZero() {
@@ -277,11 +282,14 @@ func printNodes(w io.Writer, doc statusDoc) {
 				prog = fmt.Sprintf("%d MB", l.Bytes>>20)
 			}
 		}
+		row := []string{n.Node, n.Site, n.State, action, prog, elapsed(n), seen, or(n.Boot, "-")}
 		if power {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Site, n.State, action, prog, elapsed(n), seen, or(n.Boot, "-"), or(n.Power, "-"), firstLine(n.Last.Message))
-			continue
+			row = append(row, or(n.Power, "-"))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Site, n.State, action, prog, elapsed(n), seen, or(n.Boot, "-"), firstLine(n.Last.Message))
+		if image {
+			row = append(row, imageFrom(n.Image))
+		}
+		fmt.Fprintln(tw, strings.Join(append(row, firstLine(n.Last.Message)), "\t"))
 	}
 	tw.Flush()
 	if len(doc.Machines) > 0 {
@@ -293,6 +301,22 @@ func printNodes(w io.Writer, doc statusDoc) {
 		}
 		tw.Flush()
 	}
+}
+
+// imageFrom says where a node's image came from: "server 12 MB, peers
+// 500 MB".
+func imageFrom(i *status.ImageSources) string {
+	if i == nil {
+		return "-"
+	}
+	return fmt.Sprintf("server %s, peers %s", megabytes(i.FromServer), megabytes(i.FromPeers))
+}
+
+func megabytes(n int64) string {
+	if n > 0 && n < 1<<20 {
+		return "<1 MB"
+	}
+	return fmt.Sprintf("%d MB", n>>20)
 }
 
 // elapsed is how long a node has been in the Micro-OS or provisioning.

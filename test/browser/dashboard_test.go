@@ -308,6 +308,13 @@ func TestDashboard(t *testing.T) {
 		c.eval(t, fmt.Sprintf(`bootops.changedAt[%q]`, key), &at)
 		lat = append(lat, at-float64(start.UnixMilli()))
 	}
+	// A node fetching its image with its peers: where the bytes came from,
+	// in its row and on its page.
+	from := progress(31 << 20)
+	from.FromServer, from.FromPeers = 5<<20, 26<<20
+	d.report(t, live, from)
+	liveKey := site(live) + "/" + node(live)
+	c.waitJS(t, "the image's sources of "+liveKey, fmt.Sprintf(`document.querySelector('#rows .row[data-key="%s"] .from').textContent === "image: 5 MB from the server, 26 MB from peers"`, liveKey), 10*time.Second)
 	slices.Sort(lat)
 	fmt.Fprintf(&timings, "live update, event posted → row updated: median %.0f ms, max %.0f ms (10 updates)\n", lat[len(lat)/2], lat[len(lat)-1])
 

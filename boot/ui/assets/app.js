@@ -75,13 +75,13 @@ function makeRow(key) {
   if (!rowTemplate) {
     const bar = el("div", { class: "bar" }, el("i", {}), el("span", {}));
     rowTemplate = el("div", { class: "row", role: "row" }, el("div", {}, el("a", {})), el("div", {}),
-      el("div", {}, el("span", { class: "state" }), el("span", { class: "power" })), el("div", {}, bar), el("div", {}), el("div", { class: "msg" }));
+      el("div", {}, el("span", { class: "state" }), el("span", { class: "power" })), el("div", {}, bar, el("small", { class: "from" })), el("div", {}), el("div", { class: "msg" }));
   }
   const tr = rowTemplate.cloneNode(true);
   tr.dataset.key = key;
   const [node, site, state, prog, elapsed, message] = tr.children;
   const bar = prog.firstChild;
-  return { tr, cells: { node, site, state, progress: prog, elapsed, message }, link: node.firstChild, state: state.firstChild, power: state.lastChild, bar, fill: bar.firstChild, ptext: bar.lastChild };
+  return { tr, cells: { node, site, state, progress: prog, elapsed, message }, link: node.firstChild, state: state.firstChild, power: state.lastChild, bar, fill: bar.firstChild, ptext: bar.lastChild, from: prog.lastChild };
 }
 
 function fillRow(r, m) {
@@ -98,6 +98,8 @@ function fillRow(r, m) {
   r.bar.className = "bar " + p.cls;
   r.fill.style.width = (p.f * 100).toFixed(1) + "%";
   r.ptext.textContent = p.text;
+  // Where its image came from, when it fetched it with its peers.
+  r.from.textContent = imageFrom(m);
   const e = elapsedMs(m);
   r.cells.elapsed.textContent = e < 0 ? "" : fmtDuration(e);
   const msg = firstLine(m.last && m.last.message);
@@ -264,6 +266,12 @@ function renderSource() {
   } else ban.hidden = true;
 }
 
+function imageFrom(m) {
+  if (!m.image) return "";
+  const mb = (n) => (n > 0 && n < 1048576 ? "<1" : Math.floor(n / 1048576)) + " MB";
+  return "image: " + mb(m.image.fromServer) + " from the server, " + mb(m.image.fromPeers) + " from peers";
+}
+
 // ---- a node's page -------------------------------------------------------------
 
 function renderNode(key) {
@@ -273,7 +281,7 @@ function renderNode(key) {
   if (!m) { dl.replaceChildren(el("dt", { text: "state" }), el("dd", { text: "not seen" })); return; }
   const items = [["key", m.key], ["site", m.site], ["state", m.state], ["since", m.since && new Date(m.since).toLocaleString()],
     ["MAC", m.mac], ["UUID", m.uuid], ["serial", m.serial], ["boot", m.boot], ["hostname", m.hostname], ["kernel", m.kernel],
-    ["power", m.power && (m.power + (m.powerError ? ": " + m.powerError : ""))], ["events", m.events]];
+    ["power", m.power && (m.power + (m.powerError ? ": " + m.powerError : ""))], ["image", imageFrom(m).replace(/^image: /, "")], ["events", m.events]];
   dl.replaceChildren(...items.filter(([, v]) => v !== undefined && v !== "").flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
   const p = progress(m, lastStepped);
   const bar = el("div", { class: "bar " + p.cls }, el("i", { style: `width:${(p.f * 100).toFixed(1)}%` }), el("span", { text: p.text }));

@@ -16,7 +16,10 @@ import (
 	"github.com/anacrolix/torrent/metainfo"
 )
 
-// getResult is the line "get" prints once every piece is verified.
+// getResult is the line "get" prints once every piece is verified. Byte
+// counts are piece payload received, duplicates (endgame) included, so
+// Downloaded can exceed the image size. FromWebseed is non-zero only for a
+// .torrent made with -webseed; Redials counts peers re-added by -redial.
 type getResult struct {
 	Role        string  `json:"role"`
 	Seconds     float64 `json:"seconds"`
@@ -118,14 +121,17 @@ func runGet(args []string) error {
 	if err := awaitComplete(ctx, t); err != nil {
 		return err
 	}
+	secs := time.Since(start).Seconds()
 	stats := t.Stats()
+	fromSeed, fromPeers := counter.fromSeed.Load(), counter.fromPeers.Load()
+	fromWebseed := stats.WebSeeds.BytesReadData.Int64()
 	emit(getResult{
 		Role:        "get",
-		Seconds:     time.Since(start).Seconds(),
-		Downloaded:  counter.fromSeed.Load() + counter.fromPeers.Load(),
-		FromSeed:    counter.fromSeed.Load(),
-		FromPeers:   counter.fromPeers.Load(),
-		FromWebseed: stats.WebSeeds.BytesReadData.Int64(),
+		Seconds:     secs,
+		Downloaded:  fromSeed + fromPeers + fromWebseed,
+		FromSeed:    fromSeed,
+		FromPeers:   fromPeers,
+		FromWebseed: fromWebseed,
 		BadPeers:    len(cl.BadPeerIPs()),
 		Redials:     <-redials,
 	})

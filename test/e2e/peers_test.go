@@ -1,0 +1,190 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The peers' test image: the test image's ext4 partition, and a second
+// partition of random bytes, which nothing writes to after image-to-disk:
+// on every disk it must be the source, byte for byte.
+const (
+	peersDataStart = imagePartStart + imagePartSize
+	peersDataSize  = 40 << 20
+	peersImageSize = peersDataStart + peersDataSize + 1<<20
+)
+
+// peersImage builds dir/peers.raw.gz and returns its sha256 and the raw
+// image.
+func peersImage(t *testing.T, dir string) (string, []byte) {
+	t.Helper()
+	root := filepath.Join(dir, "rootfs")
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/bootops-test-image"), []byte(imageMarker), 0o644)
+	part := filepath.Join(dir, "part.img")
+	run(t, "mkfs.ext4", "-q", "-F", "-L", "testroot", "-E", "root_owner=0:0", "-d", root, part, "32M")
+	raw := filepath.Join(dir, "peers.raw")
+	f, err := os.Create(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(peersImageSize)
+	f.Close()
+	cmd := exec.Command("sfdisk", "-q", raw)
+	cmd.Stdin = strings.NewReader("label: gpt\nstart=2048, size=65536, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root\n" +
+		"start=67584, size=81920, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=data\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sfdisk: %v\n%s", err, out)
+	}
+	b, _ := os.ReadFile(raw)
+	p, _ := os.ReadFile(part)
+	copy(b[imagePartStart:], p)
+	rng := rand.NewChaCha8([32]byte{7})
+	rng.Read(b[peersDataStart : peersDataStart+peersDataSize])
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(b)
+	zw.Close()
+	os.WriteFile(filepath.Join(dir, "peers.raw.gz"), gz.Bytes(), 0o644)
+	sum := sha256.Sum256(gz.Bytes())
+	return hex.EncodeToString(sum[:]), b
+}
+
+// Three VMs install the same image with imageDelivery: peers. The third
+// cannot reach the server's chunks nor the image's URL (nftables drops
+// its packets to those ports, by its MAC): all of its image comes from
+// the other two, checked chunk by chunk and read back whole. Every disk
+// holds the image byte for byte; the status shows each node's bytes from
+// the server and from peers.
+func TestPeers(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Fatal("nft is missing: run `make e2e`, which installs nftables")
+	}
+	l := newLab(t, true)
+	imgDir := t.TempDir()
+	sum, img := peersImage(t, imgDir)
+	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
+
+	vms := []struct{ name, mac, serial, node string }{
+		{"peer-a", "52:54:00:e2:30:01", "E2E-PEER-1", "vm-peer-a"},
+		{"peer-b", "52:54:00:e2:30:02", "E2E-PEER-2", "vm-peer-b"},
+		{"peer-c", "52:54:00:e2:30:03", "E2E-PEER-3", "vm-peer-c"}, // peers only
+	}
+	// The third VM's route to the image's URL (8081) and to the server's
+	// chunks (8082) is cut; the server's API (8080) stays.
+	rules := "table inet peers {\n chain in {\n  type filter hook input priority 0;\n" +
+		"  ether saddr " + vms[2].mac + " tcp dport { 8081, 8082 } counter reject with tcp reset\n }\n}\n"
+	nft := exec.Command("ip", "netns", "exec", l.lan, "nft", "-f", "-")
+	nft.Stdin = strings.NewReader(rules)
+	if out, err := nft.CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v\n%s", err, out)
+	}
+
+	dir := filepath.Join(t.TempDir(), "repo")
+	out := filepath.Join(dir, "microos")
+	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "-o", out)
+	var nodes []string
+	for _, v := range vms {
+		nodes = append(nodes, node(v.node, "serial: "+v.serial))
+	}
+	writeRepo(dir, map[string]string{
+		"microos/default.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\ncmdline: console=ttyS0,115200 panic=-1\n",
+		"profiles/test-os.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os\nos: {type: immutable}\n" +
+			"image: {url: \"http://198.18.0.1:8081/peers.raw.gz\", sha256: " + sum + ", compression: gz}\n" +
+			"cloudInit: {hostname: e2e}\n",
+		"sites/lab/site.yaml": proxySite + "imageDelivery: peers\npeers: {perMachine: 4, linger: 4m}\n",
+	}, nodes)
+	l.serve(dir, "--swarm-addr", "198.18.0.1:8082")
+
+	disks := map[string]string{}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, v := range vms {
+		disks[v.name] = disk(t, l, v.name)
+		vm := l.vm(v.name, v.mac, append(withDisk(disks[v.name]), "-smbios", "type=1,serial="+v.serial)...)
+		wg.Go(func() {
+			done := make(chan error, 1)
+			go func() { done <- vm.cmd.Wait() }()
+			select {
+			case <-done:
+				t.Logf("timing: VM start → provisioned and rebooted, image from peers: %s (%s)", time.Since(start).Round(time.Second), vm.name)
+			case <-time.After(8 * time.Minute):
+				vm.cmd.Process.Kill()
+			}
+		})
+	}
+	wg.Wait()
+
+	doc := l.status()
+	image := map[string]map[string]any{}
+	nodesDoc, _ := doc["nodes"].([]any)
+	for _, n := range nodesDoc {
+		m := n.(map[string]any)
+		if im, ok := m["image"].(map[string]any); ok {
+			image[m["key"].(string)] = im
+		}
+	}
+	var total float64
+	for i, v := range vms {
+		key := "lab/" + v.node
+		waitState(t, l, key, "provisioned", 30*time.Second)
+		logs := l.logs(key)
+		if !strings.Contains(logs, "fetching the image") || !strings.Contains(logs, "read back, sha256") || !strings.Contains(logs, "of sha256 "+sum) {
+			t.Errorf("%s: the timeline lacks the fetch with peers and its check:\n%s", v.name, tail(logs, 30))
+		}
+		if strings.Contains(logs, "fetching it from http") {
+			t.Errorf("%s: fell back to the image's URL:\n%s", v.name, tail(logs, 30))
+		}
+		im := image[key]
+		if im == nil {
+			t.Errorf("%s: no image sources in the status", key)
+			continue
+		}
+		server, peers := im["fromServer"].(float64), im["fromPeers"].(float64)
+		t.Logf("%s: %.1f MB from the server, %.1f MB from peers", key, server/(1<<20), peers/(1<<20))
+		if i == 2 && (server != 0 || peers < peersDataSize) {
+			t.Errorf("%s (server route cut): %v bytes from the server, %v from peers", key, server, peers)
+		}
+		total += server + peers
+		b, err := os.ReadFile(disks[v.name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b[peersDataStart:peersDataStart+peersDataSize], img[peersDataStart:peersDataStart+peersDataSize]) {
+			t.Errorf("%s: the data partition is not the image's, byte for byte", v.name)
+		}
+		if outsidePartition(b) != outsidePartition(img) {
+			t.Errorf("%s: the MBR's boot code or the GPT's entries are not the image's", v.name)
+		}
+		part := disks[v.name] + ".p1"
+		os.WriteFile(part, b[imagePartStart:imagePartStart+imagePartSize], 0o644)
+		if got := run(t, "debugfs", "-R", "cat /etc/bootops-test-image", part); !strings.Contains(got, strings.TrimSpace(imageMarker)) {
+			t.Errorf("%s: /etc/bootops-test-image: %q", v.name, got)
+		}
+	}
+	// The cut route was tried, and refused.
+	if rs := run(t, "ip", "netns", "exec", l.lan, "nft", "list", "table", "inet", "peers"); strings.Contains(rs, "packets 0 ") {
+		t.Errorf("the third VM never tried the server's chunks:\n%s", rs)
+	}
+	metrics := run(t, "ip", "netns", "exec", l.lan, "python3", "-c", "import urllib.request; print(urllib.request.urlopen(\"http://198.18.0.1:8080/metrics\").read().decode())")
+	for _, want := range []string{`bootops_swarm_bytes_total{from="peers"}`, `bootops_swarm_failed_transfers_total{why="gone"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if out := run(t, "ip", "netns", "exec", l.lan, bootops, "status", "--server", "http://198.18.0.1:8080"); !strings.Contains(out, "IMAGE FROM") || !strings.Contains(out, "server 0 MB, peers") {
+		t.Errorf("bootops status lacks the image's sources:\n%s", out)
+	}
+}

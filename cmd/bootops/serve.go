@@ -730,7 +730,14 @@ func servePprof(ctx context.Context, g *errgroup.Group, addr string) error {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	serveUntil(ctx, g, ln, mux)
+	return nil
+}
+
+// serveUntil serves h on ln until ctx ends: a listener of the daemon's
+// beside its main one.
+func serveUntil(ctx context.Context, g *errgroup.Group, ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	g.Go(func() error {
 		<-ctx.Done()
 		return srv.Close()
@@ -741,5 +748,4 @@ func servePprof(ctx context.Context, g *errgroup.Group, addr string) error {
 		}
 		return nil
 	})
-	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -55,17 +54,7 @@ func swarmServer(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *s
 	sw.Port, _ = strconv.Atoi(port)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /swarm/{source}/chunk/{i}", sw.ServeChunk)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	log.Info("image chunks", "addr", ln.Addr().String())
-	g.Go(func() error {
-		<-ctx.Done()
-		return srv.Close()
-	})
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
+	serveUntil(ctx, g, ln, mux)
 	return sw, nil
 }

@@ -4,9 +4,6 @@ package e2e
 
 import (
 	"bytes"
-	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -30,36 +27,10 @@ const (
 // image.
 func peersImage(t *testing.T, dir string) (string, []byte) {
 	t.Helper()
-	root := filepath.Join(dir, "rootfs")
-	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
-	os.WriteFile(filepath.Join(root, "etc/bootops-test-image"), []byte(imageMarker), 0o644)
-	part := filepath.Join(dir, "part.img")
-	run(t, "mkfs.ext4", "-q", "-F", "-L", "testroot", "-E", "root_owner=0:0", "-d", root, part, "32M")
-	raw := filepath.Join(dir, "peers.raw")
-	f, err := os.Create(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Truncate(peersImageSize)
-	f.Close()
-	cmd := exec.Command("sfdisk", "-q", raw)
-	cmd.Stdin = strings.NewReader("label: gpt\nstart=2048, size=65536, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root\n" +
-		"start=67584, size=81920, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=data\n")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("sfdisk: %v\n%s", err, out)
-	}
-	b, _ := os.ReadFile(raw)
-	p, _ := os.ReadFile(part)
-	copy(b[imagePartStart:], p)
-	rng := rand.NewChaCha8([32]byte{7})
-	rng.Read(b[peersDataStart : peersDataStart+peersDataSize])
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(b)
-	zw.Close()
-	os.WriteFile(filepath.Join(dir, "peers.raw.gz"), gz.Bytes(), 0o644)
-	sum := sha256.Sum256(gz.Bytes())
-	return hex.EncodeToString(sum[:]), b
+	return buildImage(t, dir, "peers.raw", peersImageSize, "start=2048, size=65536, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root\n"+
+		"start=67584, size=81920, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=data\n", func(b []byte) {
+		rand.NewChaCha8([32]byte{7}).Read(b[peersDataStart : peersDataStart+peersDataSize])
+	})
 }
 
 // Three VMs install the same image with imageDelivery: peers. The third

@@ -34,36 +34,47 @@ const (
 // only its files can be checked there).
 func osImage(t *testing.T, dir string) (gzSHA, rawSHA string) {
 	t.Helper()
+	gzSHA, b := buildImage(t, dir, "test.raw", imageSize, "start=2048, size=65536, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root\n", nil)
+	return gzSHA, outsidePartition(b)
+}
+
+// buildImage writes dir/NAME.gz: a GPT disk image of size bytes with the
+// partitions of table (sfdisk's syntax), the test's ext4 partition at
+// 1 MiB, and whatever fill (if not nil) writes into it then. It returns
+// the file's sha256 and the raw image.
+func buildImage(t *testing.T, dir, name string, size int64, table string, fill func([]byte)) (string, []byte) {
+	t.Helper()
 	root := filepath.Join(dir, "rootfs")
 	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
 	os.WriteFile(filepath.Join(root, "etc/bootops-test-image"), []byte(imageMarker), 0o644)
 	part := filepath.Join(dir, "part.img")
 	run(t, "mkfs.ext4", "-q", "-F", "-L", "testroot", "-E", "root_owner=0:0", "-d", root, part, "32M")
-	raw := filepath.Join(dir, "test.raw")
+	raw := filepath.Join(dir, name)
 	f, err := os.Create(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Truncate(imageSize) // room for the backup GPT
+	f.Truncate(size) // room for the backup GPT
 	f.Close()
 	cmd := exec.Command("sfdisk", "-q", raw)
-	cmd.Stdin = strings.NewReader("label: gpt\nstart=2048, size=65536, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root\n")
+	cmd.Stdin = strings.NewReader("label: gpt\n" + table)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("sfdisk: %v\n%s", err, out)
 	}
-	p, _ := os.ReadFile(part)
-	f, _ = os.OpenFile(raw, os.O_WRONLY, 0)
-	f.WriteAt(p, imagePartStart)
-	f.Close()
 	b, _ := os.ReadFile(raw)
-	rs := outsidePartition(b)
+	p, _ := os.ReadFile(part)
+	copy(b[imagePartStart:], p)
+	if fill != nil {
+		fill(b)
+	}
+	os.WriteFile(raw, b, 0o644)
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
 	zw.Write(b)
 	zw.Close()
-	os.WriteFile(filepath.Join(dir, "test.raw.gz"), gz.Bytes(), 0o644)
+	os.WriteFile(filepath.Join(dir, name+".gz"), gz.Bytes(), 0o644)
 	gs := sha256.Sum256(gz.Bytes())
-	return hex.EncodeToString(gs[:]), rs
+	return hex.EncodeToString(gs[:]), b
 }
 
 // imageSize is the raw image's length.

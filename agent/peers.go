@@ -26,6 +26,7 @@ type SwarmClient interface {
 // its workflow reaches its power action.
 type seeding struct {
 	peer   *swarm.Peer
+	disk   *os.File
 	stop   context.CancelFunc
 	linger time.Duration
 	log    func(string)
@@ -46,9 +47,15 @@ func (r *Runner) imageFromPeers(ctx context.Context, s *step, f *os.File, disk s
 	if size, err := f.Seek(0, io.SeekEnd); err == nil && size < m.Size {
 		return 0, permanentf("the image is %d bytes, larger than %s (%d bytes)", m.Size, disk, size)
 	}
+	// A handle of its own: the machine serves chunks from it after this
+	// step (which closes f) returns, until its power action.
+	own, err := os.OpenFile(disk, os.O_RDWR, 0)
+	if err != nil {
+		return 0, err
+	}
 	lim := r.Peers
 	var mu sync.Mutex
-	p := &swarm.Peer{Manifest: m, Disk: f, Peers: lim.PerMachine, UploadRate: int64(lim.UploadMbit) * 125000,
+	p := &swarm.Peer{Manifest: m, Disk: own, Peers: lim.PerMachine, UploadRate: int64(lim.UploadMbit) * 125000,
 		Client: swarm.NewClient(lim.PerMachine),
 		Coordinate: func(ctx context.Context, rep swarm.Report) (swarm.Reply, error) {
 			return r.Swarm.Report(ctx, sha, rep)
@@ -59,12 +66,14 @@ func (r *Runner) imageFromPeers(ctx context.Context, s *step, f *os.File, disk s
 	start := r.Now()
 	p.Progress = func(c swarm.Counts) { mu.Lock(); defer mu.Unlock(); s.progressFrom(start, c, m.Size, false) }
 	if err := p.Start(); err != nil {
+		own.Close()
 		return 0, err
 	}
 	s.log(fmt.Sprintf("fetching the image (%d MB, %d MB of it not zeros, %d chunks) with the other machines; serving chunks on %s",
 		m.Size>>20, m.NonZero()>>20, m.Chunks(), p.Addr()))
 	if err := p.Fetch(ctx); err != nil {
 		p.Close()
+		own.Close()
 		return 0, err
 	}
 	c := p.Counts()
@@ -79,7 +88,7 @@ func (r *Runner) imageFromPeers(ctx context.Context, s *step, f *os.File, disk s
 	hctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	go p.Heartbeat(hctx, 2*time.Second)
 	r.stopSeeding(ctx, false) // an earlier image of this workflow
-	r.seeding = &seeding{peer: p, stop: stop, linger: linger, log: s.log}
+	r.seeding = &seeding{peer: p, disk: own, stop: stop, linger: linger, log: s.log}
 	return m.Size, nil
 }
 
@@ -87,7 +96,7 @@ func (r *Runner) imageFromPeers(ctx context.Context, s *step, f *os.File, disk s
 // server prepares the image.
 func (r *Runner) manifest(ctx context.Context, s *step, sha string) (*swarm.Manifest, error) {
 	var said time.Time
-	for {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		m, err := r.Swarm.Manifest(ctx, sha)
 		var prep *swarm.PreparingError
 		if !errors.As(err, &prep) {
@@ -106,7 +115,7 @@ func (r *Runner) manifest(ctx context.Context, s *step, sha string) (*swarm.Mani
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(2 * time.Second):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -125,6 +134,7 @@ func (r *Runner) stopSeeding(ctx context.Context, linger bool) {
 		d = 0
 	}
 	sd.peer.Linger(ctx, d)
+	sd.disk.Close()
 	c := sd.peer.Counts()
 	sd.log(fmt.Sprintf("stopped serving the image: %d MB served to other machines", c.Served>>20))
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/swarm"
@@ -140,4 +142,53 @@ func (r *recorder) messages() []string {
 		out = append(out, e.Message)
 	}
 	return out
+}
+
+// A machine that has written the image serves it to the others while its
+// workflow goes on (image-to-disk's own handle on the disk is closed by
+// then): the second machine gets every byte from the first.
+func TestImageServedAfterTheStep(t *testing.T) {
+	data := bytes.Repeat(payload(), 3)
+	file := compress(t, "gz", data)
+	_, _, url := startImage(t, &imageServer{file: file})
+	l := newLocalSwarm(t)
+	action := func(disk string) plan.Action {
+		return plan.Action{Action: "image-to-disk", Name: "image", Disk: disk, URL: url, SHA256: digest(file), Compression: "gz", Timeout: "1m"}
+	}
+	second := make(chan struct{})
+	a, _ := newRunner(t)
+	a.Swarm, a.Peers = l.client("a", url, "gz"), &plan.Peers{PerMachine: 2, Linger: "0s"}
+	a.Exec = func(ctx context.Context, chroot string, argv []string, out io.Writer) error {
+		<-second // the next step waits until the other machine is done
+		return nil
+	}
+	firstDone := make(chan error, 1)
+	go func() {
+		firstDone <- a.Run(t.Context(), wf(action(newDisk(t, len(data))), plan.Action{Action: "exec", Command: []string{"true"}, Timeout: "1m"}))
+	}()
+	// The first machine holds the image once it is in its exec step.
+	for deadline := time.Now().Add(30 * time.Second); l.sched.Stats().ServerBytes < int64(len(data)); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first machine did not fetch the image")
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	b, rec := newRunner(t)
+	b.Swarm, b.Peers = l.client("b", url, "gz"), &plan.Peers{PerMachine: 2, Linger: "0s"}
+	diskB := newDisk(t, len(data))
+	err := b.Run(t.Context(), wf(action(diskB)))
+	close(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(diskB); !bytes.Equal(got, data) {
+		t.Error("the second disk does not hold the image")
+	}
+	p := rec.of(plan.AgentProgress)
+	if last := p[len(p)-1]; last.FromPeers != int64(len(data)) || last.FromServer != 0 {
+		t.Errorf("second machine's last progress %+v: want all %d bytes from the first machine", last, len(data))
+	}
 }

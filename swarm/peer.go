@@ -63,7 +63,8 @@ type Peer struct {
 
 	instance string
 	have     []atomic.Bool
-	pinned   sync.Map // chunk → []byte: chunks kept in memory (Pin)
+	done     atomic.Bool // Fetch wrote and checked the whole image (chunks lost since do not undo it)
+	pinned   sync.Map    // chunk → []byte: chunks kept in memory (Pin)
 	key      atomic.Value
 	up       limiter
 	serving  chan struct{} // upload slots
@@ -184,7 +185,11 @@ func (p *Peer) serve(w http.ResponseWriter, r *http.Request) {
 		buf := getBuf(p.Manifest.ChunkSize)
 		defer putBuf(buf)
 		b = buf[:n]
-		if _, err := p.Disk.ReadAt(b, off); err != nil || !p.Manifest.Verify(i, b) {
+		if _, err := p.Disk.ReadAt(b, off); err != nil {
+			http.Error(w, "read: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if !p.Manifest.Verify(i, b) {
 			// Changed on the disk since (a later step wrote there).
 			p.have[i].Store(false)
 			p.mu.Lock()
@@ -285,7 +290,11 @@ func (p *Peer) Fetch(ctx context.Context) error {
 	for ; active > 0; active-- {
 		p.closeTransfer(<-results)
 	}
-	return p.verify()
+	if err := p.verify(); err != nil {
+		return err
+	}
+	p.done.Store(true)
+	return nil
 }
 
 // complete says every chunk is on the disk.
@@ -338,7 +347,7 @@ func (p *Peer) report(want int) Report {
 		}
 		p.resend = false
 	}
-	r.Instance, r.Want, r.Complete = p.instance, want, p.complete()
+	r.Instance, r.Want, r.Complete = p.instance, want, p.done.Load()
 	if p.ln != nil {
 		r.Addr = p.ln.Addr().String()
 	}
@@ -450,6 +459,10 @@ func (p *Peer) get(ctx context.Context, a Assignment, b []byte) error {
 	}
 	var got atomic.Int64
 	slow := make(chan struct{})
+	if a.From == "" {
+		// The server is the fallback: it is never given up for being slow.
+		minRate = 0
+	}
 	go func() {
 		t := time.NewTicker(grace / 5)
 		defer t.Stop()
@@ -458,7 +471,7 @@ func (p *Peer) get(ctx context.Context, a Assignment, b []byte) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if el := time.Since(start); el >= grace && float64(got.Load())/el.Seconds() < float64(minRate) {
+				if el := time.Since(start); minRate > 0 && el >= grace && float64(got.Load())/el.Seconds() < float64(minRate) {
 					close(slow)
 					cancel()
 					return
@@ -555,7 +568,7 @@ func (p *Peer) Linger(ctx context.Context, d time.Duration) {
 		select {
 		case <-ctx.Done():
 			deadline = time.Time{}
-		case <-time.After(time.Second):
+		case <-time.After(tick):
 		}
 	}
 	r := p.report(0)

@@ -13,7 +13,7 @@ import (
 
 // Defaults of a Scheduler.
 const (
-	DefaultServerStreams = 8                // chunk transfers from the server at once, per image
+	DefaultServerStreams = 4                // chunk transfers from the server at once, per image
 	DefaultPeers         = 4                // transfers a machine takes, and serves, at once
 	leaseTTL             = time.Minute      // an assignment not reported back by then is forgotten
 	deadAfter            = 10 * time.Second // a member not heard from for this long holds nothing
@@ -383,9 +383,11 @@ func (s *Scheduler) assign(g *group, me *member, want, peers int, server string,
 			give(i, best)
 		case held:
 			// Its holders are busy: one of them will have time soon.
-		case serverOK && g.serverBusy < streams && (me.bad || g.fromServer[i] == 0):
+		case serverOK && g.serverBusy < streams && (me.bad || g.fromServer[i] == 0 && !fromServer(me)):
 			// Nobody this machine may fetch it from holds it, nor is it
-			// coming from the server to anyone: the server sends it.
+			// coming from the server to anyone: the server sends it, one
+			// chunk at a time to each machine, so the first copies spread
+			// over the machines.
 			give(i, nil)
 		}
 	}
@@ -393,6 +395,16 @@ func (s *Scheduler) assign(g *group, me *member, want, peers int, server string,
 		give(lacking[0], nil)
 	}
 	return out
+}
+
+// fromServer says me is fetching a chunk from the server.
+func fromServer(me *member) bool {
+	for _, l := range me.leases {
+		if l.from == "" {
+			return true
+		}
+	}
+	return false
 }
 
 func avoided(me *member, source string, now time.Time) bool {

@@ -189,7 +189,9 @@ func (p *Peer) serve(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "read: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		if !p.Manifest.Verify(i, b) {
+		// While Fetch runs, only it writes to the disk, after checking
+		// what it writes; once it is done, later steps may change it.
+		if p.done.Load() && !p.Manifest.Verify(i, b) {
 			// Changed on the disk since (a later step wrote there).
 			p.have[i].Store(false)
 			p.mu.Lock()
@@ -447,55 +449,55 @@ func (p *Peer) get(ctx context.Context, a Assignment, b []byte) error {
 	if client == nil {
 		client = defaultClient
 	}
-	start := time.Now()
-	// A source that stalls is given up once it is below the least rate.
-	minRate := p.MinRate
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	// A source that stalls is given up once it is below the least rate,
+	// counted from its answer on (opening the connection is bounded by
+	// the client's dial and header timeouts). The server is the fallback:
+	// it is never given up for being slow.
+	minRate, grace := p.MinRate, p.SlowGrace
 	if minRate <= 0 {
 		minRate = DefaultMinRate
 	}
-	grace := p.SlowGrace
 	if grace <= 0 {
 		grace = DefaultSlowGrace
 	}
 	var got atomic.Int64
 	slow := make(chan struct{})
-	if a.From == "" {
-		// The server is the fallback: it is never given up for being slow.
-		minRate = 0
-	}
-	go func() {
-		t := time.NewTicker(grace / 5)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if el := time.Since(start); minRate > 0 && el >= grace && float64(got.Load())/el.Seconds() < float64(minRate) {
-					close(slow)
-					cancel()
+	start := time.Now()
+	if a.From != "" {
+		go func() {
+			t := time.NewTicker(grace / 5)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
 					return
+				case <-t.C:
+					if el := time.Since(start); el >= grace && float64(got.Load())/el.Seconds() < float64(minRate) {
+						close(slow)
+						cancel()
+						return
+					}
 				}
 			}
-		}
-	}()
-	resp, err := client.Do(req)
-	if err == nil {
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("%s", resp.Status)
-		} else {
-			for n := 0; n < len(b) && err == nil; {
-				var k int
-				k, err = resp.Body.Read(b[n:min(len(b), n+256<<10)])
-				n += k
-				got.Add(int64(k))
-				if err == io.EOF && n < len(b) {
-					err = io.ErrUnexpectedEOF
-				} else if err == io.EOF {
-					err = nil
-				}
-			}
+		}()
+	}
+	for n := 0; n < len(b) && err == nil; {
+		var k int
+		k, err = resp.Body.Read(b[n:min(len(b), n+256<<10)])
+		n += k
+		got.Add(int64(k))
+		if err == io.EOF && n < len(b) {
+			err = io.ErrUnexpectedEOF
+		} else if err == io.EOF {
+			err = nil
 		}
 	}
 	select {
@@ -585,7 +587,7 @@ var defaultClient = NewClient(DefaultPeers)
 // peers at once.
 func NewClient(peers int) *http.Client {
 	return &http.Client{Transport: &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
+		DialContext:           (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 		ResponseHeaderTimeout: 10 * time.Second,
 		MaxIdleConnsPerHost:   max(peers, 1),
 		DisableCompression:    true,

@@ -66,6 +66,7 @@ type member struct {
 	uploads, downloads  int
 	fails               int
 	avoid               map[string]time.Time // source → until
+	known               map[string]bool      // sources it fetched from
 	leases              map[int]lease        // chunk → where it is being fetched from
 }
 
@@ -117,7 +118,7 @@ func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
 	g := s.group(m, now)
 	me := g.members[name]
 	if me == nil {
-		me = &member{name: name, have: make([]bool, m.Chunks()), avoid: map[string]time.Time{}, leases: map[int]lease{}, idle: now}
+		me = &member{name: name, have: make([]bool, m.Chunks()), avoid: map[string]time.Time{}, known: map[string]bool{}, leases: map[int]lease{}, idle: now}
 		g.members[name] = me
 	}
 	if r.Instance != me.instance {
@@ -155,6 +156,9 @@ func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
 	}
 	for _, t := range r.Done {
 		s.close(g, me, t)
+		if t.From != "" {
+			me.known[t.From] = true
+		}
 		if t.From == "" {
 			s.stats.ServerBytes += t.Bytes
 		} else {
@@ -373,7 +377,7 @@ func (s *Scheduler) assign(g *group, me *member, want, peers int, server string,
 		for _, o := range sources {
 			if o.have[i] {
 				held = true
-				if o.uploads < peers && (best == nil || o.uploads < best.uploads) {
+				if o.uploads < peers && (best == nil || better(me, o, best)) {
 					best = o
 				}
 			}
@@ -395,6 +399,16 @@ func (s *Scheduler) assign(g *group, me *member, want, peers int, server string,
 		give(lacking[0], nil)
 	}
 	return out
+}
+
+// better says source a is a better choice than b for me: one me fetched
+// from before (its connection is open: on a busy link a new one can take
+// seconds), then the less busy.
+func better(me, a, b *member) bool {
+	if ka, kb := me.known[a.name], me.known[b.name]; ka != kb {
+		return ka
+	}
+	return a.uploads < b.uploads
 }
 
 // fromServer says me is fetching a chunk from the server.

@@ -74,6 +74,7 @@ import (
 	"github.com/bootops/bootops/agent"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/test/fleet"
 	"github.com/bootops/bootops/test/procstat"
 )
 
@@ -1525,7 +1526,7 @@ func agentMain(args []string) error {
 		var kargs map[string]string
 		var err error
 		for try := 0; try < 5; try++ {
-			if kargs, err = scriptArgs(ctx, *script); err == nil || ctx.Err() != nil {
+			if kargs, err = fleet.ScriptArgs(ctx, *script); err == nil || ctx.Err() != nil {
 				break
 			}
 			time.Sleep(time.Second)
@@ -1623,32 +1624,6 @@ func (s *stamped) Write(p []byte) (int, error) {
 		fmt.Fprintf(s.w, "%8.3fs %s\n", time.Since(s.t0).Seconds(), s.buf[:i])
 		s.buf = s.buf[i+1:]
 	}
-}
-
-// scriptArgs fetches a machine's iPXE script and reads its kernel command
-// line.
-func scriptArgs(ctx context.Context, u string) (map[string]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "kernel "); ok {
-			return agent.ParseCmdline(rest), nil
-		}
-	}
-	return nil, fmt.Errorf("no kernel line in the script: %q", b)
 }
 
 // fileserverMain serves a folder (sendfile, as any static server).

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/agent"
+	"github.com/bootops/bootops/test/fleet"
 	"github.com/bootops/bootops/test/procstat"
 )
 
@@ -151,7 +152,7 @@ func run(bin string, nodes, conc, size, rounds int) error {
 			sysfs := fakeSysfs(filepath.Join(sysroot, name), fmt.Sprintf("SIM-%05d", i), fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&255, i>>8&255, i&255))
 			// The kernel command line of the script the node is served,
 			// with its boot token, as iPXE fetches it.
-			args, err := scriptArgs(server + fmt.Sprintf("/ipxe?serial=SIM-%05d&site=sim", i))
+			args, err := fleet.ScriptArgs(context.Background(), server+fmt.Sprintf("/ipxe?serial=SIM-%05d&site=sim", i))
 			if err != nil {
 				failed.Add(1)
 				firstErr.Do(func() { fmt.Fprintf(os.Stderr, "%s: %v\n", name, err) })
@@ -267,24 +268,4 @@ func waitReady(server string) error {
 func nproc() int {
 	b, _ := os.ReadFile("/proc/cpuinfo")
 	return strings.Count(string(b), "processor\t:")
-}
-
-// scriptArgs fetches a machine's iPXE script and reads its kernel command
-// line.
-func scriptArgs(url string) (map[string]string, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "kernel "); ok {
-			return agent.ParseCmdline(rest), nil
-		}
-	}
-	return nil, fmt.Errorf("no kernel line in the script: %q", b)
 }

@@ -13,9 +13,10 @@
 // Which chunk a machine fetches from where is decided by the server's
 // Scheduler: machines report what they hold and how their transfers went,
 // and ask for work; the scheduler hands out the rarest chunks, each from
-// the least busy holder, and the server itself only for chunks no machine
-// holds yet (each about once) or when a machine has had nothing to do for
-// a while. A peer that sends bad data is dropped for the whole swarm and
+// a holder the machine already fetched from if it can (an open
+// connection), else the least busy one, and the server itself only for
+// chunks no machine holds yet (each about once) or when a machine has had
+// nothing to do for a while. A peer that sends bad data is dropped for the whole swarm and
 // counted; a peer that vanishes costs its transfer a retry elsewhere.
 //
 // The transport is plain HTTP: GET {base}/swarm/{image}/chunk/{i} with the

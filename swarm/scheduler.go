@@ -156,13 +156,11 @@ func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
 	}
 	for _, t := range r.Done {
 		s.close(g, me, t)
-		if t.From != "" {
-			me.known[t.From] = true
-		}
 		if t.From == "" {
 			s.stats.ServerBytes += t.Bytes
 		} else {
 			s.stats.PeerBytes += t.Bytes
+			me.known[t.From] = true
 		}
 	}
 	for _, t := range r.Failed {

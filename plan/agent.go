@@ -187,20 +187,20 @@ type AgentEvent struct {
 	// Seq numbers the agent's events, increasing, and unique to the node
 	// across its boots (the agent starts from its clock in microseconds):
 	// a batch resent after a lost acknowledgement is not stored twice.
-	Seq     uint64    `json:"seq"`
-	Time    time.Time `json:"time"`
-	Type    string    `json:"type"`
-	Action  string    `json:"action,omitempty"` // the action's name
-	Step    int       `json:"step,omitempty"`   // 1-based
-	Steps   int       `json:"steps,omitempty"`
-	Bytes   int64     `json:"bytes,omitempty"`
-	Total   int64     `json:"total,omitempty"` // 0 when unknown
-	Rate    float64   `json:"rate,omitempty"`  // bytes per second
+	Seq    uint64    `json:"seq"`
+	Time   time.Time `json:"time"`
+	Type   string    `json:"type"`
+	Action string    `json:"action,omitempty"` // the action's name
+	Step   int       `json:"step,omitempty"`   // 1-based
+	Steps  int       `json:"steps,omitempty"`
+	Bytes  int64     `json:"bytes,omitempty"`
+	Total  int64     `json:"total,omitempty"` // 0 when unknown
+	Rate   float64   `json:"rate,omitempty"`  // bytes per second
 	// FromServer and FromPeers split an image's bytes by where they came
 	// from, when the machine fetched it with its peers (progress).
-	FromServer int64 `json:"fromServer,omitempty"`
-	FromPeers  int64 `json:"fromPeers,omitempty"`
-	Message string    `json:"message,omitempty"`
+	FromServer int64  `json:"fromServer,omitempty"`
+	FromPeers  int64  `json:"fromPeers,omitempty"`
+	Message    string `json:"message,omitempty"`
 	// Generation is set on the provisioned event.
 	Generation int `json:"generation,omitempty"`
 }

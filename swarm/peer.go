@@ -162,7 +162,7 @@ func (p *Peer) Pin(i int) {
 // it holds, read back and checked, so it never passes on bytes that
 // changed on its disk since.
 func (p *Peer) serve(w http.ResponseWriter, r *http.Request) {
-	i, ok := p.chunkOf(w, r)
+	i, ok := CheckChunkRequest(w, r, p.Manifest, p.key.Load().(string))
 	if !ok {
 		return
 	}
@@ -213,12 +213,6 @@ func (p *Peer) serve(w http.ResponseWriter, r *http.Request) {
 		p.counts.served.Add(int64(n))
 		b = b[n:]
 	}
-}
-
-// chunkOf checks a chunk request's image and credential and returns the
-// chunk's index.
-func (p *Peer) chunkOf(w http.ResponseWriter, r *http.Request) (int, bool) {
-	return CheckChunkRequest(w, r, p.Manifest, p.key.Load().(string))
 }
 
 // CheckChunkRequest checks a chunk request's image and swarm key against

@@ -246,16 +246,21 @@ func (g *group) count(me *member, d int) {
 
 // close ends the lease of transfer t to me.
 func (s *Scheduler) close(g *group, me *member, t Transfer) {
-	l, ok := me.leases[t.Chunk]
-	if !ok || l.from != t.From {
-		return
+	if l, ok := me.leases[t.Chunk]; ok && l.from == t.From {
+		g.release(me, t.Chunk)
 	}
-	delete(me.leases, t.Chunk)
+}
+
+// release ends me's lease on chunk i: its download slot, and its source's
+// upload slot (the server's stream) are free again.
+func (g *group) release(me *member, i int) {
+	l := me.leases[i]
+	delete(me.leases, i)
 	me.downloads--
-	if t.From == "" {
+	if l.from == "" {
 		g.serverBusy--
-		g.fromServer[t.Chunk]--
-	} else if src := g.members[t.From]; src != nil {
+		g.fromServer[i]--
+	} else if src := g.members[l.from]; src != nil {
 		src.uploads--
 	}
 }
@@ -292,14 +297,7 @@ func (g *group) expire(now time.Time) {
 	for name, me := range g.members {
 		for i, l := range me.leases {
 			if now.After(l.until) {
-				delete(me.leases, i)
-				me.downloads--
-				if l.from == "" {
-					g.serverBusy--
-					g.fromServer[i]--
-				} else if src := g.members[l.from]; src != nil {
-					src.uploads--
-				}
+				g.release(me, i)
 			}
 		}
 		if now.Sub(me.seen) > forgetAfter {
@@ -309,8 +307,11 @@ func (g *group) expire(now time.Time) {
 	}
 }
 
-// forget drops what me holds.
+// forget drops what me holds, and the transfers it had under way.
 func (g *group) forget(me *member) {
+	for i := range me.leases {
+		g.release(me, i)
+	}
 	if me.fails < maxGone {
 		g.count(me, -1)
 	}
@@ -424,7 +425,7 @@ func avoided(me *member, source string, now time.Time) bool {
 	return ok && now.Before(until)
 }
 
-// String names a transfer's source for logs: the server or the peer.
+// Source names a transfer's source for logs: the server or the peer.
 func Source(from string) string {
 	if from == "" {
 		return "the server"

@@ -5,12 +5,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -318,5 +321,61 @@ func TestSwarmSlowPeer(t *testing.T) {
 	// it avoids it.
 	if n := requests(); n > 4*3 {
 		t.Errorf("the slow machine was asked %d times", n)
+	}
+}
+
+// A machine whose agent starts again holds nothing any more, and the
+// transfers it had under way end: the server's stream it held is free for
+// the next machine at once, not after the lease runs out.
+func TestSchedulerNewLifeFreesItsTransfers(t *testing.T) {
+	img := testImage(4)
+	m, err := Build(strings.Repeat("ab", 32), bytes.NewReader(img), nil, testChunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Scheduler{ServerStreams: 1}
+	who := func(name string) Member { return Member{Name: name, IP: "127.0.0.1", Server: "http://server", Peers: 2} }
+	if r := s.Report(m, who("a"), Report{Instance: "a1", Addr: ":1", Want: 2}); len(r.Assign) != 1 || r.Assign[0].URL != "http://server" {
+		t.Fatalf("a's first report: %+v", r.Assign)
+	}
+	if r := s.Report(m, who("b"), Report{Instance: "b1", Addr: ":1", Want: 2}); len(r.Assign) != 0 {
+		t.Fatalf("b got %+v while the server's one stream is a's", r.Assign)
+	}
+	s.Report(m, who("a"), Report{Instance: "a2", Addr: ":1"}) // a booted again
+	if r := s.Report(m, who("b"), Report{Instance: "b1", Addr: ":1", Want: 2}); len(r.Assign) != 1 || r.Assign[0].From != "" {
+		t.Errorf("after a's new life, b got %+v: want the server's stream", r.Assign)
+	}
+}
+
+// A chunk that changed on a machine's disk after it fetched the image (a
+// later step wrote there) is refused with 410, not passed on, and
+// reported lost; the rest is still served.
+func TestPeerRefusesAChangedChunk(t *testing.T) {
+	fl := newFleet(t, testImage(6))
+	p, disk := fl.peer("a")
+	if err := p.Fetch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	reply := fl.sched.Report(fl.im.Manifest, fl.member("a"), p.report(0))
+	disk.WriteAt([]byte("changed"), 2*testChunk+100)
+	get := func(i int) (int, []byte) {
+		req, _ := http.NewRequest("GET", "http://"+p.Addr()+ChunkPath(fl.im.Manifest.Source, i), nil)
+		req.Header.Set("Authorization", "Bearer "+reply.Key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if code, body := get(2); code != http.StatusGone || !strings.Contains(string(body), "changed here since") {
+		t.Errorf("the changed chunk: %d %q", code, body)
+	}
+	if r := p.report(0); !slices.Equal(r.Lost, []int{2}) || !r.Complete {
+		t.Errorf("next report: lost %v, complete %v; want [2], still complete", r.Lost, r.Complete)
+	}
+	if code, body := get(3); code != http.StatusOK || !fl.im.Manifest.Verify(3, body) {
+		t.Errorf("an unchanged chunk: %d, %d bytes", code, len(body))
 	}
 }

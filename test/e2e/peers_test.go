@@ -128,6 +128,10 @@ func TestPeers(t *testing.T) {
 		if i == 2 && (server != 0 || peers < peersDataSize) {
 			t.Errorf("%s (server route cut): %v bytes from the server, %v from peers", key, server, peers)
 		}
+		// The cut route's refusal, as the agent met it.
+		if i == 2 && !(strings.Contains(logs, "from the server: Get \"http://198.18.0.1:8082/swarm/") && strings.Contains(logs, "connection refused: fetching it elsewhere")) {
+			t.Errorf("%s: its timeline lacks the server's chunks refused:\n%s", key, tail(logs, 40))
+		}
 		total += server + peers
 		b, err := os.ReadFile(disks[v.name])
 		if err != nil {

@@ -74,12 +74,13 @@ func (c *Cache) Get(url, sum, compression string) (*Image, error) {
 	if c.images == nil {
 		c.images, c.inflight = map[string]*Image{}, map[string]*prep{}
 	}
-	if im, err := c.load(sum); err == nil {
-		c.images[sum] = im
-		return im, nil
-	}
 	p := c.inflight[sum]
 	if p == nil {
+		// Prepared before the server started?
+		if im, err := c.load(sum); err == nil {
+			c.images[sum] = im
+			return im, nil
+		}
 		p = &prep{done: make(chan struct{})}
 		c.inflight[sum] = p
 		go func() {

@@ -188,13 +188,13 @@ func (l *lab) boot(name, mac, nicOpts string, extra ...string) *vm {
 
 // wait reads the VM's console until it shows a whole line with want (the
 // console file is written as the guest prints: a line may be cut short),
-// or fails after d.
+// or a prompt, or fails after d.
 func (v *vm) wait(t *testing.T, want string, d time.Duration) string {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		b, _ := os.ReadFile(v.console)
-		if i := bytes.Index(b, []byte(want)); i >= 0 && bytes.IndexByte(b[i:], '\n') >= 0 {
+		if i := bytes.Index(b, []byte(want)); i >= 0 && (bytes.IndexByte(b[i:], '\n') >= 0 || prompt(want)) {
 			return string(b)
 		}
 		time.Sleep(time.Second)
@@ -202,6 +202,13 @@ func (v *vm) wait(t *testing.T, want string, d time.Duration) string {
 	b, _ := os.ReadFile(v.console)
 	t.Fatalf("%s: %q not on its console after %s; console:\n%s", v.name, want, d, tail(string(b), 40))
 	return ""
+}
+
+// prompt reports whether want is a prompt (getty's "host login:"): it
+// waits for input, so no newline follows it unless something else writes
+// to the console after it.
+func prompt(want string) bool {
+	return strings.HasSuffix(want, " login:")
 }
 
 // initramfs builds the test Micro-OS.

@@ -173,8 +173,6 @@ func TestRunning(t *testing.T) {
 		}
 	}
 	// OVMF says on the console which boot option it starts: after iPXE
-	// handed back, the disk's.
-	// OVMF says on the console which boot option it starts: after iPXE
 	// handed back (from each network option: PXEv4, then HTTPv4), a
 	// disk's, not a network one.
 	c, _ := os.ReadFile(vms["vm-uefi"].console)

@@ -24,7 +24,7 @@ type Disk interface {
 
 // Defaults of a Peer.
 const (
-	DefaultMinRate   = 1 << 20         // bytes/s a transfer must keep after DefaultSlowGrace
+	DefaultMinRate   = 1 << 20         // bytes/s a machine's transfers must keep together after DefaultSlowGrace
 	DefaultSlowGrace = 5 * time.Second // a transfer's time to get going
 	tick             = 250 * time.Millisecond
 	maxSilence       = time.Minute // reports failing this long end Fetch
@@ -47,9 +47,10 @@ type Peer struct {
 	// UploadRate bounds the bytes per second it serves to others, all
 	// transfers together (0: no bound).
 	UploadRate int64
-	// MinRate is the least bytes per second a transfer must keep after
-	// its first seconds (0: DefaultMinRate); slower ones are dropped and
-	// fetched elsewhere.
+	// MinRate is the least bytes per second the machine's transfers must
+	// keep together after their first seconds (0: DefaultMinRate): each
+	// one its share, MinRate divided by Peers, as they share the
+	// machine's link. Slower ones are dropped and fetched elsewhere.
 	MinRate int64
 	// SlowGrace is a transfer's time to get going before MinRate counts
 	// (0: DefaultSlowGrace).
@@ -451,7 +452,8 @@ func (p *Peer) get(ctx context.Context, a Assignment, b []byte) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s", resp.Status)
 	}
-	// A source that stalls is given up once it is below the least rate,
+	// A source that stalls is given up once it is below its share of the
+	// least rate (the machine's transfers share its link),
 	// counted from its answer on (opening the connection is bounded by
 	// the client's dial and header timeouts). The server is the fallback:
 	// it is never given up for being slow.
@@ -462,6 +464,7 @@ func (p *Peer) get(ctx context.Context, a Assignment, b []byte) error {
 	if grace <= 0 {
 		grace = DefaultSlowGrace
 	}
+	share := float64(minRate) / float64(p.peers())
 	var got atomic.Int64
 	slow := make(chan struct{})
 	start := time.Now()
@@ -474,7 +477,7 @@ func (p *Peer) get(ctx context.Context, a Assignment, b []byte) error {
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					if el := time.Since(start); el >= grace && float64(got.Load())/el.Seconds() < float64(minRate) {
+					if el := time.Since(start); el >= grace && float64(got.Load())/el.Seconds() < share {
 						close(slow)
 						cancel()
 						return

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -334,7 +335,9 @@ func TestSchedulerNewLifeFreesItsTransfers(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &Scheduler{ServerStreams: 1}
-	who := func(name string) Member { return Member{Name: name, IP: "127.0.0.1", Server: "http://server", Peers: 2} }
+	who := func(name string) Member {
+		return Member{Name: name, IP: "127.0.0.1", Server: "http://server", Peers: 2}
+	}
 	if r := s.Report(m, who("a"), Report{Instance: "a1", Addr: ":1", Want: 2}); len(r.Assign) != 1 || r.Assign[0].URL != "http://server" {
 		t.Fatalf("a's first report: %+v", r.Assign)
 	}
@@ -377,5 +380,37 @@ func TestPeerRefusesAChangedChunk(t *testing.T) {
 	}
 	if code, body := get(3); code != http.StatusOK || !fl.im.Manifest.Verify(3, body) {
 		t.Errorf("an unchanged chunk: %d, %d bytes", code, len(body))
+	}
+}
+
+// A transfer shares the machine's link with the others under way: it is
+// slow only below its share of the least rate (MinRate / Peers), and a
+// source below that share is still given up.
+func TestSlowIsBelowItsShare(t *testing.T) {
+	rate := func(bytesPerSec int) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			piece := make([]byte, bytesPerSec/10)
+			for range 14 { // 1.4 s at the rate
+				if _, err := w.Write(piece); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				time.Sleep(100 * time.Millisecond)
+			}
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	p := &Peer{Manifest: &Manifest{Source: "img"}, Peers: 4, MinRate: 256 << 10, SlowGrace: 400 * time.Millisecond}
+	p.key.Store("k")
+	for _, c := range []struct {
+		rate int
+		slow bool
+	}{{100 << 10, false}, {30 << 10, true}} {
+		b := make([]byte, c.rate/10*14)
+		err := p.get(context.Background(), Assignment{Chunk: 0, From: "peer/a", URL: rate(c.rate)}, b)
+		if got := errors.Is(err, errSlow); got != c.slow {
+			t.Errorf("a source at %d KiB/s, MinRate 256 KiB/s over 4 transfers: slow %v (%v), want %v", c.rate>>10, got, err, c.slow)
+		}
 	}
 }

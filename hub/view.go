@@ -67,7 +67,7 @@ type View struct {
 
 // NewView returns an empty view.
 func NewView() *View {
-	return &View{mem: &status.Memory{PerMachine: 2000, MaxMachines: 500000}, sites: map[string]*siteState{}}
+	return &View{mem: &status.Memory{PerMachine: 2000, MaxUnknown: 500000}, sites: map[string]*siteState{}}
 }
 
 // OnChange sets what is called after each message applied (the

@@ -269,7 +269,7 @@ func FuzzParseIdentity(f *testing.F) {
 // the status store stays within its bound.
 func TestManyIdentitiesFromOneClient(t *testing.T) {
 	s, mem, _ := newServer(t, testPlan("", ""))
-	mem.MaxMachines = 1000
+	mem.MaxUnknown = 1000
 	h := s.Handler()
 	for i := range 10000 {
 		r := get(t, h, fmt.Sprintf("/ipxe?serial=FLOOD%05d&mac=52:54:%02x:%02x:00:01&uuid=junk%d&site=lab", i, i>>8, i&0xff, i))

@@ -51,9 +51,32 @@ const (
 )
 
 // Options tunes a Durable store; zero fields take the defaults.
+//
+// The store holds two kinds of machine apart. A registered node (its key is
+// site/node) is kept for as long as Retain is told it is in Git, and a grace
+// period after: no amount of traffic evicts it, its provisioned generation,
+// or its session. Sightings of machines that are no node (keyed mac:, uuid:,
+// serial:, ip:) live in a table of their own, bounded in count and in bytes;
+// when it is full the least recently seen unknown machines go first.
 type Options struct {
-	PerMachine  int // events kept per machine (default 2000; the oldest go first)
-	MaxMachines int // machines kept (default 20000; the least recently seen go first)
+	PerMachine int // events kept per registered node (default 2000; the oldest go first)
+	PerUnknown int // events kept per unknown machine (default 100)
+	// PerMachineBytes bounds the bytes of events any one machine keeps
+	// (default 4 MiB; the oldest go first, the newest always stays).
+	PerMachineBytes int64
+	MaxUnknown      int   // unknown machines kept (default 20000; the least recently seen go first)
+	MaxUnknownBytes int64 // bytes of events kept for unknown machines together (default 64 MiB)
+	// NodeTraffic bounds the boot plane's events (Record, not RecordSync)
+	// a registered node keeps: a burst of NodeTrafficBurst (default 200),
+	// then one per NodeTrafficEvery (default 1 s); the rest are counted,
+	// and the next one kept says how many were not. Someone on the LAN who
+	// repeats a node's identifiers cannot wash its timeline away.
+	NodeTrafficBurst int
+	NodeTrafficEvery time.Duration
+	// Evicted, when set, is told how many unknown machines a commit
+	// dropped to stay within MaxUnknown and MaxUnknownBytes. It runs on
+	// the writer: it must not block.
+	Evicted func(n int)
 	// Now is the clock that stamps events without a time (default time.Now).
 	Now func() time.Time
 	// Changed, when set, is called after every commit that changed what
@@ -90,7 +113,14 @@ type Durable struct {
 	// the writer reads it without the lock.
 	mu       sync.RWMutex
 	machines map[string]*record
-	lru      *list.List // machine keys, least recently seen first
+	lru      *list.List // unknown machines' keys, least recently seen first
+	// unknownBytes is the bytes of events the unknown machines keep.
+	unknownBytes int64
+	evicted      atomic.Uint64
+
+	// traffic is each node's budget of boot-plane events (Record).
+	trafficMu sync.Mutex
+	traffic   map[string]*budget
 }
 
 var _ Recorder = (*Durable)(nil)
@@ -107,20 +137,32 @@ type record struct {
 	// Provisioned is the Generation of the newest "provisioned" event; it
 	// outlives the event's trimming.
 	Provisioned *int `json:"provisioned,omitempty"`
+	// Bytes is the size of the events the machine's bucket holds.
+	Bytes int64 `json:"bytes,omitempty"`
+	// Gone is when Retain first found the node no longer in Git.
+	Gone *time.Time `json:"gone,omitempty"`
 
 	elem *list.Element // in Durable.lru
 }
 
 type request struct {
 	events []Event
-	done   chan error // nil for Record
+	// fn, when set, is work of the writer's in the batch's transaction
+	// (Retain), in place of events.
+	fn   func(*batch) error
+	done chan error // nil for Record
 }
 
 // Open opens the store at path, creating it when missing, and loads the
 // index from it.
 func Open(path string, opt Options) (*Durable, error) {
 	opt.PerMachine = orDefault(opt.PerMachine, 2000)
-	opt.MaxMachines = orDefault(opt.MaxMachines, 20000)
+	opt.PerUnknown = orDefault(opt.PerUnknown, 100)
+	opt.PerMachineBytes = orDefault(opt.PerMachineBytes, 4<<20)
+	opt.MaxUnknown = orDefault(opt.MaxUnknown, 20000)
+	opt.MaxUnknownBytes = orDefault(opt.MaxUnknownBytes, 64<<20)
+	opt.NodeTrafficBurst = orDefault(opt.NodeTrafficBurst, 200)
+	opt.NodeTrafficEvery = orDefault(opt.NodeTrafficEvery, time.Second)
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
@@ -174,8 +216,14 @@ func (d *Durable) load() error {
 		}
 		slices.SortFunc(recs, func(a, b *record) int { return cmp.Compare(a.Recent, b.Recent) })
 		for _, r := range recs {
-			r.elem = d.lru.PushBack(r.Machine.Key)
+			if r.Bytes == 0 && r.Kept > 0 {
+				r.Bytes = int64(r.Kept) * 300 // a file from before sizes were kept: about right
+			}
 			d.machines[r.Machine.Key] = r
+			if !IsNodeKey(r.Machine.Key) {
+				r.elem = d.lru.PushBack(r.Machine.Key)
+				d.unknownBytes += r.Bytes
+			}
 		}
 		return nil
 	})
@@ -200,7 +248,14 @@ func (d *Durable) Close() error {
 // (DHCP, TFTP, scripts). It never blocks on the writer; when the queue is
 // full the event is dropped and counted (Dropped).
 func (d *Durable) Record(e Event) {
-	r := request{events: []Event{d.stamp(e)}}
+	e = d.stamp(e)
+	if e.Node != "" && e.Kind != KindPower {
+		var ok bool
+		if e, ok = d.admit(e); !ok {
+			return
+		}
+	}
+	r := request{events: []Event{e}}
 	d.sendMu.RLock()
 	defer d.sendMu.RUnlock()
 	if d.closed {
@@ -214,16 +269,79 @@ func (d *Durable) Record(e Event) {
 	}
 }
 
-// RecordSync stores events and returns once they are committed to disk:
-// the agent's events, acknowledged only when this returns nil. An event
-// with a Seq already stored for its machine (an agent resending after a
-// lost acknowledgement) is dropped, and counts as stored. With no events it
-// waits for what Record queued before it.
-func (d *Durable) RecordSync(events ...Event) error {
-	r := request{events: make([]Event, len(events)), done: make(chan error, 1)}
-	for i, e := range events {
-		r.events[i] = d.stamp(e)
+// budget is a node's allowance of boot-plane events: a token bucket.
+type budget struct {
+	tokens     float64
+	last       time.Time
+	suppressed int
+}
+
+// admit spends one of the node's boot-plane event tokens on e; false when
+// it has none left (e is counted, and the next event kept says so).
+func (d *Durable) admit(e Event) (Event, bool) {
+	k := e.Key()
+	burst := float64(d.opt.NodeTrafficBurst)
+	d.trafficMu.Lock()
+	defer d.trafficMu.Unlock()
+	if d.traffic == nil || len(d.traffic) > 100000 {
+		d.traffic = map[string]*budget{} // node keys come from Git: a bound that is never reached
 	}
+	b := d.traffic[k]
+	if b == nil {
+		b = &budget{tokens: burst, last: e.Time}
+		d.traffic[k] = b
+	}
+	if dt := e.Time.Sub(b.last); dt > 0 {
+		b.tokens = min(burst, b.tokens+float64(dt)/float64(d.opt.NodeTrafficEvery))
+		b.last = e.Time
+	}
+	if b.tokens < 1 {
+		b.suppressed++
+		d.dropped.Add(1)
+		return e, false
+	}
+	b.tokens--
+	if b.suppressed > 0 {
+		e.Message += fmt.Sprintf(" (and %d more events of this node's identifiers before it, not kept: over its budget of %d at once and one per %s)",
+			b.suppressed, d.opt.NodeTrafficBurst, d.opt.NodeTrafficEvery)
+		b.suppressed = 0
+	}
+	return e, true
+}
+
+// Retain forgets the registered nodes that left Git more than grace ago;
+// inGit says whether a node's key (site/node) is in the served Plan. A node
+// that leaves is marked gone and kept, with its history, its provisioned
+// generation and its session; one that comes back within grace is as it
+// was. Sessions of unknown machines that expired are dropped too.
+func (d *Durable) Retain(inGit func(key string) bool, grace time.Duration) error {
+	now := d.opt.Now().UTC()
+	return d.send(request{fn: func(b *batch) error {
+		for k, r := range b.d.machines {
+			if !IsNodeKey(k) || b.removed[k] {
+				continue
+			}
+			switch in := inGit(k); {
+			case in && r.Gone != nil:
+				b.touch(k, "").Gone = nil
+			case !in && r.Gone == nil:
+				b.touch(k, "").Gone = &now
+			case !in && now.Sub(*r.Gone) > grace:
+				if err := b.remove(k); err != nil {
+					return err
+				}
+				if err := b.tx.Bucket(bucketSessions).Delete([]byte(k)); err != nil {
+					return err
+				}
+			}
+		}
+		return sweepSessions(b.tx.Bucket(bucketSessions), now)
+	}})
+}
+
+// send queues r and waits for its commit.
+func (d *Durable) send(r request) error {
+	r.done = make(chan error, 1)
 	d.sendMu.RLock()
 	if d.closed {
 		d.sendMu.RUnlock()
@@ -234,6 +352,19 @@ func (d *Durable) RecordSync(events ...Event) error {
 	d.queue <- r
 	d.sendMu.RUnlock()
 	return <-r.done
+}
+
+// RecordSync stores events and returns once they are committed to disk:
+// the agent's events, acknowledged only when this returns nil. An event
+// with a Seq already stored for its machine (an agent resending after a
+// lost acknowledgement) is dropped, and counts as stored. With no events it
+// waits for what Record queued before it.
+func (d *Durable) RecordSync(events ...Event) error {
+	r := request{events: make([]Event, len(events))}
+	for i, e := range events {
+		r.events[i] = d.stamp(e)
+	}
+	return d.send(r)
 }
 
 // Dropped counts the events Record dropped (queue full, store closed, or a
@@ -417,16 +548,24 @@ func (d *Durable) write(reqs []request) error {
 	var b *batch
 	err := d.db.Update(func(tx *bolt.Tx) error {
 		b = &batch{
-			d:        d,
-			events:   tx.Bucket(bucketEvents),
-			seqs:     tx.Bucket(bucketSeqs),
-			machines: tx.Bucket(bucketMachines),
-			outbox:   tx.Bucket(bucketOutbox),
-			pending:  map[string]*record{},
-			removed:  map[string]bool{},
-			count:    len(d.machines),
+			d:            d,
+			tx:           tx,
+			events:       tx.Bucket(bucketEvents),
+			seqs:         tx.Bucket(bucketSeqs),
+			machines:     tx.Bucket(bucketMachines),
+			outbox:       tx.Bucket(bucketOutbox),
+			pending:      map[string]*record{},
+			removed:      map[string]bool{},
+			unknown:      d.lru.Len(),
+			unknownBytes: d.unknownBytes,
 		}
 		for _, r := range reqs {
+			if r.fn != nil {
+				if err := r.fn(b); err != nil {
+					return err
+				}
+				continue
+			}
 			for _, e := range r.events {
 				if err := b.add(e); err != nil {
 					return err
@@ -442,10 +581,27 @@ func (d *Durable) write(reqs []request) error {
 		return fmt.Errorf("status: store events: %w", err)
 	}
 	d.install(b)
+	if b.evicted > 0 {
+		d.evicted.Add(uint64(b.evicted))
+		if d.opt.Evicted != nil {
+			d.opt.Evicted(b.evicted)
+		}
+	}
 	if d.opt.Changed != nil && (len(b.pending) > 0 || len(b.removed) > 0) {
 		d.opt.Changed()
 	}
 	return nil
+}
+
+// Evicted counts the unknown machines dropped to keep their table within
+// its bounds. A registered node is never among them.
+func (d *Durable) Evicted() uint64 { return d.evicted.Load() }
+
+// Unknown reports the unknown machines kept and the bytes of their events.
+func (d *Durable) Unknown() (machines int, bytes int64) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.lru.Len(), d.unknownBytes
 }
 
 // install takes a committed batch's changes into the index.
@@ -459,20 +615,26 @@ func (d *Durable) install(b *batch) {
 	defer d.mu.Unlock()
 	for k := range b.removed {
 		if old := d.machines[k]; old != nil {
-			d.lru.Remove(old.elem)
+			if old.elem != nil {
+				d.lru.Remove(old.elem)
+			}
 			delete(d.machines, k)
 		}
 	}
 	for _, k := range keys {
 		r := b.pending[k]
-		if old := d.machines[k]; old != nil {
+		switch old := d.machines[k]; {
+		case IsNodeKey(k):
+			r.elem = nil // nodes are not in the unknown machines' order
+		case old != nil && old.elem != nil:
 			r.elem = old.elem
 			d.lru.MoveToBack(r.elem)
-		} else {
+		default:
 			r.elem = d.lru.PushBack(k)
 		}
 		d.machines[k] = r
 	}
+	d.unknownBytes = b.unknownBytes
 }
 
 // batch is one transaction's work. Records it changes are copies in
@@ -480,10 +642,15 @@ func (d *Durable) install(b *batch) {
 // in neither.
 type batch struct {
 	d                              *Durable
+	tx                             *bolt.Tx
 	events, seqs, machines, outbox *bolt.Bucket
 	pending                        map[string]*record
 	removed                        map[string]bool
-	count                          int // machines once this batch is in
+	// unknown and unknownBytes are the unknown machines, and the bytes of
+	// their events, once this batch is in; evicted counts those it dropped.
+	unknown      int
+	unknownBytes int64
+	evicted      int
 }
 
 // peek returns the machine's record as this transaction sees it, not to
@@ -507,8 +674,8 @@ func (b *batch) touch(k, state string) *record {
 	r := &record{Machine: Machine{Key: k, State: state}}
 	if old := b.d.machines[k]; old != nil && !b.removed[k] {
 		*r = *old
-	} else {
-		b.count++
+	} else if !IsNodeKey(k) {
+		b.unknown++
 	}
 	delete(b.removed, k)
 	b.pending[k] = r
@@ -517,12 +684,16 @@ func (b *batch) touch(k, state string) *record {
 
 // remove deletes a machine, its events and its Seq index.
 func (b *batch) remove(k string) error {
-	if b.peek(k) == nil {
+	r := b.peek(k)
+	if r == nil {
 		return nil
+	}
+	if !IsNodeKey(k) {
+		b.unknown--
+		b.unknownBytes -= r.Bytes
 	}
 	delete(b.pending, k)
 	b.removed[k] = true
-	b.count--
 	for _, parent := range []*bolt.Bucket{b.events, b.seqs} {
 		if err := parent.DeleteBucket([]byte(k)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
 			return err
@@ -586,6 +757,10 @@ func (b *batch) add(e Event) error {
 	}
 	r.Machine.apply(e)
 	r.Kept++
+	r.Bytes += int64(len(v))
+	if !IsNodeKey(k) {
+		b.unknownBytes += int64(len(v))
+	}
 	r.Recent = id
 	if e.State == StateProvisioned {
 		g := e.Generation
@@ -633,6 +808,7 @@ func (b *batch) merge(from, to string) error {
 	m.MAC, m.UUID, m.Serial = or(m.MAC, early.Machine.MAC), or(m.UUID, early.Machine.UUID), or(m.Serial, early.Machine.Serial)
 	m.Events += early.Machine.Events
 	r.Kept += early.Kept
+	r.Bytes += early.Bytes
 	r.LastSeq = max(r.LastSeq, early.LastSeq)
 	if r.Provisioned == nil {
 		r.Provisioned = early.Provisioned
@@ -640,15 +816,22 @@ func (b *batch) merge(from, to string) error {
 	return b.remove(from)
 }
 
-// trim deletes a machine's oldest events past PerMachine, and their Seq
-// index entries.
+// trim deletes a machine's oldest events past PerMachine (PerUnknown for
+// an unknown machine) or PerMachineBytes, and their Seq index entries; the
+// newest event always stays.
 func (b *batch) trim(k string, r *record, eb *bolt.Bucket) error {
-	if r.Kept <= b.d.opt.PerMachine {
+	node := IsNodeKey(k)
+	limit := b.d.opt.PerUnknown
+	if node {
+		limit = b.d.opt.PerMachine
+	}
+	over := func() bool { return r.Kept > 1 && (r.Kept > limit || r.Bytes > b.d.opt.PerMachineBytes) }
+	if !over() {
 		return nil
 	}
 	sb := b.seqs.Bucket([]byte(k))
 	c := eb.Cursor()
-	for key, v := c.First(); key != nil && r.Kept > b.d.opt.PerMachine; key, v = c.First() {
+	for key, v := c.First(); key != nil && over(); key, v = c.First() {
 		if sb != nil {
 			var s struct {
 				Seq uint64 `json:"seq"`
@@ -663,16 +846,23 @@ func (b *batch) trim(k string, r *record, eb *bolt.Bucket) error {
 			return err
 		}
 		r.Kept--
+		r.Bytes -= int64(len(v))
+		if !node {
+			b.unknownBytes -= int64(len(v))
+		}
 	}
 	return nil
 }
 
-// evict removes the least recently seen machines past MaxMachines: first
-// those this batch did not touch (all older than those it did), then the
-// batch's own, oldest first.
+// evict removes the least recently seen unknown machines past MaxUnknown
+// or MaxUnknownBytes: first those this batch did not touch (all older than
+// those it did), then the batch's own, oldest first. A registered node is
+// never evicted: only Retain forgets one.
 func (b *batch) evict() error {
-	limit := b.d.opt.MaxMachines
-	for el := b.d.lru.Front(); el != nil && b.count > limit; {
+	full := func() bool {
+		return b.unknown > b.d.opt.MaxUnknown || (b.unknownBytes > b.d.opt.MaxUnknownBytes && b.unknown > 0)
+	}
+	for el := b.d.lru.Front(); el != nil && full(); {
 		k := el.Value.(string)
 		el = el.Next()
 		if _, touched := b.pending[k]; touched || b.removed[k] {
@@ -681,22 +871,26 @@ func (b *batch) evict() error {
 		if err := b.remove(k); err != nil {
 			return err
 		}
+		b.evicted++
 	}
-	if b.count <= limit {
+	if !full() {
 		return nil
 	}
 	keys := make([]string, 0, len(b.pending))
 	for k := range b.pending {
-		keys = append(keys, k)
+		if !IsNodeKey(k) {
+			keys = append(keys, k)
+		}
 	}
 	slices.SortFunc(keys, func(x, y string) int { return cmp.Compare(b.pending[x].Recent, b.pending[y].Recent) })
 	for _, k := range keys {
-		if b.count <= limit {
+		if !full() {
 			break
 		}
 		if err := b.remove(k); err != nil {
 			return err
 		}
+		b.evicted++
 	}
 	return nil
 }

@@ -115,8 +115,8 @@ func TestDurableAsMemory(t *testing.T) {
 	}
 	for name, evs := range tests {
 		t.Run(name, func(t *testing.T) {
-			mem := &Memory{PerMachine: 5, MaxMachines: 4, Now: clock()}
-			d := open(t, filepath.Join(t.TempDir(), "status.db"), Options{PerMachine: 5, MaxMachines: 4})
+			mem := &Memory{PerMachine: 5, MaxUnknown: 4, Now: clock()}
+			d := open(t, filepath.Join(t.TempDir(), "status.db"), Options{PerMachine: 5, MaxUnknown: 4})
 			for _, e := range evs {
 				mem.Record(e)
 				if err := d.RecordSync(e); err != nil {
@@ -281,7 +281,7 @@ func TestDurableDedup(t *testing.T) {
 
 func TestDurableRetention(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "status.db")
-	d := open(t, path, Options{PerMachine: 3, MaxMachines: 4})
+	d := open(t, path, Options{PerMachine: 3, MaxUnknown: 4})
 	for i := range 10 {
 		if err := d.RecordSync(Event{Kind: KindAgent, Site: "lab", Node: "n1", Seq: uint64(i + 1), Message: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
@@ -301,7 +301,8 @@ func TestDurableRetention(t *testing.T) {
 		return nil
 	})
 
-	// Machines: n1 is seen again, so the oldest MACs go first.
+	// Unknown machines: the oldest MACs go first; the node is not one of
+	// them, however long ago it was seen.
 	for i := range 6 {
 		d.Record(Event{Kind: KindDHCP, MAC: fmt.Sprintf("52:54:00:00:01:%02x", i)})
 		barrier(t, d)
@@ -309,7 +310,7 @@ func TestDurableRetention(t *testing.T) {
 			d.Record(Event{Kind: KindScript, Site: "lab", Node: "n1"})
 		}
 	}
-	want := []string{"lab/n1", "mac:52:54:00:00:01:03", "mac:52:54:00:00:01:04", "mac:52:54:00:00:01:05"}
+	want := []string{"lab/n1", "mac:52:54:00:00:01:02", "mac:52:54:00:00:01:03", "mac:52:54:00:00:01:04", "mac:52:54:00:00:01:05"}
 	if got := keys(d.Machines()); !slices.Equal(got, want) {
 		t.Errorf("machines %v, want %v", got, want)
 	}
@@ -321,27 +322,30 @@ func TestDurableRetention(t *testing.T) {
 	if err := d.RecordSync(evs...); err != nil {
 		t.Fatal(err)
 	}
-	want = []string{"mac:52:54:00:00:02:05", "mac:52:54:00:00:02:06", "mac:52:54:00:00:02:07", "mac:52:54:00:00:02:08"}
+	want = []string{"lab/n1", "mac:52:54:00:00:02:05", "mac:52:54:00:00:02:06", "mac:52:54:00:00:02:07", "mac:52:54:00:00:02:08"}
 	if got := keys(d.Machines()); !slices.Equal(got, want) {
 		t.Errorf("machines %v, want %v", got, want)
 	}
-	if d.Events("lab/n1") != nil || d.LastSeq("lab/n1") != 0 {
+	if len(d.Events("lab/n1")) != 3 || d.LastSeq("lab/n1") != 10 {
+		t.Errorf("the node lost events to unknown machines: %d kept, last seq %d", len(d.Events("lab/n1")), d.LastSeq("lab/n1"))
+	}
+	if d.Events("mac:52:54:00:00:01:05") != nil {
 		t.Error("an evicted machine kept its events")
 	}
 	d.Close()
-	d = open(t, path, Options{PerMachine: 3, MaxMachines: 4})
+	d = open(t, path, Options{PerMachine: 3, MaxUnknown: 4})
 	if got := keys(d.Machines()); !slices.Equal(got, want) {
 		t.Errorf("machines after reopen %v, want %v", got, want)
 	}
 	// The recency order survives the reopen: the oldest goes next.
 	d.RecordSync(Event{Kind: KindDHCP, MAC: "52:54:00:00:03:00"})
-	want = append(want[1:], "mac:52:54:00:00:03:00")
+	want = append([]string{"lab/n1"}, append(want[2:], "mac:52:54:00:00:03:00")...)
 	if got := keys(d.Machines()); !slices.Equal(got, want) {
 		t.Errorf("machines %v, want %v", got, want)
 	}
 	// Nothing of the evicted machines is left in the file.
 	d.db.View(func(tx *bolt.Tx) error {
-		for name, want := range map[string]int{"events": 4, "machines": 4, "seqs": 0} {
+		for name, want := range map[string]int{"events": 5, "machines": 5, "seqs": 1} {
 			n := 0
 			tx.Bucket([]byte(name)).ForEach(func(k, v []byte) error { n++; return nil })
 			if n != want {
@@ -354,7 +358,7 @@ func TestDurableRetention(t *testing.T) {
 
 func TestDurableMerge(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "status.db")
-	d := open(t, path, Options{MaxMachines: 3})
+	d := open(t, path, Options{MaxUnknown: 3})
 	mac := "52:54:00:00:00:01"
 	d.Record(Event{Kind: KindDHCP, MAC: mac, State: StateDiscovered, Message: "offer"})
 	d.Record(Event{Kind: KindDHCP, MAC: mac, UUID: "u-1", Message: "ack"})
@@ -376,7 +380,7 @@ func TestDurableMerge(t *testing.T) {
 	}
 	check()
 	d.Close()
-	d = open(t, path, Options{MaxMachines: 3})
+	d = open(t, path, Options{MaxUnknown: 3})
 	check()
 
 	// Into a node with a history, in one batch with the MAC's events: the
@@ -396,10 +400,10 @@ func TestDurableMerge(t *testing.T) {
 	if got, want := messages(d.Events("lab/n2")), []string{"old", "offer", "script"}; !slices.Equal(got, want) {
 		t.Errorf("events %q, want %q", got, want)
 	}
-	if got, want := keys(d.Machines()), []string{"lab/n2", "mac:52:54:00:00:00:02", "mac:52:54:00:00:00:03"}; !slices.Equal(got, want) {
-		t.Errorf("machines %v, want %v (n1 is the least recently seen)", got, want)
+	if got, want := keys(d.Machines()), []string{"lab/n1", "lab/n2", "mac:52:54:00:00:00:02", "mac:52:54:00:00:00:03"}; !slices.Equal(got, want) {
+		t.Errorf("machines %v, want %v (nodes stay however many unknown machines come)", got, want)
 	}
-	if m := d.Machines()[0]; m.State != StateProvisioned || m.Events != 3 {
+	if m := d.Machines()[1]; m.State != StateProvisioned || m.Events != 3 {
 		t.Errorf("a node keeps its state through a merge: %+v", m)
 	}
 	// An unknown machine's agent events (by MAC) keep their Seqs.

@@ -1,8 +1,10 @@
 package status
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,6 +156,32 @@ func (d *Durable) Session(key string) (Session, bool) {
 		return nil
 	})
 	return s, ok
+}
+
+// sweepSessions drops the expired sessions of unknown machines (keys
+// site/unknown-…): their table grows with every machine that checks in and
+// never registers. A node's session is kept for as long as the node.
+func sweepSessions(b *bolt.Bucket, now time.Time) error {
+	var gone [][]byte
+	err := b.ForEach(func(k, v []byte) error {
+		if !strings.Contains(string(k), "/unknown-") {
+			return nil
+		}
+		var s Session
+		if json.Unmarshal(v, &s) != nil || now.After(s.Expires) {
+			gone = append(gone, bytes.Clone(k))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range gone {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PutSession makes s the machine's current session, on disk before it

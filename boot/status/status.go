@@ -7,6 +7,7 @@ package status
 
 import (
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -103,6 +104,14 @@ func (e Event) Key() string {
 	return "unknown"
 }
 
+// IsNodeKey reports whether a machine key names a registered node
+// (site/node) rather than a machine that is no node (mac:, uuid:, serial:,
+// ip:, unknown).
+func IsNodeKey(k string) bool {
+	slash, colon := strings.IndexByte(k, '/'), strings.IndexByte(k, ':')
+	return slash >= 0 && (colon < 0 || colon > slash)
+}
+
 // ImageSources splits an image's bytes by where they came from.
 type ImageSources struct {
 	FromServer int64 `json:"fromServer"`
@@ -144,12 +153,14 @@ type Machine struct {
 }
 
 // Memory keeps the newest events of each machine in memory: at most
-// PerMachine events per machine and MaxMachines machines (the least recently
-// seen go first), so 10,000 different identities from one client cannot
-// grow it without bound.
+// PerMachine events per registered node, PerUnknown per unknown machine, and
+// MaxUnknown unknown machines (the least recently seen go first), so 10,000
+// different identities from one client cannot grow it without bound, nor
+// push out a registered node.
 type Memory struct {
-	PerMachine  int // default 200
-	MaxMachines int // default 20,000
+	PerMachine int // default 200
+	PerUnknown int // default PerMachine
+	MaxUnknown int // default 20,000
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Changed, when set, is called after every event recorded, outside
@@ -158,6 +169,7 @@ type Memory struct {
 
 	mu       sync.Mutex
 	machines map[string]*entry
+	unknown  int // machines that are no node
 }
 
 type entry struct {
@@ -195,6 +207,7 @@ func (s *Memory) record(e Event) {
 	if e.Node != "" && e.MAC != "" {
 		if early := s.machines["mac:"+e.MAC]; early != nil {
 			delete(s.machines, "mac:"+e.MAC)
+			s.unknown--
 			if en == nil {
 				en = &entry{m: Machine{Key: k, State: early.m.State}}
 				s.machines[k] = en
@@ -203,29 +216,42 @@ func (s *Memory) record(e Event) {
 			en.m.Events += early.m.Events
 		}
 	}
+	node := IsNodeKey(k)
 	if en == nil {
-		if limit := orDefault(s.MaxMachines, 20000); len(s.machines) >= limit {
-			s.evictOldest()
+		if !node {
+			if s.unknown >= orDefault(s.MaxUnknown, 20000) {
+				s.evictOldest()
+			}
+			s.unknown++
 		}
 		en = &entry{m: Machine{Key: k, State: StateRegistered}}
 		s.machines[k] = en
 	}
 	en.m.apply(e)
 	en.events = append(en.events, e)
-	if limit := orDefault(s.PerMachine, 200); len(en.events) > limit {
+	limit := orDefault(s.PerMachine, 200)
+	if !node {
+		limit = orDefault(s.PerUnknown, limit)
+	}
+	if len(en.events) > limit {
 		en.events = append(en.events[:0:0], en.events[len(en.events)-limit:]...)
 	}
 }
 
+// evictOldest drops the least recently seen unknown machine: a scan, as
+// this store is for tests and the hub's view (the daemon's is Durable).
 func (s *Memory) evictOldest() {
 	var oldest string
 	var t time.Time
 	for k, en := range s.machines {
-		if oldest == "" || en.m.Last.Time.Before(t) {
+		if !IsNodeKey(k) && (oldest == "" || en.m.Last.Time.Before(t)) {
 			oldest, t = k, en.m.Last.Time
 		}
 	}
-	delete(s.machines, oldest)
+	if oldest != "" {
+		delete(s.machines, oldest)
+		s.unknown--
+	}
 }
 
 // Machines lists every machine seen, registered nodes first, by key.
@@ -266,8 +292,12 @@ func (m *Machine) apply(e Event) {
 // move it on is a reinstall (the Micro-OS script, served only when Git
 // raised its generation: booting), the agent, and the installed OS's
 // report (running).
+//
+// Nor does a request that names an installed node with identifiers that
+// contradict it (mismatch): it is on the node's timeline as an error, but
+// the node stays installed — a copied serial must not change its state.
 func keepsState(cur string, e Event) bool {
-	return Installed(cur) && e.State == StateDiscovered
+	return Installed(cur) && (e.State == StateDiscovered || e.State == StateMismatch)
 }
 
 // sortMachines puts registered nodes first, then by key.
@@ -297,7 +327,7 @@ func or(a, b string) string {
 	return b
 }
 
-func orDefault(n, d int) int {
+func orDefault[T int | int64 | time.Duration](n, d T) T {
 	if n > 0 {
 		return n
 	}

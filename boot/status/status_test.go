@@ -8,7 +8,7 @@ import (
 
 func TestMemory(t *testing.T) {
 	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
-	m := &Memory{PerMachine: 3, MaxMachines: 4, Now: func() time.Time { now = now.Add(time.Second); return now }}
+	m := &Memory{PerMachine: 3, MaxUnknown: 4, Now: func() time.Time { now = now.Add(time.Second); return now }}
 	m.Record(Event{Kind: KindDHCP, MAC: "52:54:00:00:00:01", State: StateDiscovered, Message: "offer"})
 	m.Record(Event{Kind: KindScript, Site: "lab", Node: "n1", MAC: "52:54:00:00:00:01", State: StateBooting, Message: "script"})
 	got := m.Machines()
@@ -28,7 +28,7 @@ func TestMemory(t *testing.T) {
 	for i := range 10 {
 		m.Record(Event{Kind: KindDHCP, MAC: fmt.Sprintf("52:54:00:00:01:%02x", i)})
 	}
-	if got := m.Machines(); len(got) != 4 || got[len(got)-1].MAC != "52:54:00:00:01:09" {
+	if got := m.Machines(); len(got) != 5 || got[0].Key != "lab/n1" || got[len(got)-1].MAC != "52:54:00:00:01:09" {
 		t.Errorf("machine bound: %d machines, %+v", len(got), got)
 	}
 }

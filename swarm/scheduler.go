@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -32,19 +33,31 @@ type Scheduler struct {
 	// ServerStreams bounds the server's transfers at once, per image
 	// (0: DefaultServerStreams): enough to fill its link, and no more.
 	ServerStreams int
-	Now           func() time.Time
+	// Client fetches the chunks the server re-checks from the peers that
+	// served them (nil: one of its own).
+	Client *http.Client
+	Now    func() time.Time
 
-	mu     sync.Mutex
-	groups map[string]*group
-	stats  Stats
+	mu       sync.Mutex
+	groups   map[string]*group
+	stats    Stats
+	checking int            // re-checks under way
+	checks   sync.WaitGroup // ... and their goroutines
 }
 
 // Stats counts what the swarms did since the server started.
 type Stats struct {
 	ServerBytes, PeerBytes int64 // bytes delivered, as the receivers reported them
-	Bad                    int64 // transfers whose bytes did not match: their sources were dropped
+	Bad                    int64 // transfers whose bytes did not match, as the receivers reported them
 	Gone, Slow             int64 // transfers that failed for the other reasons, and were retried
-	Members                int   // machines in a swarm now
+	// Unfounded counts reports of failed transfers the scheduler had not
+	// assigned to the reporter: ignored.
+	Unfounded int64
+	// Banned counts peers dropped from their swarm because the server
+	// fetched a chunk from them that did not match; Cleared the re-checks
+	// that found the chunk right.
+	Banned, Cleared int64
+	Members         int // machines in a swarm now
 }
 
 // group is one image's swarm.
@@ -68,11 +81,20 @@ type member struct {
 	avoid               map[string]time.Time // source → until
 	known               map[string]bool      // sources it fetched from
 	leases              map[int]lease        // chunk → where it is being fetched from
+	ended               map[ended]time.Time  // leases ended lately → till when a report of them counts
+	suspect             bool                 // it reported a transfer it was not assigned
+	accused             accusation           // chunks it served that were reported bad
 }
 
 type lease struct {
 	from  string
 	until time.Time
+}
+
+// ended is a lease that ended: chunk from a source.
+type ended struct {
+	chunk int
+	from  string
 }
 
 func (s *Scheduler) now() time.Time {
@@ -118,7 +140,8 @@ func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
 	g := s.group(m, now)
 	me := g.members[name]
 	if me == nil {
-		me = &member{name: name, have: make([]bool, m.Chunks()), avoid: map[string]time.Time{}, known: map[string]bool{}, leases: map[int]lease{}, idle: now}
+		me = &member{name: name, have: make([]bool, m.Chunks()), avoid: map[string]time.Time{}, known: map[string]bool{},
+			leases: map[int]lease{}, ended: map[ended]time.Time{}, idle: now}
 		g.members[name] = me
 	}
 	if r.Instance != me.instance {
@@ -155,7 +178,7 @@ func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
 		}
 	}
 	for _, t := range r.Done {
-		s.close(g, me, t)
+		s.close(g, me, t, now)
 		if t.From == "" {
 			s.stats.ServerBytes += t.Bytes
 		} else {
@@ -164,7 +187,15 @@ func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
 		}
 	}
 	for _, t := range r.Failed {
-		s.close(g, me, t)
+		// Only the machine sent for the chunk to that source can say how
+		// it went: anyone else's word about another peer is ignored.
+		leased := me.leased(t, now)
+		s.close(g, me, t, now)
+		if !leased {
+			s.stats.Unfounded++
+			me.suspect = true
+			continue
+		}
 		s.failed(g, me, t, now)
 	}
 	me.complete = r.Complete
@@ -180,6 +211,7 @@ func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
 		return reply
 	}
 	g.expire(now)
+	s.recheck(g, now)
 	for _, o := range g.members {
 		if o != me && !o.complete && o.alive(now) {
 			reply.Fetching++
@@ -245,9 +277,10 @@ func (g *group) count(me *member, d int) {
 }
 
 // close ends the lease of transfer t to me.
-func (s *Scheduler) close(g *group, me *member, t Transfer) {
+func (s *Scheduler) close(g *group, me *member, t Transfer, now time.Time) {
 	if l, ok := me.leases[t.Chunk]; ok && l.from == t.From {
 		g.release(me, t.Chunk)
+		me.ended[ended{t.Chunk, t.From}] = now.Add(leaseTTL)
 	}
 }
 
@@ -271,12 +304,13 @@ func (s *Scheduler) failed(g *group, me *member, t Transfer, now time.Time) {
 	switch t.Why {
 	case WhyBad:
 		s.stats.Bad++
-		if src != nil && !src.bad {
-			// A liar: it holds nothing for anyone from now on.
-			g.count(src, -1)
-			src.bad = true
-		}
+		// The machine's word convicts nobody (it may be the liar): it
+		// avoids that source itself, and the server checks the chunk.
 		me.avoid[t.From] = now.Add(forgetAfter)
+		if src != nil && !src.bad && !me.suspect {
+			src.accused.add(t.Chunk)
+			s.recheck(g, now)
+		}
 	case WhySlow:
 		s.stats.Slow++
 		me.avoid[t.From] = now.Add(avoidSlow)
@@ -298,6 +332,12 @@ func (g *group) expire(now time.Time) {
 		for i, l := range me.leases {
 			if now.After(l.until) {
 				g.release(me, i)
+				me.ended[ended{i, l.from}] = now.Add(leaseTTL)
+			}
+		}
+		for l, until := range me.ended {
+			if now.After(until) {
+				delete(me.ended, l)
 			}
 		}
 		if now.Sub(me.seen) > forgetAfter {
@@ -312,6 +352,7 @@ func (g *group) forget(me *member) {
 	for i := range me.leases {
 		g.release(me, i)
 	}
+	clear(me.ended)
 	if me.fails < maxGone {
 		g.count(me, -1)
 	}

@@ -41,7 +41,7 @@ type Transfer struct {
 
 // Why a transfer failed.
 const (
-	WhyBad  = "bad"  // the bytes did not match the chunk's sha256: the source lied
+	WhyBad  = "bad"  // the bytes did not match the chunk's sha256: the server checks the source
 	WhyGone = "gone" // no answer, an error, or a connection lost
 	WhySlow = "slow" // slower than the least rate a transfer must keep
 )
@@ -59,7 +59,7 @@ type Reply struct {
 	// the peer holds another number, it sends its whole Have next.
 	Holds int `json:"holds"`
 	// Banned says the server no longer schedules anything to or from this
-	// peer (it sent bad data).
+	// peer (the server fetched a chunk from it that did not match).
 	Banned bool `json:"banned,omitempty"`
 }
 

@@ -28,8 +28,9 @@ const (
 	AgentUnauthorized = "unauthorized" // no token, or a wrong one: 401
 	AgentMismatch     = "mismatch"     // the machine is not the node it claims to be: 409
 	AgentBadRequest   = "bad_request"
-	AgentConflict     = "conflict" // identity-conflict: a used token, a provisioned node claimed again: 401/409
-	AgentRefused      = "refused"  // events out of the workflow's order (provisioned before its actions): 409
+	AgentConflict     = "conflict"  // identity-conflict: a used token, a provisioned node claimed again: 401/409
+	AgentRefused      = "refused"   // events out of the workflow's order (provisioned before its actions): 409
+	AgentThrottled    = "throttled" // a machine new to the server, past its address's budget: 429
 )
 
 const maxAgentBody = 4 << 20
@@ -155,6 +156,10 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "check-in: "+err.Error())
 		return
 	}
+	if err := checkInIdentity(&c); err != nil {
+		s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "check-in: "+err.Error())
+		return
+	}
 	p := s.Plans.Current()
 	if p == nil {
 		http.Error(w, "no plan loaded yet", http.StatusServiceUnavailable)
@@ -251,12 +256,25 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, reply)
 			return
 		}
-		if gen, ok := s.provisioned(site.Name, n.Name); ok && gen >= n.Reprovision && !resumed {
-			why := fmt.Sprintf("node %s is provisioned (generation %d), yet a machine at %s checks in as it with a token minted before", n.Name, gen, ev.IP)
+		if gen, ok := s.provisioned(site.Name, n.Name); ok && gen >= n.Reprovision {
+			// With a boot token minted before, or with a session: a
+			// session opened for an install cannot outlive it.
+			what := "a token minted before"
+			if resumed {
+				what = "a session credential"
+			}
+			why := fmt.Sprintf("node %s is provisioned (generation %d), yet a machine at %s checks in as it with %s", n.Name, gen, ev.IP, what)
 			s.conflict(ev, why)
 			s.agentFail(w, http.StatusConflict, AgentConflict, "check-in refused: "+why)
 			return
 		}
+	}
+	if n == nil && s.newcomer(ev, ev.IP) {
+		// A machine the store never saw, past its address's budget:
+		// turned away before it costs a token or a session.
+		w.Header().Set("Retry-After", "10")
+		s.agentFail(w, http.StatusTooManyRequests, AgentThrottled, "check-in: "+tooMany(ev.IP))
+		return
 	}
 	if !resumed && !byIdentity {
 		fresh, err := s.sessions().UseToken(g.ID, g.Expires)
@@ -320,7 +338,11 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		if reply.Workflow != nil {
 			sess.Steps, sess.Need = len(reply.Workflow.Actions), needed(*reply.Workflow)
 		}
-		sess.Expires = now.Add(orDuration(s.SessionTTL, DefaultSessionTTL))
+		if !resumed {
+			// A session's life is set once, at the check-in that opened
+			// it: asking again never extends it.
+			sess.Expires = now.Add(orDuration(s.SessionTTL, DefaultSessionTTL))
+		}
 		if err := s.sessions().PutSession(key, sess); err != nil {
 			http.Error(w, "session store: "+err.Error(), http.StatusServiceUnavailable)
 			return

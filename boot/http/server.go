@@ -77,6 +77,13 @@ type Server struct {
 	// Power, when set, is a node's power as its BMC last said, and why it
 	// is unreachable (both "" for a node without a BMC).
 	Power func(key string) (state, problem string)
+	// Known reports whether the status store keeps a machine, by its key;
+	// a machine it does not know is a newcomer, and must fit in its source
+	// address's budget (Newcomers) before it is recorded or given a
+	// credential. Nil Known: every machine that is no node is a newcomer.
+	// Nil Newcomers: no budget.
+	Known     func(key string) bool
+	Newcomers *status.Newcomers
 	// Swarm, when set, has the machines of sites with imageDelivery: peers
 	// fetch their image from each other (nil: every site from the server).
 	Swarm *Swarm
@@ -258,20 +265,39 @@ var ipxeFlavor = flavor{
 func (s *Server) machineScript(w http.ResponseWriter, r *http.Request, f flavor) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	body, ok := s.decideScript(r.URL.Query(), clientIP(r), f)
-	if !ok {
-		http.Error(w, body, http.StatusServiceUnavailable)
+	body, code := s.decideScript(r.URL.Query(), clientIP(r), f)
+	if code != http.StatusOK {
+		if code == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "10")
+		}
+		http.Error(w, body, code)
 		return
 	}
 	io.WriteString(w, body)
 }
 
+// newcomer reports whether the machine e is about is one the store does
+// not keep and its source ip has no budget left for: it is turned away,
+// unrecorded. A node is never a newcomer.
+func (s *Server) newcomer(e status.Event, ip string) bool {
+	if e.Node != "" || s.Newcomers == nil || (s.Known != nil && s.Known(e.Key())) {
+		return false
+	}
+	return !s.Newcomers.Allow(ip)
+}
+
+// tooMany is what a newcomer over its address's budget is told.
+func tooMany(ip string) string {
+	return "too many machines new to this server from " + ip + " at once: try again in 10 s"
+}
+
 // decideScript is the script in flavor f for the machine q names (mac,
-// uuid, serial, site), asking from ip; false when there is no plan yet.
-func (s *Server) decideScript(q url.Values, ip string, f flavor) (string, bool) {
+// uuid, serial, site), asking from ip, and the HTTP status to send it with:
+// 503 when there is no plan yet, 429 for a newcomer over its budget.
+func (s *Server) decideScript(q url.Values, ip string, f flavor) (string, int) {
 	p := s.Plans.Current()
 	if p == nil {
-		return f.notHere("no plan loaded yet; try again"), false
+		return f.notHere("no plan loaded yet; try again"), http.StatusServiceUnavailable
 	}
 	id := parseIdentity(q)
 	site := id.Site
@@ -361,9 +387,14 @@ func (s *Server) decideScript(q url.Values, ip string, f flavor) (string, bool) 
 		ev.Message = "not answered: " + d.Reason
 		body = f.notHere(d.Reason)
 	}
+	if s.newcomer(ev, ip) {
+		// Neither recorded nor given a token: a flood of made-up
+		// identities from one address stops here.
+		return f.notHere(tooMany(ip)), http.StatusTooManyRequests
+	}
 	s.Events.Record(ev)
 	s.logger().Info("script", "loader", f.name, "site", ev.Site, "node", ev.Node, "mac", ev.MAC, "uuid", ev.UUID, "serial", ev.Serial, "outcome", string(d.Outcome), "message", ev.Message)
-	return body, true
+	return body, http.StatusOK
 }
 
 // binary serves an iPXE build to a UEFI HTTP-boot client.

@@ -374,6 +374,7 @@ func (d *Durable) Dropped() uint64 { return d.dropped.Load() }
 // stamp dates an event without a time, and zeroes a rate JSON cannot carry
 // (a division by a zero duration), which would fail the whole batch.
 func (d *Durable) stamp(e Event) Event {
+	e = e.printable()
 	if e.Time.IsZero() {
 		e.Time = d.opt.Now().UTC()
 	}
@@ -428,6 +429,13 @@ func (d *Durable) LastSeq(key string) uint64 {
 		return r.LastSeq
 	}
 	return 0
+}
+
+// Known reports whether the store keeps the machine.
+func (d *Durable) Known(key string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.machines[key] != nil
 }
 
 // State is the machine's state, "" when it is not kept.

@@ -3,31 +3,43 @@ package status
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/bootops/bootops/plan"
 )
 
 // NodeYAML is a Node object that registers m, named name (SuggestName(m)
 // when empty): what `bootops status --unknown`, `bootops enroll` and the
-// dashboard offer to commit for a machine that is no node yet.
-func NodeYAML(m Machine, name string) string {
+// dashboard offer to commit for a machine that is no node yet. Every value
+// is written through plan.YAMLString, the quoting cloud-init's documents
+// get: whatever a machine reported, it reads back as the same string and
+// can never add a key. A value that is not UTF-8 (which no YAML document
+// can carry as it is) is refused.
+func NodeYAML(m Machine, name string) (string, error) {
 	if name == "" {
 		name = SuggestName(m)
 	}
+	for what, v := range map[string]string{"name": name, "site": m.Site, "serial": m.Serial, "uuid": m.UUID, "mac": m.MAC} {
+		if !utf8.ValidString(v) {
+			return "", fmt.Errorf("the machine's %s %q is not UTF-8: register it by hand", what, v)
+		}
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: %s\n", name)
+	fmt.Fprintf(&b, "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: %s\n", plan.YAMLString(name))
 	if m.Site != "" {
-		fmt.Fprintf(&b, "site: %s\n", m.Site)
+		fmt.Fprintf(&b, "site: %s\n", plan.YAMLString(m.Site))
 	}
 	b.WriteString("identity:\n")
 	if m.Serial != "" {
-		fmt.Fprintf(&b, "  serial: %q\n", m.Serial)
+		fmt.Fprintf(&b, "  serial: %s\n", plan.YAMLString(m.Serial))
 	}
 	if m.UUID != "" {
-		fmt.Fprintf(&b, "  uuid: %s\n", m.UUID)
+		fmt.Fprintf(&b, "  uuid: %s\n", plan.YAMLString(m.UUID))
 	}
 	if m.MAC != "" {
-		fmt.Fprintf(&b, "  mac: %q\n", m.MAC)
+		fmt.Fprintf(&b, "  mac: %s\n", plan.YAMLString(m.MAC))
 	}
-	return strings.TrimSuffix(b.String(), "\n")
+	return strings.TrimSuffix(b.String(), "\n"), nil
 }
 
 // SuggestName makes a node name (a DNS label) from the machine's serial,

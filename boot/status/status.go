@@ -188,6 +188,7 @@ func (s *Memory) Record(e Event) {
 }
 
 func (s *Memory) record(e Event) {
+	e = e.printable()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e.Time.IsZero() {
@@ -308,6 +309,13 @@ func sortMachines(ms []Machine) {
 		}
 		return ms[i].Key < ms[j].Key
 	})
+}
+
+// Known reports whether the store keeps the machine.
+func (s *Memory) Known(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.machines[key] != nil
 }
 
 // Events returns a machine's events, oldest first.

@@ -280,7 +280,7 @@ func (s *Server) actions() bool {
 func marshalView(m status.Machine, unknown bool) []byte {
 	v := view{Machine: m}
 	if unknown {
-		v.NodeYAML = status.NodeYAML(m, "")
+		v.NodeYAML, _ = status.NodeYAML(m, "") // none offered for a machine that cannot have one
 	}
 	b, _ := json.Marshal(v)
 	return b

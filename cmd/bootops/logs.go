@@ -173,7 +173,14 @@ func enrollCmd() *command {
 		if *name != "" {
 			n = *name
 		}
-		body := status.NodeYAML(m, n) + "\n"
+		if status.SuggestName(status.Machine{Serial: n}) != n {
+			return usagef("--name %q: a node name is a DNS label (a-z, 0-9, '-', at most 63)", n)
+		}
+		body, err := status.NodeYAML(m, n)
+		if err != nil {
+			return err
+		}
+		body += "\n"
 		if err := os.MkdirAll(*out, 0o755); err != nil {
 			return err
 		}

@@ -133,7 +133,11 @@ func printUnknown(w io.Writer, ms []status.Machine) {
 	for _, m := range ms {
 		fmt.Fprintf(w, "# %s (%s): %s\n", m.Key, m.State, firstLine(m.Last.Message))
 		fmt.Fprintf(w, "# bootops enroll %s -o sites/%s/nodes\n", m.Key, or(m.Site, "SITE"))
-		fmt.Fprintln(w, status.NodeYAML(m, ""))
+		y, err := status.NodeYAML(m, "")
+		if err != nil {
+			y = "# " + err.Error()
+		}
+		fmt.Fprintln(w, y)
 		fmt.Fprintln(w, "---")
 	}
 }

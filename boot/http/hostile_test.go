@@ -1,0 +1,156 @@
+package http
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
+)
+
+// Machines new to the server are turned away past their source address's
+// budget, unrecorded and without a token; a registered node, and a machine
+// already seen, are never turned away.
+func TestNewcomersBudget(t *testing.T) {
+	p := testPlan("", "")
+	p.Sites[0].Unknown.Workflow = plan.Workflow{Profile: "base", Actions: []plan.Action{{Action: "reboot", Name: "reboot"}}}
+	s, mem, _ := newServer(t, p)
+	s.Known = mem.Known
+	s.Newcomers = &status.Newcomers{Burst: 5, Every: time.Hour}
+	h := s.Handler()
+	ok, turned := 0, 0
+	for i := range 50 {
+		r := get(t, h, fmt.Sprintf("/ipxe?serial=FAKE%04d&site=lab", i))
+		switch r.StatusCode {
+		case http.StatusOK:
+			ok++
+		case http.StatusTooManyRequests:
+			turned++
+			if b := body(t, r); tokenIn(b) != "" || !strings.Contains(b, "too many machines new to this server") || r.Header.Get("Retry-After") == "" {
+				t.Fatalf("a newcomer over budget got %q", b)
+			}
+		default:
+			t.Fatalf("request %d: %d", i, r.StatusCode)
+		}
+	}
+	if ok != 5 || turned != 45 || len(mem.Machines()) != 5 || s.Newcomers.Denied() != 45 {
+		t.Errorf("%d answered, %d turned away, %d machines kept, %d counted; want 5, 45, 5, 45", ok, turned, len(mem.Machines()), s.Newcomers.Denied())
+	}
+	// A machine already seen, and a registered node, with the budget spent.
+	for _, q := range []string{"serial=FAKE0003&site=lab", "serial=SER-A&site=lab", "mac=52:54:00:00:00:0b&site=lab"} {
+		if r := get(t, h, "/ipxe?"+q); r.StatusCode != http.StatusOK {
+			t.Errorf("%s: %d with the address's budget spent", q, r.StatusCode)
+		}
+	}
+	// A check-in of a machine never seen, from the same address: turned
+	// away before its token is spent.
+	tok := s.Secret.Mint(bootGrant("unknown-mac:52:54:00:00:00:77", time.Now().Add(time.Minute)))
+	code, b := post(t, h, plan.AgentCheckInPath, tok, plan.CheckIn{Site: "lab", Machine: "mac:52:54:00:00:00:77"})
+	if code != http.StatusTooManyRequests {
+		t.Errorf("check-in of a newcomer over budget: %d %s", code, b)
+	}
+}
+
+// A check-in's identity goes through the script request's parsers:
+// anything that is not an identifier is refused before it is stored.
+func TestCheckInIdentityValidated(t *testing.T) {
+	p := testPlan("", "")
+	p.Sites[0].Unknown.Workflow = plan.Workflow{Profile: "base", Actions: []plan.Action{{Action: "reboot", Name: "reboot"}}}
+	s, mem, _ := newServer(t, p)
+	h := s.Handler()
+	for name, in := range map[string]plan.CheckIn{
+		"yaml in a serial":   {Site: "lab", Machine: "mac:52:54:00:00:00:99", Identity: plan.Identity{Serial: "X\nkind: Secret"}},
+		"escape in a serial": {Site: "lab", Machine: "mac:52:54:00:00:00:99", Identity: plan.Identity{Serial: "X\x1b[2J"}},
+		"long serial":        {Site: "lab", Machine: "mac:52:54:00:00:00:99", Identity: plan.Identity{Serial: strings.Repeat("S", 65)}},
+		"not a mac":          {Site: "lab", Machine: "mac:52:54:00:00:00:99", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:99", "<script>"}}},
+		"not a uuid":         {Site: "lab", Machine: "mac:52:54:00:00:00:99", Identity: plan.Identity{UUID: "1234; rm -rf /"}},
+		"a machine key":      {Site: "lab", Machine: "mac:52:54:00:00:00:99\nserial:x"},
+		"a made-up key kind": {Site: "lab", Machine: "node:a"},
+		"many nics":          {Site: "lab", Machine: "mac:52:54:00:00:00:99", Identity: plan.Identity{MACs: make([]string, 65)}},
+	} {
+		tok := script(t, h, "mac=52:54:00:00:00:99&site=lab")
+		if code, b := post(t, h, plan.AgentCheckInPath, tok, in); code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", name, code, b)
+		}
+	}
+	for _, m := range mem.Machines() {
+		for _, e := range mem.Events(m.Key) {
+			if e.Kind == status.KindAgent {
+				t.Errorf("a refused check-in was recorded: %+v", e)
+			}
+		}
+	}
+	// Placeholders are dropped, as a script request drops them.
+	tok := script(t, h, "mac=52:54:00:00:00:99&site=lab")
+	in := plan.CheckIn{Site: "lab", Machine: "mac:52:54:00:00:00:99", Identity: plan.Identity{Serial: "To-Be-Filled-By-O.E.M.", UUID: "00000000-0000-0000-0000-000000000000", MACs: []string{"52-54-00-00-00-99"}}}
+	if code, b := post(t, h, plan.AgentCheckInPath, tok, in); code != http.StatusOK {
+		t.Errorf("a check-in with placeholders: %d %s", code, b)
+	}
+}
+
+// A session cannot outlive its node's install: presented at check-in for a
+// node provisioned at its generation, it is an identity-conflict; and asking
+// again never extends a session's life.
+func TestSessionBounds(t *testing.T) {
+	p := testPlan("", "")
+	p.Sites[0].Nodes[0].Artifacts.Workflow = plan.Workflow{Node: "a", Profile: "base", Actions: []plan.Action{{Action: "wipe-disk", Name: "wipe"}}}
+	p.Sites[0].UnknownNodes = plan.PolicyHold
+	now := time.Now()
+	s, mem, _ := newServer(t, p)
+	s.Now = func() time.Time { return now }
+	h := s.Handler()
+	in := plan.CheckIn{Site: "lab", Node: "a", Identity: plan.Identity{Serial: "SER-A"}}
+	code, b := post(t, h, plan.AgentCheckInPath, script(t, h, "serial=SER-A&site=lab"), in)
+	if code != 200 {
+		t.Fatalf("check-in: %d %s", code, b)
+	}
+	sess := sessionOf(t, b)
+	s.Provisioned = func(site, node string) (int, bool) { return 0, node == "a" }
+	code, b = post(t, h, plan.AgentCheckInPath, sess, in)
+	if code != http.StatusConflict || strings.Contains(b, "workflow") || !strings.Contains(b, "with a session credential") {
+		t.Errorf("a provisioned node's session at check-in: %d %s", code, b)
+	}
+	if evs := mem.Events("lab/a"); !strings.HasPrefix(evs[len(evs)-1].Message, "identity-conflict: ") {
+		t.Errorf("no identity-conflict on the node's timeline: %+v", evs[len(evs)-1])
+	}
+
+	// A held machine asks again and again, an hour apart: its session
+	// ends when the first check-in said.
+	held := plan.CheckIn{Site: "lab", Machine: "mac:52:54:00:00:00:55"}
+	code, b = post(t, h, plan.AgentCheckInPath, script(t, h, "mac=52:54:00:00:00:55&site=lab"), held)
+	if code != 200 {
+		t.Fatalf("held check-in: %d %s", code, b)
+	}
+	cred := sessionOf(t, b)
+	first := expiryOf(t, cred)
+	for range 3 {
+		now = now.Add(time.Hour)
+		code, b = post(t, h, plan.AgentCheckInPath, cred, held)
+		if code != 200 {
+			t.Fatalf("held again: %d %s", code, b)
+		}
+		cred = sessionOf(t, b)
+		if got := expiryOf(t, cred); !got.Equal(first) {
+			t.Fatalf("a check-in moved the session's end from %s to %s", first, got)
+		}
+	}
+	now = first.Add(time.Second)
+	if code, b := post(t, h, plan.AgentCheckInPath, cred, held); code != http.StatusUnauthorized || !strings.Contains(b, "expired") {
+		t.Errorf("a session past its end: %d %s", code, b)
+	}
+}
+
+// expiryOf reads a credential's expiry (its third field, unix seconds).
+func expiryOf(t *testing.T, cred string) time.Time {
+	t.Helper()
+	var sec int64
+	parts := strings.Split(cred, ".")
+	if len(parts) != 5 {
+		t.Fatalf("credential %q", cred)
+	}
+	fmt.Sscan(parts[2], &sec)
+	return time.Unix(sec, 0)
+}

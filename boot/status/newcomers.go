@@ -1,0 +1,67 @@
+package status
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Newcomers limits, per source address, how many machines the store has
+// never seen one source may introduce: a budget of Burst, then one more
+// per Every. A real machine introduces itself once (its DHCP sighting,
+// its script request, its check-in); a flood of made-up identities from
+// one address is turned away at the door, before it costs the store a
+// write. Sources are forgotten past MaxSources (the table starts over).
+type Newcomers struct {
+	Burst int           // default 20
+	Every time.Duration // default 1 s
+	// MaxSources bounds the sources tracked (default 65536).
+	MaxSources int
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+
+	mu      sync.Mutex
+	sources map[string]*budget
+	denied  atomic.Uint64
+}
+
+// Allow spends one of src's newcomer tokens; false when it has none left.
+// A nil *Newcomers allows everything.
+func (n *Newcomers) Allow(src string) bool {
+	if n == nil {
+		return true
+	}
+	now := time.Now()
+	if n.Now != nil {
+		now = n.Now()
+	}
+	burst, every := float64(orDefault(n.Burst, 20)), orDefault(n.Every, time.Second)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.sources == nil || len(n.sources) >= orDefault(n.MaxSources, 65536) {
+		n.sources = map[string]*budget{}
+	}
+	b := n.sources[src]
+	if b == nil {
+		b = &budget{tokens: burst, last: now}
+		n.sources[src] = b
+	}
+	if dt := now.Sub(b.last); dt > 0 {
+		b.tokens = min(burst, b.tokens+float64(dt)/float64(every))
+		b.last = now
+	}
+	if b.tokens < 1 {
+		n.denied.Add(1)
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// Denied counts the newcomers turned away.
+func (n *Newcomers) Denied() uint64 {
+	if n == nil {
+		return 0
+	}
+	return n.denied.Load()
+}

@@ -1,0 +1,94 @@
+package status
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Printable escapes what in s could drive a terminal or a browser, or
+// forge a line of output: C0 control characters (newlines and ESC among
+// them) but tab, DEL, C1 controls (U+0080–U+009F, where CSI and OSC also
+// live), the line and paragraph separators, the bidirectional overrides
+// and isolates (text that reads one way and runs another), and bytes that
+// are not UTF-8. Each is written \xNN or \uNNNN, so nothing is lost. The
+// store keeps every string a machine sends this way, and the commands
+// print through it again.
+func Printable(s string) string {
+	i := 0
+	for i < len(s) {
+		c := s[i]
+		if c >= 0x20 && c < 0x7f || c == '\t' {
+			i++
+			continue
+		}
+		if c >= 0x80 {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if !unsafeRune(r, n) {
+				i += n
+				continue
+			}
+		}
+		break
+	}
+	if i == len(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	b.WriteString(s[:i])
+	for i < len(s) {
+		c := s[i]
+		switch {
+		case c >= 0x20 && c < 0x7f || c == '\t':
+			b.WriteByte(c)
+			i++
+		case c == '\n':
+			b.WriteString(`\n`)
+			i++
+		case c == '\r':
+			b.WriteString(`\r`)
+			i++
+		case c < 0x80:
+			fmt.Fprintf(&b, `\x%02x`, c)
+			i++
+		default:
+			r, n := utf8.DecodeRuneInString(s[i:])
+			switch {
+			case r == utf8.RuneError && n == 1:
+				fmt.Fprintf(&b, `\x%02x`, c)
+			case unsafeRune(r, n):
+				fmt.Fprintf(&b, `\u%04x`, r)
+			default:
+				b.WriteString(s[i : i+n])
+			}
+			i += n
+		}
+	}
+	return b.String()
+}
+
+func unsafeRune(r rune, n int) bool {
+	return r == utf8.RuneError && n == 1 || r >= 0x80 && r <= 0x9f ||
+		r == 0x2028 || r == 0x2029 || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
+}
+
+// MaxMessage bounds an event's message as stored: the rest is cut, and
+// the cut says how much went.
+const MaxMessage = 8 << 10
+
+// printable is e as the store keeps it: every string it carries made
+// Printable, and its message within MaxMessage.
+func (e Event) printable() Event {
+	for _, f := range []*string{&e.Kind, &e.Site, &e.Node, &e.MAC, &e.UUID, &e.Serial, &e.IP, &e.State, &e.Message, &e.Action, &e.Boot, &e.Hostname, &e.Kernel} {
+		*f = Printable(*f)
+	}
+	if len(e.Message) > MaxMessage {
+		cut := MaxMessage
+		for cut > 0 && !utf8.RuneStart(e.Message[cut]) {
+			cut--
+		}
+		e.Message = fmt.Sprintf("%s … [cut: %d more bytes]", e.Message[:cut], len(e.Message)-cut)
+	}
+	return e
+}

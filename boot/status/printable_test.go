@@ -1,0 +1,78 @@
+package status
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// What a machine sends cannot drive a terminal or a browser, nor forge a
+// line: escaped when stored, nothing lost.
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain text, tabs\tstay":          "plain text, tabs\tstay",
+		"unicode stays: naïve 日本":         "unicode stays: naïve 日本",
+		"\x1b]0;pwned\x07title":           `\x1b]0;pwned\x07title`,
+		"\x1b[2J\x1b[Hcleared":            `\x1b[2J\x1b[Hcleared`,
+		"line\nfake: 2026 provisioned\r":  `line\nfake: 2026 provisioned\r`,
+		"c1 csi \u009b31m and nel \u0085": `c1 csi \u009b31m and nel \u0085`,
+		"bidi \u202enoitcurtsni\u202c":    `bidi \u202enoitcurtsni\u202c`,
+		"not utf-8 \xff\xfe, del \x7f":    `not utf-8 \xff\xfe, del \x7f`,
+		"separators \u2028 \u2029":        `separators \u2028 \u2029`,
+	} {
+		if got := Printable(in); got != want {
+			t.Errorf("Printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+	d := open(t, filepath.Join(t.TempDir(), "status.db"), Options{})
+	mem := &Memory{}
+	evil := Event{Kind: KindScript, Serial: "S\x1b[31m", Message: "x\x1b]52;c;Y2xpcGJvYXJk\x07" + strings.Repeat("é", MaxMessage)}
+	mem.Record(evil)
+	if err := d.RecordSync(evil); err != nil {
+		t.Fatal(err)
+	}
+	for name, evs := range map[string][]Event{"durable": d.Events(`serial:S\x1b[31m`), "memory": mem.Events(`serial:S\x1b[31m`)} {
+		if len(evs) != 1 {
+			t.Fatalf("%s: %d events under the escaped key", name, len(evs))
+		}
+		m := evs[0].Message
+		if strings.ContainsRune(m, 0x1b) || !strings.HasPrefix(m, `x\x1b]52;c;Y2xpcGJvYXJk\x07`) {
+			t.Errorf("%s: stored %.60q", name, m)
+		}
+		if !utf8.ValidString(m) || len(m) > MaxMessage+64 || !strings.HasSuffix(m, "more bytes]") {
+			t.Errorf("%s: a %d-byte message stored as %d bytes ending %q", name, len(evil.Message), len(m), m[len(m)-30:])
+		}
+	}
+}
+
+// A Node object written for a machine reads back as what the machine
+// reported, whatever it reported: no value adds a key.
+func TestNodeYAMLQuoting(t *testing.T) {
+	for _, v := range []string{
+		"SER-1", "yes", "0x1F", "1e3", "2026-11-25", "- item", "a: b", "x\nkind: Secret", "#comment", "'single'", `"double"`,
+		"trailing ", "x\n  injected: true", "{flow: map}", "[a, b]", "&anchor", "*alias", "!tag", "%dir", "@at", "`tick",
+		"tab\there", "esc\x1b[0m", "nel\u0085", "null", "~", "<<", "=", "naïve", "back\\slash",
+	} {
+		m := Machine{Site: "lab", Serial: v, UUID: v, MAC: v}
+		out, err := NodeYAML(m, "n1")
+		if err != nil {
+			t.Errorf("%q: %v", v, err)
+			continue
+		}
+		var doc map[string]any
+		if err := yaml.Unmarshal([]byte(out), &doc); err != nil {
+			t.Errorf("%q: the Node does not parse: %v\n%s", v, err, out)
+			continue
+		}
+		id, _ := doc["identity"].(map[string]any)
+		if len(doc) != 5 || len(id) != 3 || id["serial"] != v || id["uuid"] != v || id["mac"] != v {
+			t.Errorf("%q does not round-trip:\n%s\nread back %#v", v, out, doc)
+		}
+	}
+	if _, err := NodeYAML(Machine{Serial: "bad\xff"}, "n1"); err == nil {
+		t.Error("a serial that is not UTF-8 was written")
+	}
+}

@@ -297,7 +297,7 @@ func TestUnknownEnrollLogs(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the event reaches the store
 		code, out, errs = bootops(t, nil, "status", "--server", server, "--unknown")
 	}
-	want := "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: newbox-7\nsite: lab\nidentity:\n  serial: \"NEWBOX-7\"\n  mac: \"52:54:00:ab:cd:ef\"\n"
+	want := "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: newbox-7\nsite: lab\nidentity:\n  serial: NEWBOX-7\n  mac: 52:54:00:ab:cd:ef\n"
 	if code != 0 || !strings.Contains(out, "# mac:52:54:00:ab:cd:ef (booting)") || !strings.Contains(out, want) {
 		t.Errorf("status --unknown: %d %s\n%s", code, errs, out)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/swarm"
@@ -109,6 +110,20 @@ func (u *uplink) checkIn(ctx context.Context, c plan.CheckIn) (plan.CheckInReply
 	return r, err
 }
 
+// batchLen is how many of the pending events go in the next batch: at most
+// plan.MaxEventBatch, and within plan.MaxEventBatchBytes by an estimate
+// of their JSON (a message's escapes can double it), but always one.
+func batchLen(pending []plan.AgentEvent) int {
+	size := 0
+	for i, e := range pending {
+		size += 256 + 2*len(e.Message) + len(e.Action)
+		if i == plan.MaxEventBatch || (i > 0 && size > plan.MaxEventBatchBytes) {
+			return i
+		}
+	}
+	return len(pending)
+}
+
 // Report queues an event; it never blocks on the network.
 func (u *uplink) Report(e plan.AgentEvent) {
 	u.mu.Lock()
@@ -116,6 +131,13 @@ func (u *uplink) Report(e plan.AgentEvent) {
 	e.Seq = u.seq
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
+	}
+	if len(e.Message) > plan.MaxEventMessage {
+		cut := plan.MaxEventMessage
+		for cut > 0 && !utf8.RuneStart(e.Message[cut]) {
+			cut--
+		}
+		e.Message = fmt.Sprintf("%s … [cut: %d more bytes]", e.Message[:cut], len(e.Message)-cut)
 	}
 	u.pending = append(u.pending, e)
 	u.mu.Unlock()
@@ -164,8 +186,7 @@ func (u *uplink) run(ctx context.Context) {
 func (u *uplink) send(ctx context.Context) error {
 	for {
 		u.mu.Lock()
-		batch := u.pending[:min(len(u.pending), 500)]
-		batch = append([]plan.AgentEvent(nil), batch...)
+		batch := append([]plan.AgentEvent(nil), u.pending[:batchLen(u.pending)]...)
 		u.mu.Unlock()
 		if len(batch) == 0 {
 			return nil

@@ -102,6 +102,33 @@ func (s Secret) Verify(tok, kind, site, subject string, now time.Time) (Grant, e
 	return g, nil
 }
 
+// Peek reads what a credential says of itself, without the site and
+// subject its tag binds: its kind and whether it is past its expiry. A
+// request whose credential is malformed, of none of the kinds wanted, or
+// expired is refused before its body is read; Verify checks the tag once
+// the body names the site and subject.
+func Peek(tok string, now time.Time, kinds ...string) error {
+	parts := strings.Split(tok, ".")
+	if len(tok) > 256 || len(parts) != 5 || len(parts[0]) != 2 || parts[0][1] != '1' {
+		return ErrBadCredential
+	}
+	exp, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil {
+		return ErrBadCredential
+	}
+	found := false
+	for _, k := range kinds {
+		found = found || parts[0][:1] == k
+	}
+	switch {
+	case !found:
+		return ErrWrongKind
+	case !now.Before(time.Unix(exp, 0)):
+		return ErrExpired
+	}
+	return nil
+}
+
 // LoadSecret reads dir/secret, creating it (32 random bytes, mode 0600)
 // when it does not exist.
 func LoadSecret(dir string) (Secret, error) {

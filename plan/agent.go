@@ -205,6 +205,16 @@ type AgentEvent struct {
 	Generation int `json:"generation,omitempty"`
 }
 
+// Bounds of what an agent posts: the server refuses a batch of more than
+// MaxEventBatch events or MaxEventBatchBytes of JSON (with room to spare
+// for the agent's estimate), and keeps at most MaxEventMessage bytes of a
+// message. The agent cuts its messages and batches to fit.
+const (
+	MaxEventBatch      = 500
+	MaxEventBatchBytes = 256 << 10
+	MaxEventMessage    = 8 << 10
+)
+
 // EventBatch is a POST to AgentEventsPath.
 type EventBatch struct {
 	Site    string       `json:"site"`

@@ -33,7 +33,15 @@ const (
 	AgentThrottled    = "throttled" // a machine new to the server, past its address's budget: 429
 )
 
-const maxAgentBody = 4 << 20
+// What each route reads of a body at most: a check-in's identity and
+// disks, a batch of events (at most plan.MaxEventBatch, each message
+// within plan.MaxEventMessage), an installed OS's report, a swarm report.
+const (
+	maxCheckInBody = 64 << 10
+	maxEventsBody  = 512 << 10
+	maxReportBody  = 16 << 10
+	maxSwarmBody   = 64 << 10
+)
 
 // keyed sets the identifier of e that makes e.Key() the machine key.
 func keyed(e *status.Event, key string) {
@@ -68,15 +76,37 @@ func (s *Server) agentFail(w http.ResponseWriter, code int, result, msg string) 
 	http.Error(w, msg, code)
 }
 
-func readJSON(r *http.Request, v any) error {
-	b, err := io.ReadAll(io.LimitReader(r.Body, maxAgentBody+1))
+// readJSON reads a body of at most limit bytes into v; the status to
+// refuse it with when it cannot (413 past the limit, else 400).
+func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) (int, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", limit)
+	}
 	if err != nil {
-		return err
+		return http.StatusBadRequest, err
 	}
-	if len(b) > maxAgentBody {
-		return fmt.Errorf("body over %d bytes", maxAgentBody)
+	return http.StatusBadRequest, json.Unmarshal(b, v)
+}
+
+// precheck refuses a request whose credential is missing, malformed, of
+// none of kinds or expired, before its body is read (true: go on).
+// optional lets a request without one through (a check-in over TLS).
+func (s *Server) precheck(w http.ResponseWriter, r *http.Request, what string, optional bool, kinds ...string) bool {
+	tok := bearer(r)
+	if tok == "" && optional {
+		return true
 	}
-	return json.Unmarshal(b, v)
+	if err := boot.Peek(tok, s.now(), kinds...); err != nil {
+		msg := what + ": " + credentialError(err)
+		if errors.Is(err, boot.ErrWrongKind) && what == "events" {
+			msg = what + ": a boot token is good for the check-in only: events need the session credential the check-in returned"
+		}
+		s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, msg)
+		return false
+	}
+	return true
 }
 
 // Sessions keeps, across restarts, which boot tokens were used and each
@@ -151,9 +181,12 @@ func (s *Server) conflict(ev status.Event, why string) {
 // against the Plan; the reply is the workflow and a session credential for
 // its events.
 func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
+	if !s.precheck(w, r, "check-in", r.TLS != nil, boot.KindBoot, boot.KindSession) {
+		return
+	}
 	var c plan.CheckIn
-	if err := readJSON(r, &c); err != nil {
-		s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "check-in: "+err.Error())
+	if code, err := readJSON(w, r, maxCheckInBody, &c); err != nil {
+		s.agentFail(w, code, AgentBadRequest, "check-in: "+err.Error())
 		return
 	}
 	if err := checkInIdentity(&c); err != nil {
@@ -472,9 +505,16 @@ func (s *Server) lock(key string) func() {
 // Its credential is the session the check-in returned, and the current one
 // for the machine; the events must follow the workflow (advance).
 func (s *Server) agentEvents(w http.ResponseWriter, r *http.Request) {
+	if !s.precheck(w, r, "events", false, boot.KindSession) {
+		return
+	}
 	var b plan.EventBatch
-	if err := readJSON(r, &b); err != nil {
-		s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "events: "+err.Error())
+	if code, err := readJSON(w, r, maxEventsBody, &b); err != nil {
+		s.agentFail(w, code, AgentBadRequest, "events: "+err.Error())
+		return
+	}
+	if len(b.Events) > plan.MaxEventBatch {
+		s.agentFail(w, http.StatusRequestEntityTooLarge, AgentBadRequest, fmt.Sprintf("events: %d in one batch, at most %d", len(b.Events), plan.MaxEventBatch))
 		return
 	}
 	subj := subject(b.Node, b.Machine)

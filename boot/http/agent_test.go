@@ -90,7 +90,9 @@ func TestAgentCheckIn(t *testing.T) {
 		want        string
 	}{
 		{"node", tokA(), plan.CheckIn{Site: "lab", Node: "a", Identity: id}, 200, `"workflow":{"node":"a","profile":"base","actions":[{"action":"wipe-disk"`},
-		{"no token", "", plan.CheckIn{Site: "lab", Node: "a", Identity: id}, 401, "node a: wrong or missing credential"},
+		// Refused before the body is read: it names no node yet.
+		{"no token", "", plan.CheckIn{Site: "lab", Node: "a", Identity: id}, 401, "check-in: wrong or missing credential"},
+		{"a token that is none", "b1.x", plan.CheckIn{Site: "lab", Node: "a", Identity: id}, 401, "check-in: wrong or missing credential"},
 		{"another node's token", tokB, plan.CheckIn{Site: "lab", Node: "a", Identity: id}, 401, "wrong or missing credential"},
 		{"wrong serial", tokA(), plan.CheckIn{Site: "lab", Node: "a", Identity: plan.Identity{Serial: "SER-X"}}, 409,
 			`node a is registered with serial SER-A (a.yaml:1), the machine reports serial "SER-X"`},
@@ -98,7 +100,7 @@ func TestAgentCheckIn(t *testing.T) {
 			"mac 52:54:00:00:00:0b is registered to node b (b.yaml:1)"},
 		{"unknown", tokUnknown, plan.CheckIn{Site: "lab", Machine: "mac:52:54:00:00:00:99", Identity: plan.Identity{Serial: "NEW"}}, 200, `"actions":[{"action":"reboot"`},
 		{"unknown, token of another machine", tokOther, plan.CheckIn{Site: "lab", Machine: "mac:52:54:00:00:00:99"}, 401, "the unknown machine mac:52:54:00:00:00:99: wrong or missing credential"},
-		{"no such site", "x", plan.CheckIn{Site: "nope", Node: "a"}, 404, `no site "nope"`},
+		{"no such site", tokB, plan.CheckIn{Site: "nope", Node: "a"}, 404, `no site "nope"`},
 	} {
 		code, body := post(t, h, plan.AgentCheckInPath, tc.token, tc.in)
 		if code != tc.code || !strings.Contains(body, tc.want) {
@@ -113,7 +115,7 @@ func TestAgentCheckIn(t *testing.T) {
 			}
 		}
 	}
-	if counts[AgentUnauthorized] != 3 || counts[AgentMismatch] != 2 || counts[AgentOK] != 2 {
+	if counts[AgentUnauthorized] != 4 || counts[AgentMismatch] != 2 || counts[AgentOK] != 2 {
 		t.Errorf("counts: %v", counts)
 	}
 	evs := mem.Events("lab/a")

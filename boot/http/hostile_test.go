@@ -2,7 +2,9 @@ package http
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -153,4 +155,86 @@ func expiryOf(t *testing.T, cred string) time.Time {
 	}
 	fmt.Sscan(parts[2], &sec)
 	return time.Unix(sec, 0)
+}
+
+// countingReader counts what the server read of a body.
+type countingReader struct {
+	n, size int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if c.n >= c.size {
+		return 0, io.EOF
+	}
+	k := min(len(p), c.size-c.n)
+	for i := range k {
+		p[i] = ' '
+	}
+	c.n += k
+	return k, nil
+}
+
+// Credentials are checked before a body is read, and a body is read only
+// up to its route's bound.
+func TestBodiesBounded(t *testing.T) {
+	s, _, _ := newServer(t, testPlan("", ""))
+	h := s.Handler()
+	send := func(path, token string, size int) (int, int) {
+		body := &countingReader{size: size}
+		req := httptest.NewRequest("POST", path, body)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, body.n
+	}
+	future := time.Now().Add(time.Hour).Unix()
+	forged := fmt.Sprintf("s1.0.%d.0123456789abcdef.%s", future, strings.Repeat("0", 43))
+	for _, c := range []struct {
+		name, path, token string
+		code, maxRead     int
+	}{
+		{"events without a credential", plan.AgentEventsPath, "", 401, 0},
+		{"events with a boot token", plan.AgentEventsPath, strings.Replace(forged, "s1", "b1", 1), 401, 0},
+		{"events with an expired session", plan.AgentEventsPath, "s1.0.1.0123456789abcdef.x", 401, 0},
+		{"check-in without a credential", plan.AgentCheckInPath, "", 401, 0},
+		{"report without a credential", plan.ReportPath, "", 401, 0},
+		{"events, a credential's shape, 8 MiB", plan.AgentEventsPath, forged, 413, maxEventsBody + 64<<10},
+		{"check-in, a credential's shape, 8 MiB", plan.AgentCheckInPath, strings.Replace(forged, "s1", "b1", 1), 413, maxCheckInBody + 64<<10},
+	} {
+		code, read := send(c.path, c.token, 8<<20)
+		if code != c.code || read > c.maxRead {
+			t.Errorf("%s: %d after reading %d bytes; want %d after at most %d", c.name, code, read, c.code, c.maxRead)
+		}
+	}
+}
+
+// A batch of more events than the bound is refused whole; a long message
+// is kept cut, saying how much went.
+func TestEventBounds(t *testing.T) {
+	p := testPlan("", "")
+	p.Sites[0].Nodes[0].Artifacts.Workflow = plan.Workflow{Node: "a", Profile: "base", Actions: []plan.Action{{Action: "wipe-disk", Name: "wipe"}}}
+	s, mem, _ := newServer(t, p)
+	h := s.Handler()
+	code, b := post(t, h, plan.AgentCheckInPath, script(t, h, "serial=SER-A&site=lab"), plan.CheckIn{Site: "lab", Node: "a", Identity: plan.Identity{Serial: "SER-A"}})
+	if code != 200 {
+		t.Fatal(code, b)
+	}
+	sess := sessionOf(t, b)
+	many := make([]plan.AgentEvent, plan.MaxEventBatch+1)
+	for i := range many {
+		many[i] = plan.AgentEvent{Seq: uint64(i + 1), Type: plan.AgentLog, Message: "x"}
+	}
+	if code, b := post(t, h, plan.AgentEventsPath, sess, plan.EventBatch{Site: "lab", Node: "a", Events: many}); code != 413 {
+		t.Errorf("%d events in a batch: %d %s", len(many), code, b)
+	}
+	long := plan.AgentEvent{Seq: 1, Type: plan.AgentLog, Message: strings.Repeat("y", 100<<10)}
+	if code, b := post(t, h, plan.AgentEventsPath, sess, plan.EventBatch{Site: "lab", Node: "a", Events: []plan.AgentEvent{long}}); code != 200 {
+		t.Fatalf("a long message: %d %s", code, b)
+	}
+	evs := mem.Events("lab/a")
+	if m := evs[len(evs)-1].Message; len(m) > status.MaxMessage+64 || !strings.HasSuffix(m, "more bytes]") {
+		t.Errorf("a 100 KiB message stored as %d bytes", len(m))
+	}
 }

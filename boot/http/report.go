@@ -78,9 +78,14 @@ func (s *Server) report(site *plan.Site, n *plan.Node) string {
 // node's, of the node's current generation, and its instance-id the one
 // the node's meta-data gave (node-generation).
 func (s *Server) osReport(w http.ResponseWriter, r *http.Request) {
+	if err := boot.Peek(bearer(r), s.now(), boot.KindReport); err != nil {
+		s.logger().Warn("report refused", "ip", clientIP(r), "why", credentialError(err))
+		s.agentFail(w, http.StatusUnauthorized, AgentReportRefused, "report refused: wrong or missing credential (from "+clientIP(r)+"): "+credentialError(err))
+		return
+	}
 	var rep plan.OSReport
-	if err := readJSON(r, &rep); err != nil {
-		s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "report: "+err.Error())
+	if code, err := readJSON(w, r, maxReportBody, &rep); err != nil {
+		s.agentFail(w, code, AgentBadRequest, "report: "+err.Error())
 		return
 	}
 	p := s.Plans.Current()

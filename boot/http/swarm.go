@@ -124,8 +124,8 @@ func (s *Server) swarmReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rep swarm.Report
-	if err := readJSON(r, &rep); err != nil {
-		http.Error(w, "swarm report: "+err.Error(), http.StatusBadRequest)
+	if code, err := readJSON(w, r, maxSwarmBody, &rep); err != nil {
+		http.Error(w, "swarm report: "+err.Error(), code)
 		return
 	}
 	server := st.ServerURL()

@@ -11,15 +11,22 @@ import (
 // Routes are the daemon's power API, for `bootops power` and `bootops
 // boot-device`:
 //
-//	GET  /api/v1/power/{site}/{node}        the BMC's power state, asked now
+//	GET  /api/v1/power/{site}/{node}        the BMC's power state: as last polled, or asked now with the token
 //	POST /api/v1/power/{site}/{node}        {"action": "on"|"off"|"cycle"}
 //	POST /api/v1/boot-device/{site}/{node}  {"device": "pxe"|"disk", "once": true}
 //
-// The POSTs need authorized (the daemon's operator token); every answer
-// comes within the BMC timeout, a BMC that did not answer is a 504.
+// The POSTs need authorized (the daemon's operator token), and so does a
+// GET that asks the BMC now: without it, a GET is answered from the last
+// poll, so that no one can make the daemon log in to BMCs at will. Every
+// answer comes within the BMC timeout, a BMC that did not answer is a 504.
 func (m *Manager) Routes(authorized func(*http.Request) bool) map[string]http.Handler {
 	return map[string]http.Handler{
 		"GET /api/v1/power/{site}/{node}": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if authorized == nil || !authorized(r) {
+				st, err := m.Last(key(r))
+				m.answer(w, st, err)
+				return
+			}
 			st, err := m.Query(r.Context(), key(r))
 			m.answer(w, st, err)
 		}),

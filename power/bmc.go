@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,23 +40,28 @@ type Controller interface {
 	SetBootDevice(ctx context.Context, device string, once bool) error
 }
 
-// Dial makes a node's Controller from its Plan entry and credentials.
-type Dial func(b *plan.BMC, c Credentials) Controller
+// Dial makes a node's Controller from its Plan entry and credentials. to
+// is the address b.Address resolved to and the daemon allowed the
+// credentials to go: the Controller connects there and nowhere else, and
+// never resolves b.Address again.
+type Dial func(b *plan.BMC, to netip.Addr, c Credentials) Controller
 
 // DialBMCLib reaches BMCs through bmclib: IPMI through ipmitool, Redfish
 // through gofish. A connection is opened per call: BMCs drop idle
 // sessions, and a call is rare.
-func DialBMCLib(b *plan.BMC, c Credentials) Controller {
-	return &bmcLib{b: *b, c: c}
+func DialBMCLib(b *plan.BMC, to netip.Addr, c Credentials) Controller {
+	return &bmcLib{b: *b, c: c, to: to}
 }
 
 type bmcLib struct {
-	b plan.BMC
-	c Credentials
+	b  plan.BMC
+	c  Credentials
+	to netip.Addr
 }
 
 func (x *bmcLib) client() *bmclib.Client {
 	var opts []bmclib.Option
+	host := x.to.String() // ipmitool -H: the checked address
 	switch x.b.Protocol {
 	case plan.BMCIPMI:
 		if x.b.Port != 0 {
@@ -64,13 +71,18 @@ func (x *bmcLib) client() *bmclib.Client {
 		if x.b.Port != 0 {
 			opts = append(opts, bmclib.WithRedfishPort(strconv.Itoa(x.b.Port)))
 		}
+		// The URL keeps Git's address, for the certificate's name and the
+		// Host header; the connection goes to the checked address. No
+		// proxy: the BMC's password goes to it alone.
+		host = x.b.Address
 		hc := &http.Client{Transport: &http.Transport{
-			TLSClientConfig:     &tls.Config{InsecureSkipVerify: !x.b.TLSVerify}, // tlsVerify: false in Git says so
+			DialContext:         x.dialChecked,
+			TLSClientConfig:     &tls.Config{InsecureSkipVerify: !x.b.TLSVerify}, // tlsVerify: false in Git, and the daemon allows it
 			TLSHandshakeTimeout: 10 * time.Second,
 		}}
 		opts = append(opts, bmclib.WithHTTPClient(hc))
 	}
-	cl := bmclib.NewClient(x.b.Address, x.c.Username, x.c.Password, opts...)
+	cl := bmclib.NewClient(host, x.c.Username, x.c.Password, opts...)
 	// Only the protocol Git names, and for Redfish only the generic
 	// provider: a vendor's extensions add nothing to power and boot
 	// device, and each provider tried costs the BMC a login.
@@ -82,9 +94,26 @@ func (x *bmcLib) client() *bmclib.Client {
 	return cl
 }
 
+// dialChecked connects to the checked address for the BMC's own host
+// name, and refuses any other (a redirect elsewhere).
+func (x *bmcLib) dialChecked(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.EqualFold(strings.TrimSuffix(host, "."), strings.TrimSuffix(x.b.Address, ".")) {
+		return nil, fmt.Errorf("refused to connect to %s: the daemon checked only %s (%s)", host, x.b.Address, x.to)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, net.JoinHostPort(x.to.String(), port))
+}
+
 // do opens the BMC, runs f and closes it, saying which BMC and what
 // failed, and naming a timeout as one.
 func (x *bmcLib) do(ctx context.Context, what string, f func(*bmclib.Client) error) error {
+	if !x.to.IsValid() {
+		return fmt.Errorf("%s: BMC %s (%s): no checked address to reach it at", what, x.b.Host(), x.b.Protocol)
+	}
 	start := time.Now()
 	cl := x.client()
 	err := cl.Open(ctx)

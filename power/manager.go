@@ -49,6 +49,13 @@ type Manager struct {
 	StateFile string
 	Log       *slog.Logger
 	Now       func() time.Time // default time.Now
+	// Allow is where credentials may be sent when their secret file has
+	// no allow: lines, and where age values may (serve --bmc-allow).
+	Allow AllowList
+	// InsecureTLS allows a Redfish BMC that Git says not to verify
+	// (serve --bmc-insecure-tls-allowed).
+	InsecureTLS bool
+	Resolve     Resolver // default the system's resolver
 
 	once   sync.Once
 	mu     sync.Mutex
@@ -98,6 +105,9 @@ func (m *Manager) init() {
 		}
 		if m.Now == nil {
 			m.Now = time.Now
+		}
+		if m.Resolve == nil {
+			m.Resolve = lookupIP
 		}
 		if m.Log == nil {
 			m.Log = slog.New(slog.DiscardHandler)
@@ -208,14 +218,24 @@ func (m *Manager) node(key string) *nodePower {
 	return np
 }
 
-// controller is t's BMC with its credentials; an error says which
-// credentials are missing or unreadable.
-func (m *Manager) controller(t target) (Controller, error) {
-	c, err := m.Secrets.Lookup(t.node.BMC)
+// controller is t's BMC with its credentials, at the one address they
+// may be sent to; an error says which credentials are missing or
+// unreadable, or why the daemon will not send them there. Nothing is sent
+// to the BMC before it returns.
+func (m *Manager) controller(ctx context.Context, t target) (Controller, error) {
+	b := t.node.BMC
+	if err := m.tlsAllowed(b); err != nil {
+		return nil, err
+	}
+	c, err := m.Secrets.Lookup(b)
 	if err != nil {
 		return nil, err
 	}
-	return m.Dial(t.node.BMC, c), nil
+	to, err := m.destination(ctx, b, c)
+	if err != nil {
+		return nil, err
+	}
+	return m.Dial(b, to, c), nil
 }
 
 func (m *Manager) visit(ctx context.Context, t target) {
@@ -231,7 +251,7 @@ func (m *Manager) visit(ctx context.Context, t target) {
 
 // poll asks t's BMC its power state and keeps it; the caller holds np.call.
 func (m *Manager) poll(ctx context.Context, t target, np *nodePower) (string, error) {
-	c, err := m.controller(t)
+	c, err := m.controller(ctx, t)
 	var state string
 	if err == nil {
 		err = m.bounded(ctx, func(ctx context.Context) (err error) { state, err = c.PowerState(ctx); return err })
@@ -295,7 +315,7 @@ func (m *Manager) auto(ctx context.Context, t target, np *nodePower, state strin
 	err := pollErr
 	if err == nil {
 		var c Controller
-		if c, err = m.controller(t); err == nil {
+		if c, err = m.controller(ctx, t); err == nil {
 			err = m.bootAndCycle(ctx, t, c, state, gen)
 		}
 	}
@@ -419,7 +439,7 @@ func (m *Manager) find(key string) (target, error) {
 
 // operator runs f, an operator's call, on the node key's BMC: one call to
 // a BMC at a time, as for the polls.
-func (m *Manager) operator(key string, f func(t target, np *nodePower, c Controller) error) error {
+func (m *Manager) operator(ctx context.Context, key string, f func(t target, np *nodePower, c Controller) error) error {
 	m.init()
 	t, err := m.find(key)
 	if err != nil {
@@ -428,7 +448,7 @@ func (m *Manager) operator(key string, f func(t target, np *nodePower, c Control
 	np := m.node(key)
 	np.call.Lock()
 	defer np.call.Unlock()
-	c, err := m.controller(t)
+	c, err := m.controller(ctx, t)
 	if err != nil {
 		return err
 	}
@@ -440,6 +460,19 @@ func (m *Manager) bounded(ctx context.Context, f func(context.Context) error) er
 	ctx, cancel := context.WithTimeout(ctx, m.Timeout)
 	defer cancel()
 	return f(ctx)
+}
+
+// Last is the node's power as last polled, Unknown before the first poll:
+// it asks no BMC.
+func (m *Manager) Last(key string) (Status, error) {
+	m.init()
+	if _, err := m.find(key); err != nil {
+		return Status{}, err
+	}
+	if st, ok := m.Status(key); ok {
+		return st, nil
+	}
+	return Status{Node: key, Power: Unknown}, nil
 }
 
 // Query asks the node's BMC its power state now.
@@ -465,7 +498,7 @@ func (m *Manager) Act(ctx context.Context, key, action string) (Status, error) {
 	default:
 		return Status{}, fmt.Errorf("unknown power action %q: want on, off, cycle or status", action)
 	}
-	err := m.operator(key, func(t target, np *nodePower, c Controller) error {
+	err := m.operator(ctx, key, func(t target, np *nodePower, c Controller) error {
 		said := "power: " + action
 		if action == "cycle" {
 			var state string
@@ -503,7 +536,7 @@ func (m *Manager) BootDevice(ctx context.Context, key, device string, once bool)
 	if once {
 		how = "once"
 	}
-	return m.operator(key, func(t target, _ *nodePower, c Controller) error {
+	return m.operator(ctx, key, func(t target, _ *nodePower, c Controller) error {
 		if err := m.bounded(ctx, func(ctx context.Context) error { return c.SetBootDevice(ctx, device, once) }); err != nil {
 			m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: set next boot %s (%s) failed: %v", device, how, err), true, 0)
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,7 +106,7 @@ type rig struct {
 func newRig(t *testing.T, power string, nodes ...*plan.Node) *rig {
 	t.Helper()
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "rack"), []byte("admin:pw\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "rack"), []byte("admin:pw\nallow: 10.0.0.0/24\n"), 0o600)
 	r := &rig{
 		p:      &plan.Plan{Sites: []*plan.Site{{Name: "lab", Power: power, Nodes: nodes}}},
 		bmcs:   map[string]*fakeBMC{},
@@ -137,7 +138,7 @@ func (r *rig) manager(dir string) *Manager {
 			r.events[node] = append(r.events[node], msg)
 		},
 		Secrets: &Secrets{Dir: dir},
-		Dial: func(b *plan.BMC, c Credentials) Controller {
+		Dial: func(b *plan.BMC, _ netip.Addr, c Credentials) Controller {
 			if c.Username != "admin" || c.Password != "pw" {
 				panic("credentials not read: " + c.Username)
 			}
@@ -223,7 +224,9 @@ func TestAutoRetriesWithBackoff(t *testing.T) {
 	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	r2.m.Now = func() time.Time { return now }
 	calls := 0
-	r2.m.Dial = func(bm *plan.BMC, c Credentials) Controller { return failingSet{r2.bmcs["10.0.0.1"], &calls} }
+	r2.m.Dial = func(bm *plan.BMC, _ netip.Addr, c Credentials) Controller {
+		return failingSet{r2.bmcs["10.0.0.1"], &calls}
+	}
 	// Rounds a minute apart: the tries come at 0, 15 s, 30 s, 1, 2, 4 min.
 	r2.m.Round(context.Background())
 	r2.m.Round(context.Background()) // too soon: no try

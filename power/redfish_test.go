@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -153,6 +154,10 @@ func (b *redfishBMC) saw(prefix string) []string {
 	return out
 }
 
+// loopback is where the tests' BMCs are: every BMC is reached at the
+// address the daemon checked.
+var loopback = netip.MustParseAddr("127.0.0.1")
+
 func redfishPlan(srv *httptest.Server) *plan.BMC {
 	host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	p, _ := strconv.Atoi(port)
@@ -163,7 +168,7 @@ func redfishPlan(srv *httptest.Server) *plan.BMC {
 // off and a one-time PXE boot, each as the BMC sees it.
 func TestRedfishThroughBMCLib(t *testing.T) {
 	b, srv := newRedfishBMC(t)
-	c := DialBMCLib(redfishPlan(srv), Credentials{"root", "calvin"})
+	c := DialBMCLib(redfishPlan(srv), loopback, Credentials{Username: "root", Password: "calvin"})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if s, err := c.PowerState(ctx); err != nil || s != Off {
@@ -207,7 +212,7 @@ func TestRedfishFailures(t *testing.T) {
 	}
 	c1, cancel := ctx()
 	defer cancel()
-	_, err := DialBMCLib(redfishPlan(srv), Credentials{"root", "wrong"}).PowerState(c1)
+	_, err := DialBMCLib(redfishPlan(srv), loopback, Credentials{Username: "root", Password: "wrong"}).PowerState(c1)
 	if err == nil || !strings.Contains(err.Error(), "power status: BMC 127.0.0.1:") || !strings.Contains(err.Error(), "401") {
 		t.Errorf("wrong password: %v", err)
 	}
@@ -219,7 +224,7 @@ func TestRedfishFailures(t *testing.T) {
 	p, _ := strconv.Atoi(port)
 	c2, cancel2 := ctx()
 	defer cancel2()
-	_, err = DialBMCLib(&plan.BMC{Address: host, Port: p, Protocol: plan.BMCRedfish}, Credentials{"root", "calvin"}).PowerState(c2)
+	_, err = DialBMCLib(&plan.BMC{Address: host, Port: p, Protocol: plan.BMCRedfish}, loopback, Credentials{Username: "root", Password: "calvin"}).PowerState(c2)
 	if err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("BMC down: %v", err)
 	}
@@ -240,7 +245,7 @@ func TestRedfishFailures(t *testing.T) {
 	c3, cancel3 := ctx()
 	defer cancel3()
 	start := time.Now()
-	_, err = DialBMCLib(&plan.BMC{Address: host, Port: p, Protocol: plan.BMCRedfish}, Credentials{"root", "calvin"}).PowerState(c3)
+	_, err = DialBMCLib(&plan.BMC{Address: host, Port: p, Protocol: plan.BMCRedfish}, loopback, Credentials{Username: "root", Password: "calvin"}).PowerState(c3)
 	if !isTimeout(err) || !strings.Contains(err.Error(), "did not answer within 3s") {
 		t.Errorf("hanging BMC: %v", err)
 	}
@@ -252,8 +257,39 @@ func TestRedfishFailures(t *testing.T) {
 	verify.TLSVerify = true
 	c4, cancel4 := ctx()
 	defer cancel4()
-	_, err = DialBMCLib(verify, Credentials{"root", "calvin"}).PowerState(c4)
+	_, err = DialBMCLib(verify, loopback, Credentials{Username: "root", Password: "calvin"}).PowerState(c4)
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("tlsVerify against a self-signed BMC: %v", err)
+	}
+}
+
+// A BMC is reached at the address the daemon checked, never at what its
+// name resolves to when the call is made: a Redfish BMC named in Git by a
+// name that resolves nowhere is reached at the checked address, with the
+// name kept for TLS and the Host header; IPMI is given the address.
+func TestBMCReachedAtTheCheckedAddress(t *testing.T) {
+	b, srv := newRedfishBMC(t)
+	named := redfishPlan(srv)
+	named.Address = "bmc.invalid"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if s, err := DialBMCLib(named, loopback, Credentials{Username: "root", Password: "calvin"}).PowerState(ctx); err != nil || s != Off {
+		t.Fatalf("power status of bmc.invalid at 127.0.0.1: %q %v", s, err)
+	}
+	if len(b.saw("POST /redfish/v1/SessionService/Sessions")) == 0 {
+		t.Error("no login at the checked address")
+	}
+	_, err := DialBMCLib(named, netip.Addr{}, Credentials{Username: "root", Password: "calvin"}).PowerState(ctx)
+	if err == nil || !strings.Contains(err.Error(), "no checked address") {
+		t.Errorf("without a checked address: %v", err)
+	}
+	// A redirect to another host is not followed there.
+	x := &bmcLib{b: *named, to: loopback}
+	if _, err := x.dialChecked(ctx, "tcp", "bmc-elsewhere.invalid:443"); err == nil || !strings.Contains(err.Error(), "refused to connect to bmc-elsewhere.invalid: the daemon checked only bmc.invalid (127.0.0.1)") {
+		t.Errorf("another host: %v", err)
+	}
+	ipmi := &bmcLib{b: plan.BMC{Address: "bmc.invalid", Protocol: plan.BMCIPMI}, to: loopback}
+	if h := ipmi.client().Auth.Host; h != "127.0.0.1" {
+		t.Errorf("ipmitool is sent to %q", h)
 	}
 }

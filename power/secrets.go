@@ -15,9 +15,16 @@ import (
 	"github.com/bootops/bootops/plan"
 )
 
-// Credentials are a BMC's username and password.
+// Credentials are a BMC's username and password, and where they may be
+// sent.
 type Credentials struct {
 	Username, Password string
+	// Allow is what their secret file's allow: lines admit; empty: what
+	// the daemon's --bmc-allow does.
+	Allow AllowList
+
+	ref  string // names them in errors: `secret "rack1"`, "age credentials"
+	file string // their secret file, "" for an age value
 }
 
 // Secrets finds a BMC's credentials from its reference in the Plan: a file
@@ -25,7 +32,8 @@ type Credentials struct {
 // is ever in Git in clear.
 type Secrets struct {
 	// Dir holds one file per secret name, "username:password" on its first
-	// line, readable by its owner only (mode 0600 or 0400).
+	// line, then "allow: …" lines that say where it may be sent (see
+	// ParseAllowList), readable by its owner only (mode 0600 or 0400).
 	Dir string
 	// Identities decrypt the age values of the Plan.
 	Identities []age.Identity
@@ -79,11 +87,40 @@ func (s *Secrets) file(name string) (Credentials, error) {
 	if err != nil {
 		return Credentials{}, fmt.Errorf("secret %q: %w", name, err)
 	}
-	c, err := parseCredentials(string(b))
+	c, rest, err := parseCredentials(string(b))
+	if err == nil {
+		c.Allow, err = parseAllowLines(rest)
+	}
 	if err != nil {
 		return Credentials{}, fmt.Errorf("secret %q (%s): %w", name, path, err)
 	}
+	c.ref, c.file = fmt.Sprintf("secret %q", name), path
 	return c, nil
+}
+
+// parseAllowLines reads a secret file's lines after the first: "allow:"
+// lines, blank lines and "#" comments.
+func parseAllowLines(lines []string) (AllowList, error) {
+	var a AllowList
+	var errs []error
+	for i, l := range lines {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		v, ok := strings.CutPrefix(l, "allow:")
+		if !ok {
+			errs = append(errs, fmt.Errorf(`line %d: want "allow: ADDRESS|NETWORK|HOST[, …]" (or a # comment)`, i+2))
+			continue
+		}
+		more, err := ParseAllowList(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("line %d: %w", i+2, err))
+		}
+		a.Prefixes = append(a.Prefixes, more.Prefixes...)
+		a.Names = append(a.Names, more.Names...)
+	}
+	return a, errors.Join(errs...)
 }
 
 func (s *Secrets) decrypt(armored string) (Credentials, error) {
@@ -98,23 +135,30 @@ func (s *Secrets) decrypt(armored string) (Credentials, error) {
 	if err != nil {
 		return Credentials{}, fmt.Errorf("age credentials: %w", err)
 	}
-	c, err := parseCredentials(string(b))
+	c, rest, err := parseCredentials(string(b))
 	if err != nil {
 		return Credentials{}, fmt.Errorf("age credentials: %w", err)
 	}
+	// Anyone may encrypt to the daemon's recipient: where an age value may
+	// be sent is for --bmc-allow alone to say.
+	for _, l := range rest {
+		if strings.HasPrefix(strings.TrimSpace(l), "allow:") {
+			return Credentials{}, errors.New("age credentials: an allow: line inside an age value counts for nothing (whoever commits it wrote it): remove it, and name the BMCs' networks with the daemon's --bmc-allow")
+		}
+	}
+	c.ref = "age credentials"
 	return c, nil
 }
 
 // parseCredentials reads "username:password" from the first line (the
-// password may hold ':').
-func parseCredentials(s string) (Credentials, error) {
-	line, _, _ := strings.Cut(s, "\n")
-	line = strings.TrimRight(line, "\r")
-	user, pass, ok := strings.Cut(line, ":")
+// password may hold ':'), and returns the other lines.
+func parseCredentials(s string) (Credentials, []string, error) {
+	lines := strings.Split(strings.ReplaceAll(s, "\r\n", "\n"), "\n")
+	user, pass, ok := strings.Cut(strings.TrimRight(lines[0], "\r"), ":")
 	if !ok || user == "" {
-		return Credentials{}, errors.New(`want "username:password" on the first line`)
+		return Credentials{}, nil, errors.New(`want "username:password" on the first line`)
 	}
-	return Credentials{Username: user, Password: pass}, nil
+	return Credentials{Username: user, Password: pass}, lines[1:], nil
 }
 
 // privateFile refuses a file that its group or others may read or write.

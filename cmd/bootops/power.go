@@ -25,7 +25,7 @@ func powerCmd() *command {
 		name:    "power",
 		summary: "Ask a node's BMC its power state, or power it on, off or cycle it, through the daemon (which holds the BMC credentials).",
 		usage:   "NODE|SITE/NODE on|off|cycle|status [--server URL] [--token-file F] [--timeout D]",
-		example: "  bootops power rack1-12 status\n" +
+		example: "  bootops power rack1-12 status   # as last polled; with the token (--token-file or BOOTOPS_TOKEN), asked now\n" +
 			"  bootops power lab/vm-ipmi cycle --token-file /etc/bootops/ui-token   # a cycle of a machine that is off powers it on\n" +
 			"  # on, off and cycle need the daemon's operator token (serve --ui-token-file); also BOOTOPS_TOKEN",
 	}
@@ -51,10 +51,20 @@ func powerCmd() *command {
 				return err
 			}
 			method, body = http.MethodPost, map[string]any{"action": action}
+		} else if *d.tokenFile != "" || e.getenv("BOOTOPS_TOKEN") != "" {
+			// With the token the daemon asks the BMC now; without it, it
+			// answers from its last poll.
+			if token, err = d.token(e); err != nil {
+				return err
+			}
 		}
 		st, key, err := d.call(ctx, method, "/api/v1/power/", pos[0], token, body)
 		if err != nil {
 			return err
+		}
+		if st.Error != "" {
+			fmt.Fprintf(e.stdout, "%s: %s (%s)\n", key, st.Power, st.Error)
+			return nil
 		}
 		fmt.Fprintf(e.stdout, "%s: %s\n", key, st.Power)
 		return nil
@@ -182,6 +192,10 @@ func callPower(ctx context.Context, method, url, token string, body any, out *po
 // sites' power policy; it alone reads the BMC credentials.
 func powerManager(cfg serveConfig, log *slog.Logger, plans *boot.Live, events *status.Durable, reg *prometheus.Registry) (*power.Manager, error) {
 	secrets := &power.Secrets{Dir: cfg.secretsDir}
+	allow, err := power.ParseAllowList(cfg.bmcAllow)
+	if err != nil {
+		return nil, fmt.Errorf("--bmc-allow: %w", err)
+	}
 	if cfg.secretsDir != "" {
 		if fi, err := os.Stat(cfg.secretsDir); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("--secrets-dir %s: not a folder", cfg.secretsDir)
@@ -204,11 +218,13 @@ func powerManager(cfg serveConfig, log *slog.Logger, plans *boot.Live, events *s
 		Record: func(site, node, msg string, isErr bool, generation int) {
 			events.Record(status.Event{Kind: status.KindPower, Site: site, Node: node, Message: msg, Error: isErr, Generation: generation})
 		},
-		Secrets:   secrets,
-		Timeout:   cfg.bmcTimeout,
-		Interval:  cfg.powerInterval,
-		StateFile: power.StatePath(cfg.stateDir),
-		Log:       log,
+		Secrets:     secrets,
+		Allow:       allow,
+		InsecureTLS: cfg.bmcInsecureTLS,
+		Timeout:     cfg.bmcTimeout,
+		Interval:    cfg.powerInterval,
+		StateFile:   power.StatePath(cfg.stateDir),
+		Log:         log,
 	}
 	for _, state := range []string{power.On, power.Off, power.Unknown, power.Unreachable} {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -47,11 +47,11 @@ type serveConfig struct {
 	gitUser, gitPasswordFile, gitSSHKey, gitKnownHosts, gitCAFile                                            string
 	webhookSecretFile, verifyCommits, configFile, uiTokenFile                                                string
 	httpsAddr, tlsCert, tlsKey, overlayKey, shim, grub                                                       string
-	secretsDir, ageIdentity                                                                                  string
+	secretsDir, ageIdentity, bmcAllow                                                                        string
 	hubURLs, hubSeed, hubCA, pprofAddr, swarmAddr                                                            string
 	swarmStreams                                                                                             int
 	interval, drainTimeout, powerInterval, bmcTimeout                                                        time.Duration
-	allowEmpty                                                                                               bool
+	allowEmpty, bmcInsecureTLS                                                                               bool
 }
 
 func serveCmd() *command {
@@ -112,8 +112,10 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	fs.StringVar(&cfg.webhookSecretFile, "webhook-secret-file", "", "file holding the shared secret of POST /hooks/git (GitHub, GitLab, Gitea/Forgejo, generic HMAC)")
 	fs.StringVar(&cfg.uiTokenFile, "ui-token-file", "", "file holding the token the dashboard's actions (fetch now) need; without it the dashboard is read-only")
 	fs.StringVar(&cfg.verifyCommits, "verify-commits", "", "armored OpenPGP public keys: serve only commits signed by one of them")
-	fs.StringVar(&cfg.secretsDir, "secrets-dir", "", "folder of BMC credentials: one file per bmc.credentials.secret, \"username:password\", mode 0600")
+	fs.StringVar(&cfg.secretsDir, "secrets-dir", "", "folder of BMC credentials: one file per bmc.credentials.secret, \"username:password\", then \"allow: NETWORK|ADDRESS|HOST[, …]\" lines naming the BMCs it may be sent to; mode 0600")
 	fs.StringVar(&cfg.ageIdentity, "age-identity", "", "age identity file (age-keygen) that decrypts bmc.credentials.age values, mode 0600")
+	fs.StringVar(&cfg.bmcAllow, "bmc-allow", "", "BMC networks, addresses or host names (comma-separated) that age credentials, and secret files without allow: lines, may be sent to; none: refused (Git names a BMC's address, the daemon where its password may go)")
+	fs.BoolVar(&cfg.bmcInsecureTLS, "bmc-insecure-tls-allowed", false, "obey bmc.tlsVerify: false in Git (Redfish BMCs whose certificate is not checked); without it such a BMC is refused")
 	fs.DurationVar(&cfg.powerInterval, "power-interval", power.DefaultInterval, "how often to ask every BMC its power state (20 at once)")
 	fs.DurationVar(&cfg.bmcTimeout, "bmc-timeout", power.DefaultTimeout, "how long one BMC call may take before it counts as unreachable")
 	fs.StringVar(&cfg.hubURLs, "hub", "", "report this site's events to a hub (bootops hub): its NATS URLs, comma-separated (nats://hub1:4222,…); needs --site S, --hub-seed and --hub-ca")
@@ -149,6 +151,9 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 		case cfg.hubSeed == "" || cfg.hubCA == "":
 			return cfg, usagef("--hub needs --hub-seed (the site's key, from bootops hub add-site) and --hub-ca (the hub's CA): sites reach the hub over TLS only")
 		}
+	}
+	if _, err := power.ParseAllowList(cfg.bmcAllow); err != nil {
+		return cfg, usagef("--bmc-allow: %v", err)
 	}
 	if cfg.powerInterval < time.Second || cfg.bmcTimeout < time.Second {
 		return cfg, usagef("--power-interval and --bmc-timeout: at least 1s")

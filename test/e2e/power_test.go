@@ -119,8 +119,9 @@ func TestPowerIPMI(t *testing.T) {
 
 	secrets := filepath.Join(l.dir, "secrets")
 	os.MkdirAll(secrets, 0o700)
-	os.WriteFile(filepath.Join(secrets, "lab-bmc"), []byte("admin:secret\n"), 0o600)
-	os.WriteFile(filepath.Join(secrets, "wrong-pw"), []byte("admin:not-the-password\n"), 0o600)
+	// Where each may be sent is the daemon's to say: the lab's BMCs only.
+	os.WriteFile(filepath.Join(secrets, "lab-bmc"), []byte("admin:secret\nallow: 198.18.0.1\n"), 0o600)
+	os.WriteFile(filepath.Join(secrets, "wrong-pw"), []byte("admin:not-the-password\nallow: 198.18.0.0/24\n"), 0o600)
 	os.WriteFile(filepath.Join(secrets, "open"), []byte("admin:secret\n"), 0o644)
 	token := filepath.Join(l.dir, "ui-token")
 	os.WriteFile(token, []byte("operator-token\n"), 0o600)

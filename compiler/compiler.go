@@ -50,6 +50,11 @@ type Compiler struct {
 	gen     uint64
 	// Workers is how many files are parsed at once (default GOMAXPROCS).
 	Workers int
+	// Sandbox, when set, evaluates the CUE files (when they changed)
+	// instead of this process: a daemon sets it so a revision cannot stall
+	// or exhaust it. A compilation whose evaluation did not finish fails
+	// with the Sandbox's error, not an Errors.
+	Sandbox Sandbox
 }
 
 type cacheKey struct {
@@ -157,7 +162,10 @@ func (c *Compiler) compile(fsys fs.FS, changed map[string]bool, stats *Stats) (*
 		}
 	}
 	c.last = nil
-	objs, errs := c.load(fsys, changed)
+	objs, errs, err := c.load(fsys, changed)
+	if err != nil {
+		return nil, err
+	}
 	if stats != nil {
 		// Checking renders nothing: the render cache is left as it is.
 		_, _, errs = assemble(objs, fsys, nil, &c.index, errs, stats)
@@ -180,7 +188,7 @@ func (c *Compiler) compile(fsys fs.FS, changed map[string]bool, stats *Stats) (*
 }
 
 // load reads, parses and validates every file.
-func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors) {
+func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors, error) {
 	var listing []listed
 	var errs Errors
 	ok := false
@@ -288,7 +296,20 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors)
 		var key [32]byte
 		copy(key[:], h.Sum(nil))
 		if !c.cue.ok || c.cue.key != key {
-			c.cue.objs, c.cue.errs = c.evalCUE(files)
+			var objs []*object
+			var cerrs Errors
+			if c.Sandbox != nil && len(files) > 0 {
+				var err error
+				if objs, cerrs, err = c.evalIsolated(files); err != nil {
+					// Nothing is cached: the next compilation evaluates
+					// again (a fixed revision, or a larger limit).
+					wg.Wait()
+					return nil, nil, err
+				}
+			} else {
+				objs, cerrs = c.evalCUE(files)
+			}
+			c.cue.objs, c.cue.errs = objs, cerrs
 			c.cue.key, c.cue.ok = key, true
 		}
 		cueObjs, errs = c.cue.objs, append(errs, c.cue.errs...)
@@ -329,7 +350,7 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors)
 			}
 		}
 	}
-	return append(objs, cueObjs...), errs
+	return append(objs, cueObjs...), errs, nil
 }
 
 // loadYAML parses one YAML file and validates each document against the

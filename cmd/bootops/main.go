@@ -81,6 +81,9 @@ func run(ctx context.Context, e *env, args []string) int {
 		}
 		return exitOK
 	}
+	if args[0] == workerCommand {
+		return compileWorker(e, os.Stdin, args[1:])
+	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue

@@ -52,6 +52,8 @@ type serveConfig struct {
 	swarmStreams                                                                                             int
 	interval, drainTimeout, powerInterval, bmcTimeout                                                        time.Duration
 	allowEmpty, bmcInsecureTLS                                                                               bool
+	compileTimeout                                                                                           time.Duration
+	compileMemory                                                                                            byteSize
 }
 
 func serveCmd() *command {
@@ -124,6 +126,9 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	fs.StringVar(&cfg.swarmAddr, "swarm-addr", "", "serve image chunks to sites with imageDelivery: peers on a listener of their own (default: on --http-addr); its port is the same on every site's server address")
 	fs.IntVar(&cfg.swarmStreams, "swarm-streams", swarm.DefaultServerStreams, "chunk transfers the server makes at once per image to machines fetching with their peers: enough to fill its link")
 	fs.StringVar(&cfg.pprofAddr, "pprof-addr", "", "debugging: serve Go's profiles (/debug/pprof/) on this address; keep it on loopback")
+	fs.DurationVar(&cfg.compileTimeout, "compile-timeout", reconciler.DefaultCompileTimeout, "a revision whose CUE takes longer to evaluate is refused (a child process, killed at the deadline)")
+	cfg.compileMemory = reconciler.DefaultCompileMemory
+	fs.Var(&cfg.compileMemory, "compile-memory", "a revision whose CUE needs more memory to evaluate is refused (e.g. 2GiB, 512MiB)")
 	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "serve a revision with no site, or one that removes every node")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long transfers in flight may finish")
 	fs.StringVar(&cfg.configFile, "config", "", "YAML file of settings (flag-name: value); flags and BOOTOPS_* variables win over it")
@@ -154,6 +159,9 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	}
 	if _, err := power.ParseAllowList(cfg.bmcAllow); err != nil {
 		return cfg, usagef("--bmc-allow: %v", err)
+	}
+	if cfg.compileTimeout <= 0 || cfg.compileMemory < 64<<20 {
+		return cfg, usagef("--compile-timeout: more than 0; --compile-memory: at least 64MiB")
 	}
 	if cfg.powerInterval < time.Second || cfg.bmcTimeout < time.Second {
 		return cfg, usagef("--power-interval and --bmc-timeout: at least 1s")
@@ -265,6 +273,14 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	if err != nil {
 		return err
 	}
+	// A revision's CUE is evaluated in a child process, so a runaway
+	// comprehension is refused instead of stalling or exhausting the
+	// daemon; YAML, which cannot loop, stays in-process with its caches.
+	worker, err := workerArgv()
+	if err != nil {
+		return err
+	}
+	comp.Sandbox = &reconciler.Child{Command: worker, Timeout: cfg.compileTimeout, Memory: int64(cfg.compileMemory)}
 	plans := &boot.Live{}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -637,7 +653,7 @@ func restartNeeded(a, b serveConfig) []string {
 		"ipxe-dir": a.ipxeDir == b.ipxeDir, "allow-empty": a.allowEmpty == b.allowEmpty, "artifact-mode": a.artifactMode == b.artifactMode,
 		"git-username": a.gitUser == b.gitUser, "git-password-file": a.gitPasswordFile == b.gitPasswordFile, "git-ssh-key": a.gitSSHKey == b.gitSSHKey,
 		"https-addr": a.httpsAddr == b.httpsAddr, "swarm-addr": a.swarmAddr == b.swarmAddr, "swarm-streams": a.swarmStreams == b.swarmStreams, "tls-cert": a.tlsCert == b.tlsCert, "tls-key": a.tlsKey == b.tlsKey,
-		"overlay-key": a.overlayKey == b.overlayKey, "shim": a.shim == b.shim, "grub": a.grub == b.grub,
+		"overlay-key": a.overlayKey == b.overlayKey, "compile-timeout": a.compileTimeout == b.compileTimeout, "compile-memory": a.compileMemory == b.compileMemory, "shim": a.shim == b.shim, "grub": a.grub == b.grub,
 	} {
 		if !same {
 			out = append(out, name)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/bootops/bootops/compiler"
+	"github.com/bootops/bootops/plan"
 )
 
 func validateCmd() *command {
@@ -17,11 +18,16 @@ func validateCmd() *command {
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
 		quiet := fs.Bool("q", false, "print nothing when the repository is valid")
+		timeout := fs.Duration("timeout", 0, "give up on a repository that takes longer to check (0: no limit; serve has --compile-timeout)")
 		dir, err := parseDir(fs, e, args)
 		if err != nil {
 			return err
 		}
-		st, err := checkDir(e, dir)
+		var st compiler.Stats
+		err = inTime(*timeout, func() (err error) {
+			st, err = checkDir(e, dir)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -44,6 +50,7 @@ func compileCmd() *command {
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
 		out := fs.String("o", "", "output directory (replaced whole; must be empty or an earlier output)")
+		timeout := fs.Duration("timeout", 0, "give up on a repository that takes longer to compile (0: no limit; serve has --compile-timeout)")
 		dir, err := parseDir(fs, e, args)
 		if err != nil {
 			return err
@@ -51,7 +58,11 @@ func compileCmd() *command {
 		if *out == "" {
 			return usagef("-o OUT is required")
 		}
-		p, err := compileDir(e, dir)
+		var p *plan.Plan
+		err = inTime(*timeout, func() (err error) {
+			p, err = compileDir(e, dir)
+			return err
+		})
 		if err != nil {
 			return err
 		}

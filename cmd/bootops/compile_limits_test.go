@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -55,4 +58,50 @@ func waitStatus(t *testing.T, d *daemon, patience time.Duration, cond func(recon
 	}
 	t.Fatalf("gave up after %s; status %+v\nlog:\n%s", patience, st, d.stderr.String())
 	return st
+}
+
+// The limits come from flags, BOOTOPS_* variables and the config file, as
+// every setting does; the README's settings file names them.
+func TestCompileLimitSettings(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "serve.yaml", "source: x\ncompile-timeout: 90s\ncompile-memory: 512MiB\n")
+	e := &env{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
+	cfg, err := serveCmd().serveConfig(e, []string{"--config", filepath.Join(dir, "serve.yaml")})
+	if err != nil || cfg.compileTimeout != 90*time.Second || cfg.compileMemory != 512<<20 {
+		t.Errorf("from the file: %v %v %v", err, cfg.compileTimeout, cfg.compileMemory)
+	}
+	cfg, err = serveCmd().serveConfig(e, []string{"--source", "x"})
+	if err != nil || cfg.compileTimeout != time.Minute || cfg.compileMemory != 2<<30 {
+		t.Errorf("defaults: %v %v %v", err, cfg.compileTimeout, cfg.compileMemory)
+	}
+	e.getenv = func(k string) string { return map[string]string{"BOOTOPS_COMPILE_MEMORY": "3G"}[k] }
+	if cfg, err = serveCmd().serveConfig(e, []string{"--source", "x"}); err != nil || cfg.compileMemory != 3<<30 {
+		t.Errorf("from a variable: %v %v", err, cfg.compileMemory)
+	}
+	e.getenv = func(string) string { return "" }
+	for _, args := range [][]string{{"--compile-memory", "lots"}, {"--compile-memory", "1MiB"}, {"--compile-timeout", "0s"}} {
+		if _, err := serveCmd().serveConfig(e, append([]string{"--source", "x"}, args...)); !errors.As(err, new(usageError)) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "compile-timeout: 60s\ncompile-memory: 2GiB\n") {
+		t.Error("README: the settings file does not show the compile limits")
+	}
+}
+
+// validate --timeout gives up on a runaway comprehension (in a process of
+// its own: the evaluation goes on until the command exits).
+func TestValidateTimeout(t *testing.T) {
+	repo := demoRepo(t)
+	write(t, repo, "sites/lab/slow.cue", "package lab\n\nimport \"list\"\n\n_x: [for i in list.Range(0, 500000, 1) {i * 2}]\n")
+	cmd := exec.Command(os.Args[0], "validate", "--timeout", "2s", repo)
+	cmd.Env = append(os.Environ(), "BOOTOPS_TEST_AS_MAIN=1")
+	out, err := cmd.CombinedOutput()
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != exitInvalid || !strings.Contains(string(out), "took longer than 2s to compile (--timeout)") {
+		t.Errorf("validate --timeout 2s: %v\n%s", err, out)
+	}
 }

@@ -42,6 +42,9 @@ type Child struct {
 	Env     []string
 	Timeout time.Duration
 	Memory  int64
+	// Context, when it ends, kills the worker at once (the daemon is
+	// stopping; nil: never).
+	Context context.Context
 }
 
 var _ compiler.Sandbox = (*Child)(nil)
@@ -65,7 +68,11 @@ func (c *Child) Eval(req []byte) ([]byte, error) {
 	if len(c.Command) == 0 {
 		return nil, errors.New("compile worker: no command")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
+	parent := c.Context
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(parent, c.Timeout)
 	defer cancel()
 	args := append(append([]string{}, c.Command[1:]...), "--memory", strconv.FormatInt(c.Memory, 10))
 	cmd := exec.CommandContext(ctx, c.Command[0], args...)
@@ -80,6 +87,8 @@ func (c *Child) Eval(req []byte) ([]byte, error) {
 	switch {
 	case err == nil:
 		return stdout.Bytes(), nil
+	case parent.Err() != nil:
+		return nil, fmt.Errorf("compile worker: stopped: %w", context.Cause(parent))
 	case ctx.Err() != nil:
 		return nil, &LimitError{Timeout: c.Timeout}
 	case outOfMemory(err, stderr.String()):

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -171,5 +172,24 @@ func BenchmarkCUERevision(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// A daemon that stops kills the worker at once, whatever its deadline.
+func TestChildStopsWithContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c, err := compiler.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := child(10*time.Minute, DefaultCompileMemory)
+	sb.Context = ctx
+	c.Sandbox = sb
+	dir := repo(t)
+	write(t, dir, "slow.cue", "package fleet\n\nimport \"list\"\n\n_x: [for i in list.Range(0, 500000, 1) {i * 2}]\n")
+	time.AfterFunc(500*time.Millisecond, cancel)
+	_, err = c.Compile(os.DirFS(dir))
+	if err == nil || !strings.Contains(err.Error(), "compile worker: stopped") {
+		t.Errorf("compile: %v", err)
 	}
 }

@@ -280,7 +280,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	if err != nil {
 		return err
 	}
-	comp.Sandbox = &reconciler.Child{Command: worker, Timeout: cfg.compileTimeout, Memory: int64(cfg.compileMemory)}
+	comp.Sandbox = &reconciler.Child{Command: worker, Timeout: cfg.compileTimeout, Memory: int64(cfg.compileMemory), Context: ctx}
 	plans := &boot.Live{}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -38,6 +38,11 @@ type Server struct {
 	// Metrics counts what is dropped and when the pool runs out (nil:
 	// nothing counted).
 	Metrics *Metrics
+	// Newcomers, when set, bounds how many machines the status store does
+	// not know (Known) one relay, or the local link, may have recorded:
+	// past it their replies still go, their sightings are not kept.
+	Newcomers *status.Newcomers
+	Known     func(key string) bool
 
 	// lastFull is when the last pool-exhausted event was recorded (unix
 	// ns), refused how many machines went without an address since.
@@ -237,7 +242,11 @@ func (s *Server) answer(conn *net.UDPConn, port int, pkt []byte, peer netip.Addr
 		ev.Node = a.Node.Name
 	}
 	if s.Events != nil {
-		if s.events().allow(ev.MAC+"|"+strconv.Itoa(port), ev.Message, time.Now()) {
+		if ev.Node == "" && s.Newcomers != nil && (s.Known == nil || !s.Known(ev.Key())) && !s.Newcomers.Allow(source(req)) {
+			if s.Metrics != nil {
+				s.Metrics.suppressed.Inc()
+			}
+		} else if s.events().allow(ev.MAC+"|"+strconv.Itoa(port), ev.Message, time.Now()) {
 			s.Events.Record(ev)
 		} else if s.Metrics != nil {
 			s.Metrics.suppressed.Inc()
@@ -245,6 +254,15 @@ func (s *Server) answer(conn *net.UDPConn, port int, pkt []byte, peer netip.Addr
 	}
 	// One line per reply would cost more than the reply: events keep them.
 	log.Debug("dhcp", "mac", ev.MAC, "node", ev.Node, "type", a.Reply.MessageType().String(), "boot", a.Boot, "to", dst.String())
+}
+
+// source is who a request came through, for the newcomers' budget: its
+// relay, else the local link (a broadcast's sender cannot be trusted).
+func source(req *dhcpv4.DHCPv4) string {
+	if gi := req.GatewayIPAddr.To4(); gi != nil && !gi.IsUnspecified() {
+		return "relay " + gi.String()
+	}
+	return "link"
 }
 
 // full counts a machine refused for want of an address, and says so in

@@ -90,8 +90,11 @@ type Server struct {
 	// AgentCount counts agent requests by result (AgentOK, …); may be nil.
 	AgentCount func(result string)
 	// Routes are more handlers on the same listener, by pattern (the
-	// webhook, the metrics).
+	// webhook, the metrics); one that streams says so (Streaming).
 	Routes map[string]http.Handler
+	// Guard, when set, bounds the connections of every listener Serve
+	// serves (per source, and in all).
+	Guard *Guard
 	// DrainTimeout bounds how long requests in flight may finish after the
 	// context ends (default 10 s).
 	DrainTimeout time.Duration
@@ -167,9 +170,9 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /boot.ipxe", s.entry)
 	mux.HandleFunc("GET /ipxe", s.script)
-	mux.HandleFunc("GET /artifacts/microos/{name}/{file}", s.artifact)
+	mux.Handle("GET /artifacts/microos/{name}/{file}", Streaming(http.HandlerFunc(s.artifact)))
 	mux.HandleFunc("GET /artifacts/overlay/{site}", s.overlayHandler)
-	mux.HandleFunc("GET /tftp/{file}", s.binary)
+	mux.Handle("GET /tftp/{file}", Streaming(http.HandlerFunc(s.binary)))
 	mux.HandleFunc("GET /api/v1/status", s.status)
 	mux.HandleFunc("POST "+plan.AgentCheckInPath, s.checkin)
 	mux.HandleFunc("POST "+plan.AgentEventsPath, s.agentEvents)
@@ -177,7 +180,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/events", s.events)
 	mux.HandleFunc("GET "+plan.AgentSwarmPath+"{image}/manifest", s.swarmManifest)
 	mux.HandleFunc("POST "+plan.AgentSwarmPath+"{image}", s.swarmReport)
-	mux.HandleFunc("GET /swarm/{source}/chunk/{i}", s.Swarm.ServeChunk)
+	mux.Handle("GET /swarm/{source}/chunk/{i}", Streaming(http.HandlerFunc(s.Swarm.ServeChunk)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if s.Plans.Current() == nil {
@@ -194,7 +197,10 @@ func (s *Server) Handler() http.Handler {
 
 // Serve serves on ln until ctx ends, then drains requests for up to 10 s.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.logger().Handler(), slog.LevelWarn)}
+	if s.Guard != nil {
+		ln = s.Guard.Listener(ln)
+	}
+	srv := NewHTTPServer(s.Handler(), s.Guard, s.logger())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

@@ -126,6 +126,9 @@ func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr 
 	mux.Handle("GET /api/v1/events", bhttp.EventsHandler(v.Events))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	for pattern, h := range dash.Routes() {
+		if pattern == "GET /api/v1/stream" {
+			h = bhttp.Streaming(h)
+		}
 		if pattern != "POST /api/v1/sync" { // read-only: configuration comes from Git
 			mux.Handle(pattern, h)
 		}
@@ -134,7 +137,9 @@ func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr 
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	guard := &bhttp.Guard{Max: limits{}.conns(), PerSource: 64}
+	srv := bhttp.NewHTTPServer(mux, guard, log)
+	ln = guard.Listener(ln)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return dash.Run(ctx) })
 	g.Go(func() error {

@@ -50,6 +50,7 @@ type serveConfig struct {
 	secretsDir, ageIdentity, bmcAllow                                                                        string
 	hubURLs, hubSeed, hubCA, pprofAddr, swarmAddr                                                            string
 	swarmStreams                                                                                             int
+	limits                                                                                                   limits
 	interval, drainTimeout, powerInterval, bmcTimeout                                                        time.Duration
 	allowEmpty, bmcInsecureTLS                                                                               bool
 	compileTimeout                                                                                           time.Duration
@@ -125,6 +126,7 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 	fs.StringVar(&cfg.hubCA, "hub-ca", "", "PEM CA certificate(s) the hub's TLS certificate chains to")
 	fs.StringVar(&cfg.swarmAddr, "swarm-addr", "", "serve image chunks to sites with imageDelivery: peers on a listener of their own (default: on --http-addr); its port is the same on every site's server address")
 	fs.IntVar(&cfg.swarmStreams, "swarm-streams", swarm.DefaultServerStreams, "chunk transfers the server makes at once per image to machines fetching with their peers: enough to fill its link")
+	addLimitFlags(fs, &cfg.limits)
 	fs.StringVar(&cfg.pprofAddr, "pprof-addr", "", "debugging: serve Go's profiles (/debug/pprof/) on this address; keep it on loopback")
 	fs.DurationVar(&cfg.compileTimeout, "compile-timeout", reconciler.DefaultCompileTimeout, "a revision whose CUE takes longer to evaluate is refused (a child process, killed at the deadline)")
 	cfg.compileMemory = reconciler.DefaultCompileMemory
@@ -156,6 +158,9 @@ func (c *command) serveConfig(e *env, args []string) (serveConfig, error) {
 		case cfg.hubSeed == "" || cfg.hubCA == "":
 			return cfg, usagef("--hub needs --hub-seed (the site's key, from bootops hub add-site) and --hub-ca (the hub's CA): sites reach the hub over TLS only")
 		}
+	}
+	if err := cfg.limits.check(); err != nil {
+		return cfg, err
 	}
 	if _, err := power.ParseAllowList(cfg.bmcAllow); err != nil {
 		return cfg, usagef("--bmc-allow: %v", err)
@@ -357,12 +362,18 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	// Every event of every machine, durable: a restart (or a crash) loses
 	// nothing the agent was told was stored.
 	var fwd *hub.Forwarder
-	events, err := status.Open(filepath.Join(cfg.stateDir, "status.db"), status.Options{Outbox: cfg.hubURLs != "", Changed: func() {
+	// Registered nodes and sightings of other machines are held apart:
+	// no traffic evicts a node (cfg.limits).
+	notice := &evictionNotice{log: log, limit: cfg.limits.unknownMax}
+	storeOpts := cfg.limits.storeOptions(notice.evicted)
+	storeOpts.Outbox = cfg.hubURLs != ""
+	storeOpts.Changed = func() {
 		dash.Notify()
 		if fwd != nil {
 			fwd.Poke()
 		}
-	}})
+	}
+	events, err := status.Open(filepath.Join(cfg.stateDir, "status.db"), storeOpts)
 	if err != nil {
 		return fmt.Errorf("status store: %w", err)
 	}
@@ -407,6 +418,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 			"GET /metrics":    promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		},
 	}
+	guardLAN(cfg.limits, httpSrv, events, reg)
 	// The dashboard at /: the fleet as the status API has it, pushed as
 	// it changes (a new revision too: the reconciler's Done pokes it).
 	dash.Doc = func() bhttp.StatusDoc { return httpSrv.StatusDoc(true) }
@@ -427,6 +439,9 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		Help: "Dashboard streams dropped because the browser did not read them.",
 	}, func() float64 { _, dropped := dash.Stats(); return float64(dropped) }))
 	for pattern, h := range dash.Routes() {
+		if pattern == "GET /api/v1/stream" {
+			h = bhttp.Streaming(h) // a browser watches for hours
+		}
 		httpSrv.Routes[pattern] = h
 	}
 	g.Go(func() error { return dash.Run(ctx) })
@@ -444,8 +459,17 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		}
 		return st.Power, st.Error
 	}
+	planChanged := make(chan struct{}, 1)
 	done := rec.Done
-	rec.Done = func() { done(); pm.Poke() } // a raised reprovision: act now
+	rec.Done = func() {
+		done()
+		pm.Poke() // a raised reprovision: act now
+		select {
+		case planChanged <- struct{}{}:
+		default:
+		}
+	}
+	g.Go(func() error { return retainNodes(ctx, log, plans, events, cfg.limits.nodeGrace, planChanged) })
 	g.Go(func() error { return pm.Run(ctx) })
 	if cfg.hubURLs != "" {
 		if fwd, err = hubForwarder(cfg, log, plans, rec, events); err != nil {
@@ -453,7 +477,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		}
 		g.Go(func() error { return fwd.Run(ctx) })
 	}
-	if httpSrv.Swarm, err = swarmServer(ctx, g, cfg, log, reg); err != nil {
+	if httpSrv.Swarm, err = swarmServer(ctx, g, cfg, log, reg, httpSrv.Guard); err != nil {
 		return err
 	}
 	if err := loadTrust(cfg, httpSrv); err != nil {
@@ -465,7 +489,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	}
 	g.Go(func() error { return httpSrv.Serve(ctx, ln) })
 	if cfg.pprofAddr != "" {
-		if err := servePprof(ctx, g, cfg.pprofAddr); err != nil {
+		if err := servePprof(ctx, g, cfg.pprofAddr, httpSrv.Guard); err != nil {
 			return err
 		}
 	}
@@ -513,6 +537,9 @@ func followHeap(ctx context.Context) {
 
 // bootPlane starts TFTP and DHCP for the sites served.
 func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, p *plan.Plan, plans boot.Plans, events status.Recorder, httpSrv *bhttp.Server, httpAddr string, dhcpMetrics *dhcp.Metrics, pools *dhcp.Pools) error {
+	// DHCP's sightings of machines new to the store: a whole link (or
+	// relay) shares one budget, so it is 50 times an address's.
+	dhcpNewcomers := &status.Newcomers{Burst: 50 * cfg.limits.newBurst, Every: cfg.limits.newEvery / 50}
 	var sites []*plan.Site
 	if names := cfg.sites(); len(names) > 0 {
 		for _, n := range names {
@@ -578,6 +605,7 @@ func bootPlane(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slo
 			pool := &dhcp.Pool{Path: filepath.Join(cfg.stateDir, "leases-"+site.Name+".json")}
 			pools.Add(pool)
 			ds := &dhcp.Server{Plans: plans, Site: site.Name, Interface: iface, Events: events, Log: log, Metrics: dhcpMetrics,
+				Newcomers: dhcpNewcomers, Known: httpSrv.Known,
 				Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m, Leases: pool}}
 			g.Go(func() error { return ds.Serve(ctx) })
 		}
@@ -742,7 +770,7 @@ func httpsPortServed(addr string, port int) bool {
 
 // servePprof serves Go's profiles on addr (serve --pprof-addr) until ctx
 // ends: what the benchmarks profile the daemon with.
-func servePprof(ctx context.Context, g *errgroup.Group, addr string) error {
+func servePprof(ctx context.Context, g *errgroup.Group, addr string, guard *bhttp.Guard) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--pprof-addr: %w", err)
@@ -751,14 +779,18 @@ func servePprof(ctx context.Context, g *errgroup.Group, addr string) error {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	serveUntil(ctx, g, ln, mux)
+	// A profile or a trace takes as long as it was asked to.
+	serveUntil(ctx, g, ln, bhttp.Streaming(mux), guard)
 	return nil
 }
 
 // serveUntil serves h on ln until ctx ends: a listener of the daemon's
-// beside its main one.
-func serveUntil(ctx context.Context, g *errgroup.Group, ln net.Listener, h http.Handler) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+// beside its main one, with the same timeouts and connection guard.
+func serveUntil(ctx context.Context, g *errgroup.Group, ln net.Listener, h http.Handler, guard *bhttp.Guard) {
+	if guard != nil {
+		ln = guard.Listener(ln)
+	}
+	srv := bhttp.NewHTTPServer(h, guard, nil)
 	g.Go(func() error {
 		<-ctx.Done()
 		return srv.Close()

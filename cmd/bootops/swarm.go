@@ -21,7 +21,7 @@ import (
 // each other (a site's imageDelivery: peers): images prepared under the
 // state folder, the scheduler, its metrics, and, with --swarm-addr, a
 // listener of its own for chunks.
-func swarmServer(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, reg *prometheus.Registry) (*bhttp.Swarm, error) {
+func swarmServer(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, reg *prometheus.Registry, guard *bhttp.Guard) (*bhttp.Swarm, error) {
 	sw := &bhttp.Swarm{
 		Cache:     &swarm.Cache{Dir: filepath.Join(cfg.stateDir, "images"), Client: &http.Client{Timeout: 6 * time.Hour}},
 		Scheduler: &swarm.Scheduler{ServerStreams: cfg.swarmStreams},
@@ -53,8 +53,8 @@ func swarmServer(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *s
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	sw.Port, _ = strconv.Atoi(port)
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /swarm/{source}/chunk/{i}", sw.ServeChunk)
+	mux.Handle("GET /swarm/{source}/chunk/{i}", bhttp.Streaming(http.HandlerFunc(sw.ServeChunk)))
 	log.Info("image chunks", "addr", ln.Addr().String())
-	serveUntil(ctx, g, ln, mux)
+	serveUntil(ctx, g, ln, mux, guard)
 	return sw, nil
 }

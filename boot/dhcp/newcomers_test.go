@@ -1,0 +1,58 @@
+package dhcp
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/iana"
+
+	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
+)
+
+// Past the link's budget of machines new to the store, DHCP still answers
+// every machine but keeps no sighting of the new ones; a node's are kept.
+func TestNewcomersNotRecorded(t *testing.T) {
+	live := &boot.Live{}
+	live.Swap(testPlan(plan.DHCPProxy, plan.PolicyProvision))
+	mem := &status.Memory{}
+	nc := &status.Newcomers{Burst: 3, Every: time.Hour}
+	client := serveLoopback(t, &Server{Plans: live, Site: "lab", Config: Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPProxy},
+		Events: mem, Newcomers: nc, Known: mem.Known})
+	answered := 0
+	buf := make([]byte, 1500)
+	for i := range 10 {
+		req := pxeDiscover(t, fmt.Sprintf("52:54:00:77:00:%02x", i), iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001")
+		for range 20 { // the server may not be listening yet
+			client.Write(req.ToBytes())
+			client.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			if n, err := client.Read(buf); err == nil {
+				if r, err := dhcpv4.FromBytes(buf[:n]); err == nil && r.MessageType() == dhcpv4.MessageTypeOffer {
+					answered++
+					break
+				}
+			}
+		}
+	}
+	client.Write(pxeDiscover(t, "52:54:00:00:00:01", iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001").ToBytes())
+	var unknown, node int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		unknown, node = 0, 0
+		for _, m := range mem.Machines() {
+			if m.Node != "" {
+				node++
+			} else {
+				unknown++
+			}
+		}
+		if node == 1 && unknown >= 3 {
+			break
+		}
+	}
+	if answered != 10 || unknown != 3 || node != 1 || nc.Denied() != 7 {
+		t.Errorf("%d answered, %d unknown and %d nodes recorded, %d turned away; want 10, 3, 1, 7", answered, unknown, node, nc.Denied())
+	}
+}

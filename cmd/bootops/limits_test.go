@@ -1,0 +1,45 @@
+package main
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The LAN limits are serve flags, checked, and in --help.
+func TestServeLimitFlags(t *testing.T) {
+	for _, args := range [][]string{{"--unknown-max", "0"}, {"--new-machines-every", "0s"}, {"--max-conns-per-source", "0"}} {
+		code, _, errs := bootops(t, nil, append([]string{"serve", "--source", t.TempDir()}, args...)...)
+		if code != 2 || !strings.Contains(errs, args[0]) {
+			t.Errorf("serve %v: %d %s", args, code, errs)
+		}
+	}
+	code, out, _ := bootops(t, nil, "serve", "--help")
+	for _, flag := range []string{"-max-conns", "-max-conns-per-source", "-new-machines-burst", "-new-machines-every", "-unknown-max", "-unknown-max-mb", "-node-grace", "-node-events-burst"} {
+		if code != 0 || !strings.Contains(out, flag+" ") {
+			t.Errorf("serve --help lacks %s", flag)
+		}
+	}
+	if n := (limits{}).conns(); n < 64 {
+		t.Errorf("--max-conns by default: %d", n)
+	}
+}
+
+// A full table of unknown machines says so at most every 10 s, with how
+// many sightings went since it last did.
+func TestEvictionNotice(t *testing.T) {
+	var b strings.Builder
+	n := &evictionNotice{log: slog.New(slog.NewTextHandler(&b, nil)), limit: 1000}
+	for range 5 {
+		n.evicted(10)
+	}
+	if got := strings.Count(b.String(), "is full"); got != 1 || !strings.Contains(b.String(), "dropped=10") {
+		t.Errorf("notices: %q", b.String())
+	}
+	n.last.Store(time.Now().Add(-11 * time.Second).UnixNano())
+	n.evicted(1)
+	if got := strings.Count(b.String(), "is full"); got != 2 || !strings.Contains(b.String(), "dropped=41") {
+		t.Errorf("the second notice does not count what went since the first: %q", b.String())
+	}
+}

@@ -42,8 +42,13 @@ func compileWorker(e *env, stdin io.Reader, args []string) int {
 	return exitOK
 }
 
-// workerArgv is how this binary runs the worker.
+// workerArgv is how this binary runs the worker: /proc/self/exe where
+// there is one, so a daemon whose binary was upgraded on disk still runs
+// its own worker (the two speak the same wire format).
 func workerArgv() ([]string, error) {
+	if _, err := os.Stat("/proc/self/exe"); err == nil {
+		return []string{"/proc/self/exe", workerCommand}, nil
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("compile worker: %w", err)

@@ -29,7 +29,7 @@ type limits struct {
 }
 
 func addLimitFlags(fs *flag.FlagSet, l *limits) {
-	fs.IntVar(&l.maxConns, "max-conns", 0, "HTTP connections open at once on all listeners; past it the longest-idle keep-alive is closed (default: 3/4 of the open-files limit)")
+	fs.IntVar(&l.maxConns, "max-conns", 0, "HTTP connections open at once on all listeners; past it the longest-idle keep-alive is closed (default: half the open-files limit)")
 	fs.IntVar(&l.perSource, "max-conns-per-source", 64, "HTTP connections open at once from one address")
 	fs.IntVar(&l.newBurst, "new-machines-burst", 20, "machines new to the daemon one address may introduce at once (script requests, check-ins); past it 429 until…")
 	fs.DurationVar(&l.newEvery, "new-machines-every", time.Second, "…one more per this long")
@@ -50,8 +50,9 @@ func (l limits) check() error {
 	return nil
 }
 
-// conns is --max-conns, or 3/4 of what the open-files limit leaves after
-// the daemon's own files (at least 64).
+// conns is --max-conns, or half of what the open-files limit leaves after
+// the daemon's own files (at least 64): each connection costs a file and
+// some 50 KB of memory, and the rest is for files, leases and Git.
 func (l limits) conns() int {
 	if l.maxConns > 0 {
 		return l.maxConns
@@ -60,7 +61,7 @@ func (l limits) conns() int {
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r) != nil || r.Cur > 1<<20 {
 		return 65536
 	}
-	return max(64, int(r.Cur-128)*3/4)
+	return max(64, int(r.Cur-128)/2)
 }
 
 // storeOptions are the status store's bounds; evicted is told of the

@@ -516,7 +516,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 }
 
 // followHeap keeps the soft memory limit 40 MiB above the live heap, and
-// at least 96 MiB, checking every 5 s: room for a compilation's garbage,
+// at least 64 MiB, checking every 5 s: room for a compilation's garbage,
 // not a multiple of the Plan.
 func followHeap(ctx context.Context) {
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
@@ -526,7 +526,7 @@ func followHeap(ctx context.Context) {
 		if sample[0].Value.Kind() == metrics.KindUint64 {
 			live = int64(sample[0].Value.Uint64())
 		}
-		debug.SetMemoryLimit(max(96<<20, live+40<<20))
+		debug.SetMemoryLimit(max(64<<20, live+40<<20))
 		select {
 		case <-ctx.Done():
 			return

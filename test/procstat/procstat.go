@@ -50,3 +50,33 @@ func FreePort() string {
 	defer ln.Close()
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
+
+// OpenFiles counts a process's open file descriptors.
+func OpenFiles(pid int) int {
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return len(fds)
+}
+
+// Peak samples a process's resident size (kB) and open files every
+// interval until stop is called, which returns the highest of each seen.
+func Peak(pid int, every time.Duration) (stop func() (rssKB, files int)) {
+	var rssMax, filesMax int
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			rss, _ := Mem(pid)
+			rssMax, filesMax = max(rssMax, rss), max(filesMax, OpenFiles(pid))
+			select {
+			case <-quit:
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	return func() (int, int) {
+		close(quit)
+		<-done
+		return rssMax, filesMax
+	}
+}

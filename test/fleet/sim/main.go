@@ -149,7 +149,7 @@ func run(bin string, nodes, conc, size, rounds int) error {
 		parallel(nodes, conc, func(i int) {
 			i += (round - 1) * nodes
 			name := fmt.Sprintf("n%05d", i)
-			sysfs := fakeSysfs(filepath.Join(sysroot, name), fmt.Sprintf("SIM-%05d", i), fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&255, i>>8&255, i&255))
+			sysfs := fleet.FakeSysfs(filepath.Join(sysroot, name), fmt.Sprintf("SIM-%05d", i), fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&255, i>>8&255, i&255))
 			// The kernel command line of the script the node is served,
 			// with its boot token, as iPXE fetches it.
 			args, err := fleet.ScriptArgs(context.Background(), server+fmt.Sprintf("/ipxe?serial=SIM-%05d&site=sim", i))
@@ -216,19 +216,6 @@ func parallel(n, conc int, f func(int)) {
 		}()
 	}
 	wg.Wait()
-}
-
-func fakeSysfs(d, serial, mac string) string {
-	for name, body := range map[string]string{
-		"class/dmi/id/product_serial": serial, "class/dmi/id/product_uuid": "",
-		"class/net/eth0/address": mac, "block/vda/size": "2097152", "block/vda/removable": "0",
-	} {
-		p := filepath.Join(d, name)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, []byte(body+"\n"), 0o644)
-	}
-	os.MkdirAll(filepath.Join(d, "class/net/eth0/device"), 0o755)
-	return d
 }
 
 func countProvisioned(server string) (int, error) {

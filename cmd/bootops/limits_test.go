@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/boot/status"
 )
 
 // The LAN limits are serve flags, checked, and in --help.
@@ -41,5 +43,20 @@ func TestEvictionNotice(t *testing.T) {
 	n.evicted(1)
 	if got := strings.Count(b.String(), "is full"); got != 2 || !strings.Contains(b.String(), "dropped=41") {
 		t.Errorf("the second notice does not count what went since the first: %q", b.String())
+	}
+}
+
+// What a machine sent cannot drive the operator's terminal, even from a
+// server that did not escape it when it stored it.
+func TestPrintedEventsEscaped(t *testing.T) {
+	var b strings.Builder
+	printEvent(&b, status.Event{Kind: "agent", State: "failed\x1b[8m", Message: "hidden\x1b]0;title\x07 \u009b2J\nforged line"})
+	if out := b.String(); strings.ContainsAny(out, "\x1b\x07\u009b") || strings.Count(out, "\n") != 1 || !strings.Contains(out, `hidden\x1b]0;title\x07 \u009b2J\nforged line`) {
+		t.Errorf("printed %q", out)
+	}
+	b.Reset()
+	printUnknown(&b, []status.Machine{{Key: "serial:S\x1b[2J", State: "held", Serial: "S\x1b[2J", Last: status.Event{Message: "x\x1b[31m"}}})
+	if strings.Contains(b.String(), "\x1b") {
+		t.Errorf("status --unknown printed %q", b.String())
 	}
 }

@@ -91,7 +91,10 @@ func printEvent(w io.Writer, ev status.Event) {
 	if ev.State != "" {
 		state = " [" + ev.State + "]"
 	}
-	fmt.Fprintf(w, "%s %s %-6s%s %s\n", ev.Time.Local().Format("2006-01-02 15:04:05.000"), mark, ev.Kind, state, ev.Message)
+	// Printable again: the daemon stores it so, but this may be another's
+	// (an older daemon, a hub) and nothing a machine sent may drive the
+	// operator's terminal.
+	fmt.Fprintf(w, "%s %s %-6s%s %s\n", ev.Time.Local().Format("2006-01-02 15:04:05.000"), mark, status.Printable(ev.Kind), status.Printable(state), status.Printable(ev.Message))
 }
 
 // machineKey turns what the user typed into a status key: SITE/NODE and

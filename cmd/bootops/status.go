@@ -131,8 +131,8 @@ func printUnknown(w io.Writer, ms []status.Machine) {
 		return
 	}
 	for _, m := range ms {
-		fmt.Fprintf(w, "# %s (%s): %s\n", m.Key, m.State, firstLine(m.Last.Message))
-		fmt.Fprintf(w, "# bootops enroll %s -o sites/%s/nodes\n", m.Key, or(m.Site, "SITE"))
+		fmt.Fprintf(w, "# %s (%s): %s\n", status.Printable(m.Key), status.Printable(m.State), firstLine(m.Last.Message))
+		fmt.Fprintf(w, "# bootops enroll %s -o sites/%s/nodes\n", status.Printable(m.Key), status.Printable(or(m.Site, "SITE")))
 		y, err := status.NodeYAML(m, "")
 		if err != nil {
 			y = "# " + err.Error()
@@ -293,6 +293,9 @@ func printNodes(w io.Writer, doc statusDoc) {
 		if image {
 			row = append(row, imageFrom(n.Image))
 		}
+		for i := range row {
+			row[i] = status.Printable(row[i])
+		}
 		fmt.Fprintln(tw, strings.Join(append(row, firstLine(n.Last.Message)), "\t"))
 	}
 	tw.Flush()
@@ -301,7 +304,7 @@ func printNodes(w io.Writer, doc statusDoc) {
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "MAC\tUUID\tSERIAL\tSTATE\tLAST MESSAGE")
 		for _, m := range doc.Machines {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", or(m.MAC, "-"), or(m.UUID, "-"), or(m.Serial, "-"), m.State, firstLine(m.Last.Message))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", status.Printable(or(m.MAC, "-")), status.Printable(or(m.UUID, "-")), status.Printable(or(m.Serial, "-")), status.Printable(m.State), firstLine(m.Last.Message))
 		}
 		tw.Flush()
 	}
@@ -352,6 +355,7 @@ func or(a, b string) string {
 
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
+	s = status.Printable(s) // whatever a machine sent, escaped
 	if len(s) > 100 {
 		s = s[:97] + "..."
 	}

@@ -132,7 +132,10 @@ func (p *Peer) Start() error {
 	p.ln = ln
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /swarm/{source}/chunk/{i}", p.serve)
-	p.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// A chunk request has no body, and its answer streams at the upload
+	// rate: no read or write deadline past the header (a read deadline
+	// would cancel a long answer's context), but idle connections close.
+	p.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 16 << 10}
 	go p.srv.Serve(ln)
 	return nil
 }

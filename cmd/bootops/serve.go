@@ -450,7 +450,9 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		return usageError{err.Error()}
 	}
 	for pattern, h := range pm.Routes(func(r *http.Request) bool { return bhttp.Authorized(r, settings.Load().uiToken) }) {
-		httpSrv.Routes[pattern] = h
+		// A power action waits for the BMC (several calls of up to
+		// --bmc-timeout each): past the listeners' deadlines.
+		httpSrv.Routes[pattern] = bhttp.Streaming(h)
 	}
 	httpSrv.Power = func(key string) (string, string) {
 		st, ok := pm.Status(key)

@@ -17,8 +17,11 @@ package hub
 const (
 	// Stream holds every site's events and hellos.
 	Stream = "BOOTOPS_EVENTS"
-	// SubjectPrefix + site is where a site publishes, and only there.
+	// SubjectPrefix + site is where a site publishes, and only there; the
+	// hub takes its messages from there into the stream, on StreamPrefix +
+	// site, which no site may publish on.
 	SubjectPrefix = "bootops.events."
+	StreamPrefix  = "bootops.stream."
 	// Kind is the header that says what a message is: KindEvent (a status
 	// event, JSON) or KindHello (a site's summary, JSON).
 	Kind      = "Bootops-Kind"
@@ -31,3 +34,7 @@ const (
 	Seq  = "Bootops-Seq"
 	Prev = "Bootops-Prev"
 )
+
+// Inbox is where site's forwarder hears the hub's answers
+// (nats.CustomInboxPrefix): the one subject tree the site may subscribe to.
+func Inbox(site string) string { return "_INBOX_" + site }

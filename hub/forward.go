@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,19 +54,26 @@ type Forwarder struct {
 	// Wake, when sent to, makes it look at the outbox now (the store's
 	// Changed hook); else it looks every 200 ms.
 	wake      chan struct{}
+	wakeOnce  sync.Once
 	connected atomic.Bool
 	sent      atomic.Uint64
+	mu        sync.Mutex
+	lastErr   string
 }
 
 // Poke says the outbox has news.
 func (f *Forwarder) Poke() {
-	if f.wake == nil {
-		return
-	}
 	select {
-	case f.wake <- struct{}{}:
+	case f.wakeup() <- struct{}{}:
 	default:
 	}
+}
+
+// wakeup is the channel Poke sends on: made once, by whichever of Poke
+// and Run comes first (the store may call Poke before Run starts).
+func (f *Forwarder) wakeup() chan struct{} {
+	f.wakeOnce.Do(func() { f.wake = make(chan struct{}, 1) })
+	return f.wake
 }
 
 // Connected says whether the link to the hub is up.
@@ -74,11 +82,12 @@ func (f *Forwarder) Connected() bool { return f.connected.Load() }
 // Sent counts the events the hub acknowledged.
 func (f *Forwarder) Sent() uint64 { return f.sent.Load() }
 
-// Run forwards until ctx ends.
+// Run forwards until ctx ends. It dials the hub for as long as it runs:
+// when nats.go gives up on a link (it does after the hub refused the
+// site's key twice: a key removed, and later put back), Run dials again,
+// waiting longer each time up to a minute, and says so.
 func (f *Forwarder) Run(ctx context.Context) error {
-	if f.wake == nil {
-		f.wake = make(chan struct{}, 1)
-	}
+	f.wakeup()
 	if f.Log == nil {
 		f.Log = slog.New(slog.DiscardHandler)
 	}
@@ -96,6 +105,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	opts := []nats.Option{
 		nats.Name("bootops-site-" + f.Site),
 		nats.Nkey(pub, kp.Sign),
+		// The hub answers the site in its own inbox, the one subject tree
+		// its key may subscribe to.
+		nats.CustomInboxPrefix(Inbox(f.Site)),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
 		// No buffering while disconnected: the outbox is the buffer, and a
@@ -105,36 +117,66 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		// The hub's servers as the site was told them: the addresses they
 		// advertise to each other may not be reachable from a site.
 		nats.IgnoreDiscoveredServers(),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			f.setState(true, "")
+			f.Log.Info("hub: link up", "server", nc.ConnectedUrlRedacted())
+		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			f.connected.Store(false)
+			f.setState(false, errString(err))
 			f.Log.Warn("hub: link down; events wait in the status store", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			f.connected.Store(true)
+			f.setState(true, "")
 			f.Log.Info("hub: link up again", "server", nc.ConnectedUrlRedacted())
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			f.setState(f.connected.Load(), errString(err))
 			f.Log.Warn("hub: refused", "err", err)
 		}),
 	}
 	if f.RootCAs != nil {
 		opts = append(opts, nats.Secure(&tls.Config{RootCAs: f.RootCAs, MinVersion: tls.VersionTLS12}))
 	}
-	nc, err := nats.Connect(strings.Join(f.URLs, ","), opts...)
-	if err != nil {
-		return fmt.Errorf("hub: %w", err)
+	backoff := time.Second
+	for ctx.Err() == nil {
+		nc, err := nats.Connect(strings.Join(f.URLs, ","), opts...)
+		if err == nil {
+			f.setState(nc.IsConnected(), "")
+			start := time.Now()
+			f.session(ctx, nc)
+			if err = nc.LastError(); err == nil {
+				err = errors.New("the connection closed")
+			}
+			nc.Close()
+			if time.Since(start) > time.Minute {
+				backoff = time.Second
+			}
+		}
+		f.setState(false, errString(err))
+		if ctx.Err() != nil {
+			break
+		}
+		f.Log.Warn("hub: the link gave up (is the site's key still registered at the hub?); dialing again", "in", backoff.String(), "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Minute)
 	}
-	defer nc.Close()
-	f.connected.Store(nc.IsConnected())
+	return nil
+}
+
+// session forwards over nc until ctx ends or nc is closed for good.
+func (f *Forwarder) session(ctx context.Context, nc *nats.Conn) {
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return err
+		return
 	}
 	subject := SubjectPrefix + f.Site
 	var cursor uint64
 	lastHello := time.Time{}
 	wait := 200 * time.Millisecond
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !nc.IsClosed() {
 		if nc.IsConnected() && f.Hello != nil && time.Since(lastHello) >= f.HelloEvery {
 			if err := f.hello(ctx, js, subject); err == nil {
 				lastHello = time.Now()
@@ -158,12 +200,39 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
-	return nil
+}
+
+func (f *Forwarder) setState(connected bool, err string) {
+	f.connected.Store(connected)
+	f.mu.Lock()
+	if err != "" || connected {
+		f.lastErr = err
+	}
+	f.mu.Unlock()
+}
+
+// LastError is why the link is down (or was last refused); "" when up.
+func (f *Forwarder) LastError() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastErr
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 func (f *Forwarder) hello(ctx context.Context, js jetstream.JetStream, subject string) error {
 	h := f.Hello()
 	h.Site, h.Sent = f.Site, time.Now().UTC()
+	if c, ok := f.Outbox.(interface{ Unsent() (int, error) }); ok {
+		if n, err := c.Unsent(); err == nil {
+			h.Pending = n
+		}
+	}
 	b, _ := json.Marshal(h)
 	msg := nats.NewMsg(subject)
 	msg.Header.Set(Kind, KindHello)

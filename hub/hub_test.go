@@ -30,7 +30,8 @@ func freePort(t testing.TB) string {
 }
 
 // cluster starts n hub servers (n = 1 or 3) on loopback that accept sites.
-func cluster(t testing.TB, ctx context.Context, n int, sites map[string]string, log ...*slog.Logger) []*Node {
+// opts are a *slog.Logger and funcs that change each server's Config.
+func cluster(t testing.TB, ctx context.Context, n int, sites map[string]string, opts ...any) []*Node {
 	t.Helper()
 	clients, routes := make([]string, n), make([]string, n)
 	for i := range n {
@@ -41,8 +42,13 @@ func cluster(t testing.TB, ctx context.Context, n int, sites map[string]string, 
 	var errs = make([]error, n)
 	for i := range n {
 		cfg := Config{Name: fmt.Sprintf("hub-%d", i+1), Listen: clients[i], StoreDir: filepath.Join(t.TempDir(), "js"), Sites: sites, Replicas: n}
-		if len(log) > 0 {
-			cfg.Log = log[0]
+		for _, o := range opts {
+			switch o := o.(type) {
+			case *slog.Logger:
+				cfg.Log = o
+			case func(*Config):
+				o(&cfg)
+			}
 		}
 		if n > 1 {
 			cfg.ClusterListen = routes[i]
@@ -249,6 +255,9 @@ func sameView(t testing.TB, n *Node, sites []*site) {
 	want := map[string]summary{}
 	for _, s := range sites {
 		for k, v := range summarize(s.store.Machines()) {
+			if !status.IsNodeKey(k) {
+				k = s.name + ":" + k // the hub keys a machine that is no node by its site
+			}
 			want[k] = v
 		}
 	}
@@ -287,12 +296,17 @@ func siteKeys(t testing.TB, names ...string) (map[string]string, map[string]nkey
 // sites'. One site's link is cut for a minute while its machines go on
 // provisioning: once it is back the hub has every event, once. The
 // stream's leader is killed: the other two go on, and so does their view.
+// A fourth site is killed before it hears the hub's acknowledgements and
+// started again past the stream's duplicate window (5 s here): what it
+// sends again is not counted twice. A serial seen at two sites is two
+// machines.
 func TestHubFleet(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	names := []string{"north", "south", "east"}
-	pubs, kps := siteKeys(t, names...)
-	hubs := cluster(t, ctx, 3, pubs)
+	pubs, kps := siteKeys(t, append(names, "west")...)
+	const dedup = 5 * time.Second
+	hubs := cluster(t, ctx, 3, pubs, func(c *Config) { c.Dedup = dedup })
 	var urls []string
 	for _, h := range hubs {
 		urls = append(urls, h.cfg.Listen)
@@ -389,6 +403,70 @@ func TestHubFleet(t *testing.T) {
 		caughtUp(t, ctx, h, time.Minute)
 		sameView(t, h, sites)
 	}
+
+	// The same serial at two sites: two machines.
+	for _, s := range sites[:2] {
+		if err := s.store.RecordSync(status.Event{Kind: status.KindScript, Serial: "SER-SHARED", Message: "script for " + s.name}); err != nil {
+			t.Fatal(err)
+		}
+		s.drained(t, time.Minute)
+	}
+
+	// west is killed before it hears any acknowledgement, and started
+	// again after the duplicate window: it sends everything again.
+	west := &site{name: "west", idx: 3}
+	west.store, err = status.Open(filepath.Join(t.TempDir(), "status.db"), status.Options{Outbox: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer west.store.Close()
+	west.provision(t, 0, 200)
+	seed, _ := kps["west"].Seed()
+	var aliveURLs []string
+	for _, h := range alive {
+		aliveURLs = append(aliveURLs, "nats://"+h.cfg.Listen)
+	}
+	forward := func(out Outbox) (stop func()) {
+		fctx, fcancel := context.WithCancel(ctx)
+		f := &Forwarder{Site: "west", URLs: aliveURLs, Seed: seed, Outbox: out}
+		done := make(chan struct{})
+		go func() { defer close(done); f.Run(fctx) }()
+		return func() { fcancel(); <-done }
+	}
+	stop := forward(noAck{west.store})
+	want := 200 * fleet.EventsPerMachine
+	if !waitFor(time.Minute, func() bool {
+		return alive[0].View.Refused("west", RefusedDuplicate) > 0 || siteEvents(alive[0], "west") >= uint64(want)
+	}) {
+		t.Fatalf("west: %d events in the view, want %d", siteEvents(alive[0], "west"), want)
+	}
+	stop()
+	time.Sleep(dedup + time.Second)
+	stop = forward(west.store)
+	defer stop()
+	west.drained(t, time.Minute)
+	sites = append(sites, west)
+	for _, h := range alive {
+		caughtUp(t, ctx, h, time.Minute)
+		sameView(t, h, sites)
+		if got := siteEvents(h, "west"); got != uint64(want) {
+			t.Errorf("%s: west has %d events, want %d", h.cfg.Name, got, want)
+		}
+		for _, site := range []string{"north", "south"} {
+			if ev := h.View.Events(site + ":serial:SER-SHARED"); len(ev) != 1 || ev[0].Message != "script for "+site {
+				t.Errorf("%s: %s's SER-SHARED: %+v", h.cfg.Name, site, ev)
+			}
+		}
+	}
+}
+
+func siteEvents(n *Node, site string) uint64 {
+	for _, s := range n.View.Sites() {
+		if s.Name == site {
+			return s.Events
+		}
+	}
+	return 0
 }
 
 // A site's credential publishes on its own subject only; an unknown key
@@ -405,7 +483,7 @@ func TestHubRefusesOtherSites(t *testing.T) {
 	errs := make(chan error, 10)
 	kp := kps["north"]
 	pub, _ := kp.PublicKey()
-	nc, err := nats.Connect(url, nats.Nkey(pub, kp.Sign), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	nc, err := nats.Connect(url, nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(Inbox("north")), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +505,7 @@ func TestHubRefusesOtherSites(t *testing.T) {
 	}
 	// On its own subject, in another site's name: dropped by the view.
 	cctx, ccancel = context.WithTimeout(ctx, 2*time.Second)
-	if _, err := js.Publish(cctx, SubjectPrefix+"north", []byte(`{"kind":"agent","site":"south","node":"n1","state":"failed","message":"forged"}`)); err != nil {
+	if _, err := js.PublishMsg(cctx, eventMsg("north", 1, 0, status.Event{Kind: "agent", Site: "south", Node: "n1", State: "failed", Message: "forged"})); err != nil {
 		t.Errorf("north on its own subject: %v", err)
 	}
 	ccancel()
@@ -480,7 +558,7 @@ func TestHubSetSites(t *testing.T) {
 	connect := func(site string) (*nats.Conn, error) {
 		kp := kps[site]
 		pub, _ := kp.PublicKey()
-		return nats.Connect(url, nats.Nkey(pub, kp.Sign), nats.MaxReconnects(0))
+		return nats.Connect(url, nats.Nkey(pub, kp.Sign), nats.MaxReconnects(0), nats.CustomInboxPrefix(Inbox(site)))
 	}
 	if _, err := connect("south"); err == nil {
 		t.Fatal("south got in before it was added")
@@ -501,7 +579,7 @@ func TestHubSetSites(t *testing.T) {
 	js, _ := jetstream.New(south)
 	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
 	defer ccancel()
-	if _, err := js.Publish(cctx, SubjectPrefix+"south", []byte(`{"kind":"dhcp","site":"south","mac":"52:54:00:00:00:01","message":"hello"}`)); err != nil {
+	if _, err := js.PublishMsg(cctx, eventMsg("south", 1, 0, status.Event{Kind: "dhcp", Site: "south", MAC: "52:54:00:00:00:01", Message: "hello"})); err != nil {
 		t.Errorf("south publishing: %v", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

@@ -3,12 +3,15 @@ package hub
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,7 +44,65 @@ type Config struct {
 	// Dedup is the stream's duplicate window (default 10 min): a resend
 	// within it of an event already stored is dropped.
 	Dedup time.Duration
-	Log   *slog.Logger
+	// Limits bound what one site may put on the stream and in the view.
+	Limits Limits
+	Log    *slog.Logger
+}
+
+// Limits bound what a site can make the hub keep. The defaults fit a
+// site of 10,000 machines: a hello naming every node is well under
+// MaxMsgSize, and SiteMsgs holds several whole provisionings of the site
+// (12 events a machine) besides a month of hellos.
+type Limits struct {
+	// MaxMsgSize is the largest message (default 1 MiB): the server
+	// refuses a bigger one.
+	MaxMsgSize int32
+	// SiteMsgs is the messages a site keeps on the stream (default
+	// 1,000,000): past it its oldest go (its own, never another site's).
+	// With MaxMsgSize it bounds the site's bytes on the stream.
+	SiteMsgs int64
+	// StreamBytes bounds the whole stream (default 0: only by SiteMsgs
+	// and MaxMsgSize per site, and 30 days).
+	StreamBytes int64
+	// SiteMachines is the machines a site may have in the view (default
+	// 20,000; its registered nodes and the machines that are no node).
+	SiteMachines int
+	// MachineEvents and UnknownEvents are the events kept per node and per
+	// machine that is no node (defaults 500 and 100; the oldest go).
+	MachineEvents, UnknownEvents int
+	// MaxEventBytes is the largest event the view applies (default 64 KiB;
+	// a site stores an event's message within 8 KiB).
+	MaxEventBytes int
+	// MaxSeqJump is how far ahead of the last event applied a site's
+	// next may be (default 1,000,000): one further is refused, so one
+	// message cannot hide the site's later events.
+	MaxSeqJump uint64
+	// SiteEarly is the events of a site that may wait for a predecessor
+	// (default 100,000).
+	SiteEarly int
+}
+
+func (l Limits) withDefaults() Limits {
+	def := func(p *int, d int) {
+		if *p <= 0 {
+			*p = d
+		}
+	}
+	if l.MaxMsgSize <= 0 {
+		l.MaxMsgSize = 1 << 20
+	}
+	if l.SiteMsgs <= 0 {
+		l.SiteMsgs = 1_000_000
+	}
+	def(&l.SiteMachines, 20000)
+	def(&l.MachineEvents, 500)
+	def(&l.UnknownEvents, 100)
+	def(&l.MaxEventBytes, 64<<10)
+	def(&l.SiteEarly, 100000)
+	if l.MaxSeqJump == 0 {
+		l.MaxSeqJump = 1_000_000
+	}
+	return l
 }
 
 // Node is a running hub server: the embedded NATS server and the view it
@@ -55,22 +116,44 @@ type Node struct {
 	mu   sync.Mutex
 	opts *server.Options // what the server runs with, for a reload
 	self string          // the view's own key
+
+	marks         string // the file of the view's per-site sequences
+	stop, stopped chan struct{}
+	closeOnce     sync.Once
 }
 
 // siteUsers are the server's users: the hub's own reader, with every
-// permission, and each site, allowed to publish on its subject only.
+// permission, and each site, allowed to publish on its subject and to
+// subscribe to its own inbox (where the hub answers it), nothing else.
 func siteUsers(self string, sites map[string]string) ([]*server.NkeyUser, error) {
 	users := []*server.NkeyUser{{Nkey: self}}
 	for site, pub := range sites {
+		if !ValidSite(site) {
+			return nil, fmt.Errorf("hub: site name %q: lowercase letters, digits and '-'", site)
+		}
 		if !nkeys.IsValidPublicUserKey(pub) {
 			return nil, fmt.Errorf("hub: site %s: %q is not an nkey user public key", site, pub)
 		}
 		users = append(users, &server.NkeyUser{Nkey: pub, Permissions: &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: []string{SubjectPrefix + site}},
-			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{Inbox(site) + ".>"}},
 		}})
 	}
 	return users, nil
+}
+
+// ValidSite says whether name can be a site's: one subject token of
+// lowercase letters, digits and '-', at most 63.
+func ValidSite(name string) bool {
+	if name == "" || len(name) > 63 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // SetSites changes the sites allowed in, without a restart: a new site may
@@ -104,6 +187,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Dedup == 0 {
 		cfg.Dedup = 10 * time.Minute
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	host, port, err := splitHostPort(cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("hub: listen %q: %w", cfg.Listen, err)
@@ -128,6 +212,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		NoSigs:     true,
 		TLSConfig:  cfg.TLS,
 		TLSTimeout: 5,
+		MaxPayload: cfg.Limits.MaxMsgSize,
 	}
 	if cfg.TLS != nil {
 		opts.TLS = true
@@ -156,33 +241,80 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("hub %s: not ready for connections on %s", cfg.Name, cfg.Listen)
 	}
+	log := cfg.Log.With("server", cfg.Name)
 	nc, err := nats.Connect("", nats.InProcessServer(srv), nats.Nkey(selfPub, self.Sign), nats.Name("bootops-hub-view"),
-		nats.MaxReconnects(-1))
+		nats.MaxReconnects(-1),
+		// nats.go's default prints plain text on stderr: the hub logs JSON.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Warn("hub: its own connection", "subject", subject, "err", err)
+		}))
 	if err != nil {
 		srv.Shutdown()
 		return nil, fmt.Errorf("hub %s: connect to itself: %w", cfg.Name, err)
 	}
-	n := &Node{cfg: cfg, srv: srv, nc: nc, View: NewView(), opts: opts.Clone(), self: selfPub}
+	n := &Node{cfg: cfg, srv: srv, nc: nc, View: NewViewLimits(cfg.Limits, log), opts: opts.Clone(), self: selfPub,
+		marks: filepath.Join(cfg.StoreDir, "sequences.json"), stop: make(chan struct{}), stopped: make(chan struct{})}
+	if err := n.View.LoadMarks(n.marks); err != nil {
+		n.Close()
+		return nil, err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		n.Close()
 		return nil, err
 	}
 	go n.follow(ctx, js)
+	go n.keepMarks()
 	return n, nil
+}
+
+// keepMarks writes the view's sequence marks every second they moved, and
+// once more when the node closes.
+func (n *Node) keepMarks() {
+	defer close(n.stopped)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			n.saveMarks()
+			return
+		case <-t.C:
+			n.saveMarks()
+		}
+	}
+}
+
+func (n *Node) saveMarks() {
+	if err := n.View.SaveMarks(n.marks); err != nil {
+		n.cfg.Log.Warn("hub: the sites' sequences not written", "file", n.marks, "err", err)
+	}
 }
 
 // follow makes the stream (again and again until JetStream answers: a
 // cluster needs a leader first) and reads it into the view from its start.
 func (n *Node) follow(ctx context.Context, js jetstream.JetStream) {
+	l := n.cfg.Limits
 	cfg := jetstream.StreamConfig{
-		Name:       Stream,
-		Subjects:   []string{SubjectPrefix + "*"},
-		Storage:    jetstream.FileStorage,
-		Replicas:   n.cfg.Replicas,
-		Duplicates: n.cfg.Dedup,
-		MaxAge:     30 * 24 * time.Hour,
-		Discard:    jetstream.DiscardOld,
+		Name: Stream,
+		// Sites publish on SubjectPrefix, where the hub's ingest takes
+		// their messages in: only the hub writes the stream's subjects.
+		Subjects:          []string{StreamPrefix + "*"},
+		Storage:           jetstream.FileStorage,
+		Replicas:          n.cfg.Replicas,
+		Duplicates:        n.cfg.Dedup,
+		MaxAge:            30 * 24 * time.Hour,
+		Discard:           jetstream.DiscardOld,
+		MaxMsgSize:        l.MaxMsgSize,
+		MaxMsgsPerSubject: l.SiteMsgs,
+		MaxBytes:          -1,
+	}
+	if l.StreamBytes > 0 {
+		cfg.MaxBytes = l.StreamBytes
 	}
 	var stream jetstream.Stream
 	for ctx.Err() == nil {
@@ -199,6 +331,12 @@ func (n *Node) follow(ctx context.Context, js jetstream.JetStream) {
 	if stream == nil {
 		return
 	}
+	in, err := n.ingest(js)
+	if err != nil {
+		n.cfg.Log.Error("hub: sites' messages not taken in", "err", err)
+		return
+	}
+	defer in.Unsubscribe()
 	for ctx.Err() == nil {
 		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
 		if err != nil {
@@ -215,7 +353,11 @@ func (n *Node) follow(ctx context.Context, js jetstream.JetStream) {
 			h := m.Headers()
 			siteSeq, _ := strconv.ParseUint(h.Get(Seq), 10, 64)
 			prev, _ := strconv.ParseUint(h.Get(Prev), 10, 64)
-			n.View.Apply(m.Subject()[len(SubjectPrefix):], h.Get(Kind), m.Data(), seq, at, siteSeq, prev)
+			site, ok := strings.CutPrefix(m.Subject(), StreamPrefix)
+			if !ok { // a stream of an older hub: sites published on it
+				site = strings.TrimPrefix(m.Subject(), SubjectPrefix)
+			}
+			n.View.Apply(site, h.Get(Kind), m.Data(), seq, at, siteSeq, prev)
 		})
 		if err != nil {
 			time.Sleep(500 * time.Millisecond)
@@ -237,8 +379,73 @@ func (n *Node) Close() {
 	if n.nc != nil {
 		n.nc.Close()
 	}
+	n.closeOnce.Do(func() {
+		if n.stop != nil {
+			close(n.stop)
+			<-n.stopped
+		}
+	})
 	n.srv.Shutdown()
 	n.srv.WaitForShutdown()
+}
+
+// ingest takes the sites' messages into the stream: each node of the
+// cluster answers in one queue group. A site chooses none of what the
+// hub writes: the subject is its own (its credential's), the message ID
+// its site/sequence, and the answer — the stream's acknowledgement — goes
+// only to the site's own inbox. A reply subject elsewhere (another site's
+// subject, $JS.API…) is refused: no site can make the hub write there.
+func (n *Node) ingest(js jetstream.JetStream) (*nats.Subscription, error) {
+	return n.nc.QueueSubscribe(SubjectPrefix+"*", "bootops-ingest", func(m *nats.Msg) {
+		site := strings.TrimPrefix(m.Subject, SubjectPrefix)
+		if m.Reply != "" && !strings.HasPrefix(m.Reply, Inbox(site)+".") {
+			n.View.Refuse(site, RefusedReply)
+			return
+		}
+		kind := m.Header.Get(Kind)
+		seq, err := strconv.ParseUint(m.Header.Get(Seq), 10, 64)
+		if kind == KindEvent && (err != nil || seq == 0) || kind != KindEvent && kind != KindHello {
+			n.View.Refuse(site, RefusedMalformed)
+			if m.Reply != "" {
+				m.Respond([]byte(`{"error":{"code":400,"description":"bootops: an event with a Bootops-Seq, or a hello"}}`))
+			}
+			return
+		}
+		out := nats.NewMsg(StreamPrefix + site)
+		out.Header.Set(Kind, kind)
+		if kind == KindEvent {
+			out.Header.Set(Seq, strconv.FormatUint(seq, 10))
+			if prev, err := strconv.ParseUint(m.Header.Get(Prev), 10, 64); err == nil {
+				out.Header.Set(Prev, strconv.FormatUint(prev, 10))
+			}
+			out.Header.Set(jetstream.MsgIDHeader, site+"/"+strconv.FormatUint(seq, 10))
+		}
+		out.Data = m.Data
+		fut, err := js.PublishMsgAsync(out)
+		if err != nil {
+			respondErr(m, err)
+			return
+		}
+		go func() {
+			select {
+			case ack := <-fut.Ok():
+				if m.Reply != "" {
+					b, _ := json.Marshal(ack)
+					m.Respond(b)
+				}
+			case err := <-fut.Err():
+				respondErr(m, err)
+			}
+		}()
+	})
+}
+
+func respondErr(m *nats.Msg, err error) {
+	if m.Reply == "" {
+		return
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": 503, "description": err.Error()}})
+	m.Respond(b)
 }
 
 func splitHostPort(addr string) (string, int, error) {

@@ -2,7 +2,14 @@ package hub
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,14 +32,20 @@ type Hello struct {
 	Sent    time.Time `json:"sent"`
 }
 
-// siteState is what the view keeps of one site.
+// siteState is what the view keeps of one site: its machines in a store
+// of their own, so no site's events reach another's machines.
 type siteState struct {
 	name      string
-	lastHeard time.Time // the newest message from the site (event or hello)
+	mem       *status.Memory
+	keys      map[string]struct{} // the machines it has, for its bound
+	lastHeard time.Time           // the newest message from the site (event or hello)
 	hello     *Hello
 	events    uint64
 	last      uint64                // the store sequence of the last event applied
+	mark      uint64                // the highest ever applied, as the hub kept it (Marks)
 	early     map[uint64]earlyEvent // events that came before their predecessor, by it
+	refused   map[string]uint64     // by reason
+	warned    map[string]time.Time  // by reason: when it was last said
 }
 
 // status is the site as the status document has it.
@@ -46,33 +59,113 @@ func (s *siteState) status() bhttp.SiteStatus {
 
 type earlyEvent struct {
 	seq uint64
-	e   status.Event
+	e   *status.Event // nil: one too big, counted when its turn comes
 }
 
-// maxEarly bounds the events a site may have waiting for a predecessor;
-// past it (a predecessor lost for good) they are applied as they are.
-const maxEarly = 100000
+// Reasons a message is refused, as Refused and the metric name them.
+const (
+	RefusedDuplicate = "duplicate"     // an event applied already (a resend)
+	RefusedSequence  = "sequence"      // a sequence jump past Limits.MaxSeqJump
+	RefusedEarly     = "early"         // too many events waiting for a predecessor
+	RefusedMachines  = "machines"      // a new machine past Limits.SiteMachines
+	RefusedTooBig    = "event_too_big" // an event over Limits.MaxEventBytes
+	RefusedForged    = "forged"        // an event naming another site
+	RefusedMalformed = "malformed"     // not an event or a hello
+	RefusedReply     = "reply"         // a reply subject outside the site's inbox
+)
+
+// warnEvery is how often a site's refusals of one kind are said.
+const warnEvery = time.Minute
 
 // View is the fleet as the hub reads it from the stream: every site's
-// machines and timelines, and each site's last word.
+// machines and timelines, and each site's last word. A message changes
+// only the site of its subject (the site's credential), never another.
 type View struct {
-	mem *status.Memory
+	limits Limits
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	sites   map[string]*siteState
+	marks   map[string]uint64 // the highest sequence applied per site, kept on disk
+	dirty   bool
 	applied atomic.Uint64 // the last stream sequence applied
 	forged  atomic.Uint64 // events naming another site than their subject's
 	changed func()
 }
 
-// NewView returns an empty view.
-func NewView() *View {
-	return &View{mem: &status.Memory{PerMachine: 2000, MaxUnknown: 500000}, sites: map[string]*siteState{}}
+// NewView returns an empty view with the default limits.
+func NewView() *View { return NewViewLimits(Limits{}, nil) }
+
+// NewViewLimits returns an empty view bounded by l (zero fields: the
+// defaults), warning on log when a site hits a bound.
+func NewViewLimits(l Limits, log *slog.Logger) *View {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &View{limits: l.withDefaults(), log: log, sites: map[string]*siteState{}, marks: map[string]uint64{}}
 }
 
 // OnChange sets what is called after each message applied (the
 // dashboard's push); it must not block.
 func (v *View) OnChange(f func()) { v.changed = f }
+
+// site returns site's state, making it; v.mu is held.
+func (v *View) site(name string) *siteState {
+	s := v.sites[name]
+	if s == nil {
+		s = &siteState{name: name, keys: map[string]struct{}{}, mark: v.marks[name],
+			mem: &status.Memory{PerMachine: v.limits.MachineEvents, PerUnknown: v.limits.UnknownEvents, MaxUnknown: v.limits.SiteMachines}}
+		v.sites[name] = s
+	}
+	return s
+}
+
+// refuse counts a message of site refused for why and says so, at most
+// once a minute per site and reason; v.mu is held.
+func (v *View) refuse(s *siteState, why string, attrs ...any) {
+	if s.refused == nil {
+		s.refused, s.warned = map[string]uint64{}, map[string]time.Time{}
+	}
+	s.refused[why]++
+	if why == RefusedDuplicate { // a resend is ordinary
+		return
+	}
+	if now := time.Now(); now.Sub(s.warned[why]) >= warnEvery {
+		s.warned[why] = now
+		v.log.Warn("hub: a site's message refused: past a limit or out of sequence", append([]any{"site", s.name, "reason", why, "refused", s.refused[why]}, attrs...)...)
+	}
+}
+
+// Refuse counts a message the hub did not take from site (before the
+// stream: a reply subject outside its inbox, a message of no kind).
+func (v *View) Refuse(site, why string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.refuse(v.site(site), why)
+}
+
+// Refused is how many of site's messages were refused for why.
+func (v *View) Refused(site, why string) uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if s := v.sites[site]; s != nil {
+		return s.refused[why]
+	}
+	return 0
+}
+
+// RefusedAll is every site's refusals: site → reason → count.
+func (v *View) RefusedAll() map[string]map[string]uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := map[string]map[string]uint64{}
+	for name, s := range v.sites {
+		if len(s.refused) > 0 {
+			out[name] = maps.Clone(s.refused)
+		}
+	}
+	return out
+}
 
 // Apply takes one message of the stream, published on site's subject at
 // time at, with stream sequence seq; an event's store sequence at its site
@@ -85,62 +178,96 @@ func (v *View) Apply(site, kind string, data []byte, seq uint64, at time.Time, s
 		}
 	}()
 	v.mu.Lock()
-	s := v.sites[site]
-	if s == nil {
-		s = &siteState{name: site}
-		v.sites[site] = s
-	}
-	if at.After(s.lastHeard) {
-		s.lastHeard = at
-	}
-	v.mu.Unlock()
+	defer v.mu.Unlock()
+	s := v.site(site)
 	switch kind {
 	case KindHello:
 		var h Hello
 		if json.Unmarshal(data, &h) != nil {
+			v.refuse(s, RefusedMalformed)
 			return
 		}
-		v.mu.Lock()
+		if len(h.Nodes) > v.limits.SiteMachines {
+			v.refuse(s, RefusedMachines, "nodes", len(h.Nodes))
+			h.Nodes = h.Nodes[:v.limits.SiteMachines]
+		}
+		h.Site = site
 		s.hello = &h
-		v.mu.Unlock()
-	default:
+	case KindEvent:
+		if len(data) > v.limits.MaxEventBytes {
+			// Counted in sequence: it is not applied, and it does not hide
+			// what follows.
+			v.inOrder(s, siteSeq, prev, nil)
+			return
+		}
 		var e status.Event
 		if json.Unmarshal(data, &e) != nil {
+			v.refuse(s, RefusedMalformed)
 			return
 		}
 		// A site speaks for itself only: its subject is its credential's.
 		if e.Site != "" && e.Site != site {
 			v.forged.Add(1)
+			v.refuse(s, RefusedForged)
 			return
 		}
-		v.inOrder(s, siteSeq, prev, e)
+		e.Site = site
+		v.inOrder(s, siteSeq, prev, &e)
+	default:
+		v.refuse(s, RefusedMalformed)
+		return
+	}
+	if at.After(s.lastHeard) {
+		s.lastHeard = at
 	}
 }
 
-// inOrder applies e when its predecessor was (then whatever waited for
-// it), keeps it when it came early, and drops it when it was applied
-// already.
-func (v *View) inOrder(s *siteState, seq, prev uint64, e status.Event) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+// inOrder applies e (nil: one too big, taken in its place but not
+// applied) when its predecessor was (then whatever waited for it), keeps
+// it when it came early, and drops it when it was applied already or
+// jumps ahead: a site's sequence only moves on by what it sent. v.mu is
+// held.
+func (v *View) inOrder(s *siteState, seq, prev uint64, e *status.Event) {
+	jump := func() bool {
+		base := s.last
+		if base == 0 {
+			base = s.mark // nothing applied yet: since the hub's restart
+		}
+		return base > 0 && seq > base && seq-base > v.limits.MaxSeqJump
+	}
 	switch {
 	case seq == 0: // no sequence: as it comes
-	case seq <= s.last && prev != 0:
-		return // a resend of what is applied
-	case prev != 0 && prev != s.last && len(s.early) < maxEarly:
+		v.apply(s, e)
+		return
+	case seq <= s.last:
+		v.refuse(s, RefusedDuplicate)
+		return
+	case prev > s.last && (s.last != 0 || s.mark == 0):
+		if len(s.early) >= v.limits.SiteEarly {
+			v.refuse(s, RefusedEarly, "seq", seq, "prev", prev, "last", s.last)
+			return
+		}
 		if s.early == nil {
 			s.early = map[uint64]earlyEvent{}
 		}
-		s.early[prev] = earlyEvent{seq, e}
+		s.early[prev] = earlyEvent{seq, derefEvent(e)}
+		return
+	case jump():
+		// Its predecessor is one applied (or none: the forwarder started
+		// again), but it is too far ahead to be the site's next.
+		v.refuse(s, RefusedSequence, "seq", seq, "prev", prev, "last", s.last)
 		return
 	}
 	for {
-		s.events++
-		v.mem.Record(e)
-		if seq == 0 {
-			return
+		if e != nil {
+			v.apply(s, e)
+		} else {
+			v.refuse(s, RefusedTooBig)
 		}
 		s.last = seq
+		if seq > s.mark {
+			s.mark, v.marks[s.name], v.dirty = seq, seq, true
+		}
 		next, ok := s.early[seq]
 		if !ok {
 			return
@@ -148,6 +275,32 @@ func (v *View) inOrder(s *siteState, seq, prev uint64, e status.Event) {
 		delete(s.early, seq)
 		seq, e = next.seq, next.e
 	}
+}
+
+func derefEvent(e *status.Event) *status.Event {
+	if e == nil {
+		return nil
+	}
+	c := *e
+	return &c
+}
+
+// apply records e in its site's machines, within the site's bound.
+func (v *View) apply(s *siteState, e *status.Event) {
+	if e == nil {
+		v.refuse(s, RefusedTooBig)
+		return
+	}
+	k := e.Key()
+	if _, ok := s.keys[k]; !ok {
+		if len(s.keys) >= v.limits.SiteMachines {
+			v.refuse(s, RefusedMachines, "machines", len(s.keys))
+			return
+		}
+		s.keys[k] = struct{}{}
+	}
+	s.events++
+	s.mem.Record(*e)
 }
 
 // Applied is the last stream sequence applied.
@@ -162,6 +315,9 @@ func (v *View) Sites() []bhttp.SiteStatus {
 	defer v.mu.Unlock()
 	out := make([]bhttp.SiteStatus, 0, len(v.sites))
 	for _, s := range v.sites {
+		if s.lastHeard.IsZero() {
+			continue // only refused so far
+		}
 		out = append(out, s.status())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -181,11 +337,59 @@ func (v *View) registered() map[string][]string {
 	return out
 }
 
-// Machines is every machine of every site.
-func (v *View) Machines() []status.Machine { return v.mem.Machines() }
+// stores is each site's machines' store.
+func (v *View) stores() map[string]*status.Memory {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make(map[string]*status.Memory, len(v.sites))
+	for name, s := range v.sites {
+		out[name] = s.mem
+	}
+	return out
+}
 
-// Events is one machine's timeline.
-func (v *View) Events(key string) []status.Event { return v.mem.Events(key) }
+// Machines is every machine of every site. A machine that is no node is
+// keyed by its site too (site:mac:…), as the same MAC or serial at two
+// sites is two machines.
+func (v *View) Machines() []status.Machine {
+	var out []status.Machine
+	for site, mem := range v.stores() {
+		for _, m := range mem.Machines() {
+			if !status.IsNodeKey(m.Key) {
+				m.Key, m.Site = site+":"+m.Key, site
+			}
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if a, b := status.IsNodeKey(out[i].Key), status.IsNodeKey(out[j].Key); a != b {
+			return a
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}
+
+// Events is one machine's timeline: key is site/node or site:mac:… (as
+// Machines has it).
+func (v *View) Events(key string) []status.Event {
+	site, rest := key, ""
+	if i := strings.IndexAny(key, "/:"); i > 0 {
+		site = key[:i]
+		if key[i] == ':' {
+			rest = key[i+1:]
+		} else {
+			rest = key // a node's key is its site's own
+		}
+	}
+	v.mu.Lock()
+	s := v.sites[site]
+	v.mu.Unlock()
+	if s == nil || rest == "" {
+		return nil
+	}
+	return s.mem.Events(rest)
+}
 
 // Doc is the fleet as GET /api/v1/status has it: the same document as a
 // site daemon's, every site's nodes (a registered node no machine booted
@@ -193,7 +397,7 @@ func (v *View) Events(key string) []status.Event { return v.mem.Events(key) }
 func (v *View) Doc(hub string) bhttp.StatusDoc {
 	doc := bhttp.StatusDoc{Nodes: []status.Machine{}, Machines: []status.Machine{}, Sites: v.Sites()}
 	seen := map[string]bool{}
-	for _, m := range v.mem.Machines() {
+	for _, m := range v.Machines() {
 		if m.Node != "" {
 			seen[m.Key] = true
 			doc.Nodes = append(doc.Nodes, m)
@@ -213,4 +417,48 @@ func (v *View) Doc(hub string) bhttp.StatusDoc {
 	// changes): each site's row says when it was last heard.
 	doc.Source = map[string]any{"hub": hub, "sites": doc.Sites}
 	return doc
+}
+
+// LoadMarks reads the highest sequence applied per site, as SaveMarks
+// wrote it (none: a hub's first start).
+func (v *View) LoadMarks(file string) error {
+	b, err := os.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	marks := map[string]uint64{}
+	if err := json.Unmarshal(b, &marks); err != nil {
+		return fmt.Errorf("hub: %s: %w", file, err)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for site, m := range marks {
+		v.marks[site] = max(v.marks[site], m)
+		if s := v.sites[site]; s != nil {
+			s.mark = max(s.mark, m)
+		}
+	}
+	return nil
+}
+
+// SaveMarks writes the highest sequence applied per site, when it moved:
+// after a restart, a site's first event is judged against it (a jump is
+// refused even before anything of the site is applied again).
+func (v *View) SaveMarks(file string) error {
+	v.mu.Lock()
+	if !v.dirty {
+		v.mu.Unlock()
+		return nil
+	}
+	b, _ := json.Marshal(v.marks)
+	v.dirty = false
+	v.mu.Unlock()
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, file)
 }

@@ -962,3 +962,15 @@ func (d *Durable) Sent(upTo uint64) error {
 		return nil
 	})
 }
+
+// Unsent is how many events wait in the outbox: what a site's hello
+// tells the hub (its UNSENT). Added for the hub's forwarder (issue 26);
+// it walks the bucket's pages, cheap next to a hello every 10 s.
+func (d *Durable) Unsent() (int, error) {
+	var n int
+	err := d.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketOutbox).Stats().KeyN
+		return nil
+	})
+	return n, err
+}

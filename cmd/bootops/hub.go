@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,22 +35,31 @@ func hubCmd() *command {
 	c := &command{
 		name:    "hub",
 		summary: "Run a hub server: every site daemon's events, over NATS JetStream, in one read-only view (status API, logs, dashboard); or register a site with it.",
-		usage:   "--sites-dir D --store D --tls-cert F --tls-key F [--name N] [--nats-addr A] [--http-addr A] [--cluster-addr A --routes URL,… --replicas 3]  |  add-site NAME --sites-dir D -o SEED",
+		usage:   "--sites-dir D --store D --tls-cert F --tls-key F [--name N] [--nats-addr A] [--http-addr A --view-token-file F] [--cluster-addr A --routes URL,… --replicas 3] [limits]  |  add-site NAME --sites-dir D -o SEED",
 		example: "  bootops hub --sites-dir /etc/bootops-hub/sites --store /var/lib/bootops-hub/js \\\n" +
-			"      --tls-cert /var/lib/bootops-hub/tls/server.pem --tls-key /var/lib/bootops-hub/tls/server-key.pem\n" +
+			"      --tls-cert /var/lib/bootops-hub/tls/server.pem --tls-key /var/lib/bootops-hub/tls/server-key.pem \\\n" +
+			"      --nats-addr :4222 --http-addr :8090 --view-token-file /etc/bootops-hub/view-token\n" +
+			"  # both listeners are on 127.0.0.1 unless told otherwise; a view beyond loopback needs --view-token-file\n" +
 			"  # before: the hub's TLS certificate, and each site's key\n" +
 			"  bootops ca init --host hub.example.net --state-dir /var/lib/bootops-hub\n" +
 			"  bootops hub add-site store-0042 --sites-dir /etc/bootops-hub/sites -o store-0042.seed\n" +
 			"  #   copy store-0042.seed (mode 0600) and /var/lib/bootops-hub/tls/ca.pem to the site; then there:\n" +
 			"  #   bootops serve … --site store-0042 --hub nats://hub.example.net:4222 --hub-seed store-0042.seed --hub-ca ca.pem\n" +
-			"  bootops status --server http://hub.example.net:8090      # every site's nodes\n" +
+			"  bootops status --server http://hub.example.net:8090      # every site's nodes (the view's token in $BOOTOPS_TOKEN)\n" +
 			"  # three servers: --name h1 --cluster-addr :6222 --routes nats://h2:6222,nats://h3:6222 --replicas 3",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
 		name := fs.String("name", hostname(), "this hub server's name, unique in its cluster")
-		natsAddr := fs.String("nats-addr", ":4222", "NATS address the site daemons connect to (TLS)")
-		httpAddr := fs.String("http-addr", ":8090", "HTTP address of the view: /api/v1/status, /api/v1/events, the dashboard, /metrics")
+		natsAddr := fs.String("nats-addr", "127.0.0.1:4222", "NATS address the site daemons connect to (TLS); loopback unless given, e.g. :4222")
+		httpAddr := fs.String("http-addr", "127.0.0.1:8090", "HTTP address of the view: /api/v1/status, /api/v1/events, the dashboard, /metrics; loopback unless given (then --view-token-file is needed)")
+		viewTokenFile := fs.String("view-token-file", "", "file holding the token the view asks for (Authorization: Bearer, or /?token=… once in a browser): it shows every site; read-only")
+		var lim hub.Limits
+		fs.Func("max-msg-size", "largest message a site may send, in bytes (default 1048576: a hello naming 10,000 nodes fits)", intFlag(&lim.MaxMsgSize))
+		fs.Func("site-max-msgs", "messages a site keeps on the stream; past it its own oldest go (default 1000000); with --max-msg-size it bounds a site's bytes", intFlag(&lim.SiteMsgs))
+		fs.Func("stream-max-bytes", "bytes of the whole stream (default 0: no bound but the per-site ones and 30 days)", intFlag(&lim.StreamBytes))
+		fs.Func("site-max-machines", "machines a site may have in the view, nodes and unknown machines (default 20000)", intFlag(&lim.SiteMachines))
+		fs.Func("max-seq-jump", "how far past the last event the hub applied a site's next may be (default 1000000): further is refused, not let hide what follows", intFlag(&lim.MaxSeqJump))
 		store := fs.String("store", "/var/lib/bootops-hub/js", "folder of the JetStream stream")
 		sitesDir := fs.String("sites-dir", "", "folder of the sites allowed in: NAME.pub, each a site's nkey public key (add-site writes them)")
 		tlsCert := fs.String("tls-cert", "", "PEM certificate of the NATS listener (bootops ca init's server.pem)")
@@ -75,6 +86,12 @@ func hubCmd() *command {
 			return usagef("--tls-cert and --tls-key are required: sites reach the hub over TLS only (bootops ca init makes them)")
 		case *replicas != 1 && *replicas != 3:
 			return usagef("--replicas %d: want 1 or 3", *replicas)
+		case *viewTokenFile == "" && !loopback(*httpAddr):
+			return usagef("--http-addr %s: the view shows every site; beyond loopback it needs --view-token-file", *httpAddr)
+		}
+		viewToken, err := readSecret(*viewTokenFile, "--view-token-file")
+		if err != nil {
+			return usagef("%v", err)
 		}
 		sites, err := readSites(*sitesDir)
 		if err != nil {
@@ -93,7 +110,7 @@ func hubCmd() *command {
 		}
 		log := slog.New(handler)
 		cfg := hub.Config{Name: *name, Listen: *natsAddr, TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-			ClusterListen: *clusterAddr, Replicas: *replicas, StoreDir: *store, Sites: sites, Log: log}
+			ClusterListen: *clusterAddr, Replicas: *replicas, StoreDir: *store, Sites: sites, Limits: lim, Log: log}
 		if *routes != "" {
 			cfg.Routes = strings.Split(*routes, ",")
 		}
@@ -103,13 +120,84 @@ func hubCmd() *command {
 		}
 		defer node.Close()
 		go followSites(ctx, log, node, *sitesDir, sites)
-		return serveHub(ctx, log, node, *name, *httpAddr)
+		return serveHub(ctx, log, node, *name, *httpAddr, viewToken)
 	}
 	return c
 }
 
+// intFlag parses a flag's number into p.
+func intFlag[T int | int32 | int64 | uint64](p *T) func(string) error {
+	return func(s string) error {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return errors.New("want a number, 0 or more")
+		}
+		*p = T(n)
+		return nil
+	}
+}
+
+// loopback says whether addr listens on a loopback address only.
+func loopback(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// viewCookie holds the view's token in a browser that opened /?token=….
+const viewCookie = "bootops_view"
+
+// needToken lets through a request that carries token: as a bearer, as
+// the cookie, or as ?token= (which sets the cookie, for the dashboard's
+// own requests). token "" lets everything through (a view on loopback).
+func needToken(token string, next http.Handler) http.Handler {
+	if token == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if bhttp.Authorized(r, token) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if c, err := r.Cookie(viewCookie); err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(token)) == 1 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if q := r.URL.Query().Get("token"); q != "" && subtle.ConstantTimeCompare([]byte(q), []byte(token)) == 1 {
+			http.SetCookie(w, &http.Cookie{Name: viewCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="bootops hub"`)
+		http.Error(w, "the hub's view needs its token (--view-token-file): Authorization: Bearer …, or /?token=… in a browser", http.StatusUnauthorized)
+	})
+}
+
+// refusedCollector is bootops_hub_refused_total{site,reason}.
+type refusedCollector struct{ v *hub.View }
+
+var refusedDesc = prometheus.NewDesc("bootops_hub_refused_total",
+	"Messages of a site the hub refused, by reason: duplicate (a resend), sequence (a jump), early, machines (past --site-max-machines), event_too_big, forged, malformed, reply (outside the site's inbox).",
+	[]string{"site", "reason"}, nil)
+
+func (c refusedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- refusedDesc }
+
+func (c refusedCollector) Collect(ch chan<- prometheus.Metric) {
+	for site, reasons := range c.v.RefusedAll() {
+		for reason, n := range reasons {
+			ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(n), site, reason)
+		}
+	}
+}
+
 // serveHub serves the hub's view over HTTP until ctx ends.
-func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr string) error {
+func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr, token string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	v := node.View
@@ -118,6 +206,7 @@ func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr 
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bootops_hub_forged_events_total", Help: "Events a site sent in another site's name (dropped)."}, func() float64 { return float64(v.Forged()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_hub_sites", Help: "Sites the hub has heard from."}, func() float64 { return float64(len(v.Sites())) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_hub_machines", Help: "Machines in the hub's view."}, func() float64 { return float64(len(v.Machines())) }),
+		refusedCollector{v},
 	)
 	dash := &ui.Server{Doc: func() bhttp.StatusDoc { return v.Doc(name) }, Events: v.Events, Log: log}
 	v.OnChange(dash.Notify)
@@ -138,7 +227,7 @@ func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr 
 		return err
 	}
 	guard := &bhttp.Guard{Max: limits{}.conns(), PerSource: 64}
-	srv := bhttp.NewHTTPServer(mux, guard, log)
+	srv := bhttp.NewHTTPServer(needToken(token, mux), guard, log)
 	ln = guard.Listener(ln)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return dash.Run(ctx) })
@@ -154,7 +243,7 @@ func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr 
 		defer cancel()
 		return srv.Shutdown(sctx)
 	})
-	log.Info("hub started", "name", name, "nats", node.ClientURL(), "http", ln.Addr().String())
+	log.Info("hub started", "name", name, "nats", node.ClientURL(), "http", ln.Addr().String(), "view_token", token != "")
 	return g.Wait()
 }
 
@@ -213,6 +302,9 @@ func readSites(dir string) (map[string]string, error) {
 			return nil, err
 		}
 		name := strings.TrimSuffix(filepath.Base(f), ".pub")
+		if !hub.ValidSite(name) {
+			return nil, fmt.Errorf("%s: site name %q: lowercase letters, digits and '-' (a subject token)", f, name)
+		}
 		pub := strings.TrimSpace(string(b))
 		if !nkeys.IsValidPublicUserKey(pub) {
 			return nil, fmt.Errorf("%s: not an nkey user public key (bootops hub add-site writes them)", f)
@@ -228,7 +320,7 @@ func readSites(dir string) (map[string]string, error) {
 // addSite makes a site's nkey pair: the seed for the site (out, 0600),
 // the public key for the hub (sitesDir/NAME.pub).
 func addSite(e *env, name, sitesDir, out string) error {
-	if !validSiteName(name) {
+	if !hub.ValidSite(name) {
 		return usagef("site name %q: lowercase letters, digits and '-'", name)
 	}
 	if sitesDir == "" || out == "" {
@@ -255,18 +347,6 @@ func addSite(e *env, name, sitesDir, out string) error {
 	}
 	fmt.Fprintf(e.stdout, "site %s: seed in %s (give it to the site daemon, --hub-seed), public key in %s (a running hub lets it in within %s)\n", name, out, pubFile, sitesEvery)
 	return nil
-}
-
-func validSiteName(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 func hostname() string {

@@ -128,3 +128,62 @@ func TestHubCommands(t *testing.T) {
 		t.Errorf("POST /api/v1/sync on the hub: %d", resp.StatusCode)
 	}
 }
+
+// The hub's view shows every site: beyond loopback it needs a token, and
+// with one it answers only requests that carry it (bootops status does,
+// from $BOOTOPS_TOKEN). Its listeners are on loopback unless told.
+func TestHubViewToken(t *testing.T) {
+	dir := t.TempDir()
+	hubState, sites := filepath.Join(dir, "hub"), filepath.Join(dir, "sites")
+	if code, out, errs := bootops(t, nil, "ca", "init", "--host", "127.0.0.1", "--state-dir", hubState); code != 0 {
+		t.Fatalf("ca init: %d %s %s", code, out, errs)
+	}
+	if code, _, errs := bootops(t, nil, "hub", "add-site", "lab", "--sites-dir", sites, "-o", filepath.Join(dir, "lab.seed")); code != 0 {
+		t.Fatalf("add-site: %s", errs)
+	}
+	tlsFlags := []string{"--sites-dir", sites, "--store", filepath.Join(dir, "js"),
+		"--tls-cert", filepath.Join(hubState, "tls/server.pem"), "--tls-key", filepath.Join(hubState, "tls/server-key.pem")}
+	if code, _, errs := bootops(t, nil, append([]string{"hub", "--http-addr", ":0"}, tlsFlags...)...); code != 2 || !strings.Contains(errs, "--view-token-file") {
+		t.Errorf("a view on every address without a token: %d %s", code, errs)
+	}
+	if code, out, errs := bootops(t, nil, "hub", "--help"); !strings.Contains(out+errs, `"127.0.0.1:4222"`) || !strings.Contains(out+errs, `"127.0.0.1:8090"`) {
+		t.Errorf("the listeners' defaults are not loopback: %d\n%s", code, errs)
+	}
+	token := filepath.Join(dir, "view-token")
+	os.WriteFile(token, []byte("s3cret-view\n"), 0o600)
+	natsAddr, hubHTTP := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	hubDone := make(chan int, 1)
+	go func() {
+		e := &env{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
+		hubDone <- run(ctx, e, append([]string{"hub", "--nats-addr", natsAddr, "--http-addr", hubHTTP, "--view-token-file", token, "--site-max-machines", "5000"}, tlsFlags...))
+	}()
+	defer func() { cancel(); <-hubDone }()
+	hub := "http://" + hubHTTP
+	var code int
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(hub + "/api/v1/status"); err == nil {
+			resp.Body.Close()
+			code = resp.StatusCode
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code != http.StatusUnauthorized {
+		t.Errorf("the view without its token: %d", code)
+	}
+	for _, path := range []string{"/metrics", "/", "/api/v1/events?key=lab/x"} {
+		if resp, err := http.Get(hub + path); err != nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s without the token: %v %v", path, resp.StatusCode, err)
+		}
+	}
+	resp, err := http.Get(hub + "/?token=s3cret-view")
+	if err != nil || resp.StatusCode != 200 || len(resp.Cookies()) != 1 {
+		t.Errorf("the dashboard with ?token=: %v %v", resp.StatusCode, err)
+	}
+	t.Setenv("BOOTOPS_TOKEN", "s3cret-view")
+	if code, out, errs := bootops(t, nil, "status", "--server", hub); code != 0 || !strings.Contains(out, "SITE") && !strings.Contains(out, "NODE") {
+		t.Errorf("status with the token: %d %s %s", code, out, errs)
+	}
+}

@@ -166,6 +166,10 @@ func get(ctx context.Context, url string) ([]byte, error) {
 	if err != nil {
 		return nil, usagef("--server: %v", err)
 	}
+	// A hub's view asks for its token (bootops hub --view-token-file).
+	if t := os.Getenv("BOOTOPS_TOKEN"); t != "" {
+		req.Header.Set("Authorization", "Bearer "+t)
+	}
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/bootops/bootops/compiler"
+	"github.com/bootops/bootops/interop"
 )
 
 func exportCmd() *command {
@@ -73,14 +74,14 @@ func exportTinkerbell(c *command, e *env, args []string) error {
 	}
 	// Checked before the repository is compiled: a namespace Kubernetes
 	// refuses is a mistake in the command line, not in the repository.
-	if err := compiler.CheckTinkerbellNamespace(*ns); err != nil {
+	if err := interop.CheckTinkerbellNamespace(*ns); err != nil {
 		return usagef("--namespace %q: %v", *ns, err)
 	}
 	p, err := compileDir(e, dir)
 	if err != nil {
 		return err
 	}
-	x, err := compiler.ExportTinkerbell(p, *site, compiler.TinkerbellOptions{Namespace: *ns, AutoDisk: *autoDisk})
+	x, err := interop.ExportTinkerbell(p, *site, interop.TinkerbellOptions{Namespace: *ns, AutoDisk: *autoDisk})
 	if err != nil {
 		return err
 	}

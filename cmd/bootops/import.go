@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/bootops/bootops/compiler"
+	"github.com/bootops/bootops/interop"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -63,7 +64,7 @@ func importCSV(c *command, e *env, args []string) error {
 	}
 	defer f.Close()
 
-	im := &compiler.CSVImport{File: file, Site: *site}
+	im := &interop.CSVImport{File: file, Site: *site}
 	if p := existingPlan(e, *repo); p != nil {
 		im.Existing, im.Repo = p, os.DirFS(*repo)
 	}
@@ -84,9 +85,9 @@ func importCSV(c *command, e *env, args []string) error {
 		data []byte
 	}
 	var todo []pending
-	var clash compiler.ImportErrors
+	var clash interop.ImportErrors
 	unchanged := 0
-	sum, err := im.Import(f, func(n compiler.ImportedNode) error {
+	sum, err := im.Import(f, func(n interop.ImportedNode) error {
 		if n.Unchanged {
 			return nil
 		}
@@ -97,7 +98,7 @@ func importCSV(c *command, e *env, args []string) error {
 				unchanged++
 				return nil
 			}
-			clash = append(clash, &compiler.RowError{File: file, Line: n.Line,
+			clash = append(clash, &interop.RowError{File: file, Line: n.Line,
 				Msg: fmt.Sprintf("%s exists with other content (edit or remove it there)", target)})
 			return nil
 		}
@@ -109,7 +110,7 @@ func importCSV(c *command, e *env, args []string) error {
 			fmt.Fprintf(e.stderr, "%s: column %s has no equivalent in bootops: ignored for %d rows\n", file, col, k)
 		}
 	}
-	var list compiler.ImportErrors
+	var list interop.ImportErrors
 	if errors.As(err, &list) || len(clash) > 0 {
 		list = append(list, clash...)
 		for _, x := range list {
@@ -168,7 +169,7 @@ func importEIMProfiles(c *command, e *env, args []string) error {
 		return usagef("want one or more EIM OS profile files")
 	}
 	var errs []error
-	var got []*compiler.ImportedProfile
+	var got []*interop.ImportedProfile
 	from := map[string]string{}
 	for _, file := range pos {
 		data, err := os.ReadFile(file)
@@ -176,7 +177,7 @@ func importEIMProfiles(c *command, e *env, args []string) error {
 			errs = append(errs, err)
 			continue
 		}
-		p, err := compiler.ImportEIMProfile(data, file, *base)
+		p, err := interop.ImportEIMProfile(data, file, *base)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -1,4 +1,4 @@
-package compiler
+package interop
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 
+	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -44,8 +45,8 @@ type TinkerbellOptions struct {
 
 // TinkerbellExport is what one site becomes in Tinkerbell.
 type TinkerbellExport struct {
-	Files     []File // hardware.yaml, templates.yaml, workflows.yaml, in this order
-	Hardware  int    // how many of each kind
+	Files     []compiler.File // hardware.yaml, templates.yaml, workflows.yaml, in this order
+	Hardware  int             // how many of each kind
 	Templates int
 	Workflows int
 	// Skipped are the nodes that cannot be Tinkerbell Hardware, in node order.
@@ -77,7 +78,7 @@ func ExportTinkerbell(p *plan.Plan, site string, opt TinkerbellOptions) (*Tinker
 		for _, s := range p.Sites {
 			names = append(names, s.Name)
 		}
-		return nil, fmt.Errorf("no site %q (sites: %s)%s", site, strings.Join(names, ", "), DidYouMean(site, names))
+		return nil, fmt.Errorf("no site %q (sites: %s)%s", site, strings.Join(names, ", "), compiler.DidYouMean(site, names))
 	}
 	if opt.Namespace == "" {
 		opt.Namespace = "tink-system"
@@ -133,7 +134,7 @@ func ExportTinkerbell(p *plan.Plan, site string, opt TinkerbellOptions) (*Tinker
 				return nil, err
 			}
 		}
-		x.Files = append(x.Files, File{Path: f.path, Data: b.Bytes()})
+		x.Files = append(x.Files, compiler.File{Path: f.path, Data: b.Bytes()})
 	}
 	x.Hardware, x.Templates, x.Workflows = len(hws), len(tpls), len(wfs)
 	return x, nil

@@ -1,8 +1,9 @@
-package compiler
+package interop
 
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,20 +17,39 @@ import (
 	"testing/fstest"
 	"text/template"
 
+	"github.com/rogpeppe/go-internal/diff"
+	"github.com/rogpeppe/go-internal/txtar"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/plan"
 )
 
 const tinkCase = "testdata/tinkerbell-export"
 
-// tinkPlan compiles testdata/tinkerbell-export laid over testdata/_base.
+var update = flag.Bool("update", false, "rewrite the golden files of the export")
+
+// baseTxtar is the compiler's base repository, which its golden cases are
+// laid over too.
+const baseTxtar = "../compiler/testdata/_base.txtar"
+
+// txtarFiles reads a txtar archive's files.
+func txtarFiles(t testing.TB, name string) []txtar.File {
+	t.Helper()
+	a, err := txtar.ParseFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Files
+}
+
+// tinkPlan compiles testdata/tinkerbell-export laid over the base.
 func tinkPlan(t *testing.T) *plan.Plan {
 	t.Helper()
 	fsys := fstest.MapFS{}
-	for _, name := range []string{"testdata/_base.txtar", filepath.Join(tinkCase, "repo.txtar")} {
-		for _, f := range readTxtar(t, name).files {
-			fsys[f.Path] = &fstest.MapFile{Data: f.Data}
+	for _, name := range []string{baseTxtar, filepath.Join(tinkCase, "repo.txtar")} {
+		for _, f := range txtarFiles(t, name) {
+			fsys[f.Name] = &fstest.MapFile{Data: f.Data}
 		}
 	}
 	return compileFS(t, fsys)
@@ -37,7 +57,11 @@ func tinkPlan(t *testing.T) *plan.Plan {
 
 func compileFS(t *testing.T, fsys fs.FS) *plan.Plan {
 	t.Helper()
-	p, err := newCompiler(t).Compile(fsys)
+	c, err := compiler.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Compile(fsys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +81,7 @@ func exportText(x *TinkerbellExport) string {
 }
 
 // TestTinkerbellGolden compares the export of the case's site edge with
-// export.txt (go test ./compiler -run TestTinkerbellGolden -update).
+// export.txt (go test ./interop -run TestTinkerbellGolden -update).
 func TestTinkerbellGolden(t *testing.T) {
 	p := tinkPlan(t)
 	x, err := ExportTinkerbell(p, "edge", TinkerbellOptions{})
@@ -74,10 +98,10 @@ func TestTinkerbellGolden(t *testing.T) {
 	}
 	b, err := os.ReadFile(want)
 	if err != nil {
-		t.Fatalf("%v (run go test ./compiler -run TestTinkerbellGolden -update)", err)
+		t.Fatalf("%v (run go test ./interop -run TestTinkerbellGolden -update)", err)
 	}
 	if got != string(b) {
-		t.Errorf("export differs from %s (-want +got):\n%s", want, lineDiff(string(b), got))
+		t.Errorf("export differs from %s:\n%s", want, diff.Diff(want, b, "export", []byte(got)))
 	}
 	// A second compile and export give the same bytes.
 	x2, err := ExportTinkerbell(tinkPlan(t), "edge", TinkerbellOptions{})

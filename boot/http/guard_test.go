@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -102,5 +103,31 @@ func TestGuardReclaimsIdle(t *testing.T) {
 	idle[0].SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := idle[0].Read(make([]byte, 1)); err == nil || strings.Contains(err.Error(), "timeout") {
 		t.Errorf("the longest idle connection was not closed: %v", err)
+	}
+}
+
+// TLS over a guarded listener: the connection is counted, and a request
+// still carries its TLS state (a check-in by identity needs it).
+func TestGuardUnderTLS(t *testing.T) {
+	g := &Guard{PerSource: 8, Max: 8}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil {
+			http.Error(w, "no TLS state", http.StatusTeapot)
+			return
+		}
+		fmt.Fprint(w, g.Open())
+	}))
+	srv.Listener = g.Listener(srv.Listener)
+	srv.Config.ConnState = g.ConnState
+	srv.StartTLS()
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "1" {
+		t.Errorf("%d %q: want 200 and one connection counted", resp.StatusCode, b)
 	}
 }

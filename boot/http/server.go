@@ -92,8 +92,9 @@ type Server struct {
 	// Routes are more handlers on the same listener, by pattern (the
 	// webhook, the metrics); one that streams says so (Streaming).
 	Routes map[string]http.Handler
-	// Guard, when set, bounds the connections of every listener Serve
-	// serves (per source, and in all).
+	// Guard, when set, tracks which of Serve's connections are idle, for
+	// the listeners wrapped with its Listener — the TCP listener, below
+	// any TLS: a request must still see its TLS state.
 	Guard *Guard
 	// DrainTimeout bounds how long requests in flight may finish after the
 	// context ends (default 10 s).
@@ -197,9 +198,6 @@ func (s *Server) Handler() http.Handler {
 
 // Serve serves on ln until ctx ends, then drains requests for up to 10 s.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	if s.Guard != nil {
-		ln = s.Guard.Listener(ln)
-	}
 	srv := NewHTTPServer(s.Handler(), s.Guard, s.logger())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

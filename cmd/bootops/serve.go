@@ -489,6 +489,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	if err != nil {
 		return err
 	}
+	ln = httpSrv.Guard.Listener(ln)
 	g.Go(func() error { return httpSrv.Serve(ctx, ln) })
 	if cfg.pprofAddr != "" {
 		if err := servePprof(ctx, g, cfg.pprofAddr, httpSrv.Guard); err != nil {
@@ -496,7 +497,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		}
 	}
 	if cfg.httpsAddr != "" {
-		tln, err := httpsListener(cfg)
+		tln, err := httpsListener(cfg, httpSrv.Guard)
 		if err != nil {
 			return err
 		}
@@ -738,7 +739,7 @@ func loadTrust(cfg serveConfig, srv *bhttp.Server) error {
 }
 
 // httpsListener is the TLS listener of --https-addr.
-func httpsListener(cfg serveConfig) (net.Listener, error) {
+func httpsListener(cfg serveConfig, guard *bhttp.Guard) (net.Listener, error) {
 	dir := filepath.Join(cfg.stateDir, "tls")
 	cert, key := cfg.tlsCert, cfg.tlsKey
 	if cert == "" {
@@ -761,7 +762,9 @@ func httpsListener(cfg serveConfig) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tls.NewListener(ln, trust.ServerTLS(pair)), nil
+	// The guard counts the TCP connections; TLS goes over them, so that
+	// a request still carries its TLS state (a check-in by identity).
+	return tls.NewListener(guard.Listener(ln), trust.ServerTLS(pair)), nil
 }
 
 // httpsPortServed says the --https-addr listener is on port.

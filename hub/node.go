@@ -331,7 +331,13 @@ func (n *Node) follow(ctx context.Context, js jetstream.JetStream) {
 	if stream == nil {
 		return
 	}
-	in, err := n.ingest(js)
+	// Every site may have a batch in flight at once (512 each): the
+	// ingest's publishes wait rather than fail past nats.go's default 4,000.
+	ijs, err := jetstream.New(n.nc, jetstream.WithPublishAsyncMaxPending(1<<16))
+	if err != nil {
+		return
+	}
+	in, err := n.ingest(ijs)
 	if err != nil {
 		n.cfg.Log.Error("hub: sites' messages not taken in", "err", err)
 		return

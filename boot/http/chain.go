@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/boot/status"
-	"github.com/bootops/bootops/microos"
 	"github.com/bootops/bootops/plan"
-	"github.com/bootops/bootops/trust"
 )
 
 // The shim chain. Debian's signed GRUB (grubnetx64, loaded by shim) reads
@@ -121,32 +119,13 @@ func (s *Server) artifactBytes(name, file string) ([]byte, bool) {
 	return b, err == nil
 }
 
-// overlay is the signed site overlay of site: the agent's server URL, the
-// site CA (TLS sites) and env, signed with the overlay key.
+// overlay is the signed site overlay of site, as built when the Plan was
+// swapped in (Server.Overlay).
 func (s *Server) overlay(site string) ([]byte, error) {
-	p := s.Plans.Current()
-	if p == nil {
-		return nil, fmt.Errorf("no plan loaded yet")
+	if s.Overlay == nil {
+		return nil, fmt.Errorf("no overlays are served here")
 	}
-	st := p.Site(site)
-	if st == nil {
-		return nil, fmt.Errorf("no site %q", site)
-	}
-	if s.OverlayKey == nil {
-		return nil, fmt.Errorf("no overlay key: run 'bootops ca init' (it writes <state-dir>/tls/overlay.key) or give --overlay-key")
-	}
-	o := trust.Overlay{Site: st.Name, Server: st.AgentURL(), Env: st.Env}
-	if st.TLS() {
-		o.CA = s.SiteCA
-	}
-	doc, sig, err := trust.SignOverlay(s.OverlayKey, o)
-	if err != nil {
-		return nil, err
-	}
-	return microos.Overlay(map[string][]byte{
-		strings.TrimPrefix(trust.OverlayPath, "/"):    doc,
-		strings.TrimPrefix(trust.OverlaySigPath, "/"): sig,
-	}), nil
+	return s.Overlay(site)
 }
 
 func (s *Server) overlayHandler(w http.ResponseWriter, r *http.Request) {

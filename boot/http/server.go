@@ -6,7 +6,6 @@ package http
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,10 +53,12 @@ type Server struct {
 	// address: an unknown machine that reports no usable identifier is
 	// keyed by it (else by its address).
 	MACOf func(ip string) string
-	// OverlayKey signs the site overlays (nil: none are served); SiteCA
-	// is the PEM CA they carry for TLS sites.
-	OverlayKey ed25519.PrivateKey
-	SiteCA     string
+	// Overlay is a site's signed overlay, built (and signed) when the Plan
+	// being served was swapped in: bytes, like every other artifact (nil:
+	// none are served). SiteCA is the PEM CA of the TLS sites, which their
+	// installed OS's report script trusts.
+	Overlay func(site string) ([]byte, error)
+	SiteCA  string
 	// Now is the clock (default time.Now).
 	Now       func() time.Time
 	Artifacts *Artifacts

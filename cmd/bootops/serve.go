@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ import (
 	"github.com/bootops/bootops/boot/ui"
 	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/hub"
+	"github.com/bootops/bootops/microos"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/power"
 	"github.com/bootops/bootops/reconciler"
@@ -287,11 +289,17 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	}
 	comp.Sandbox = &reconciler.Child{Command: worker, Timeout: cfg.compileTimeout, Memory: int64(cfg.compileMemory), Context: ctx}
 	plans := &boot.Live{}
+	// Each Plan's site overlays are built and signed as it is swapped in.
+	key, siteCA, err := loadTrust(cfg)
+	if err != nil {
+		return err
+	}
+	overlays := &overlaySwap{live: plans, key: key, ca: siteCA}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := reconciler.NewMetrics(reg)
 	state := &reconciler.State{Dir: cfg.stateDir}
-	rec := &reconciler.Reconciler{Compiler: comp, Live: plans, Sites: cfg.sites(), AllowEmpty: cfg.allowEmpty, State: state, Metrics: metrics, Log: log}
+	rec := &reconciler.Reconciler{Compiler: comp, Live: overlays, Sites: cfg.sites(), AllowEmpty: cfg.allowEmpty, State: state, Metrics: metrics, Log: log}
 	// After every reconcile the dashboard shows the source's news, and
 	// (unless GOMEMLIMIT rules) the compilation's garbage goes back to
 	// the system at once: the daemon's resident size is its Plan, not its
@@ -482,9 +490,7 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 	if httpSrv.Swarm, err = swarmServer(ctx, g, cfg, log, reg, httpSrv.Guard); err != nil {
 		return err
 	}
-	if err := loadTrust(cfg, httpSrv); err != nil {
-		return err
-	}
+	httpSrv.Overlay, httpSrv.SiteCA = overlays.overlay, siteCA
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		return err
@@ -715,27 +721,49 @@ type sourceStatus struct{ r *reconciler.Reconciler }
 
 func (s sourceStatus) Status() any { return s.r.Status() }
 
-// loadTrust gives the HTTP server the overlay key and the site CA the
-// overlays carry: from the flags, else from <state-dir>/tls when there.
-func loadTrust(cfg serveConfig, srv *bhttp.Server) error {
+// loadTrust reads the overlay key and the site CA the overlays carry:
+// from the flags, else from <state-dir>/tls when there (none: no overlays).
+func loadTrust(cfg serveConfig) (ed25519.PrivateKey, string, error) {
 	dir := filepath.Join(cfg.stateDir, "tls")
-	key := cfg.overlayKey
-	if key == "" {
+	path := cfg.overlayKey
+	if path == "" {
 		if _, err := os.Stat(filepath.Join(dir, trust.OverlayKeyFile)); err == nil {
-			key = filepath.Join(dir, trust.OverlayKeyFile)
+			path = filepath.Join(dir, trust.OverlayKeyFile)
 		}
 	}
-	if key != "" {
-		k, err := trust.ReadOverlayKey(key)
+	var key ed25519.PrivateKey
+	if path != "" {
+		k, err := trust.ReadOverlayKey(path)
 		if err != nil {
-			return fmt.Errorf("overlay key: %w", err)
+			return nil, "", fmt.Errorf("overlay key: %w", err)
 		}
-		srv.OverlayKey = k
+		key = k
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, trust.CAFile)); err == nil {
-		srv.SiteCA = string(b)
+	ca, _ := os.ReadFile(filepath.Join(dir, trust.CAFile))
+	return key, string(ca), nil
+}
+
+// overlaySwap swaps Plans in for the boot plane, with their site overlays
+// built and signed first: the HTTP and TFTP servers serve their bytes, as
+// they serve every other artifact, and never sign at request time.
+type overlaySwap struct {
+	live *boot.Live
+	key  ed25519.PrivateKey
+	ca   string
+	cur  atomic.Pointer[microos.SiteOverlays]
+}
+
+func (o *overlaySwap) Swap(p *plan.Plan) {
+	o.cur.Store(microos.BuildOverlays(p, o.key, o.ca))
+	o.live.Swap(p)
+}
+
+func (o *overlaySwap) overlay(site string) ([]byte, error) {
+	cur := o.cur.Load()
+	if cur == nil {
+		return nil, errors.New("no plan loaded yet")
 	}
-	return nil
+	return cur.Get(site)
 }
 
 // httpsListener is the TLS listener of --https-addr.

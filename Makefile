@@ -10,6 +10,7 @@
 #   make fuzz    run the fuzz targets for a while (FUZZTIME=2m each)
 
 GO       ?= go
+SHELL    := /bin/bash
 BIN      := bin/bootops
 AGENT    := bin/bootops-agent
 FUZZTIME ?= 2m
@@ -19,7 +20,7 @@ LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iprou
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build agent microos test e2e browser lab-deps demo bench fuzz clean go-check
+.PHONY: build agent microos test e2e e2e-run browser lab-deps demo bench fuzz clean go-check
 
 build: go-check
 	$(GO) build -o $(BIN) ./cmd/bootops
@@ -42,13 +43,21 @@ go-check:
 lab-deps:
 	@bash test/deps.sh $(LAB_DEBS)
 
+# The daemon's packages run under the race detector; the rest as they are.
+RACE_PKGS := ./agent/... ./boot/... ./hub/... ./power/... ./reconciler/... ./swarm/...
+# The end-to-end tests run side by side (each in namespaces of its own);
+# -v prints each one's time. The timeouts leave wide margins: a warm run
+# takes a fraction of them.
+E2E_FLAGS := -count=1 -tags e2e -timeout 70m -parallel 3 -v
+
 test: go-check lab-deps
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e
 	$(GO) vet -tags browser ./test/browser
-	$(GO) test -count=1 ./...
-	$(GO) test -count=1 -tags browser -timeout 10m ./test/browser
-	$(GO) test -count=1 -tags e2e -timeout 30m ./test/e2e
+	$(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -E '^github.com/bootops/bootops/(agent|boot|hub|power|reconciler|swarm)(/|$$)')
+	$(GO) test -count=1 -tags browser -timeout 20m ./test/browser
+	@$(MAKE) --no-print-directory e2e-run
 
 # The dashboard in headless Chromium (1,000 simulated nodes on a real
 # daemon); screenshots and timings go to test/browser/out/.
@@ -56,7 +65,17 @@ browser: go-check lab-deps
 	$(GO) test -count=1 -tags browser -timeout 10m -v ./test/browser
 
 e2e: go-check lab-deps
-	$(GO) test -count=1 -tags e2e -timeout 30m -v ./test/e2e
+	@$(MAKE) --no-print-directory e2e-run
+
+# The VM tests, then a table of each one's time (slowest first), so growth
+# shows before it breaks CI; the run's status is the tests'.
+e2e-run:
+	@mkdir -p .cache; set -o pipefail; \
+	$(GO) test $(E2E_FLAGS) ./test/e2e 2>&1 | tee .cache/e2e.log; status=$$?; \
+	echo; echo "e2e tests by time:"; \
+	grep -E '^\s*--- (PASS|FAIL)' .cache/e2e.log | sed -E 's/^\s*--- (PASS|FAIL): (\S+) \(([0-9.]+)s\)/\3 \1 \2/' | sort -rn | \
+	awk '{ printf "  %8.1f s  %-4s  %s\n", $$1, $$2, $$3 }'; \
+	exit $$status
 
 demo: build agent lab-deps
 	@bash test/demo.sh

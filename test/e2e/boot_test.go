@@ -4,10 +4,12 @@ package e2e
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 var bootops, agentBin, imageServer string
 
 func TestMain(m *testing.M) {
+	flag.Parse() // -run decides whether the Debian image is built
 	dir, err := os.MkdirTemp("", "bootops-e2e-")
 	if err != nil {
 		panic(err)
@@ -33,9 +36,25 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	// The longest step of a fresh machine's run starts first, beside
+	// every test (only `go test -run` of tests that need no VM skips it).
+	if os.Geteuid() == 0 && wantsImage() {
+		startDebianImage()
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// wantsImage reports whether this run's -run pattern may select
+// TestRunning (the one test that boots the Debian image).
+func wantsImage() bool {
+	f := flag.Lookup("test.run")
+	if f == nil || f.Value.String() == "" {
+		return true
+	}
+	re, err := regexp.Compile(f.Value.String())
+	return err != nil || re.MatchString("TestRunning")
 }
 
 // repo writes a repository whose Micro-OS is the Debian kernel and the
@@ -109,6 +128,7 @@ const proxySite = "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetw
 // serial only, an unregistered VM, and a VM presenting one node's MAC and
 // another node's serial.
 func TestProxyModeBIOS(t *testing.T) {
+	t.Parallel()
 	l := newLab(t, true)
 	l.serve(repo(t, proxySite,
 		node("vm-serial", "serial: E2E-SERIAL-1"),
@@ -158,6 +178,7 @@ func TestProxyModeBIOS(t *testing.T) {
 // Micro-OS of a node registered by its SMBIOS UUID only (an asymmetric one,
 // so a byte-order mix-up would not match).
 func TestProxyModeUEFI(t *testing.T) {
+	t.Parallel()
 	l := newLab(t, true)
 	l.serve(repo(t, proxySite, node("vm-uuid", "uuid: 01020304-0506-0708-090a-0b0c0d0e0f10")))
 	start := time.Now()
@@ -176,6 +197,7 @@ func TestProxyModeUEFI(t *testing.T) {
 // Reservation mode on an isolated LAN (no other DHCP server): the VM gets
 // its registered static address from bootops, and boots from it.
 func TestReservationMode(t *testing.T) {
+	t.Parallel()
 	l := newLab(t, false)
 	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: reservation, subnet: 198.18.0.0/24, gateway: 198.18.0.254}\ndefaultProfile: test-os\nunknownNodes: ignore\n"
 	l.serve(repo(t, site, node("vm-static", "mac: \"52:54:00:e2:00:21\"")+"ip: 198.18.0.21\n"))
@@ -194,6 +216,7 @@ func TestReservationMode(t *testing.T) {
 // the README shows (examples/dhcp-off/), and bootops only serves TFTP and
 // HTTP. One BIOS VM per server.
 func TestDHCPOff(t *testing.T) {
+	t.Parallel()
 	conf, _ := filepath.Abs("../../examples/dhcp-off")
 	for name, start := range map[string]func(l *lab){
 		"dnsmasq": func(l *lab) {

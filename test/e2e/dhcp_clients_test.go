@@ -23,6 +23,7 @@ import (
 // multicast or all-zero client hardware address, which the kernel refuses
 // on an interface; a REQUEST with a 3-byte option 50) get no answer.
 func TestReservationPoolFlood(t *testing.T) {
+	t.Parallel()
 	l := newClientLab(t)
 	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: reservation, subnet: 198.18.0.0/24, " +
 		"gateway: 198.18.0.254, leaseSeconds: 600, pool: {start: 198.18.0.100, end: 198.18.0.109}}\ndefaultProfile: test-os\nunknownNodes: provision\n"
@@ -128,7 +129,7 @@ func newClientLab(t *testing.T) *lab {
 			t.Fatalf("%s is missing: run `make e2e`, which installs %s", bin, pkg)
 		}
 	}
-	id := fmt.Sprintf("%d%d", os.Getpid()%10000, time.Now().UnixNano()%1000)
+	id := labID()
 	l := &lab{t: t, lan: "bo-lan-" + id, dhc: "bo-cli-" + id, dir: t.TempDir()}
 	t.Cleanup(l.close)
 	run(t, "ip", "netns", "add", l.lan)

@@ -15,6 +15,7 @@ import (
 // 127.0.0.1:22 inside a namespace of the test's own (so scp-style URLs,
 // which cannot name a port, work), and `bootops serve` runs there too.
 func TestGitOverSSH(t *testing.T) {
+	t.Parallel()
 	l := newLabNS(t, false)
 	for _, bin := range []string{"/usr/sbin/sshd", "ssh-keygen", "git"} {
 		if _, err := exec.LookPath(bin); err != nil {

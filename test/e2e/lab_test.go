@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,6 +40,16 @@ func run(t *testing.T, name string, args ...string) string {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// labs numbers the labs of this run: the tests run in parallel, each in
+// namespaces of its own.
+var labs atomic.Int64
+
+// labID names a lab's namespaces: unique on the machine (the process) and
+// in the run (the counter).
+func labID() string {
+	return fmt.Sprintf("%d-%d", os.Getpid()%100000, labs.Add(1))
 }
 
 func need(t *testing.T) {
@@ -66,7 +78,7 @@ func newLab(t *testing.T, withDHCP bool) *lab {
 // a DHCP server the test starts itself.
 func newLabNS(t *testing.T, withDHCP bool) *lab {
 	need(t)
-	id := fmt.Sprintf("%d%d", os.Getpid()%10000, time.Now().UnixNano()%1000)
+	id := labID()
 	l := &lab{t: t, lan: "bo-lan-" + id, dhc: "bo-dhcp-" + id, dir: t.TempDir()}
 	t.Cleanup(l.close)
 	run(t, "ip", "netns", "add", l.lan)
@@ -94,6 +106,10 @@ func (l *lab) start(name string, argv ...string) *exec.Cmd {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
+	// Its own process group, killed whole at cleanup; and killed by the
+	// kernel should this test process die first (a timeout, a signal), so
+	// no VM outlives its test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		l.t.Fatalf("start %s: %v", name, err)
 	}
@@ -109,6 +125,7 @@ func (l *lab) log(name string) string {
 func (l *lab) close() {
 	for _, p := range l.procs {
 		if p.Process != nil {
+			syscall.Kill(-p.Process.Pid, syscall.SIGKILL) // the group: QEMU under ip netns exec, and anything it started
 			p.Process.Kill()
 			p.Wait()
 		}

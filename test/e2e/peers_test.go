@@ -40,6 +40,7 @@ func peersImage(t *testing.T, dir string) (string, []byte) {
 // holds the image byte for byte; the status shows each node's bytes from
 // the server and from peers.
 func TestPeers(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Fatal("nft is missing: run `make e2e`, which installs nftables")
 	}

@@ -87,6 +87,7 @@ func (l *lab) ipmiSim(name string, port int, control string) {
 // a BMC that never answers, a secret file others may read) are each
 // unreachable with why, and hold nothing up.
 func TestPowerIPMI(t *testing.T) {
+	t.Parallel()
 	for _, bin := range []string{"ipmi_sim", "ipmitool"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("%s is missing (Debian packages openipmi, ipmitool; make test installs them)", bin)

@@ -190,6 +190,7 @@ func waitState(t *testing.T, l *lab, key, want string, d time.Duration) string {
 // local-disk script. The image server cuts the first download mid-stream,
 // so one of them resumes with Range.
 func TestProvisionThreeVMs(t *testing.T) {
+	t.Parallel()
 	l := newLab(t, true)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
@@ -277,6 +278,7 @@ func (l *lab) logs(key string) string {
 // mid-workflow and restarted loses no event and the workflow finishes;
 // raising reprovision reinstalls the node on its next boot.
 func TestProvisionFailureCrashReprovision(t *testing.T) {
+	t.Parallel()
 	l := newLab(t, true)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)

@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -19,20 +21,59 @@ import (
 // that test/image/build-image.sh makes from Debian's packages: built once
 // and kept under the user's cache directory, keyed by the script's hash.
 // It returns the folder holding debian.raw.gz and that file's sha256.
+// TestMain starts the build (startDebianImage) before any test runs: it is
+// the longest step of a fresh machine's run, and the other tests go on
+// beside it.
 func debianImage(t *testing.T) (dir, gzSHA string) {
 	t.Helper()
+	img := startDebianImage()
+	<-img.done
+	if img.err != nil {
+		t.Fatal(img.err)
+	}
+	if img.built > 0 {
+		t.Logf("timing: built the Debian test image in %s (cached in %s), beside the other tests", img.built.Round(time.Second), img.dir)
+	}
+	return img.dir, img.sha
+}
+
+// imageBuild is the Debian image's build, started once.
+type imageBuild struct {
+	done     chan struct{}
+	dir, sha string
+	built    time.Duration // 0 when it came from the cache
+	err      error
+}
+
+var (
+	imageOnce sync.Once
+	image     *imageBuild
+)
+
+func startDebianImage() *imageBuild {
+	imageOnce.Do(func() {
+		image = &imageBuild{done: make(chan struct{})}
+		go func() {
+			defer close(image.done)
+			image.dir, image.sha, image.built, image.err = buildDebianImage()
+		}()
+	})
+	return image
+}
+
+func buildDebianImage() (dir, gzSHA string, built time.Duration, err error) {
 	script, err := filepath.Abs("../image/build-image.sh")
 	if err != nil {
-		t.Fatal(err)
+		return "", "", 0, err
 	}
 	b, err := os.ReadFile(script)
 	if err != nil {
-		t.Fatal(err)
+		return "", "", 0, err
 	}
 	sum := sha256.Sum256(b)
 	cache, err := os.UserCacheDir()
 	if err != nil {
-		t.Fatal(err)
+		return "", "", 0, err
 	}
 	dir = filepath.Join(cache, "bootops", "debian-image", hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(filepath.Join(dir, "debian.raw.gz")); err != nil {
@@ -40,28 +81,27 @@ func debianImage(t *testing.T) (dir, gzSHA string) {
 		tmp := dir + fmt.Sprintf(".tmp-%d", os.Getpid())
 		os.RemoveAll(tmp)
 		cmd := exec.Command("bash", script, tmp)
-		log, _ := os.Create(filepath.Join(t.TempDir(), "build-image.log"))
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Run(); err != nil {
-			log.Seek(0, io.SeekStart)
-			out, _ := io.ReadAll(log)
-			t.Fatalf("build the Debian test image (%s): %v\n%s", script, err, tail(string(out), 40))
+		// Killed with this process, like every helper of the tests.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return "", "", 0, fmt.Errorf("build the Debian test image (%s): %v\n%s", script, err, tail(string(out), 40))
 		}
 		os.Remove(filepath.Join(tmp, "debian.raw")) // the gzip is what is served
 		os.RemoveAll(dir)
 		if err := os.Rename(tmp, dir); err != nil {
-			t.Fatal(err)
+			return "", "", 0, err
 		}
-		t.Logf("timing: built the Debian test image in %s (cached in %s)", time.Since(start).Round(time.Second), dir)
+		built = time.Since(start)
 	}
 	f, err := os.Open(filepath.Join(dir, "debian.raw.gz"))
 	if err != nil {
-		t.Fatal(err)
+		return "", "", 0, err
 	}
 	defer f.Close()
 	h := sha256.New()
 	io.Copy(h, f)
-	return dir, hex.EncodeToString(h.Sum(nil))
+	return dir, hex.EncodeToString(h.Sum(nil)), built, nil
 }
 
 // bootDisk is a VM's disk, booted after its NIC (bootindex: the firmware
@@ -78,6 +118,7 @@ func bootDisk(path string) []string {
 // running, without a reinstall; raising reprovision reinstalls one, and
 // it is running again at generation 1.
 func TestRunning(t *testing.T) {
+	t.Parallel()
 	imgDir, gzSHA := debianImage(t)
 	l := newLab(t, true)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")

@@ -115,6 +115,7 @@ func noSecretsOnTheWire(t *testing.T, l *lab, pcap string, userData string) {
 // reason and installs nothing; one whose UKI has a flipped byte in its
 // initramfs is refused by the firmware and never checks in.
 func TestSecureBootUKI(t *testing.T) {
+	t.Parallel()
 	l, state, pcap := trustedLab(t, true)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
@@ -242,6 +243,7 @@ func flipInitrdByte(t *testing.T, src, dst string) {
 // signed site overlay; GRUB finds the node's config by its SMBIOS serial.
 // A kernel whose signature was removed is refused by shim.
 func TestSecureBootShim(t *testing.T) {
+	t.Parallel()
 	l, state, pcap := trustedLab(t, false)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)

@@ -280,7 +280,7 @@ func TestDashboard(t *testing.T) {
 	// The unknown machine, with the Node to commit.
 	var unknown string
 	c.eval(t, `document.querySelector("#unknown").hidden ? "" : document.querySelector("#unknown-list").innerText`, &unknown)
-	if !strings.Contains(unknown, "kind: Node") || !strings.Contains(unknown, `serial: "WH-UNREG-7"`) || !strings.Contains(unknown, "name: wh-unreg-7") {
+	if !strings.Contains(unknown, "kind: Node") || !strings.Contains(unknown, `serial: WH-UNREG-7`) || !strings.Contains(unknown, "name: wh-unreg-7") {
 		t.Fatalf("unknown machines section: %q", unknown)
 	}
 	c.screenshot(t, filepath.Join(outDir(), "dashboard.png"), false)

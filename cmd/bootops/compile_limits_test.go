@@ -84,12 +84,12 @@ func TestCompileLimitSettings(t *testing.T) {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/gitops.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "compile-timeout: 60s\ncompile-memory: 2GiB\n") {
-		t.Error("README: the settings file does not show the compile limits")
+		t.Error("docs/gitops.md: the settings file does not show the compile limits")
 	}
 }
 

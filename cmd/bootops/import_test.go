@@ -185,10 +185,10 @@ func TestImportCSVHundredThousand(t *testing.T) {
 	}
 }
 
-// The README's spreadsheet walk-through, run as written there: every
+// docs/interop.md's spreadsheet walk-through, run as written there: every
 // output line it shows after a command is what the command printed.
 func TestReadmeImportCSV(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/interop.md")
 	if err != nil {
 		t.Fatal(err)
 	}

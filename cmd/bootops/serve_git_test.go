@@ -257,16 +257,16 @@ func TestServeConfigErrors(t *testing.T) {
 	}
 }
 
-// The README's example settings file is one serve accepts.
+// docs/gitops.md's example settings file is one serve accepts.
 func TestReadmeConfigFile(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/gitops.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(readme), "```yaml\n# /etc/bootops/serve.yaml\n")
 	block, _, ok2 := strings.Cut(rest, "```\n")
 	if !ok || !ok2 {
-		t.Fatal("README: no example settings file")
+		t.Fatal("docs/gitops.md: no example settings file")
 	}
 	file := filepath.Join(t.TempDir(), "serve.yaml")
 	write(t, filepath.Dir(file), "serve.yaml", block)

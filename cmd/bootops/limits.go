@@ -1,18 +1,10 @@
 package main
 
 import (
-	"context"
 	"flag"
-	"log/slog"
-	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/bootops/bootops/boot"
-	bhttp "github.com/bootops/bootops/boot/http"
-	"github.com/bootops/bootops/boot/status"
+	bootopsd "github.com/bootops/bootops/daemon"
 )
 
 // limits are what the daemon lets traffic from the LAN take: connections,
@@ -50,95 +42,5 @@ func (l limits) check() error {
 	return nil
 }
 
-// conns is --max-conns, or half of what the open-files limit leaves after
-// the daemon's own files (at least 64): each connection costs a file and
-// some 50 KB of memory, and the rest is for files, leases and Git.
-func (l limits) conns() int {
-	if l.maxConns > 0 {
-		return l.maxConns
-	}
-	var r syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r) != nil || r.Cur > 1<<20 {
-		return 65536
-	}
-	return max(64, int(r.Cur-128)/2)
-}
-
-// storeOptions are the status store's bounds; evicted is told of the
-// unknown machines it drops.
-func (l limits) storeOptions(evicted func(int)) status.Options {
-	return status.Options{MaxUnknown: l.unknownMax, MaxUnknownBytes: int64(l.unknownMB) << 20,
-		NodeTrafficBurst: l.nodeBurst, NodeTrafficEvery: l.nodeEvery, Evicted: evicted}
-}
-
-// evictionNotice says, at most every 10 s, that the unknown machines'
-// table is full and how many sightings went since it last said so.
-type evictionNotice struct {
-	log   *slog.Logger
-	limit int
-	n     atomic.Int64
-	last  atomic.Int64
-}
-
-func (e *evictionNotice) evicted(n int) {
-	total := e.n.Add(int64(n))
-	now := time.Now().UnixNano()
-	last := e.last.Load()
-	if now-last < int64(10*time.Second) || !e.last.CompareAndSwap(last, now) {
-		return
-	}
-	e.n.Add(-total)
-	e.log.Warn("status: the table of machines that are no node is full: the oldest sightings were dropped (registered nodes are kept); a flood of made-up identities, or raise --unknown-max",
-		"dropped", total, "limit", e.limit)
-}
-
-// guardLAN wires what bounds the LAN's traffic into the HTTP server: the
-// connection guard, the newcomers' budget, and their metrics.
-func guardLAN(l limits, srv *bhttp.Server, store *status.Durable, reg prometheus.Registerer) {
-	srv.Guard = &bhttp.Guard{Max: l.conns(), PerSource: l.perSource}
-	srv.Newcomers = &status.Newcomers{Burst: l.newBurst, Every: l.newEvery}
-	srv.Known = store.Known
-	counter := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
-	}
-	reg.MustRegister(
-		counter("bootops_unknown_evicted_total", "Machines that are no node dropped from the status store to stay within --unknown-max/--unknown-max-mb (never a registered node).",
-			func() float64 { return float64(store.Evicted()) }),
-		counter("bootops_newcomers_refused_total", "Script requests and check-ins of machines new to the daemon turned away (429): their address was past --new-machines-burst.",
-			func() float64 { return float64(srv.Newcomers.Denied()) }),
-		counter("bootops_http_conns_refused_total", "HTTP connections closed at once: their address had --max-conns-per-source open, or every slot was busy.",
-			func() float64 { return float64(srv.Guard.Refused()) }),
-		counter("bootops_http_conns_reclaimed_total", "Idle HTTP keep-alive connections closed to make room under --max-conns.",
-			func() float64 { return float64(srv.Guard.Reclaimed()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_http_conns_open", Help: "HTTP connections open on the daemon's listeners."},
-			func() float64 { return float64(srv.Guard.Open()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_unknown_machines", Help: "Machines that are no node kept in the status store."},
-			func() float64 { n, _ := store.Unknown(); return float64(n) }),
-	)
-}
-
-// retainNodes forgets, --node-grace after they leave Git, the nodes the
-// served Plan no longer has: at every new Plan and hourly.
-func retainNodes(ctx context.Context, log *slog.Logger, plans boot.Plans, store *status.Durable, grace time.Duration, changed <-chan struct{}) error {
-	tick := time.NewTicker(time.Hour)
-	defer tick.Stop()
-	for {
-		if p := plans.Current(); p != nil {
-			keys := map[string]bool{}
-			for _, s := range p.Sites {
-				for _, n := range s.Nodes {
-					keys[s.Name+"/"+n.Name] = true
-				}
-			}
-			if err := store.Retain(func(k string) bool { return keys[k] }, grace); err != nil {
-				log.Warn("status: forgetting nodes removed from Git", "err", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		case <-changed:
-		}
-	}
-}
+// conns is --max-conns, or what the open-files limit allows.
+func (l limits) conns() int { return bootopsd.HTTPConfig{MaxConns: l.maxConns}.Conns() }

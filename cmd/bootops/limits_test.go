@@ -1,10 +1,8 @@
 package main
 
 import (
-	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/bootops/bootops/boot/status"
 )
@@ -22,27 +20,6 @@ func TestServeLimitFlags(t *testing.T) {
 		if code != 0 || !strings.Contains(out, flag+" ") {
 			t.Errorf("serve --help lacks %s", flag)
 		}
-	}
-	if n := (limits{}).conns(); n < 64 {
-		t.Errorf("--max-conns by default: %d", n)
-	}
-}
-
-// A full table of unknown machines says so at most every 10 s, with how
-// many sightings went since it last did.
-func TestEvictionNotice(t *testing.T) {
-	var b strings.Builder
-	n := &evictionNotice{log: slog.New(slog.NewTextHandler(&b, nil)), limit: 1000}
-	for range 5 {
-		n.evicted(10)
-	}
-	if got := strings.Count(b.String(), "is full"); got != 1 || !strings.Contains(b.String(), "dropped=10") {
-		t.Errorf("notices: %q", b.String())
-	}
-	n.last.Store(time.Now().Add(-11 * time.Second).UnixNano())
-	n.evicted(1)
-	if got := strings.Count(b.String(), "is full"); got != 2 || !strings.Contains(b.String(), "dropped=41") {
-		t.Errorf("the second notice does not count what went since the first: %q", b.String())
 	}
 }
 

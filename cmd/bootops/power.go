@@ -7,16 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/bootops/bootops/boot"
-	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/power"
 )
 
@@ -186,52 +180,4 @@ func callPower(ctx context.Context, method, url, token string, body any, out *po
 	}
 	*out = msg.Status
 	return nil
-}
-
-// powerManager watches the BMCs of the live Plan's nodes and applies the
-// sites' power policy; it alone reads the BMC credentials.
-func powerManager(cfg serveConfig, log *slog.Logger, plans *boot.Live, events *status.Durable, reg *prometheus.Registry) (*power.Manager, error) {
-	secrets := &power.Secrets{Dir: cfg.secretsDir}
-	allow, err := power.ParseAllowList(cfg.bmcAllow)
-	if err != nil {
-		return nil, fmt.Errorf("--bmc-allow: %w", err)
-	}
-	if cfg.secretsDir != "" {
-		if fi, err := os.Stat(cfg.secretsDir); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("--secrets-dir %s: not a folder", cfg.secretsDir)
-		}
-	}
-	if cfg.ageIdentity != "" {
-		ids, err := power.LoadIdentities(cfg.ageIdentity)
-		if err != nil {
-			return nil, fmt.Errorf("--age-identity: %w", err)
-		}
-		secrets.Identities = ids
-	}
-	pm := &power.Manager{
-		Plan: plans.Current,
-		Node: func(site, node string) (bool, int, bool) {
-			g, ok := events.Provisioned(site, node)
-			state := events.State(site + "/" + node)
-			return state == status.StateMicroOS || state == status.StateProvisioning, g, ok
-		},
-		Record: func(site, node, msg string, isErr bool, generation int) {
-			events.Record(status.Event{Kind: status.KindPower, Site: site, Node: node, Message: msg, Error: isErr, Generation: generation})
-		},
-		Secrets:     secrets,
-		Allow:       allow,
-		InsecureTLS: cfg.bmcInsecureTLS,
-		Timeout:     cfg.bmcTimeout,
-		Interval:    cfg.powerInterval,
-		StateFile:   power.StatePath(cfg.stateDir),
-		Log:         log,
-	}
-	for _, state := range []string{power.On, power.Off, power.Unknown, power.Unreachable} {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "bootops_power_nodes",
-			Help:        "Nodes with a BMC, by the power state their BMC last gave (unreachable: it did not answer, refused the credentials, or they are missing).",
-			ConstLabels: prometheus.Labels{"state": state},
-		}, func() float64 { return float64(pm.Counts()[state]) }))
-	}
-	return pm, nil
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -17,17 +17,35 @@ import (
 	"github.com/bootops/bootops/swarm"
 )
 
-// swarmServer is the daemon's part in machines fetching their image from
+// newSwarm is the daemon's part in machines fetching their image from
 // each other (a site's imageDelivery: peers): images prepared under the
 // state folder, the scheduler, its metrics, and, with --swarm-addr, a
 // listener of its own for chunks.
-func swarmServer(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *slog.Logger, reg *prometheus.Registry, guard *bhttp.Guard) (*bhttp.Swarm, error) {
+func newSwarm(ctx context.Context, g *errgroup.Group, cfg SwarmConfig, stateDir string, log *slog.Logger, reg *prometheus.Registry, guard *bhttp.Guard) (*bhttp.Swarm, error) {
 	sw := &bhttp.Swarm{
-		Cache:     &swarm.Cache{Dir: filepath.Join(cfg.stateDir, "images"), Client: &http.Client{Timeout: 6 * time.Hour}},
-		Scheduler: &swarm.Scheduler{ServerStreams: cfg.swarmStreams},
+		Cache:     &swarm.Cache{Dir: filepath.Join(stateDir, "images"), Client: &http.Client{Timeout: 6 * time.Hour}},
+		Scheduler: &swarm.Scheduler{ServerStreams: cfg.Streams},
 	}
+	swarmMetrics(sw.Scheduler, reg)
+	if cfg.Addr == "" {
+		return sw, nil
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("--swarm-addr: %w", err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	sw.Port, _ = strconv.Atoi(port)
+	mux := http.NewServeMux()
+	mux.Handle("GET /swarm/{source}/chunk/{i}", bhttp.Streaming(http.HandlerFunc(sw.ServeChunk)))
+	log.Info("image chunks", "addr", ln.Addr().String())
+	serveUntil(ctx, g, ln, mux, guard)
+	return sw, nil
+}
+
+func swarmMetrics(sched *swarm.Scheduler, reg prometheus.Registerer) {
 	stat := func(f func(swarm.Stats) float64) func() float64 {
-		return func() float64 { return f(sw.Scheduler.Stats()) }
+		return func() float64 { return f(sched.Stats()) }
 	}
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bootops_swarm_bytes_total", Help: "Image bytes machines fetched with their peers, from the server.", ConstLabels: prometheus.Labels{"from": "server"}},
@@ -43,18 +61,4 @@ func swarmServer(ctx context.Context, g *errgroup.Group, cfg serveConfig, log *s
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_swarm_members", Help: "Machines fetching or serving an image with their peers now."},
 			stat(func(s swarm.Stats) float64 { return float64(s.Members) })),
 	)
-	if cfg.swarmAddr == "" {
-		return sw, nil
-	}
-	ln, err := net.Listen("tcp", cfg.swarmAddr)
-	if err != nil {
-		return nil, fmt.Errorf("--swarm-addr: %w", err)
-	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	sw.Port, _ = strconv.Atoi(port)
-	mux := http.NewServeMux()
-	mux.Handle("GET /swarm/{source}/chunk/{i}", bhttp.Streaming(http.HandlerFunc(sw.ServeChunk)))
-	log.Info("image chunks", "addr", ln.Addr().String())
-	serveUntil(ctx, g, ln, mux, guard)
-	return sw, nil
 }

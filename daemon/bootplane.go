@@ -1,0 +1,146 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/dhcp"
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/boot/tftp"
+	"github.com/bootops/bootops/plan"
+)
+
+// bootPlane is what DHCP and TFTP serve from and report to.
+type bootPlane struct {
+	plans    boot.Plans
+	events   status.Recorder
+	httpSrv  *bhttp.Server
+	httpAddr string
+	metrics  *dhcp.Metrics
+	pools    *dhcp.Pools
+	log      *slog.Logger
+}
+
+// servedSites are the first Plan's sites this daemon serves.
+func servedSites(names []string, p *plan.Plan) []*plan.Site {
+	if len(names) == 0 {
+		return p.Sites // every site: each one's DHCP on its own interface
+	}
+	var sites []*plan.Site
+	for _, n := range names {
+		if s := p.Site(n); s != nil {
+			sites = append(sites, s)
+		}
+	}
+	return sites
+}
+
+// start starts TFTP and DHCP for the sites served.
+func (b *bootPlane) start(ctx context.Context, g *errgroup.Group, cfg Config, p *plan.Plan) error {
+	sites := servedSites(cfg.Source.Sites, p)
+	dhcpSites := 0
+	for _, s := range sites {
+		if mode(cfg.DHCP, s) != plan.DHCPOff {
+			dhcpSites++
+		}
+	}
+	if dhcpSites > 1 && cfg.DHCP.Interface != "" {
+		return configErrf("--interface names one network, but %d sites need DHCP: pick one with --site, or set network.interface in each site", dhcpSites)
+	}
+	var binaries tftp.Files
+	if cfg.TFTP.Addr != "" || dhcpSites > 0 {
+		var err error
+		if binaries, err = loadBinaries(cfg.TFTP, b.log); err != nil {
+			return err
+		}
+		b.httpSrv.Binaries = binaries
+	}
+	tftpAddr := ""
+	if cfg.TFTP.Addr != "" {
+		conn, err := net.ListenPacket("udp4", cfg.TFTP.Addr)
+		if err != nil {
+			return fmt.Errorf("tftp: %w", err)
+		}
+		tftpAddr = conn.LocalAddr().String()
+		ts := &tftp.Server{Files: binaries, Dynamic: b.httpSrv.TFTPFile, Events: b.events, Log: b.log, DrainTimeout: cfg.DrainTimeout}
+		g.Go(func() error { return ts.Serve(ctx, conn) })
+	}
+	// DHCP's sightings of machines new to the store: a whole link (or
+	// relay) shares one budget, so it is 50 times an address's.
+	newcomers := &status.Newcomers{Burst: 50 * cfg.HTTP.NewBurst, Every: cfg.HTTP.NewEvery / 50}
+	for _, site := range sites {
+		if err := b.serveSite(ctx, g, cfg, site, newcomers); err != nil {
+			return err
+		}
+		m, iface := mode(cfg.DHCP, site), cfg.DHCP.Interface
+		if iface == "" {
+			iface = site.Network.Interface
+		}
+		b.log.Info("serving", "site", site.Name, "plan", p.Hash, "http", b.httpAddr, "tftp", tftpAddr, "dhcp", m, "interface", iface)
+	}
+	return nil
+}
+
+// serveSite starts the site's DHCP server, unless its DHCP is off.
+func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config, site *plan.Site, newcomers *status.Newcomers) error {
+	m := mode(cfg.DHCP, site)
+	switch m {
+	case plan.DHCPProxy, plan.DHCPReservation, plan.DHCPOff:
+	default:
+		return configErrf("--dhcp %q: want proxy, reservation or off", m)
+	}
+	b.metrics.Site(site.Name)
+	iface := cfg.DHCP.Interface
+	if iface == "" {
+		iface = site.Network.Interface
+	}
+	if m != plan.DHCPOff {
+		serverIP, err := netip.ParseAddr(site.Network.ServerAddress)
+		if err != nil {
+			return err
+		}
+		pool := &dhcp.Pool{Path: filepath.Join(cfg.StateDir, "leases-"+site.Name+".json")}
+		b.pools.Add(pool)
+		ds := &dhcp.Server{Plans: b.plans, Site: site.Name, Interface: iface, Events: b.events, Log: b.log, Metrics: b.metrics,
+			Newcomers: newcomers, Known: b.httpSrv.Known,
+			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m, Leases: pool}}
+		g.Go(func() error { return ds.Serve(ctx) })
+	}
+	if site.TLS() && !httpsPortServed(cfg.HTTP.HTTPSAddr, site.Network.HTTPSPort) {
+		b.log.Warn("site wants TLS, and no --https-addr serves its port: its agents cannot check in", "site", site.Name, "https_port", site.Network.HTTPSPort, "https_addr", cfg.HTTP.HTTPSAddr)
+	}
+	return nil
+}
+
+// loadBinaries reads the iPXE binaries and, when Debian's packages are
+// there, the shim chain's first stages.
+func loadBinaries(cfg TFTPConfig, log *slog.Logger) (tftp.Files, error) {
+	binaries, err := tftp.Load(cfg.IPXEDir)
+	if err != nil {
+		return nil, err
+	}
+	for name, file := range map[string]string{dhcp.ShimFile: cfg.Shim, dhcp.GRUBFile: cfg.GRUB} {
+		if b, err := os.ReadFile(file); err == nil {
+			binaries[name] = b
+		} else {
+			log.Debug("shim chain", "file", file, "err", err)
+		}
+	}
+	return binaries, nil
+}
+
+func mode(cfg DHCPConfig, s *plan.Site) string {
+	if cfg.Mode != "" {
+		return cfg.Mode
+	}
+	return s.Network.DHCP
+}

@@ -1,0 +1,259 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/dhcp"
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/boot/ui"
+	"github.com/bootops/bootops/hub"
+	"github.com/bootops/bootops/power"
+	"github.com/bootops/bootops/reconciler"
+)
+
+// daemon holds the planes as Run builds them.
+type daemon struct {
+	cfg      Config
+	log      *slog.Logger
+	settings atomic.Pointer[reloadable]
+	reg      *prometheus.Registry
+	overlays *overlaySwap
+	rec      *reconciler.Reconciler
+	src      *source
+	dash     *ui.Server
+	events   *status.Durable
+	root     *os.Root
+	secret   boot.Secret
+	fwd      *hub.Forwarder
+	http     *bhttp.Server
+	boot     *bootPlane
+	power    *power.Manager
+}
+
+// Run builds every plane from cfg and serves until ctx ends or a plane
+// fails.
+func Run(ctx context.Context, cfg Config) error {
+	tuneGC(ctx)
+	d, live, err := newDaemon(cfg)
+	if err != nil {
+		return err
+	}
+	if err := d.newReconciler(ctx); err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	if d.src, err = newSource(cfg, d.log, d.rec, live); err != nil {
+		return err
+	}
+	g.Go(func() error { return d.src.Run(ctx) })
+	defer d.close()
+	if err := d.openStore(); err != nil {
+		return err
+	}
+	d.newHTTP()
+	routeDashboard(d.dash, d.http, d.events, d.src.Sync, d.reg)
+	g.Go(func() error { return d.dash.Run(ctx) })
+	if d.power, err = newPower(cfg.Power, cfg.StateDir, d.log, d.overlays.live, d.events, d.reg); err != nil {
+		return configErr(err)
+	}
+	routePower(d.http, d.power, d.uiToken)
+	planChanged := d.onPlanChange()
+	g.Go(func() error {
+		return retainNodes(ctx, d.log, d.overlays.live, d.events, cfg.Status.NodeGrace, planChanged)
+	})
+	g.Go(func() error { return d.power.Run(ctx) })
+	if cfg.Hub.Forwarder != nil {
+		if d.fwd, err = cfg.Hub.Forwarder(d.overlays.live, d.rec, d.events); err != nil {
+			return configErr(err)
+		}
+		g.Go(func() error { return d.fwd.Run(ctx) })
+	}
+	if d.http.Swarm, err = newSwarm(ctx, g, cfg.Swarm, cfg.StateDir, d.log, d.reg, d.http.Guard); err != nil {
+		return err
+	}
+	addr, err := d.serveHTTP(ctx, g)
+	if err != nil {
+		return err
+	}
+	g.Go(func() error { return reloadOnHUP(ctx, d.log, cfg, cfg.Level, &d.settings, d.src.follower) })
+	g.Go(func() error {
+		// DHCP and TFTP need the site's network: they start with the
+		// first Plan (kept, fetched or compiled).
+		p := waitPlan(ctx, d.rec)
+		if p == nil {
+			return nil
+		}
+		return d.boot.start(ctx, g, cfg, p)
+	})
+	d.log.Info("started", "source", reconciler.Redacted(cfg.Source.Source), "http", addr, "state_dir", cfg.StateDir)
+	return g.Wait()
+}
+
+// newDaemon reads the settings SIGHUP may change and readies the
+// dashboard, which every other plane tells of its news.
+func newDaemon(cfg Config) (*daemon, reloadable, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Level == nil {
+		cfg.Level = new(slog.LevelVar)
+	}
+	live, err := cfg.reloadable()
+	if err != nil {
+		return nil, live, configErr(err) // a bad keyring or secret file: the command line's fault
+	}
+	cfg.Level.Set(live.level)
+	d := &daemon{cfg: cfg, log: cfg.Log}
+	d.settings.Store(&live)
+	// The dashboard: told of every stored event and every reconcile.
+	d.dash = &ui.Server{Token: d.uiToken, Log: d.log}
+	return d, live, nil
+}
+
+func (d *daemon) uiToken() string { return d.settings.Load().uiToken }
+
+// newReconciler builds the reconciler and what it swaps Plans into: each
+// Plan's site overlays are built and signed as it is swapped in.
+func (d *daemon) newReconciler(ctx context.Context) error {
+	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
+		return err
+	}
+	key, siteCA, err := loadTrust(d.cfg.StateDir, d.cfg.HTTP.OverlayKey)
+	if err != nil {
+		return err
+	}
+	d.overlays = &overlaySwap{live: &boot.Live{}, key: key, ca: siteCA}
+	d.reg = newRegistry()
+	if d.rec, err = newReconciler(ctx, d.cfg, d.log, d.overlays, d.reg); err != nil {
+		return err
+	}
+	d.rec.Done = afterReconcile(d.dash.Notify)
+	return nil
+}
+
+// openStore opens the served revision's files and the status store.
+func (d *daemon) openStore() error {
+	var err error
+	if d.secret, err = boot.LoadSecret(d.cfg.StateDir); err != nil {
+		return err
+	}
+	if d.root, err = os.OpenRoot(d.src.root); err != nil {
+		return err
+	}
+	d.events, err = newStore(d.cfg.Status, d.cfg.StateDir, d.log, d.cfg.Hub.Forwarder != nil, func() {
+		d.dash.Notify()
+		if d.fwd != nil {
+			d.fwd.Poke()
+		}
+	})
+	return err
+}
+
+func (d *daemon) close() {
+	if d.events != nil {
+		d.events.Close()
+	}
+	if d.root != nil {
+		d.root.Close()
+	}
+}
+
+// newHTTP builds the HTTP server and the DHCP and TFTP servers' share of
+// it (their metrics and leases).
+func (d *daemon) newHTTP() {
+	metrics := dhcp.NewMetrics(d.reg)
+	// Every site's pool: an unknown machine that reports no identifier is
+	// keyed by the MAC its address was leased to.
+	pools := &dhcp.Pools{}
+	hook := newWebhook(func() []byte { return d.settings.Load().webhookSecret }, d.src.follower, d.rec.Metrics, d.log)
+	d.http = newHTTP(d.cfg, httpDeps{plans: d.overlays.live, events: d.events, rec: d.rec, secret: d.secret, root: d.root,
+		pools: pools, hook: hook, reg: d.reg, log: d.log})
+	d.boot = &bootPlane{plans: d.overlays.live, events: d.events, httpSrv: d.http, metrics: metrics, pools: pools, log: d.log}
+}
+
+// onPlanChange makes every new Plan poke the power manager (a raised
+// reprovision: act now) and the returned channel.
+func (d *daemon) onPlanChange() <-chan struct{} {
+	planChanged := make(chan struct{}, 1)
+	done := d.rec.Done
+	d.rec.Done = func() {
+		done()
+		d.power.Poke()
+		select {
+		case planChanged <- struct{}{}:
+		default:
+		}
+	}
+	return planChanged
+}
+
+// serveHTTP opens the HTTP, pprof and HTTPS listeners and serves them;
+// it returns the HTTP listener's address.
+func (d *daemon) serveHTTP(ctx context.Context, g *errgroup.Group) (string, error) {
+	cfg, srv := d.cfg.HTTP, d.http
+	srv.Overlay, srv.SiteCA = d.overlays.overlay, d.overlays.ca
+	ln, err := listenHTTP(cfg.Addr, srv.Guard)
+	if err != nil {
+		return "", err
+	}
+	g.Go(func() error { return srv.Serve(ctx, ln) })
+	d.boot.httpAddr = ln.Addr().String()
+	if cfg.PprofAddr != "" {
+		if err := ServePprof(ctx, g, cfg.PprofAddr, srv.Guard); err != nil {
+			return "", err
+		}
+	}
+	if cfg.HTTPSAddr != "" {
+		tln, err := httpsListener(cfg, d.cfg.StateDir, srv.Guard)
+		if err != nil {
+			return "", err
+		}
+		d.log.Info("https", "addr", tln.Addr().String())
+		g.Go(func() error { return srv.Serve(ctx, tln) })
+	}
+	return ln.Addr().String(), nil
+}
+
+// tuneGC: a daemon lives long: collect at the default pace, and hard past
+// a soft limit that follows the live heap (a 10,000-node Plan with the
+// compiler's caches is about 30 MB live; compiling a revision makes
+// garbage, not live data). GOGC and GOMEMLIMIT still win when set.
+func tuneGC(ctx context.Context) {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(100)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		go followHeap(ctx)
+	}
+}
+
+// followHeap keeps the soft memory limit 40 MiB above the live heap, and
+// at least 64 MiB, checking every 5 s: room for a compilation's garbage,
+// not a multiple of the Plan.
+func followHeap(ctx context.Context) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	for {
+		metrics.Read(sample)
+		live := int64(0)
+		if sample[0].Value.Kind() == metrics.KindUint64 {
+			live = int64(sample[0].Value.Uint64())
+		}
+		debug.SetMemoryLimit(max(64<<20, live+40<<20))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/dhcp"
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/reconciler"
+	"github.com/bootops/bootops/trust"
+)
+
+// httpDeps are the planes the HTTP server serves from.
+type httpDeps struct {
+	plans  *boot.Live
+	events *status.Durable
+	rec    *reconciler.Reconciler
+	secret boot.Secret
+	root   *os.Root
+	pools  *dhcp.Pools
+	hook   http.Handler
+	reg    *prometheus.Registry
+	log    *slog.Logger
+}
+
+// newHTTP builds the HTTP server (its listeners come later): scripts,
+// artifacts, the agents' API, the webhook and /metrics, behind the LAN's
+// limits.
+func newHTTP(cfg Config, d httpDeps) *bhttp.Server {
+	agentRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bootops_agent_requests_total",
+		Help: "Requests of agents (check-in, events), by result: ok, unauthorized (wrong, spent or missing credential), mismatch, conflict (identity-conflict: a spent token again, a provisioned node claimed), refused (events out of the workflow's order), report_refused (an installed OS's report with a wrong, old or missing credential), bad_request.",
+	}, []string{"result"})
+	d.reg.MustRegister(agentRequests, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "bootops_status_events_dropped_total",
+		Help: "Boot-plane events the status store could not keep (its queue was full or a write failed).",
+	}, func() float64 { return float64(d.events.Dropped()) }))
+	for _, r := range []string{bhttp.AgentOK, bhttp.AgentUnauthorized, bhttp.AgentMismatch, bhttp.AgentConflict, bhttp.AgentRefused, bhttp.AgentReportRefused, bhttp.AgentBadRequest} {
+		agentRequests.WithLabelValues(r)
+	}
+	events := d.events
+	srv := &bhttp.Server{
+		Plans: d.plans, Events: events, Status: events, Store: events, Provisioned: events.Provisioned, Secret: d.secret, Sessions: events, MACOf: d.pools.MACOf, Source: sourceStatus{d.rec}, Log: d.log,
+		AgentCount:   func(r string) { agentRequests.WithLabelValues(r).Inc() },
+		Artifacts:    &bhttp.Artifacts{Repo: d.root, CacheDir: filepath.Join(cfg.StateDir, "cache"), Redirect: cfg.HTTP.ArtifactMode == "redirect"},
+		DrainTimeout: cfg.DrainTimeout,
+		Routes: map[string]http.Handler{
+			"POST /hooks/git": d.hook,
+			"/hooks/git":      d.hook, // other methods: 405 from the handler
+			"GET /metrics":    promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}),
+		},
+	}
+	guardLAN(cfg.HTTP, srv, events, d.reg)
+	return srv
+}
+
+// newWebhook is POST /hooks/git: a push makes the follower look at once.
+func newWebhook(secret func() []byte, follower *reconciler.Follower, m *reconciler.Metrics, log *slog.Logger) *reconciler.Webhook {
+	hook := &reconciler.Webhook{
+		Secret: secret,
+		Ref:    func() string { return "" },
+		Trigger: func(reason string) {
+			if follower != nil {
+				follower.Trigger(reason)
+			}
+		},
+		Count: m.Webhook,
+		Log:   log,
+	}
+	if follower != nil {
+		hook.Ref = func() string { return follower.Ref() }
+	}
+	return hook
+}
+
+// Conns is --max-conns, or half of what the open-files limit leaves after
+// the daemon's own files (at least 64): each connection costs a file and
+// some 50 KB of memory, and the rest is for files, leases and Git.
+func (l HTTPConfig) Conns() int {
+	if l.MaxConns > 0 {
+		return l.MaxConns
+	}
+	var r syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r) != nil || r.Cur > 1<<20 {
+		return 65536
+	}
+	return max(64, int(r.Cur-128)/2)
+}
+
+// guardLAN wires what bounds the LAN's traffic into the HTTP server: the
+// connection guard, the newcomers' budget, and their metrics.
+func guardLAN(l HTTPConfig, srv *bhttp.Server, store *status.Durable, reg prometheus.Registerer) {
+	srv.Guard = &bhttp.Guard{Max: l.Conns(), PerSource: l.PerSource}
+	srv.Newcomers = &status.Newcomers{Burst: l.NewBurst, Every: l.NewEvery}
+	srv.Known = store.Known
+	counter := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+	}
+	reg.MustRegister(
+		counter("bootops_unknown_evicted_total", "Machines that are no node dropped from the status store to stay within --unknown-max/--unknown-max-mb (never a registered node).",
+			func() float64 { return float64(store.Evicted()) }),
+		counter("bootops_newcomers_refused_total", "Script requests and check-ins of machines new to the daemon turned away (429): their address was past --new-machines-burst.",
+			func() float64 { return float64(srv.Newcomers.Denied()) }),
+		counter("bootops_http_conns_refused_total", "HTTP connections closed at once: their address had --max-conns-per-source open, or every slot was busy.",
+			func() float64 { return float64(srv.Guard.Refused()) }),
+		counter("bootops_http_conns_reclaimed_total", "Idle HTTP keep-alive connections closed to make room under --max-conns.",
+			func() float64 { return float64(srv.Guard.Reclaimed()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_http_conns_open", Help: "HTTP connections open on the daemon's listeners."},
+			func() float64 { return float64(srv.Guard.Open()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_unknown_machines", Help: "Machines that are no node kept in the status store."},
+			func() float64 { n, _ := store.Unknown(); return float64(n) }),
+	)
+}
+
+// listenHTTP opens the HTTP listener, behind the connection guard.
+func listenHTTP(addr string, guard *bhttp.Guard) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return guard.Listener(ln), nil
+}
+
+// httpsListener is the TLS listener of --https-addr.
+func httpsListener(cfg HTTPConfig, stateDir string, guard *bhttp.Guard) (net.Listener, error) {
+	dir := filepath.Join(stateDir, "tls")
+	cert, key := cfg.TLSCert, cfg.TLSKey
+	if cert == "" {
+		cert = filepath.Join(dir, trust.ServerFile)
+	}
+	if key == "" {
+		key = filepath.Join(dir, trust.ServerKeyFile)
+	}
+	if err := trust.CheckPrivate(key); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("--https-addr needs a certificate: %s is missing; run 'bootops ca init --host <serverAddress> --state-dir %s', or give --tls-cert and --tls-key", key, stateDir)
+		}
+		return nil, fmt.Errorf("--tls-key: %w", err)
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("https: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPSAddr)
+	if err != nil {
+		return nil, err
+	}
+	// The guard counts the TCP connections; TLS goes over them, so that
+	// a request still carries its TLS state (a check-in by identity).
+	return tls.NewListener(guard.Listener(ln), trust.ServerTLS(pair)), nil
+}
+
+// httpsPortServed says the --https-addr listener is on port.
+func httpsPortServed(addr string, port int) bool {
+	_, p, err := net.SplitHostPort(addr)
+	return err == nil && p == strconv.Itoa(port)
+}
+
+// ServePprof serves Go's profiles on addr (serve --pprof-addr) until ctx
+// ends: what the benchmarks profile the daemon with.
+func ServePprof(ctx context.Context, g *errgroup.Group, addr string, guard *bhttp.Guard) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--pprof-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	// A profile or a trace takes as long as it was asked to.
+	serveUntil(ctx, g, ln, bhttp.Streaming(mux), guard)
+	return nil
+}
+
+// serveUntil serves h on ln until ctx ends: a listener of the daemon's
+// beside its main one, with the same timeouts and connection guard.
+func serveUntil(ctx context.Context, g *errgroup.Group, ln net.Listener, h http.Handler, guard *bhttp.Guard) {
+	if guard != nil {
+		ln = guard.Listener(ln)
+	}
+	srv := bhttp.NewHTTPServer(h, guard, nil)
+	g.Go(func() error {
+		<-ctx.Done()
+		return srv.Close()
+	})
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+}

@@ -1,0 +1,81 @@
+package daemon
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bootops/bootops/boot"
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/power"
+)
+
+// newPower is the power manager: it watches the BMCs of the live Plan's
+// nodes and applies the sites' power policy; it alone reads the BMC
+// credentials.
+func newPower(cfg PowerConfig, stateDir string, log *slog.Logger, plans *boot.Live, events *status.Durable, reg *prometheus.Registry) (*power.Manager, error) {
+	secrets := &power.Secrets{Dir: cfg.SecretsDir}
+	allow, err := power.ParseAllowList(cfg.BMCAllow)
+	if err != nil {
+		return nil, fmt.Errorf("--bmc-allow: %w", err)
+	}
+	if cfg.SecretsDir != "" {
+		if fi, err := os.Stat(cfg.SecretsDir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("--secrets-dir %s: not a folder", cfg.SecretsDir)
+		}
+	}
+	if cfg.AgeIdentity != "" {
+		ids, err := power.LoadIdentities(cfg.AgeIdentity)
+		if err != nil {
+			return nil, fmt.Errorf("--age-identity: %w", err)
+		}
+		secrets.Identities = ids
+	}
+	pm := &power.Manager{
+		Plan: plans.Current,
+		Node: func(site, node string) (bool, int, bool) {
+			g, ok := events.Provisioned(site, node)
+			state := events.State(site + "/" + node)
+			return state == status.StateMicroOS || state == status.StateProvisioning, g, ok
+		},
+		Record: func(site, node, msg string, isErr bool, generation int) {
+			events.Record(status.Event{Kind: status.KindPower, Site: site, Node: node, Message: msg, Error: isErr, Generation: generation})
+		},
+		Secrets:     secrets,
+		Allow:       allow,
+		InsecureTLS: cfg.InsecureTLS,
+		Timeout:     cfg.Timeout,
+		Interval:    cfg.Interval,
+		StateFile:   power.StatePath(stateDir),
+		Log:         log,
+	}
+	for _, state := range []string{power.On, power.Off, power.Unknown, power.Unreachable} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "bootops_power_nodes",
+			Help:        "Nodes with a BMC, by the power state their BMC last gave (unreachable: it did not answer, refused the credentials, or they are missing).",
+			ConstLabels: prometheus.Labels{"state": state},
+		}, func() float64 { return float64(pm.Counts()[state]) }))
+	}
+	return pm, nil
+}
+
+// routePower serves the power API (its actions need the operator's
+// token) and shows each node's power state in the status API.
+func routePower(srv *bhttp.Server, pm *power.Manager, token func() string) {
+	for pattern, h := range pm.Routes(func(r *http.Request) bool { return bhttp.Authorized(r, token()) }) {
+		// A power action waits for the BMC (several calls of up to
+		// --bmc-timeout each): past the listeners' deadlines.
+		srv.Routes[pattern] = bhttp.Streaming(h)
+	}
+	srv.Power = func(key string) (string, string) {
+		st, ok := pm.Status(key)
+		if !ok {
+			return "", ""
+		}
+		return st.Power, st.Error
+	}
+}

@@ -35,7 +35,7 @@ type daemon struct {
 	events   *status.Durable
 	root     *os.Root
 	secret   boot.Secret
-	fwd      *hub.Forwarder
+	fwd      atomic.Pointer[hub.Forwarder] // set after the store, which pokes it
 	http     *bhttp.Server
 	boot     *bootPlane
 	power    *power.Manager
@@ -49,6 +49,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	cfg = d.cfg
+	// The reconciler and its source: a Git remote followed, or a folder.
 	if err := d.newReconciler(ctx); err != nil {
 		return err
 	}
@@ -57,13 +59,17 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	g.Go(func() error { return d.src.Run(ctx) })
+	// The status store, and the HTTP server that serves from it.
 	defer d.close()
 	if err := d.openStore(); err != nil {
 		return err
 	}
 	d.newHTTP()
+	// The dashboard.
 	routeDashboard(d.dash, d.http, d.events, d.src.Sync, d.reg)
 	g.Go(func() error { return d.dash.Run(ctx) })
+	// Power, and the forgetting of nodes gone from Git: both act on each
+	// new Plan.
 	if d.power, err = newPower(cfg.Power, cfg.StateDir, d.log, d.overlays.live, d.events, d.reg); err != nil {
 		return configErr(err)
 	}
@@ -73,12 +79,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return retainNodes(ctx, d.log, d.overlays.live, d.events, cfg.Status.NodeGrace, planChanged)
 	})
 	g.Go(func() error { return d.power.Run(ctx) })
+	// The hub forwarder.
 	if cfg.Hub.Forwarder != nil {
-		if d.fwd, err = cfg.Hub.Forwarder(d.overlays.live, d.rec, d.events); err != nil {
+		fwd, err := cfg.Hub.Forwarder(d.overlays.live, d.rec, d.events)
+		if err != nil {
 			return configErr(err)
 		}
-		g.Go(func() error { return d.fwd.Run(ctx) })
+		d.fwd.Store(fwd)
+		g.Go(func() error { return fwd.Run(ctx) })
 	}
+	// The swarm, then the HTTP, pprof and HTTPS listeners.
 	if d.http.Swarm, err = newSwarm(ctx, g, cfg.Swarm, cfg.StateDir, d.log, d.reg, d.http.Guard); err != nil {
 		return err
 	}
@@ -86,10 +96,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// SIGHUP.
 	g.Go(func() error { return reloadOnHUP(ctx, d.log, cfg, cfg.Level, &d.settings, d.src.follower) })
+	// DHCP and TFTP need the site's network: they start with the first
+	// Plan (kept, fetched or compiled).
 	g.Go(func() error {
-		// DHCP and TFTP need the site's network: they start with the
-		// first Plan (kept, fetched or compiled).
 		p := waitPlan(ctx, d.rec)
 		if p == nil {
 			return nil
@@ -153,8 +164,8 @@ func (d *daemon) openStore() error {
 	}
 	d.events, err = newStore(d.cfg.Status, d.cfg.StateDir, d.log, d.cfg.Hub.Forwarder != nil, func() {
 		d.dash.Notify()
-		if d.fwd != nil {
-			d.fwd.Poke()
+		if fwd := d.fwd.Load(); fwd != nil {
+			fwd.Poke()
 		}
 	})
 	return err

@@ -78,25 +78,23 @@ func (b *bootPlane) start(ctx context.Context, g *errgroup.Group, cfg Config, p 
 	// relay) shares one budget, so it is 50 times an address's.
 	newcomers := &status.Newcomers{Burst: 50 * cfg.HTTP.NewBurst, Every: cfg.HTTP.NewEvery / 50}
 	for _, site := range sites {
-		if err := b.serveSite(ctx, g, cfg, site, newcomers); err != nil {
+		iface, err := b.serveSite(ctx, g, cfg, site, newcomers)
+		if err != nil {
 			return err
 		}
-		m, iface := mode(cfg.DHCP, site), cfg.DHCP.Interface
-		if iface == "" {
-			iface = site.Network.Interface
-		}
-		b.log.Info("serving", "site", site.Name, "plan", p.Hash, "http", b.httpAddr, "tftp", tftpAddr, "dhcp", m, "interface", iface)
+		b.log.Info("serving", "site", site.Name, "plan", p.Hash, "http", b.httpAddr, "tftp", tftpAddr, "dhcp", mode(cfg.DHCP, site), "interface", iface)
 	}
 	return nil
 }
 
-// serveSite starts the site's DHCP server, unless its DHCP is off.
-func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config, site *plan.Site, newcomers *status.Newcomers) error {
+// serveSite starts the site's DHCP server, unless its DHCP is off; it
+// returns the interface it serves.
+func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config, site *plan.Site, newcomers *status.Newcomers) (string, error) {
 	m := mode(cfg.DHCP, site)
 	switch m {
 	case plan.DHCPProxy, plan.DHCPReservation, plan.DHCPOff:
 	default:
-		return configErrf("--dhcp %q: want proxy, reservation or off", m)
+		return "", configErrf("--dhcp %q: want proxy, reservation or off", m)
 	}
 	b.metrics.Site(site.Name)
 	iface := cfg.DHCP.Interface
@@ -106,7 +104,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 	if m != plan.DHCPOff {
 		serverIP, err := netip.ParseAddr(site.Network.ServerAddress)
 		if err != nil {
-			return err
+			return "", err
 		}
 		pool := &dhcp.Pool{Path: filepath.Join(cfg.StateDir, "leases-"+site.Name+".json")}
 		b.pools.Add(pool)
@@ -118,7 +116,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 	if site.TLS() && !httpsPortServed(cfg.HTTP.HTTPSAddr, site.Network.HTTPSPort) {
 		b.log.Warn("site wants TLS, and no --https-addr serves its port: its agents cannot check in", "site", site.Name, "https_port", site.Network.HTTPSPort, "https_addr", cfg.HTTP.HTTPSAddr)
 	}
-	return nil
+	return iface, nil
 }
 
 // loadBinaries reads the iPXE binaries and, when Debian's packages are

@@ -44,7 +44,7 @@ lab-deps:
 	@bash test/deps.sh $(LAB_DEBS)
 
 # The daemon's packages run under the race detector; the rest as they are.
-RACE_PKGS := ./agent/... ./boot/... ./hub/... ./power/... ./reconciler/... ./swarm/...
+RACE_PKGS := ./agent/... ./boot/... ./daemon/... ./hub/... ./power/... ./reconciler/... ./swarm/...
 # The end-to-end tests run side by side (each in namespaces of its own);
 # -v prints each one's time. The timeouts leave wide margins: a warm run
 # takes a fraction of them.
@@ -55,7 +55,7 @@ test: go-check lab-deps
 	$(GO) vet -tags e2e ./test/e2e
 	$(GO) vet -tags browser ./test/browser
 	$(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -E '^github.com/bootops/bootops/(agent|boot|hub|power|reconciler|swarm)(/|$$)')
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -E '^github.com/bootops/bootops/(agent|boot|daemon|hub|power|reconciler|swarm)(/|$$)')
 	$(GO) test -count=1 -tags browser -timeout 20m ./test/browser
 	@$(MAKE) --no-print-directory e2e-run
 

@@ -33,7 +33,26 @@ const (
 	// followed it; the view puts them back in order by these.
 	Seq  = "Bootops-Seq"
 	Prev = "Bootops-Prev"
+	// Epoch is the identity of the site's status store (random, made
+	// with it): a store wiped and made anew starts its sequence at 1
+	// again, under another epoch. The hub keeps a site's sequence per
+	// epoch. Empty: a forwarder that has none (as before epochs).
+	Epoch = "Bootops-Epoch"
 )
+
+// ValidEpoch says whether e can be an epoch: up to 64 letters, digits,
+// '-' and '_' (or none).
+func ValidEpoch(e string) bool {
+	if len(e) > 64 {
+		return false
+	}
+	for _, r := range e {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
 
 // Inbox is where site's forwarder hears the hub's answers
 // (nats.CustomInboxPrefix): the one subject tree the site may subscribe to.

@@ -31,9 +31,8 @@ type Outbox interface {
 // Forwarder sends a site daemon's events to the hub, in store order, each
 // once: an event leaves the outbox only when the hub's stream has
 // acknowledged it, and a resend after a cut link carries the same
-// message ID (site/store sequence), which the stream's duplicate window
-// drops. While the hub is unreachable the site goes on: its events wait in
-// its status store.
+// store epoch and sequence, which the hub drops. While the hub is
+// unreachable the site goes on: its events wait in its status store.
 type Forwarder struct {
 	Site string
 	// URLs are the hub's servers (any of them will do).
@@ -43,6 +42,12 @@ type Forwarder struct {
 	// RootCAs verify the hub's TLS certificate; nil: plain (tests only).
 	RootCAs *x509.CertPool
 	Outbox  Outbox
+	// EpochFile is where the forwarder keeps its status store's identity
+	// (an epoch, made at random the first time) beside the store: a store
+	// wiped and made anew numbers its events from 1 again, and the
+	// forwarder then takes a new epoch, so the hub does not drop them as
+	// resends. "": no epoch (the hub keeps one sequence for the site).
+	EpochFile string
 	// Hello is what the site says of itself every HelloEvery (default
 	// 10 s) while connected.
 	Hello      func() Hello
@@ -59,6 +64,7 @@ type Forwarder struct {
 	sent      atomic.Uint64
 	mu        sync.Mutex
 	lastErr   string
+	epoch     storeEpoch // Run's; Epoch reads it under mu
 }
 
 // Poke says the outbox has news.
@@ -82,6 +88,14 @@ func (f *Forwarder) Connected() bool { return f.connected.Load() }
 // Sent counts the events the hub acknowledged.
 func (f *Forwarder) Sent() uint64 { return f.sent.Load() }
 
+// Epoch is the status store's epoch the forwarder sends under ("": none,
+// or Run has not read EpochFile yet).
+func (f *Forwarder) Epoch() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.epoch.Epoch
+}
+
 // Run forwards until ctx ends. It dials the hub for as long as it runs:
 // when nats.go gives up on a link (it does after the hub refused the
 // site's key twice: a key removed, and later put back), Run dials again,
@@ -102,6 +116,16 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		return fmt.Errorf("hub: the site's nkey seed: %w", err)
 	}
 	pub, _ := kp.PublicKey()
+	if f.EpochFile != "" {
+		e, made, err := loadEpoch(f.EpochFile)
+		if err != nil {
+			return err
+		}
+		if made {
+			f.Log.Info("hub: a new epoch for the status store", "epoch", e.Epoch, "file", f.EpochFile)
+		}
+		f.setEpoch(e)
+	}
 	opts := []nats.Option{
 		nats.Name("bootops-site-" + f.Site),
 		nats.Nkey(pub, kp.Sign),
@@ -202,6 +226,45 @@ func (f *Forwarder) session(ctx context.Context, nc *nats.Conn) {
 	}
 }
 
+func (f *Forwarder) setEpoch(e storeEpoch) {
+	f.mu.Lock()
+	f.epoch = e
+	f.mu.Unlock()
+}
+
+// checkEpoch takes a new epoch when the outbox's oldest event, first, is
+// at or below what the hub acknowledged: the store was wiped and made
+// anew, and numbers its events from 1 again.
+func (f *Forwarder) checkEpoch(first uint64) error {
+	if f.EpochFile == "" || first > f.epoch.Sent {
+		return nil
+	}
+	e := storeEpoch{Epoch: newEpoch()}
+	if err := saveEpoch(f.EpochFile, e, true); err != nil {
+		return err
+	}
+	f.Log.Warn("hub: the status store numbers its events from the start again (wiped?): a new epoch, the hub starts a new sequence for it",
+		"epoch", e.Epoch, "previous_epoch", f.epoch.Epoch, "seq", first, "acknowledged_before", f.epoch.Sent)
+	f.setEpoch(e)
+	return nil
+}
+
+// acknowledged records that the hub has the store's events up to upTo
+// (after the outbox dropped them). Not synced: an older Sent read after a
+// crash only makes checkEpoch see a wiped store later.
+func (f *Forwarder) acknowledged(upTo uint64) {
+	if f.EpochFile == "" || upTo <= f.epoch.Sent {
+		return
+	}
+	e := f.epoch
+	e.Sent = upTo
+	if err := saveEpoch(f.EpochFile, e, false); err != nil {
+		f.Log.Warn("hub: the status store's epoch not written", "file", f.EpochFile, "err", err)
+		return
+	}
+	f.setEpoch(e)
+}
+
 func (f *Forwarder) setState(connected bool, err string) {
 	f.connected.Store(connected)
 	f.mu.Lock()
@@ -227,7 +290,7 @@ func errString(err error) string {
 
 func (f *Forwarder) hello(ctx context.Context, js jetstream.JetStream, subject string) error {
 	h := f.Hello()
-	h.Site, h.Sent = f.Site, time.Now().UTC()
+	h.Site, h.Sent, h.Epoch = f.Site, time.Now().UTC(), f.epoch.Epoch
 	if c, ok := f.Outbox.(interface{ Unsent() (int, error) }); ok {
 		if n, err := c.Unsent(); err == nil {
 			h.Pending = n
@@ -236,6 +299,9 @@ func (f *Forwarder) hello(ctx context.Context, js jetstream.JetStream, subject s
 	b, _ := json.Marshal(h)
 	msg := nats.NewMsg(subject)
 	msg.Header.Set(Kind, KindHello)
+	if h.Epoch != "" {
+		msg.Header.Set(Epoch, h.Epoch)
+	}
 	msg.Data = b
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -250,13 +316,20 @@ func (f *Forwarder) flush(ctx context.Context, js jetstream.JetStream, subject s
 	if err != nil || len(out) == 0 {
 		return 0, err
 	}
+	if err := f.checkEpoch(out[0].Seq); err != nil {
+		return 0, err
+	}
+	epoch := f.epoch.Epoch
 	futures := make([]jetstream.PubAckFuture, 0, len(out))
 	var sendErr error
 	prev := *cursor
 	for _, o := range out {
 		msg := nats.NewMsg(subject)
 		msg.Header.Set(Kind, KindEvent)
-		msg.Header.Set(jetstream.MsgIDHeader, f.Site+"/"+strconv.FormatUint(o.Seq, 10))
+		if epoch != "" {
+			msg.Header.Set(Epoch, epoch)
+		}
+		msg.Header.Set(jetstream.MsgIDHeader, msgID(f.Site, epoch, o.Seq))
 		msg.Header.Set(Seq, strconv.FormatUint(o.Seq, 10))
 		msg.Header.Set(Prev, strconv.FormatUint(prev, 10))
 		prev = o.Seq
@@ -293,6 +366,7 @@ wait:
 		}
 		*cursor = upTo
 		f.sent.Add(uint64(acked))
+		f.acknowledged(upTo)
 	}
 	if sendErr != nil {
 		return acked, sendErr

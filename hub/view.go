@@ -29,6 +29,7 @@ type Hello struct {
 	Source  any       `json:"source,omitempty"`
 	Nodes   []string  `json:"nodes,omitempty"` // registered node names
 	Pending int       `json:"pending"`         // events in its outbox when it said hello
+	Epoch   string    `json:"epoch,omitempty"` // its status store's identity (Epoch)
 	Sent    time.Time `json:"sent"`
 }
 
@@ -41,11 +42,35 @@ type siteState struct {
 	lastHeard time.Time           // the newest message from the site (event or hello)
 	hello     *Hello
 	events    uint64
-	last      uint64                // the store sequence of the last event applied
-	mark      uint64                // the highest ever applied, as the hub kept it (Marks)
-	early     map[uint64]earlyEvent // events that came before their predecessor, by it
-	refused   map[string]uint64     // by reason
-	warned    map[string]time.Time  // by reason: when it was last said
+	epoch     string               // the epoch of its newest event
+	seqs      map[string]*sequence // by epoch: its stores' sequences
+	refused   map[string]uint64    // by reason
+	warned    map[string]time.Time // by reason: when it was last said
+}
+
+// sequence is one store's (one epoch's) order at a site: a store wiped
+// and made anew starts at 1 again, under another epoch.
+type sequence struct {
+	epoch string
+	last  uint64                // the store sequence of the last event applied
+	mark  uint64                // the highest ever applied, as the hub kept it (Marks)
+	early map[uint64]earlyEvent // events that came before their predecessor, by it
+	used  uint64                // the view's message count when last used: the oldest goes first
+}
+
+// maxEpochs is the epochs of a site the view keeps a sequence of: past
+// it, the one used longest ago is forgotten (a resend of its events would
+// be applied again). A site has one store at a time; this bounds a site
+// that makes up epochs.
+const maxEpochs = 8
+
+// markKey is a site's epoch in the marks: the site's name for no epoch
+// (the file as before epochs), site/epoch else ('/' is in no site name).
+func markKey(site, epoch string) string {
+	if epoch == "" {
+		return site
+	}
+	return site + "/" + epoch
 }
 
 // status is the site as the status document has it.
@@ -86,8 +111,9 @@ type View struct {
 
 	mu      sync.Mutex
 	sites   map[string]*siteState
-	marks   map[string]uint64 // the highest sequence applied per site, kept on disk
+	marks   map[string]uint64 // the highest sequence applied per site and epoch (markKey), kept on disk
 	dirty   bool
+	count   uint64        // messages applied, to tell the epochs used longest ago
 	applied atomic.Uint64 // the last stream sequence applied
 	forged  atomic.Uint64 // events naming another site than their subject's
 	changed func()
@@ -113,11 +139,63 @@ func (v *View) OnChange(f func()) { v.changed = f }
 func (v *View) site(name string) *siteState {
 	s := v.sites[name]
 	if s == nil {
-		s = &siteState{name: name, keys: map[string]struct{}{}, mark: v.marks[name],
+		s = &siteState{name: name, keys: map[string]struct{}{}, seqs: map[string]*sequence{},
 			mem: &status.Memory{PerMachine: v.limits.MachineEvents, PerUnknown: v.limits.UnknownEvents, MaxUnknown: v.limits.SiteMachines}}
 		v.sites[name] = s
 	}
 	return s
+}
+
+// sequence returns site s's sequence of epoch, making it (and forgetting
+// the one used longest ago past maxEpochs); v.mu is held.
+func (v *View) sequence(s *siteState, epoch string) *sequence {
+	v.count++
+	q := s.seqs[epoch]
+	if q == nil {
+		if len(s.seqs) >= maxEpochs {
+			oldest, found := "", false
+			for e, o := range s.seqs {
+				if !found || o.used < s.seqs[oldest].used {
+					oldest, found = e, true
+				}
+			}
+			delete(s.seqs, oldest)
+			delete(v.marks, markKey(s.name, oldest))
+			v.dirty = true
+		}
+		q = &sequence{epoch: epoch, mark: v.marks[markKey(s.name, epoch)]}
+		if q.mark == 0 && v.hasOtherEpoch(s, epoch) {
+			// A site's store wiped and made anew (or another daemon for
+			// the site): what it sends starts at 1 again.
+			if now := time.Now(); now.Sub(s.warned["epoch"]) >= warnEvery {
+				if s.warned == nil {
+					s.refused, s.warned = map[string]uint64{}, map[string]time.Time{}
+				}
+				s.warned["epoch"] = now
+				v.log.Warn("hub: a site sends under a new epoch (its status store was made anew, or its daemon now has epochs): a new sequence for the site", "site", s.name, "epoch", epoch, "previous_epoch", s.epoch)
+			}
+		}
+		s.seqs[epoch] = q
+	}
+	s.epoch = epoch
+	q.used = v.count
+	return q
+}
+
+// hasOtherEpoch says whether site s has a sequence of another epoch than
+// epoch, in the view or in the marks; v.mu is held.
+func (v *View) hasOtherEpoch(s *siteState, epoch string) bool {
+	for e := range s.seqs {
+		if e != epoch {
+			return true
+		}
+	}
+	for k := range v.marks {
+		if (k == s.name || strings.HasPrefix(k, s.name+"/")) && k != markKey(s.name, epoch) {
+			return true
+		}
+	}
+	return false
 }
 
 // refuse counts a message of site refused for why and says so, at most
@@ -167,23 +245,34 @@ func (v *View) RefusedAll() map[string]map[string]uint64 {
 	return out
 }
 
-// Apply takes one message of the stream, published on site's subject at
-// time at, with stream sequence seq; an event's store sequence at its site
-// and its predecessor's are siteSeq and prev (0, 0 when unknown).
-func (v *View) Apply(site, kind string, data []byte, seq uint64, at time.Time, siteSeq, prev uint64) {
+// Message is one message of the stream, as the view takes it.
+type Message struct {
+	// Site is the site of its subject (its credential's); Epoch its
+	// store's; Kind KindEvent or KindHello.
+	Site, Epoch, Kind string
+	Data              []byte
+	Stream            uint64    // its stream sequence
+	At                time.Time // when the stream took it
+	// Seq and Prev are an event's store sequence at its site and the one
+	// sent before it (0, 0 when unknown).
+	Seq, Prev uint64
+}
+
+// Apply takes one message of the stream.
+func (v *View) Apply(m Message) {
 	defer func() {
-		v.applied.Store(seq)
+		v.applied.Store(m.Stream)
 		if v.changed != nil {
 			v.changed()
 		}
 	}()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := v.site(site)
-	switch kind {
+	s := v.site(m.Site)
+	switch m.Kind {
 	case KindHello:
 		var h Hello
-		if json.Unmarshal(data, &h) != nil {
+		if json.Unmarshal(m.Data, &h) != nil {
 			v.refuse(s, RefusedMalformed)
 			return
 		}
@@ -191,47 +280,48 @@ func (v *View) Apply(site, kind string, data []byte, seq uint64, at time.Time, s
 			v.refuse(s, RefusedMachines, "nodes", len(h.Nodes))
 			h.Nodes = h.Nodes[:v.limits.SiteMachines]
 		}
-		h.Site = site
+		h.Site, h.Epoch = m.Site, m.Epoch
 		s.hello = &h
 	case KindEvent:
-		if len(data) > v.limits.MaxEventBytes {
+		q := v.sequence(s, m.Epoch)
+		if len(m.Data) > v.limits.MaxEventBytes {
 			// Counted in sequence: it is not applied, and it does not hide
 			// what follows.
-			v.inOrder(s, siteSeq, prev, nil)
+			v.inOrder(s, q, m.Seq, m.Prev, nil)
 			return
 		}
 		var e status.Event
-		if json.Unmarshal(data, &e) != nil {
+		if json.Unmarshal(m.Data, &e) != nil {
 			v.refuse(s, RefusedMalformed)
 			return
 		}
 		// A site speaks for itself only: its subject is its credential's.
-		if e.Site != "" && e.Site != site {
+		if e.Site != "" && e.Site != m.Site {
 			v.forged.Add(1)
 			v.refuse(s, RefusedForged)
 			return
 		}
-		e.Site = site
-		v.inOrder(s, siteSeq, prev, &e)
+		e.Site = m.Site
+		v.inOrder(s, q, m.Seq, m.Prev, &e)
 	default:
 		v.refuse(s, RefusedMalformed)
 		return
 	}
-	if at.After(s.lastHeard) {
-		s.lastHeard = at
+	if m.At.After(s.lastHeard) {
+		s.lastHeard = m.At
 	}
 }
 
 // inOrder applies e (nil: one too big, taken in its place but not
-// applied) when its predecessor was (then whatever waited for it), keeps
-// it when it came early, and drops it when it was applied already or
-// jumps ahead: a site's sequence only moves on by what it sent. v.mu is
-// held.
-func (v *View) inOrder(s *siteState, seq, prev uint64, e *status.Event) {
+// applied) when its predecessor in q, its store's sequence, was (then
+// whatever waited for it), keeps it when it came early, and drops it when
+// it was applied already or jumps ahead: a store's sequence only moves on
+// by what it sent. v.mu is held.
+func (v *View) inOrder(s *siteState, q *sequence, seq, prev uint64, e *status.Event) {
 	jump := func() bool {
-		base := s.last
+		base := q.last
 		if base == 0 {
-			base = s.mark // nothing applied yet: since the hub's restart
+			base = q.mark // nothing applied yet: since the hub's restart
 		}
 		return base > 0 && seq > base && seq-base > v.limits.MaxSeqJump
 	}
@@ -239,23 +329,23 @@ func (v *View) inOrder(s *siteState, seq, prev uint64, e *status.Event) {
 	case seq == 0: // no sequence: as it comes
 		v.apply(s, e)
 		return
-	case seq <= s.last:
+	case seq <= q.last:
 		v.refuse(s, RefusedDuplicate)
 		return
-	case prev > s.last && (s.last != 0 || s.mark == 0):
-		if len(s.early) >= v.limits.SiteEarly {
-			v.refuse(s, RefusedEarly, "seq", seq, "prev", prev, "last", s.last)
+	case prev > q.last && (q.last != 0 || q.mark == 0):
+		if len(q.early) >= v.limits.SiteEarly {
+			v.refuse(s, RefusedEarly, "seq", seq, "prev", prev, "last", q.last)
 			return
 		}
-		if s.early == nil {
-			s.early = map[uint64]earlyEvent{}
+		if q.early == nil {
+			q.early = map[uint64]earlyEvent{}
 		}
-		s.early[prev] = earlyEvent{seq, derefEvent(e)}
+		q.early[prev] = earlyEvent{seq, derefEvent(e)}
 		return
 	case jump():
 		// Its predecessor is one applied (or none: the forwarder started
-		// again), but it is too far ahead to be the site's next.
-		v.refuse(s, RefusedSequence, "seq", seq, "prev", prev, "last", s.last)
+		// again), but it is too far ahead to be the store's next.
+		v.refuse(s, RefusedSequence, "seq", seq, "prev", prev, "last", q.last)
 		return
 	}
 	for {
@@ -264,15 +354,15 @@ func (v *View) inOrder(s *siteState, seq, prev uint64, e *status.Event) {
 		} else {
 			v.refuse(s, RefusedTooBig)
 		}
-		s.last = seq
-		if seq > s.mark {
-			s.mark, v.marks[s.name], v.dirty = seq, seq, true
+		q.last = seq
+		if seq > q.mark {
+			q.mark, v.marks[markKey(s.name, q.epoch)], v.dirty = seq, seq, true
 		}
-		next, ok := s.early[seq]
+		next, ok := q.early[seq]
 		if !ok {
 			return
 		}
-		delete(s.early, seq)
+		delete(q.early, seq)
 		seq, e = next.seq, next.e
 	}
 }
@@ -419,8 +509,10 @@ func (v *View) Doc(hub string) bhttp.StatusDoc {
 	return doc
 }
 
-// LoadMarks reads the highest sequence applied per site, as SaveMarks
-// wrote it (none: a hub's first start).
+// LoadMarks reads the highest sequence applied per site and epoch, as
+// SaveMarks wrote it (none: a hub's first start). The file maps
+// markKey(site, epoch) to the sequence: a site's name alone is its events
+// without an epoch, as a hub before epochs wrote it.
 func (v *View) LoadMarks(file string) error {
 	b, err := os.ReadFile(file)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -435,16 +527,20 @@ func (v *View) LoadMarks(file string) error {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for site, m := range marks {
-		v.marks[site] = max(v.marks[site], m)
+	for k, m := range marks {
+		v.marks[k] = max(v.marks[k], m)
+		site, epoch, _ := strings.Cut(k, "/")
 		if s := v.sites[site]; s != nil {
-			s.mark = max(s.mark, m)
+			if q := s.seqs[epoch]; q != nil {
+				q.mark = max(q.mark, m)
+			}
 		}
 	}
 	return nil
 }
 
-// SaveMarks writes the highest sequence applied per site, when it moved:
+// SaveMarks writes the highest sequence applied per site and epoch, when
+// it moved:
 // after a restart, a site's first event is judged against it (a jump is
 // refused even before anything of the site is applied again).
 func (v *View) SaveMarks(file string) error {

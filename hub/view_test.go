@@ -21,7 +21,7 @@ func TestViewPutsEventsBackInOrder(t *testing.T) {
 	at := time.Now()
 	// The stream's order: 1 2 4 5 3 (resent) 4 (resent) 6.
 	for i, x := range [][2]uint64{{1, 0}, {2, 1}, {4, 3}, {5, 4}, {3, 2}, {4, 3}, {6, 5}} {
-		v.Apply("s", KindEvent, ev(int(x[0])), uint64(i+1), at, x[0], x[1])
+		v.Apply(Message{Site: "s", Kind: KindEvent, Data: ev(int(x[0])), Stream: uint64(i + 1), At: at, Seq: x[0], Prev: x[1]})
 	}
 	got := v.Events("s/n")
 	if len(got) != 6 {

@@ -69,6 +69,7 @@ func hubCmd() *command {
 		replicas := fs.Int("replicas", 1, "copies of the stream: 1, or 3 in a 3-server cluster")
 		out := fs.String("o", "", "add-site: file to write the site's nkey seed to (mode 0600)")
 		logFormat := fs.String("log-format", "json", "log format: json or text")
+		pprofAddr := fs.String("pprof-addr", "", "debugging: serve Go's profiles (/debug/pprof/) on this address; keep it on loopback")
 		pos, err := parse(fs, e, args)
 		if err != nil {
 			return err
@@ -120,7 +121,7 @@ func hubCmd() *command {
 		}
 		defer node.Close()
 		go followSites(ctx, log, node, *sitesDir, sites)
-		return serveHub(ctx, log, node, *name, *httpAddr, viewToken)
+		return serveHub(ctx, log, node, *name, *httpAddr, viewToken, *pprofAddr)
 	}
 	return c
 }
@@ -197,7 +198,7 @@ func (c refusedCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // serveHub serves the hub's view over HTTP until ctx ends.
-func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr, token string) error {
+func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr, token, pprofAddr string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	v := node.View
@@ -230,6 +231,12 @@ func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr,
 	srv := bhttp.NewHTTPServer(needToken(token, mux), guard, log)
 	ln = guard.Listener(ln)
 	g, ctx := errgroup.WithContext(ctx)
+	if pprofAddr != "" {
+		if err := servePprof(ctx, g, pprofAddr, guard); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	g.Go(func() error { return dash.Run(ctx) })
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -379,6 +386,8 @@ func hubForwarder(cfg serveConfig, log *slog.Logger, plans *boot.Live, rec *reco
 	host, _ := os.Hostname()
 	return &hub.Forwarder{
 		Site: site, URLs: strings.Split(cfg.hubURLs, ","), Seed: []byte(strings.TrimSpace(string(seed))), RootCAs: pool, Outbox: events,
+		// Beside status.db: a store wiped and made anew gets a new epoch.
+		EpochFile: filepath.Join(cfg.stateDir, "hub-epoch.json"),
 		Hello: func() hub.Hello {
 			h := hub.Hello{Daemon: host, Version: version, Source: rec.Status()}
 			if p := plans.Current(); p != nil {

@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -44,11 +45,35 @@ func main() {
 	nSites := flag.Int("sites", 50, "site daemons")
 	machines := flag.Int("machines", 200, "machines per site")
 	cut := flag.Int("cut", 10, "sites cut off while their machines provision, then reconnected")
+	var o options
+	flag.StringVar(&o.hubLog, "hub-log", "", "copy the hub's log to this file at the end")
+	siteLogFile := flag.String("site-log", "", "write the forwarders' log to this file")
+	flag.BoolVar(&o.timeline, "timeline", false, "print, every second, what the forwarders sent, what waits in the outboxes, the stream sequence the hub's view applied, its events and refusals")
+	flag.StringVar(&o.hubPprof, "hub-pprof", "", "the hub serves its profiles on this address (bootops hub --pprof-addr)")
 	flag.Parse()
-	if err := run(*bin, *nSites, *machines, *cut); err != nil {
+	o.siteLog = slog.New(slog.DiscardHandler)
+	if *siteLogFile != "" {
+		f, err := os.Create(*siteLogFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "hub bench:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		o.siteLog = slog.New(slog.NewTextHandler(f, nil))
+	}
+	err := run(*bin, *nSites, *machines, *cut, o)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "hub bench:", err)
 		os.Exit(1)
 	}
+}
+
+// options are the bench's diagnostics.
+type options struct {
+	hubLog   string       // copy the hub's log here at the end ("": nowhere)
+	hubPprof string       // the hub's --pprof-addr ("": none)
+	timeline bool         // print the run's progress every second
+	siteLog  *slog.Logger // the forwarders'
 }
 
 type site struct {
@@ -56,11 +81,12 @@ type site struct {
 	idx   int
 	store *status.Durable
 	fwd   *hub.Forwarder
+	log   *slog.Logger
 	stop  context.CancelFunc
 	done  chan struct{}
 }
 
-func run(bin string, nSites, machines, cut int) error {
+func run(bin string, nSites, machines, cut int, o options) error {
 	work, err := os.MkdirTemp("", "bootops-hub-bench-")
 	if err != nil {
 		return err
@@ -85,8 +111,17 @@ func run(bin string, nSites, machines, cut int) error {
 	hubCmd := exec.Command(bin, "hub", "--name", "bench", "--sites-dir", sitesDir, "--store", filepath.Join(work, "js"),
 		"--tls-cert", filepath.Join(tlsDir, "tls/server.pem"), "--tls-key", filepath.Join(tlsDir, "tls/server-key.pem"),
 		"--nats-addr", natsAddr, "--http-addr", httpAddr, "--log-format", "text")
+	if o.hubPprof != "" {
+		hubCmd.Args = append(hubCmd.Args, "--pprof-addr", o.hubPprof)
+	}
 	hubLog, _ := os.Create(filepath.Join(work, "hub.log"))
 	hubCmd.Stdout, hubCmd.Stderr = hubLog, hubLog
+	if o.hubLog != "" {
+		defer func() {
+			b, _ := os.ReadFile(hubLog.Name())
+			os.WriteFile(o.hubLog, b, 0o644)
+		}()
+	}
 	if err := hubCmd.Start(); err != nil {
 		return err
 	}
@@ -109,7 +144,7 @@ func run(bin string, nSites, machines, cut int) error {
 		if err != nil {
 			return err
 		}
-		s := &site{name: name, idx: i, store: st}
+		s := &site{name: name, idx: i, store: st, log: o.siteLog.With("site", name)}
 		s.start(ctx, natsAddr, seeds[name], pool)
 		sites = append(sites, s)
 	}
@@ -144,6 +179,15 @@ func run(bin string, nSites, machines, cut int) error {
 
 	// Every site provisions its machines at once.
 	start := time.Now()
+	timelineCtx, stopTimeline := context.WithCancel(ctx)
+	defer stopTimeline()
+	timelineDone := make(chan struct{})
+	go func() {
+		defer close(timelineDone)
+		if o.timeline {
+			printTimeline(timelineCtx, start, hubURL, sites)
+		}
+	}()
 	var wg sync.WaitGroup
 	for _, s := range sites {
 		wg.Add(1)
@@ -158,6 +202,8 @@ func run(bin string, nSites, machines, cut int) error {
 	elapsed := time.Since(start)
 	stopProbes()
 	<-probesDone
+	stopTimeline()
+	<-timelineDone
 	cpu := procstat.CPU(pid) - cpu0
 	rss, hwm := procstat.Mem(pid)
 	slices.Sort(lags)
@@ -215,7 +261,7 @@ func (s *site) start(ctx context.Context, addr string, seed []byte, pool *x509.C
 	s.stop = cancel
 	s.done = make(chan struct{})
 	s.fwd = &hub.Forwarder{Site: s.name, URLs: []string{"nats://" + addr}, Seed: seed, RootCAs: pool, Outbox: s.store,
-		Hello: func() hub.Hello { return hub.Hello{Plan: "bench"} }}
+		Hello: func() hub.Hello { return hub.Hello{Plan: "bench"} }, Log: s.log}
 	go func() { defer close(s.done); s.fwd.Run(cctx) }()
 }
 
@@ -230,6 +276,85 @@ func (s *site) provision(from, to int) {
 			batch = nil
 		}
 	}
+}
+
+// printTimeline prints, every second until ctx ends, the events the
+// forwarders had acknowledged, those waiting in the outboxes and the
+// stream sequence the hub's view has applied.
+func printTimeline(ctx context.Context, start time.Time, base string, sites []*site) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var sent uint64
+		unsent := 0
+		for _, s := range sites {
+			sent += s.fwd.Sent()
+			n, _ := s.store.Unsent()
+			unsent += n
+		}
+		fmt.Printf("  %5.1fs acknowledged %6d, in the outboxes %6d, view applied stream sequence %s, events %d, refused %v\n",
+			time.Since(start).Seconds(), sent, unsent, metric(base, "bootops_hub_applied_sequence"), viewEvents(base), refused(base))
+	}
+}
+
+// viewEvents is the events the hub's view applied, all sites.
+func viewEvents(base string) uint64 {
+	var doc struct{ Sites []struct{ Events uint64 } }
+	resp, err := http.Get(base + "/api/v1/status")
+	if err != nil {
+		return 0
+	}
+	json.NewDecoder(resp.Body).Decode(&doc)
+	resp.Body.Close()
+	var n uint64
+	for _, s := range doc.Sites {
+		n += s.Events
+	}
+	return n
+}
+
+// refused is the hub's refusals by reason, all sites.
+func refused(base string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "bootops_hub_refused_total{")
+		if !ok {
+			continue
+		}
+		labels, val, _ := strings.Cut(rest, "} ")
+		_, reason, _ := strings.Cut(labels, `reason="`)
+		reason, _, _ = strings.Cut(reason, `"`)
+		f, _ := strconv.ParseFloat(val, 64)
+		out[reason] += f
+	}
+	return out
+}
+
+// metric is one of the hub's metrics, as /metrics says it.
+func metric(base, name string) string {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return "?"
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return "?"
 }
 
 func hubHas(base, key, msg string) bool {
@@ -248,11 +373,20 @@ func hubHas(base, key, msg string) bool {
 	return false
 }
 
-// waitApplied waits until every site's outbox is empty and the hub's view
-// has applied its stream's end.
+// waitApplied waits until the hub's view has every event the sites'
+// stores held when it looked (and their outboxes are empty). What the
+// stores hold is counted before the view is asked: the probes go on
+// meanwhile, and a probe recorded while the view's status is on its way
+// is not one the view can have yet.
 func waitApplied(base string, sites []*site, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
+		var want uint64
+		for _, s := range sites {
+			for _, m := range s.store.Machines() {
+				want += uint64(m.Events)
+			}
+		}
 		empty := true
 		for _, s := range sites {
 			if out, _ := s.store.Pending(0, 1); len(out) > 0 {
@@ -260,26 +394,8 @@ func waitApplied(base string, sites []*site, d time.Duration) error {
 				break
 			}
 		}
-		if empty {
-			var doc struct{ Sites []struct{ Events uint64 } }
-			resp, err := http.Get(base + "/api/v1/status")
-			if err == nil {
-				json.NewDecoder(resp.Body).Decode(&doc)
-				resp.Body.Close()
-			}
-			var got uint64
-			for _, s := range doc.Sites {
-				got += s.Events
-			}
-			var want uint64
-			for _, s := range sites {
-				for _, m := range s.store.Machines() {
-					want += uint64(m.Events)
-				}
-			}
-			if got >= want {
-				return nil
-			}
+		if empty && viewEvents(base) >= want {
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -327,7 +443,9 @@ func reference(work string, n int) error {
 		msg := nats.NewMsg("ref." + strconv.Itoa(i%50))
 		msg.Header.Set(jetstream.MsgIDHeader, strconv.Itoa(i))
 		msg.Data = b
-		if _, err := js.PublishMsgAsync(msg); err != nil {
+		// A full window waits for acknowledgements (nats.go's default
+		// gives up after 200 ms, which a loaded machine exceeds).
+		if _, err := js.PublishMsgAsync(msg, jetstream.WithStallWait(time.Minute)); err != nil {
 			return err
 		}
 	}

@@ -157,6 +157,7 @@ type site struct {
 	fwd   *Forwarder
 	proxy *proxy
 	done  chan struct{}
+	log   syncBuffer // the forwarder's, shown when the site does not drain
 }
 
 func newSite(t testing.TB, ctx context.Context, name string, idx int, hubs []string, kp nkeys.KeyPair) *site {
@@ -173,7 +174,8 @@ func newSite(t testing.TB, ctx context.Context, name string, idx int, hubs []str
 	}
 	s.store = st
 	s.fwd = &Forwarder{Site: name, URLs: s.proxy.urls(), Seed: seed, Outbox: st, HelloEvery: time.Second,
-		Hello: func() Hello { return Hello{Plan: "plan-" + name, Nodes: []string{"never-booted"}} }}
+		Hello: func() Hello { return Hello{Plan: "plan-" + name, Nodes: []string{"never-booted"}} },
+		Log:   slog.New(slog.NewTextHandler(&s.log, nil))}
 	go func() { defer close(s.done); s.fwd.Run(ctx) }()
 	t.Cleanup(func() { <-s.done; st.Close() })
 	return s
@@ -208,7 +210,7 @@ func (s *site) drained(t testing.TB, d time.Duration) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	out, _ := s.store.Pending(0, 100000)
-	t.Fatalf("site %s: %d events still not acknowledged after %s", s.name, len(out), d)
+	t.Fatalf("site %s: %d events still not acknowledged after %s; its forwarder's log:\n%s", s.name, len(out), d, s.log.String())
 }
 
 // caughtUp waits until node's view has applied the stream's last message.
@@ -323,7 +325,7 @@ func TestHubFleet(t *testing.T) {
 	}
 	wg.Wait()
 	for _, s := range sites {
-		s.drained(t, 2*time.Minute)
+		s.drained(t, 4*time.Minute)
 	}
 	for _, h := range hubs {
 		caughtUp(t, ctx, h, time.Minute)
@@ -364,7 +366,7 @@ func TestHubFleet(t *testing.T) {
 	}
 	east.proxy.mend()
 	back := time.Now()
-	east.drained(t, 2*time.Minute)
+	east.drained(t, 4*time.Minute)
 	for _, h := range hubs {
 		caughtUp(t, ctx, h, time.Minute)
 		sameView(t, h, sites)
@@ -397,7 +399,7 @@ func TestHubFleet(t *testing.T) {
 		s.provision(t, 2000, 2100)
 	}
 	for _, s := range sites {
-		s.drained(t, 2*time.Minute)
+		s.drained(t, 4*time.Minute)
 	}
 	for _, h := range alive {
 		caughtUp(t, ctx, h, time.Minute)
@@ -409,7 +411,7 @@ func TestHubFleet(t *testing.T) {
 		if err := s.store.RecordSync(status.Event{Kind: status.KindScript, Serial: "SER-SHARED", Message: "script for " + s.name}); err != nil {
 			t.Fatal(err)
 		}
-		s.drained(t, time.Minute)
+		s.drained(t, 3*time.Minute)
 	}
 
 	// west is killed before it hears any acknowledgement, and started
@@ -444,7 +446,7 @@ func TestHubFleet(t *testing.T) {
 	time.Sleep(dedup + time.Second)
 	stop = forward(west.store)
 	defer stop()
-	west.drained(t, time.Minute)
+	west.drained(t, 3*time.Minute)
 	sites = append(sites, west)
 	for _, h := range alive {
 		caughtUp(t, ctx, h, time.Minute)

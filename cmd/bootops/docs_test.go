@@ -128,4 +128,3 @@ func TestConsoleMatch(t *testing.T) {
 		t.Errorf("blocks: %+v", blocks)
 	}
 }
-

@@ -49,7 +49,7 @@ func newHTTP(cfg Config, d httpDeps) *bhttp.Server {
 	}, []string{"result"})
 	d.reg.MustRegister(agentRequests, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "bootops_status_events_dropped_total",
-		Help: "Boot-plane events the status store could not keep (its queue was full or a write failed).",
+		Help: "Boot-plane events the status store did not keep: its queue was full, a write failed, or a node was past its event budget (--node-events-burst).",
 	}, func() float64 { return float64(d.events.Dropped()) }))
 	for _, r := range []string{bhttp.AgentOK, bhttp.AgentUnauthorized, bhttp.AgentMismatch, bhttp.AgentConflict, bhttp.AgentRefused, bhttp.AgentReportRefused, bhttp.AgentBadRequest} {
 		agentRequests.WithLabelValues(r)

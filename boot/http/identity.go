@@ -86,10 +86,10 @@ func clean(s string, max int) string {
 // that is not an identifier: a MAC, UUID or serial no firmware reports,
 // a machine key that is not one the server hands out, too many NICs.
 func checkInIdentity(c *plan.CheckIn) error {
-	if len(c.Site) > 63 || word(c.Site, 63) != c.Site {
+	if word(c.Site, 63) != c.Site { // word gives "" past 63 bytes
 		return fmt.Errorf("site %.70q: not a site name", c.Site)
 	}
-	if len(c.Node) > 63 || word(c.Node, 63) != c.Node {
+	if word(c.Node, 63) != c.Node {
 		return fmt.Errorf("node %.70q: not a node name", c.Node)
 	}
 	if c.Machine != "" && !validMachineKey(c.Machine) {

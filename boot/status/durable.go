@@ -367,8 +367,8 @@ func (d *Durable) RecordSync(events ...Event) error {
 	return d.send(r)
 }
 
-// Dropped counts the events Record dropped (queue full, store closed, or a
-// failed commit).
+// Dropped counts the events Record dropped (queue full, store closed, a
+// failed commit, or a node past its event budget).
 func (d *Durable) Dropped() uint64 { return d.dropped.Load() }
 
 // stamp dates an event without a time, and zeroes a rate JSON cannot carry

@@ -124,7 +124,13 @@ func (x *bmcLib) do(ctx context.Context, what string, f func(*bmclib.Client) err
 	if err == nil {
 		return nil
 	}
-	if ctx.Err() != nil {
+	// bmclib gives its HTTP client a timeout of its own, from the same
+	// deadline: it may fire just before the context does (and bmclib's
+	// error may not wrap it).
+	var ne net.Error
+	deadline, ok := ctx.Deadline()
+	nearDeadline := ok && time.Until(deadline) < 250*time.Millisecond
+	if ctx.Err() != nil || nearDeadline || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		return &TimeoutError{What: what, BMC: x.b.Host() + " (" + x.b.Protocol + ")", After: time.Since(start)}
 	}
 	return fmt.Errorf("%s: BMC %s (%s): %s", what, x.b.Host(), x.b.Protocol, tidy(err))

@@ -153,7 +153,7 @@ func revisionErrors(e *env, rev string, err error) error {
 		for _, x := range list {
 			fmt.Fprintf(e.stderr, "%s: %s\n", rev, x)
 		}
-		fmt.Fprintf(e.stderr, "%s does not compile: %d errors\n", rev, len(list))
+		fmt.Fprintf(e.stderr, "%s does not compile: %s\n", rev, countErrors(len(list)))
 		return errSilent
 	}
 	return fmt.Errorf("%s: %w", rev, err)

@@ -116,7 +116,7 @@ func importCSV(c *command, e *env, args []string) error {
 		for _, x := range list {
 			fmt.Fprintln(e.stderr, x)
 		}
-		fmt.Fprintf(e.stderr, "%d errors in %s: nothing written\n", len(list), file)
+		fmt.Fprintf(e.stderr, "%s in %s: nothing written\n", countErrors(len(list)), file)
 		return errSilent
 	}
 	if err != nil {

@@ -275,7 +275,7 @@ func TestReadmeBrokenExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(strings.ReplaceAll(want, dir, "examples/warehouse")), "\n") {
-		if !strings.Contains(string(readme), "# "+line) {
+		if !strings.Contains(string(readme), "\n"+line+"\n") {
 			t.Errorf("README does not show %q", line)
 		}
 	}

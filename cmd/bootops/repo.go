@@ -51,14 +51,18 @@ func withRepo(e *env, dir string, f func(*compiler.Compiler, fs.FS) error) error
 		for _, e2 := range list {
 			fmt.Fprintln(e.stderr, e2)
 		}
-		noun := "errors"
-		if len(list) == 1 {
-			noun = "error"
-		}
-		fmt.Fprintf(e.stderr, "%d %s in %s\n", len(list), noun, dir)
+		fmt.Fprintf(e.stderr, "%s in %s\n", countErrors(len(list)), dir)
 		return errSilent
 	}
 	return err
+}
+
+// countErrors is "1 error", "2 errors".
+func countErrors(n int) string {
+	if n == 1 {
+		return "1 error"
+	}
+	return fmt.Sprintf("%d errors", n)
 }
 
 // writeFileAtomic replaces name with data, never leaving half a file.

@@ -149,14 +149,19 @@ func refused(a reconciler.Attempt, want string) bool {
 }
 
 // fetchStatus GETs the status document into doc and returns its bytes.
+// It decodes into a fresh document and replaces doc only then: decoding
+// into a reused one (--wait's loop) kept a field a later reply omits
+// (a node's power, omitempty) from the row that was there before.
 func fetchStatus(ctx context.Context, url string, doc *statusDoc) ([]byte, error) {
 	body, err := get(ctx, url)
 	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(body, doc); err != nil {
+	var fresh statusDoc
+	if err := json.Unmarshal(body, &fresh); err != nil {
 		return nil, fmt.Errorf("not a status document: %w", err)
 	}
+	*doc = fresh
 	return body, nil
 }
 

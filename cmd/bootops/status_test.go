@@ -1,0 +1,39 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// status --wait asks until the revision is served; each reply stands on
+// its own: a node whose power the last reply omits shows none, not the
+// power an earlier reply gave the node in its row.
+func TestStatusWaitDoesNotCarryAnEarlierReply(t *testing.T) {
+	replies := []string{
+		`{"source":{"applied":{"revision":"aaaa"}},"nodes":[{"node":"n1","site":"lab","state":"provisioned","power":"on"},{"node":"n2","site":"lab","state":"provisioned","power":"off"}]}`,
+		`{"source":{"applied":{"revision":"bbbb"}},"nodes":[{"node":"n3","site":"lab","state":"provisioned"},{"node":"n2","site":"lab","state":"provisioned","power":"off"}]}`,
+	}
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := min(int(n.Add(1))-1, len(replies)-1)
+		w.Write([]byte(replies[i]))
+	}))
+	defer srv.Close()
+	code, out, errs := bootops(t, nil, "status", "--server", srv.URL, "--wait", "bbbb", "--timeout", "10s")
+	if code != 0 || n.Load() < 2 {
+		t.Fatalf("status --wait: %d after %d replies %s", code, n.Load(), errs)
+	}
+	var row string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "n3 ") {
+			row = l
+		}
+	}
+	f := strings.Fields(row)
+	if len(f) < 9 || f[8] != "-" || strings.Contains(out, "n1 ") {
+		t.Errorf("n3's POWER is not \"-\" (a row of the first reply?):\n%s", out)
+	}
+}

@@ -61,7 +61,20 @@ type Site struct {
 	// hold policy; nil under ignore.
 	Unknown      *Artifacts    `json:"unknown,omitempty"`
 	Reservations []Reservation `json:"reservations,omitempty"`
-	Nodes        []*Node       `json:"nodes"`
+	// Rollouts are the site's rollout policies by profile, for the
+	// profiles its nodes install whose policy is not the default
+	// (manual); nil when none is.
+	Rollouts map[string]*Rollout `json:"rollouts,omitempty"`
+	Nodes    []*Node             `json:"nodes"`
+}
+
+// Rollout is the rollout policy of profile's nodes at s: manual unless
+// Git says otherwise.
+func (s *Site) Rollout(profile string) Rollout {
+	if r := s.Rollouts[profile]; r != nil {
+		return *r
+	}
+	return Rollout{Strategy: RolloutManual, MaxUnavailable: DefaultMaxUnavailable, HealthTimeout: DefaultHealthTimeout}
 }
 
 // ServerURL is the base URL nodes use to reach the site's boot server
@@ -181,6 +194,8 @@ type Node struct {
 	Source    string    `json:"source"`
 	Hash      string    `json:"hash"`
 	Artifacts Artifacts `json:"artifacts"`
+	// Install is what installing the node now consumes, by digest.
+	Install Install `json:"install"`
 }
 
 // Artifacts are the files rendered for one node.

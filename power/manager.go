@@ -19,6 +19,9 @@ const (
 	DefaultInterval = time.Minute
 	DefaultTimeout  = 20 * time.Second
 	DefaultParallel = 20
+	// DefaultSettle is how long an operator's on, off or cycle waits for
+	// the BMC to report the state asked for.
+	DefaultSettle = 5 * time.Second
 	// MaxAttempts bounds the automatic tries per node and generation.
 	MaxAttempts = 6
 )
@@ -44,6 +47,10 @@ type Manager struct {
 	// Interval between power polls; default DefaultInterval.
 	Interval time.Duration
 	Parallel int // BMCs asked at once; default DefaultParallel
+	// Settle is how long an operator's action reads the power state
+	// back, a few times, until it is the one asked for; default
+	// DefaultSettle.
+	Settle time.Duration
 	// StateFile keeps the generation each node was cycled for, so a
 	// restart does not cycle it again.
 	StateFile string
@@ -71,6 +78,10 @@ type nodePower struct {
 	state   string
 	err     string
 	checked time.Time
+	// requested is an operator's action ("off") the BMC took but whose
+	// state it did not report yet: Status says "requested off" until the
+	// next poll.
+	requested string
 	// automatic tries for generation gen: failures so far, and when the
 	// next may start.
 	gen      int
@@ -102,6 +113,9 @@ func (m *Manager) init() {
 		}
 		if m.Parallel <= 0 {
 			m.Parallel = DefaultParallel
+		}
+		if m.Settle <= 0 {
+			m.Settle = DefaultSettle
 		}
 		if m.Now == nil {
 			m.Now = time.Now
@@ -259,6 +273,7 @@ func (m *Manager) poll(ctx context.Context, t target, np *nodePower) (string, er
 	m.mu.Lock()
 	before := np.err
 	np.checked = m.Now()
+	np.requested = ""
 	if err != nil {
 		np.state, np.err = Unreachable, err.Error()
 	} else {
@@ -398,7 +413,15 @@ func (m *Manager) Status(key string) (Status, bool) {
 	if np == nil {
 		return Status{}, false
 	}
-	return Status{Node: key, Power: np.state, Error: np.err, Checked: np.checked}, true
+	return np.status(key), true
+}
+
+func (np *nodePower) status(key string) Status {
+	power := np.state
+	if np.requested != "" {
+		power = "requested " + np.requested
+	}
+	return Status{Node: key, Power: power, Error: np.err, Checked: np.checked}
 }
 
 // Counts is how many nodes with a BMC are in each power state.
@@ -514,7 +537,7 @@ func (m *Manager) Act(ctx context.Context, key, action string) (Status, error) {
 			return err
 		}
 		m.Record(t.site.Name, t.node.Name, said+" (asked by an operator)", false, 0)
-		m.poll(ctx, t, np)
+		m.settle(ctx, c, np, action)
 		return nil
 	})
 	if err != nil {
@@ -522,6 +545,49 @@ func (m *Manager) Act(ctx context.Context, key, action string) (Status, error) {
 	}
 	st, _ := m.Status(key)
 	return st, nil
+}
+
+// settle reads the power state back after action until it is the one
+// asked for, a few times within m.Settle (and ctx): a BMC takes the
+// request at once and changes the state a moment later, and the state read
+// right after is the one before. What it reads is kept as a poll's; when
+// the state is not there yet, Status says "requested <action>" until the
+// next poll. A read that fails is no news: the action was taken, and the
+// node is not unreachable for a read cut short by the settle's end.
+func (m *Manager) settle(ctx context.Context, c Controller, np *nodePower, action string) {
+	want := On
+	if action == "off" {
+		want = Off
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.Settle)
+	defer cancel()
+	const reads = 5
+	every := m.Settle / reads
+	for i := 0; ; i++ {
+		var state string
+		err := m.bounded(ctx, func(ctx context.Context) (err error) { state, err = c.PowerState(ctx); return err })
+		if err == nil {
+			m.mu.Lock()
+			np.state, np.err, np.checked, np.requested = state, "", m.Now(), ""
+			m.mu.Unlock()
+			if state == want {
+				return
+			}
+		}
+		if i == reads-1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(every):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	m.mu.Lock()
+	np.requested = action
+	m.mu.Unlock()
 }
 
 // BootDevice sets the node's next boot device ("pxe" or "disk"), for the

@@ -24,6 +24,11 @@ type fakeBMC struct {
 	calls []string
 	fail  error         // every call fails with it
 	hang  chan struct{} // calls wait on it (or their deadline)
+	// lag: a power change shows lag after the BMC took it (as on real
+	// machines), pending until then.
+	lag     time.Duration
+	pending string
+	at      time.Time
 }
 
 func (f *fakeBMC) call(ctx context.Context, what string) error {
@@ -47,6 +52,9 @@ func (f *fakeBMC) PowerState(ctx context.Context) (string, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.pending != "" && !time.Now().Before(f.at) {
+		f.power, f.pending = f.pending, ""
+	}
 	return f.power, nil
 }
 
@@ -57,10 +65,12 @@ func (f *fakeBMC) SetPower(ctx context.Context, action string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch action {
-	case "on":
-		f.power = On
-	case "off":
-		f.power = Off
+	case "on", "off":
+		if f.lag > 0 {
+			f.pending, f.at = action, time.Now().Add(f.lag)
+			return nil
+		}
+		f.power = action
 	case "cycle":
 		if f.power == Off {
 			return errors.New("cycle of a machine that is off")
@@ -332,5 +342,46 @@ func TestTidyBMCLibErrors(t *testing.T) {
 	err := errors.New("2 errors occurred:\n\t* provider: ipmitool: Error in open session response message : invalid authentication algorithm\nError: Unable to establish IPMI v2 / RMCP+ session: exit status 1\n\t* no Opener implementations found\n\n")
 	if got := tidy(err); got != "Error in open session response message : invalid authentication algorithm Error: Unable to establish IPMI v2 / RMCP+ session: exit status 1" {
 		t.Errorf("%q", got)
+	}
+}
+
+// After an operator's off, the BMC reports the machine off only a moment
+// later: the answer and the status wait for it, a few reads within
+// Settle; when it does not come in that time they say "requested off",
+// not the state from before, until the next poll.
+func TestOperatorActionWaitsForTheState(t *testing.T) {
+	r := newRig(t, "", bmcNode("n1", "10.0.0.1", 0))
+	b := r.bmcs["10.0.0.1"]
+	b.power, b.lag = On, 300*time.Millisecond
+	r.m.Settle = 3 * time.Second
+	ctx := context.Background()
+	r.m.Round(ctx)
+	st, err := r.m.Act(ctx, "lab/n1", "off")
+	if err != nil || st.Power != Off {
+		t.Fatalf("off, seen off after %s: %+v %v", b.lag, st, err)
+	}
+	if st, _ := r.m.Status("lab/n1"); st.Power != Off {
+		t.Errorf("status after off: %+v", st)
+	}
+
+	b.lag = time.Hour
+	r.m.Settle = 300 * time.Millisecond
+	start := time.Now()
+	st, err = r.m.Act(ctx, "lab/n1", "on")
+	if err != nil || st.Power != "requested on" {
+		t.Fatalf("on, never seen on: %+v %v", st, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("on waited %s for a state that did not come (settle %s)", d, r.m.Settle)
+	}
+	if st, _ := r.m.Status("lab/n1"); st.Power != "requested on" {
+		t.Errorf("status after on: %+v", st)
+	}
+	if c := r.m.Counts(); c[Off] != 1 {
+		t.Errorf("counts: %v", c)
+	}
+	r.m.Round(ctx)
+	if st, _ := r.m.Status("lab/n1"); st.Power != Off {
+		t.Errorf("status after the next poll: %+v", st)
 	}
 }

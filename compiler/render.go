@@ -79,6 +79,7 @@ func (r *repo) render() (*plan.Plan, Errors) {
 			Env:            o.v.get("env").stringMap(),
 			Power:          powerPolicy(o.str("power")),
 			Peers:          peerLimits(o),
+			Rollouts:       r.rollouts(o),
 			Nodes:          []*plan.Node{},
 		}
 		if pool := nw.get("pool"); pool != nil {
@@ -183,6 +184,7 @@ func (r *repo) node(n *nodeObj, s *plan.Site, pr *plan.Profile, microOS map[stri
 		pn.Identity.MACs = append(pn.Identity.MACs, plan.NormalizeMAC(m))
 	}
 	pn.Artifacts = r.artifacts(pn, n.v.get("cloudInit"), s, pr, microOS[pr.MicroOS], n.str("disk"))
+	pn.Install = plan.InstallOf(pn)
 	pn.Hash = plan.Hash(pn)
 	return pn
 }

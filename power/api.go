@@ -94,6 +94,8 @@ func (m *Manager) answer(w http.ResponseWriter, st Status, err error) {
 			code = http.StatusNotFound
 		case errors.Is(err, ErrNoBMC):
 			code = http.StatusConflict
+		case errors.Is(err, ErrBusy):
+			code = http.StatusServiceUnavailable
 		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 			code = http.StatusGatewayTimeout
 		default:

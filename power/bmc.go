@@ -59,7 +59,8 @@ type bmcLib struct {
 	to netip.Addr
 }
 
-func (x *bmcLib) client() *bmclib.Client {
+// client is a bmclib client whose every connection ends by deadline.
+func (x *bmcLib) client(deadline time.Time) *bmclib.Client {
 	var opts []bmclib.Option
 	host := x.to.String() // ipmitool -H: the checked address
 	switch x.b.Protocol {
@@ -75,8 +76,19 @@ func (x *bmcLib) client() *bmclib.Client {
 		// Host header; the connection goes to the checked address. No
 		// proxy: the BMC's password goes to it alone.
 		host = x.b.Address
+		// gofish sends its requests without the call's context, each
+		// with the time left at the login as its timeout: the deadline is
+		// set on the connections themselves. (bmclib clones the
+		// transport: it must stay an *http.Transport.)
+		dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := x.dialChecked(ctx, network, addr)
+			if err == nil && !deadline.IsZero() {
+				conn.SetDeadline(deadline)
+			}
+			return conn, err
+		}
 		hc := &http.Client{Transport: &http.Transport{
-			DialContext:         x.dialChecked,
+			DialContext:         dial,
 			TLSClientConfig:     &tls.Config{InsecureSkipVerify: !x.b.TLSVerify}, // tlsVerify: false in Git, and the daemon allows it
 			TLSHandshakeTimeout: 10 * time.Second,
 		}}
@@ -108,18 +120,37 @@ func (x *bmcLib) dialChecked(ctx context.Context, network, addr string) (net.Con
 	return d.DialContext(ctx, network, net.JoinHostPort(x.to.String(), port))
 }
 
+// closeMax is the most a logout may take, and the most of a call's time
+// kept back for it.
+const closeMax = 2 * time.Second
+
 // do opens the BMC, runs f and closes it, saying which BMC and what
-// failed, and naming a timeout as one.
-func (x *bmcLib) do(ctx context.Context, what string, f func(*bmclib.Client) error) error {
+// failed, and naming a timeout as one. The whole call, login, f and
+// logout, ends by ctx's deadline (DefaultTimeout without one): f runs
+// until a fifth of the time before it (at most closeMax), which is kept
+// for the logout, and every connection ends at the deadline, whatever
+// bmclib does with the context.
+func (x *bmcLib) do(ctx context.Context, what string, f func(context.Context, *bmclib.Client) error) error {
 	if !x.to.IsValid() {
 		return fmt.Errorf("%s: BMC %s (%s): no checked address to reach it at", what, x.b.Host(), x.b.Protocol)
 	}
 	start := time.Now()
-	cl := x.client()
-	err := cl.Open(ctx)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = start.Add(DefaultTimeout)
+	}
+	opDeadline := deadline.Add(-min(closeMax, deadline.Sub(start)/5))
+	opCtx, cancel := context.WithDeadline(ctx, opDeadline)
+	defer cancel()
+	cl := x.client(deadline)
+	err := cl.Open(opCtx)
 	if err == nil {
-		err = f(cl)
-		cl.Close(context.WithoutCancel(ctx))
+		err = f(opCtx, cl)
+		by := time.Now().Add(closeMax)
+		if deadline.Before(by) {
+			by = deadline
+		}
+		closeBy(ctx, cl, by)
 	}
 	if err == nil {
 		return nil
@@ -128,12 +159,33 @@ func (x *bmcLib) do(ctx context.Context, what string, f func(*bmclib.Client) err
 	// deadline: it may fire just before the context does (and bmclib's
 	// error may not wrap it).
 	var ne net.Error
-	deadline, ok := ctx.Deadline()
-	nearDeadline := ok && time.Until(deadline) < 250*time.Millisecond
-	if ctx.Err() != nil || nearDeadline || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		return &TimeoutError{What: what, BMC: x.b.Host() + " (" + x.b.Protocol + ")", After: time.Since(start)}
+	nearDeadline := time.Until(opDeadline) < 250*time.Millisecond
+	if opCtx.Err() != nil || nearDeadline || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		after := time.Since(start)
+		if nearDeadline {
+			after = deadline.Sub(start) // the time it had
+		}
+		return &TimeoutError{What: what, BMC: x.b.Host() + " (" + x.b.Protocol + ")", After: after}
 	}
 	return fmt.Errorf("%s: BMC %s (%s): %s", what, x.b.Host(), x.b.Protocol, tidy(err))
+}
+
+// closeBy logs out, waiting until by at the latest: a BMC that hung on
+// the call hangs on the logout too, and bmclib's Close gives itself time
+// of its own when the context has ended. Its connections end by the
+// call's deadline, so what goes on past by ends soon after.
+func closeBy(ctx context.Context, cl *bmclib.Client, by time.Time) {
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cl.Close(ctx)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // TimeoutError is a BMC that did not answer in time.
@@ -171,7 +223,7 @@ func tidy(err error) string {
 
 func (x *bmcLib) PowerState(ctx context.Context) (string, error) {
 	var state string
-	err := x.do(ctx, "power status", func(cl *bmclib.Client) error {
+	err := x.do(ctx, "power status", func(ctx context.Context, cl *bmclib.Client) error {
 		s, err := cl.GetPowerState(ctx)
 		if err != nil {
 			return err
@@ -196,7 +248,7 @@ func parseState(s string) (string, error) {
 }
 
 func (x *bmcLib) SetPower(ctx context.Context, action string) error {
-	return x.do(ctx, "power "+action, func(cl *bmclib.Client) error {
+	return x.do(ctx, "power "+action, func(ctx context.Context, cl *bmclib.Client) error {
 		ok, err := cl.SetPowerState(ctx, action)
 		if err == nil && !ok {
 			err = errors.New("the BMC did not accept it")
@@ -206,7 +258,7 @@ func (x *bmcLib) SetPower(ctx context.Context, action string) error {
 }
 
 func (x *bmcLib) SetBootDevice(ctx context.Context, device string, once bool) error {
-	return x.do(ctx, "boot device "+device, func(cl *bmclib.Client) error {
+	return x.do(ctx, "boot device "+device, func(ctx context.Context, cl *bmclib.Client) error {
 		ok, err := cl.SetBootDevice(ctx, device, !once, x.b.BootMode != plan.BootLegacy)
 		if err == nil && !ok {
 			err = errors.New("the BMC did not accept it")

@@ -22,6 +22,9 @@ const (
 	// DefaultSettle is how long an operator's on, off or cycle waits for
 	// the BMC to report the state asked for.
 	DefaultSettle = 5 * time.Second
+	// DefaultBusy is how long an operator's call waits for a running
+	// call of the same BMC.
+	DefaultBusy = 5 * time.Second
 	// MaxAttempts bounds the automatic tries per node and generation.
 	MaxAttempts = 6
 )
@@ -51,6 +54,10 @@ type Manager struct {
 	// back, a few times, until it is the one asked for; default
 	// DefaultSettle.
 	Settle time.Duration
+	// Busy is how long an operator's call waits for a poll (or another
+	// call) of the same BMC before it fails with ErrBusy; default
+	// DefaultBusy.
+	Busy time.Duration
 	// StateFile keeps the generation each node was cycled for, so a
 	// restart does not cycle it again.
 	StateFile string
@@ -73,7 +80,11 @@ type Manager struct {
 
 // nodePower is what the Manager knows of one node's BMC.
 type nodePower struct {
-	call sync.Mutex // one call to a BMC at a time
+	// call is held by the one call to the BMC at a time (a buffered
+	// channel: an operator waits for it at most Manager.Busy); holder
+	// says who holds it, for ErrBusy.
+	call   chan struct{}
+	holder string
 
 	state   string
 	err     string
@@ -116,6 +127,9 @@ func (m *Manager) init() {
 		}
 		if m.Settle <= 0 {
 			m.Settle = DefaultSettle
+		}
+		if m.Busy <= 0 {
+			m.Busy = DefaultBusy
 		}
 		if m.Now == nil {
 			m.Now = time.Now
@@ -226,7 +240,7 @@ func (m *Manager) node(key string) *nodePower {
 	defer m.mu.Unlock()
 	np := m.nodes[key]
 	if np == nil {
-		np = &nodePower{state: Unknown}
+		np = &nodePower{state: Unknown, call: make(chan struct{}, 1)}
 		m.nodes[key] = np
 	}
 	return np
@@ -254,8 +268,10 @@ func (m *Manager) controller(ctx context.Context, t target) (Controller, error) 
 
 func (m *Manager) visit(ctx context.Context, t target) {
 	np := m.node(t.key())
-	np.call.Lock()
-	defer np.call.Unlock()
+	if err := m.lock(ctx, np, "a poll", 0); err != nil {
+		return
+	}
+	defer m.unlock(np)
 	state, err := m.poll(ctx, t, np)
 	if t.site.Power != plan.PowerAuto {
 		return
@@ -326,6 +342,7 @@ func (m *Manager) auto(ctx context.Context, t target, np *nodePower, state strin
 		m.mu.Unlock()
 		return
 	}
+	np.holder = "an automatic power action"
 	m.mu.Unlock()
 	err := pollErr
 	if err == nil {
@@ -460,8 +477,49 @@ func (m *Manager) find(key string) (target, error) {
 	return target{}, ErrNoNode
 }
 
+// ErrBusy is an operator's call to a BMC that another call (a poll) kept
+// busy for longer than Manager.Busy.
+var ErrBusy = errors.New("busy")
+
+// lock takes np's call, for who ("a poll"), waiting at most wait (0: as
+// long as ctx lasts).
+//
+// One call to a BMC at a time: a BMC serves few sessions, and a poll
+// racing a cycle would read a state half-way. A poll waits its turn (a
+// round ends by the calls' deadlines). An operator does not wait behind a
+// hung poll, which may hold the BMC for the whole --bmc-timeout, three
+// times for an automatic cycle: after Busy (5 s: a healthy BMC's poll is
+// over by then) the call fails with ErrBusy, saying what runs, and the
+// operator tries again. Cancelling the poll instead would cut an
+// automatic cycle half-way (next boot set, no cycle) and count a failed
+// attempt for it; failing fast leaves the poll to end by its deadline.
+func (m *Manager) lock(ctx context.Context, np *nodePower, who string, wait time.Duration) error {
+	var timeout <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case np.call <- struct{}{}:
+		m.mu.Lock()
+		np.holder = who
+		m.mu.Unlock()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timeout:
+		m.mu.Lock()
+		holder := np.holder
+		m.mu.Unlock()
+		return fmt.Errorf("%w: %s of this BMC is running; try again in a moment (it ends within --bmc-timeout, %s)", ErrBusy, holder, m.Timeout)
+	}
+}
+
+func (m *Manager) unlock(np *nodePower) { <-np.call }
+
 // operator runs f, an operator's call, on the node key's BMC: one call to
-// a BMC at a time, as for the polls.
+// a BMC at a time, as for the polls (see lock).
 func (m *Manager) operator(ctx context.Context, key string, f func(t target, np *nodePower, c Controller) error) error {
 	m.init()
 	t, err := m.find(key)
@@ -469,8 +527,10 @@ func (m *Manager) operator(ctx context.Context, key string, f func(t target, np 
 		return err
 	}
 	np := m.node(key)
-	np.call.Lock()
-	defer np.call.Unlock()
+	if err := m.lock(ctx, np, "an operator's call", m.Busy); err != nil {
+		return err
+	}
+	defer m.unlock(np)
 	c, err := m.controller(ctx, t)
 	if err != nil {
 		return err
@@ -506,9 +566,12 @@ func (m *Manager) Query(ctx context.Context, key string) (Status, error) {
 		return Status{}, err
 	}
 	np := m.node(key)
-	np.call.Lock()
+	if err := m.lock(ctx, np, "an operator's call", m.Busy); err != nil {
+		st, _ := m.Status(key)
+		return st, err
+	}
 	_, err = m.poll(ctx, t, np)
-	np.call.Unlock()
+	m.unlock(np)
 	st, _ := m.Status(key)
 	return st, err
 }

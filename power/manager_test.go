@@ -385,3 +385,44 @@ func TestOperatorActionWaitsForTheState(t *testing.T) {
 		t.Errorf("status after the next poll: %+v", st)
 	}
 }
+
+// An operator's call does not wait behind a poll of the same BMC that
+// hangs (for up to the whole BMC timeout): after Busy it says the BMC is
+// busy, and why.
+func TestOperatorDoesNotWaitBehindAHungPoll(t *testing.T) {
+	r := newRig(t, "", bmcNode("n1", "10.0.0.1", 0))
+	b := r.bmcs["10.0.0.1"]
+	b.hang = make(chan struct{})
+	r.m.Timeout = time.Minute
+	r.m.Busy = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.m.Round(ctx) }()
+	defer func() { cancel(); close(b.hang); <-done }()
+	for i := 0; ; i++ { // until the poll is at the BMC
+		b.mu.Lock()
+		n := len(b.calls)
+		b.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if i == 500 {
+			t.Fatal("no poll")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for name, call := range map[string]func() error{
+		"off":         func() error { _, err := r.m.Act(context.Background(), "lab/n1", "off"); return err },
+		"status":      func() error { _, err := r.m.Query(context.Background(), "lab/n1"); return err },
+		"boot-device": func() error { return r.m.BootDevice(context.Background(), "lab/n1", "pxe", true) },
+	} {
+		start := time.Now()
+		err := call()
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%s waited %s behind a hung poll", name, d)
+		}
+		if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "busy: a poll of this BMC is running") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

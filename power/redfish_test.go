@@ -249,7 +249,7 @@ func TestRedfishFailures(t *testing.T) {
 	if !isTimeout(err) || !strings.Contains(err.Error(), "did not answer within 3s") {
 		t.Errorf("hanging BMC: %v", err)
 	}
-	if d := time.Since(start); d > 6*time.Second {
+	if d := time.Since(start); d > 4500*time.Millisecond {
 		t.Errorf("a hanging BMC held the call %s", d)
 	}
 
@@ -289,7 +289,45 @@ func TestBMCReachedAtTheCheckedAddress(t *testing.T) {
 		t.Errorf("another host: %v", err)
 	}
 	ipmi := &bmcLib{b: plan.BMC{Address: "bmc.invalid", Protocol: plan.BMCIPMI}, to: loopback}
-	if h := ipmi.client().Auth.Host; h != "127.0.0.1" {
+	if h := ipmi.client(time.Time{}).Auth.Host; h != "127.0.0.1" {
 		t.Errorf("ipmitool is sent to %q", h)
+	}
+}
+
+// A BMC that takes the login and then hangs, on the read and on the
+// logout: the whole call, login, read and logout, ends by its one
+// deadline (it was the deadline for each, twice the time).
+func TestRedfishHangAfterLoginEndsByTheDeadline(t *testing.T) {
+	b := &redfishBMC{t: t, user: "root", pass: "calvin"}
+	if err := json.Unmarshal(b.file("system.json"), &b.system); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/redfish/v1" && r.URL.Path != "/redfish/v1/" && r.URL.Path != "/redfish/v1/SessionService/Sessions" || r.Method == http.MethodDelete {
+			select { // hung
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		b.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	defer close(release)
+	const timeout = 3 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	_, err := DialBMCLib(redfishPlan(srv), loopback, Credentials{Username: "root", Password: "calvin"}).PowerState(ctx)
+	d := time.Since(start)
+	if !isTimeout(err) {
+		t.Errorf("hanging read: %v", err)
+	}
+	if len(b.saw("POST /redfish/v1/SessionService/Sessions")) == 0 {
+		t.Error("no login: the test hung elsewhere")
+	}
+	if d > timeout*3/2 {
+		t.Errorf("a call with a %s deadline took %s", timeout, d)
 	}
 }

@@ -59,12 +59,20 @@ type bmcLib struct {
 	to netip.Addr
 }
 
-// client is a bmclib client whose every connection ends by deadline.
-func (x *bmcLib) client(deadline time.Time) *bmclib.Client {
+// ipmiCipherSuites are the RMCP+ cipher suites tried at the login, in
+// bmclib's order.
+var ipmiCipherSuites = []string{"3", "17"}
+
+// client is a bmclib client whose every connection ends by deadline; for
+// IPMI, with the cipher suite pinned to suite.
+func (x *bmcLib) client(deadline time.Time, suite string) *bmclib.Client {
 	var opts []bmclib.Option
 	host := x.to.String() // ipmitool -H: the checked address
 	switch x.b.Protocol {
 	case plan.BMCIPMI:
+		if suite != "" {
+			opts = append(opts, bmclib.WithIpmitoolCipherSuite(suite))
+		}
 		if x.b.Port != 0 {
 			opts = append(opts, bmclib.WithIpmitoolPort(strconv.Itoa(x.b.Port)))
 		}
@@ -142,8 +150,22 @@ func (x *bmcLib) do(ctx context.Context, what string, f func(context.Context, *b
 	opDeadline := deadline.Add(-min(closeMax, deadline.Sub(start)/5))
 	opCtx, cancel := context.WithDeadline(ctx, opDeadline)
 	defer cancel()
-	cl := x.client(deadline)
-	err := cl.Open(opCtx)
+	// bmclib's ipmitool tries each cipher suite for every command and
+	// keeps the last one's output: a command the BMC refused ("Invalid
+	// data field in request") came back as the next suite's failed
+	// login. The suite is found at the login, and pinned for the command.
+	suites := []string{""}
+	if x.b.Protocol == plan.BMCIPMI {
+		suites = ipmiCipherSuites
+	}
+	var cl *bmclib.Client
+	var err error
+	for _, suite := range suites {
+		cl = x.client(deadline, suite)
+		if err = cl.Open(opCtx); err == nil || opCtx.Err() != nil {
+			break
+		}
+	}
 	if err == nil {
 		err = f(opCtx, cl)
 		by := time.Now().Add(closeMax)

@@ -289,7 +289,7 @@ func TestBMCReachedAtTheCheckedAddress(t *testing.T) {
 		t.Errorf("another host: %v", err)
 	}
 	ipmi := &bmcLib{b: plan.BMC{Address: "bmc.invalid", Protocol: plan.BMCIPMI}, to: loopback}
-	if h := ipmi.client(time.Time{}).Auth.Host; h != "127.0.0.1" {
+	if h := ipmi.client(time.Time{}, "").Auth.Host; h != "127.0.0.1" {
 		t.Errorf("ipmitool is sent to %q", h)
 	}
 }

@@ -169,6 +169,11 @@ type OSReport struct {
 	Hostname   string   `json:"hostname"`
 	Kernel     string   `json:"kernel"`
 	Addresses  []string `json:"addresses,omitempty"`
+	// Install is the digest of the install the report script was written
+	// with (plan.Install.Digest); CloudInit is cloud-init's result on this
+	// boot: "done", "error: …", or "" when it gave none in time.
+	Install   string `json:"install,omitempty"`
+	CloudInit string `json:"cloudInit,omitempty"`
 }
 
 // Agent event kinds.

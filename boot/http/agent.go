@@ -340,6 +340,9 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			wf := n.Artifacts.Workflow
 			reply = plan.CheckInReply{Workflow: &wf, Generation: n.Reprovision}
 			seedOf = &n.Artifacts
+			in := n.Install
+			sess.Install = &in
+			ev.Installing = true
 			ev.Message = "agent checked in: " + inventory(c) + "; workflow of profile " + n.Profile + fmt.Sprintf(", %d actions", len(wf.Actions))
 		}
 	} else {
@@ -387,7 +390,7 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		if seedOf != nil {
 			reply.CloudInit = seed(*seedOf, reply.Session)
 			if n != nil && reply.CloudInit != nil {
-				reply.CloudInit.Report = s.report(site, n)
+				reply.CloudInit.Report = s.report(site, n, n.Install.Digest)
 				if mac := plan.NormalizeMAC(first(c.Identity.MACs)); mac != "" {
 					reply.CloudInit.NetworkConfig = strings.Replace(reply.CloudInit.NetworkConfig, plan.NetworkMatchAny,
 						fmt.Sprintf("    match:\n      macaddress: %q\n", mac), 1)
@@ -544,7 +547,11 @@ func (s *Server) agentEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	evs := make([]status.Event, 0, len(b.Events))
 	for _, a := range b.Events {
-		evs = append(evs, agentEvent(b, a))
+		e := agentEvent(b, a)
+		if e.State == status.StateProvisioned {
+			e.Install = cur.Install // what the session's workflow installed
+		}
+		evs = append(evs, e)
 	}
 	if err := s.record(evs...); err != nil {
 		http.Error(w, "status store: "+err.Error(), http.StatusServiceUnavailable)

@@ -188,6 +188,7 @@ func TestAgentTakeoverRefused(t *testing.T) {
 	wf := plan.Workflow{Node: "a", Profile: "base", Actions: []plan.Action{
 		{Action: "wipe-disk", Name: "wipe"}, {Action: "image-to-disk", Name: "image"}, {Action: "cloud-init", Name: "seed"}, {Action: "reboot", Name: "reboot"}}}
 	p.Sites[0].Nodes[0].Artifacts.Workflow = wf
+	p.Sites[0].Nodes[0].Install = plan.InstallOf(p.Sites[0].Nodes[0])
 	s, mem, _ := newServer(t, p)
 	counts := map[string]int{}
 	s.AgentCount = func(r string) { counts[r]++ }
@@ -295,6 +296,13 @@ func TestAgentTakeoverRefused(t *testing.T) {
 	all = append(all, ev(40, plan.AgentProvisioned, 0), ev(41, plan.AgentStarted, 4))
 	if code, body := post(t, h, plan.AgentEventsPath, second, batch(all...)); code != 200 || !provisioned() {
 		t.Errorf("a whole workflow: %d %s, provisioned %v", code, body, provisioned())
+	}
+	// The node's disk holds what the session's workflow installed: the
+	// install the check-in handed out, not anything the agent said.
+	for _, m := range mem.Machines() {
+		if want := p.Sites[0].Nodes[0].Install; m.Key == "lab/a" && (m.Installed == nil || *m.Installed != want) {
+			t.Errorf("installed %+v, want %+v", m.Installed, want)
+		}
 	}
 	if counts[AgentRefused] != 4 {
 		t.Errorf("refused batches: %v", counts)

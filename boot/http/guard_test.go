@@ -68,7 +68,7 @@ func TestGuardReclaimsIdle(t *testing.T) {
 	g := &Guard{PerSource: 100, Max: 4}
 	addr := serveGuarded(t, g)
 	var idle []net.Conn
-	for range 4 {
+	for i := range 4 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -78,14 +78,16 @@ func TestGuardReclaimsIdle(t *testing.T) {
 			t.Fatal("an idle connection's first request failed")
 		}
 		idle = append(idle, c)
-	}
-	// The server marks them idle once it has written its answers.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		g.mu.Lock()
-		n := len(g.idle)
-		g.mu.Unlock()
-		if n == 4 || time.Now().After(deadline) {
-			break
+		// The server marks it idle once it has written its answer (the
+		// client may read the answer first): wait, so that the order of
+		// the idle ones is the order they were opened in.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			g.mu.Lock()
+			n := len(g.idle)
+			g.mu.Unlock()
+			if n == i+1 || time.Now().After(deadline) {
+				break
+			}
 		}
 	}
 	c, err := net.Dial("tcp", addr)

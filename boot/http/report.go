@@ -27,14 +27,27 @@ const ReportTTL = 90 * 24 * time.Hour
 
 // reportScript is the per-boot script: POSIX sh handing over to Python 3,
 // which cloud-init itself needs, so nothing else must be installed. It
-// tries for about two minutes, then gives up until the next boot.
+// runs inside cloud-init's final stage, so it leaves a child of its own
+// (its output in /var/log/bootops-report.log) and returns: the child waits
+// for cloud-init's result of this boot (at most 10 minutes; it is written
+// when the final stage ends), then tries for about two minutes to send
+// it, and gives up until the next boot.
 const reportScript = `#!/bin/sh
 # bootops: tell the boot server this node's OS is up (cloud-init runs it at every boot)
 exec python3 - <<'BOOTOPS_REPORT'
-import json, os, socket, ssl, subprocess, time, urllib.request
-url, token, site, node, ca = %q, %q, %q, %q, %q
+import json, os, socket, ssl, subprocess, sys, time, urllib.request
+url, token, site, node, ca, install = %q, %q, %q, %q, %q, %q
+run = os.environ.get("BOOTOPS_CLOUD_INIT_RUN", "/run/cloud-init")  # tests point it elsewhere
+if not os.environ.get("BOOTOPS_REPORT_FOREGROUND"):
+    if os.fork() > 0:
+        sys.exit(0)
+    os.setsid()
+    log = os.open("/var/log/bootops-report.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0); os.dup2(log, 1); os.dup2(log, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
 def instance_id():
-    for p in ("/run/cloud-init/.instance-id", "/var/lib/cloud/data/instance-id"):
+    for p in (run + "/.instance-id", "/var/lib/cloud/data/instance-id"):
         try:
             return open(p).read().strip()
         except OSError:
@@ -45,14 +58,23 @@ def addresses():
         return subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10).stdout.split()
     except Exception:
         return []
+def cloud_init():
+    for _ in range(600):
+        try:
+            errors = json.load(open(run + "/result.json")).get("v1", {}).get("errors") or []
+            return "error: " + "; ".join(str(e) for e in errors)[:1000] if errors else "done"
+        except (OSError, ValueError):
+            time.sleep(1)
+    return ""
+result = cloud_init()
 body = json.dumps({"site": site, "node": node, "instanceId": instance_id(), "hostname": socket.gethostname(),
-                   "kernel": os.uname().release, "addresses": addresses()}).encode()
+                   "kernel": os.uname().release, "addresses": addresses(), "install": install, "cloudInit": result}).encode()
 ctx = ssl.create_default_context(cadata=ca) if ca else None
 for attempt in range(24):
     try:
         req = urllib.request.Request(url, data=body, headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
         urllib.request.urlopen(req, timeout=10, context=ctx).read()
-        print("bootops: reported to", url)
+        print("bootops: reported to", url, "cloud-init:", result or "no result")
         break
     except urllib.error.HTTPError as e:
         print("bootops: report refused:", e.code, e.read().decode(errors="replace").strip())
@@ -63,15 +85,16 @@ for attempt in range(24):
 BOOTOPS_REPORT
 `
 
-// report renders a node's report script with a fresh credential.
-func (s *Server) report(site *plan.Site, n *plan.Node) string {
+// report renders a node's report script with a fresh credential and the
+// digest of the install it is written into.
+func (s *Server) report(site *plan.Site, n *plan.Node, install string) string {
 	tok := s.Secret.Mint(boot.Grant{Kind: boot.KindReport, Site: site.Name, Subject: n.Name, Generation: n.Reprovision,
 		ID: boot.NewID(), Expires: s.now().Add(ReportTTL)})
 	ca := ""
 	if site.TLS() {
 		ca = s.SiteCA
 	}
-	return fmt.Sprintf(reportScript, site.AgentURL()+plan.ReportPath, tok, site.Name, n.Name, ca)
+	return fmt.Sprintf(reportScript, site.AgentURL()+plan.ReportPath, tok, site.Name, n.Name, ca, install)
 }
 
 // osReport takes the installed OS's report: its credential must be the
@@ -121,12 +144,41 @@ func (s *Server) osReport(w http.ResponseWriter, r *http.Request) {
 		Hostname: clean(rep.Hostname, 253), Kernel: clean(rep.Kernel, 128), Generation: g.Generation,
 		Message: fmt.Sprintf("running: hostname %s, kernel %s, addresses %s (instance-id %s)", clean(rep.Hostname, 253), clean(rep.Kernel, 128),
 			strings.Join(cleanAll(rep.Addresses), " "), rep.InstanceID)}
+	if isDigest(rep.Install) {
+		ev.Install = &plan.Install{Digest: rep.Install}
+		ev.Message += ", install " + plan.Short(rep.Install)
+	}
+	ci := status.Printable(strings.TrimSpace(rep.CloudInit))
+	if len(ci) > 1000 {
+		ci = ci[:1000] + "…"
+	}
+	switch {
+	case ci == "done":
+		ev.CloudInit = ci
+		ev.Message += ", cloud-init done"
+	case strings.HasPrefix(ci, "error: "):
+		ev.CloudInit, ev.Error = ci, true
+		ev.Message += ", cloud-init " + ci
+	}
 	if err := s.record(ev); err != nil {
 		http.Error(w, "status store: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	s.count(AgentOK)
 	writeJSON(w, map[string]string{"state": status.StateRunning})
+}
+
+// isDigest: 64 lower-case hex digits.
+func isDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func cleanAll(in []string) []string {

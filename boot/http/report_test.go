@@ -23,6 +23,7 @@ func TestOSReport(t *testing.T) {
 	for _, n := range p.Sites[0].Nodes {
 		n.Artifacts.UserData, n.Artifacts.MetaData = "#cloud-config\n", "instance-id: "+n.Name+"\n"
 		n.Artifacts.Workflow = plan.Workflow{Node: n.Name, Actions: []plan.Action{{Action: "wipe-disk"}}}
+		n.Install = plan.InstallOf(n)
 	}
 	s, mem, _ := newServer(t, p)
 	counts := map[string]int{}
@@ -34,7 +35,7 @@ func TestOSReport(t *testing.T) {
 		if json.Unmarshal([]byte(body), &r); code != 200 || r.CloudInit == nil || r.CloudInit.Report == "" {
 			t.Fatalf("check-in of %s: %d, no report script: %s", node, code, body)
 		}
-		m := regexp.MustCompile(`url, token, site, node, ca = "[^"]*", "([^"]+)"`).FindStringSubmatch(r.CloudInit.Report)
+		m := regexp.MustCompile(`url, token, site, node, ca, install = "[^"]*", "([^"]+)"`).FindStringSubmatch(r.CloudInit.Report)
 		if m == nil {
 			t.Fatalf("no credential in the report script:\n%s", r.CloudInit.Report)
 		}
@@ -79,20 +80,36 @@ func TestOSReport(t *testing.T) {
 	p.Sites[0].Nodes[0].Reprovision = 0
 
 	// The script itself, run by Python as cloud-init would: it reaches the
-	// server with its credential (and, with no cloud-init here, no
-	// instance-id: refused for that, which shows it was heard).
+	// server with its credential, its install's digest and cloud-init's
+	// result (here a fake /run/cloud-init, with an error).
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Fatal("python3 is needed (make test installs it)")
 	}
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	scriptA = strings.Replace(scriptA, `url, token, site, node, ca = "http://`, `url, token, site, node, ca = "`+srv.URL+`/api/v1/report" or "http://`, 1)
-	f := filepath.Join(t.TempDir(), "bootops-report")
+	scriptA = strings.Replace(scriptA, `url, token, site, node, ca, install = "http://`, `url, token, site, node, ca, install = "`+srv.URL+`/api/v1/report" or "http://`, 1)
+	dir := t.TempDir()
+	f := filepath.Join(dir, "bootops-report")
 	os.WriteFile(f, []byte(scriptA), 0o700)
-	out, err := exec.Command("sh", f).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "report refused: 409") || !strings.Contains(string(out), "instance-id") {
+	run := filepath.Join(dir, "run")
+	os.MkdirAll(run, 0o755)
+	os.WriteFile(filepath.Join(run, ".instance-id"), []byte("a-0\n"), 0o644)
+	os.WriteFile(filepath.Join(run, "result.json"), []byte(`{"v1": {"datasource": "DataSourceNoCloud", "errors": ["('scripts_user', RuntimeError('1 failed'))"]}}`), 0o644)
+	cmd := exec.Command("sh", f)
+	cmd.Env = append(os.Environ(), "BOOTOPS_REPORT_FOREGROUND=1", "BOOTOPS_CLOUD_INIT_RUN="+run)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "reported to") {
 		t.Errorf("the script (%s): %v\n%s", py, err, out)
+	}
+	for _, m := range mem.Machines() {
+		if m.Key == "lab/a" {
+			a = m
+		}
+	}
+	want := p.Sites[0].Nodes[0].Install
+	if a.Installed == nil || a.Installed.Digest != want.Digest || !strings.HasPrefix(a.CloudInit, "error: ") || !strings.Contains(a.CloudInit, "scripts_user") {
+		t.Errorf("after the script's report: installed %+v (want digest %s), cloud-init %q; last %q\n%s", a.Installed, want.Digest, a.CloudInit, a.Last.Message, out)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"github.com/bootops/bootops/plan"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,8 @@ type Session struct {
 	Done        int    `json:"done"`
 	DoneSeq     uint64 `json:"doneSeq,omitempty"`
 	Provisioned bool   `json:"provisioned,omitempty"`
+	// Install is what the workflow the session was given installs.
+	Install *plan.Install `json:"install,omitempty"`
 	// Peer is the address the check-in came from.
 	Peer    string    `json:"peer,omitempty"`
 	Started time.Time `json:"started"`

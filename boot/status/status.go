@@ -6,6 +6,7 @@
 package status
 
 import (
+	"github.com/bootops/bootops/plan"
 	"sort"
 	"strings"
 	"sync"
@@ -14,13 +15,14 @@ import (
 
 // Kinds of events.
 const (
-	KindDHCP   = "dhcp"   // a DHCP/proxyDHCP reply was sent
-	KindTFTP   = "tftp"   // a TFTP transfer ended
-	KindScript = "script" // an iPXE script was served
-	KindFile   = "file"   // an artifact (kernel, initrd) was served
-	KindAgent  = "agent"  // the agent in the Micro-OS reported
-	KindReport = "report" // the installed OS reported (its first boot)
-	KindPower  = "power"  // the daemon (or an operator through it) used the node's BMC
+	KindDHCP    = "dhcp"    // a DHCP/proxyDHCP reply was sent
+	KindTFTP    = "tftp"    // a TFTP transfer ended
+	KindScript  = "script"  // an iPXE script was served
+	KindFile    = "file"    // an artifact (kernel, initrd) was served
+	KindAgent   = "agent"   // the agent in the Micro-OS reported
+	KindReport  = "report"  // the installed OS reported (its first boot)
+	KindPower   = "power"   // the daemon (or an operator through it) used the node's BMC
+	KindRollout = "rollout" // the daemon reinstalled a node for a rolling upgrade, or judged it
 )
 
 // Node states (DESIGN.md §4) the boot plane can tell.
@@ -84,6 +86,19 @@ type Event struct {
 	// Hostname and Kernel are what the installed OS reported (KindReport).
 	Hostname string `json:"hostname,omitempty"`
 	Kernel   string `json:"kernel,omitempty"`
+	// Install is what a "provisioned" event installed (from the session
+	// the install ran in), or what a "running" report says its OS was
+	// installed with (its digest only).
+	Install *plan.Install `json:"install,omitempty"`
+	// CloudInit is the installed OS's cloud-init result, as its report
+	// said: "done", or "error: …"; "" when it did not say.
+	CloudInit string `json:"cloudInit,omitempty"`
+	// Installing: the agent was handed a workflow; what the disk holds is
+	// about to change.
+	Installing bool `json:"installing,omitempty"`
+	// Rollout names the rollout event's group (site/profile), for views
+	// that follow rollouts (KindRollout).
+	Rollout string `json:"rollout,omitempty"`
 }
 
 // Key is what events are grouped by: site/node, or the machine's MAC (or
@@ -150,6 +165,32 @@ type Machine struct {
 	// The status API fills them in: the store does not keep them.
 	Power      string `json:"power,omitempty"`
 	PowerError string `json:"powerError,omitempty"`
+	// Installed is what the node's disk was last installed with (nil:
+	// unknown: never, before bootops kept it, or an install began and
+	// did not finish); CloudInit is its OS's cloud-init result.
+	Installed *plan.Install `json:"installed,omitempty"`
+	CloudInit string        `json:"cloudInit,omitempty"`
+	// Sync says whether it runs what Git says (SyncIn, "out of date: …",
+	// SyncUnknown); the status API fills it in.
+	Sync string `json:"sync,omitempty"`
+}
+
+// Sync values (an out-of-date node's says what changed).
+const (
+	SyncIn      = "in sync"
+	SyncUnknown = "unknown"
+	SyncPrefix  = "out of date: "
+)
+
+// SyncOf says whether a node installed with have runs want.
+func SyncOf(have *plan.Install, want plan.Install) string {
+	if have == nil {
+		return SyncUnknown
+	}
+	if c := have.Changes(want); len(c) > 0 {
+		return SyncPrefix + strings.Join(c, ", ")
+	}
+	return SyncIn
 }
 
 // Memory keeps the newest events of each machine in memory: at most
@@ -277,6 +318,7 @@ func (m *Machine) apply(e Event) {
 	if e.FromServer > 0 || e.FromPeers > 0 {
 		m.Image = &ImageSources{FromServer: e.FromServer, FromPeers: e.FromPeers}
 	}
+	m.applyInstall(e)
 	if e.State != "" && !keepsState(m.State, e) {
 		if e.State != m.State || m.Since.IsZero() {
 			m.Since = e.Time
@@ -285,6 +327,27 @@ func (m *Machine) apply(e Event) {
 	}
 	m.Last = e
 	m.Events++
+}
+
+// applyInstall keeps what the node's disk holds: an install that starts
+// (a workflow handed out) or fails leaves it unknown; "provisioned" names
+// the session's install; a report names its install's digest (kept with
+// its parts when it is the one provisioned) and cloud-init's result.
+func (m *Machine) applyInstall(e Event) {
+	if e.Installing {
+		m.Installed, m.CloudInit = nil, ""
+	}
+	switch e.State {
+	case StateFailed:
+		m.Installed, m.CloudInit = nil, ""
+	case StateProvisioned:
+		m.Installed, m.CloudInit = e.Install, ""
+	case StateRunning:
+		if e.Install != nil && (m.Installed == nil || m.Installed.Digest != e.Install.Digest) {
+			m.Installed = e.Install
+		}
+		m.CloudInit = or(e.CloudInit, m.CloudInit)
+	}
 }
 
 // keepsState says e leaves a machine in state cur although it names a

@@ -2,6 +2,7 @@ package status
 
 import (
 	"fmt"
+	"github.com/bootops/bootops/plan"
 	"testing"
 	"time"
 )
@@ -71,5 +72,49 @@ func TestStateTransitions(t *testing.T) {
 		if m.State != c.want {
 			t.Errorf("%s + %s event (state %q): %s, want %s", c.from, c.ev.Kind, c.ev.State, m.State, c.want)
 		}
+	}
+}
+
+// What a node's disk holds: unknown until an install finishes, the
+// session's install once provisioned, unknown again as soon as another
+// install starts or fails; a report of the same digest keeps its parts,
+// another digest replaces them.
+func TestInstalled(t *testing.T) {
+	m := &Memory{PerMachine: 10, MaxUnknown: 10}
+	full := &plan.Install{Digest: "d1", Image: "i1", Workflow: "w1", CloudInit: "c1"}
+	installed := func() *plan.Install { return m.Machines()[0].Installed }
+	rec := func(e Event) { e.Site, e.Node, e.Kind = "s", "n", KindAgent; m.Record(e) }
+	rec(Event{State: StateMicroOS, Installing: true})
+	if installed() != nil {
+		t.Fatal("installed before any install finished")
+	}
+	rec(Event{State: StateProvisioned, Install: full})
+	if installed() != full {
+		t.Errorf("after provisioned: %+v", installed())
+	}
+	rec(Event{State: StateRunning, Install: &plan.Install{Digest: "d1"}, CloudInit: "done"})
+	if got := m.Machines()[0]; got.Installed != full || got.CloudInit != "done" {
+		t.Errorf("a report of the same install: %+v %q", got.Installed, got.CloudInit)
+	}
+	rec(Event{State: StateRunning, Install: &plan.Install{Digest: "d0"}})
+	if got := installed(); got == nil || got.Digest != "d0" || got.Image != "" {
+		t.Errorf("a report of another install: %+v", got)
+	}
+	rec(Event{State: StateProvisioning}) // the reboot after an install
+	if installed() == nil {
+		t.Error("an action after provisioned forgot the install")
+	}
+	rec(Event{State: StateMicroOS, Installing: true})
+	if installed() != nil || m.Machines()[0].CloudInit != "" {
+		t.Error("an install that started still shows the old one")
+	}
+	if got := SyncOf(nil, *full); got != SyncUnknown {
+		t.Errorf("sync of unknown: %q", got)
+	}
+	if got := SyncOf(&plan.Install{Digest: "d0", Image: "aaaaaaaaaa", Workflow: "w1", CloudInit: "c2"}, *full); got != "out of date: image aaaaaaaa…→i1, cloud-init" {
+		t.Errorf("sync: %q", got)
+	}
+	if got := SyncOf(full, *full); got != SyncIn {
+		t.Errorf("sync: %q", got)
 	}
 }

@@ -25,6 +25,9 @@ const (
 	// DefaultBusy is how long an operator's call waits for a running
 	// call of the same BMC.
 	DefaultBusy = 5 * time.Second
+	// DefaultBackoff is the wait after a failed automatic attempt, doubled
+	// after each (at most 10 min).
+	DefaultBackoff = 15 * time.Second
 	// MaxAttempts bounds the automatic tries per node and generation.
 	MaxAttempts = 6
 )
@@ -58,6 +61,9 @@ type Manager struct {
 	// call) of the same BMC before it fails with ErrBusy; default
 	// DefaultBusy.
 	Busy time.Duration
+	// Backoff is the wait after the first failed automatic attempt,
+	// doubled after each; default DefaultBackoff.
+	Backoff time.Duration
 	// StateFile keeps the generation each node was cycled for, so a
 	// restart does not cycle it again.
 	StateFile string
@@ -98,6 +104,9 @@ type nodePower struct {
 	gen      int
 	attempts int
 	next     time.Time
+	// retry is when Run visits the node for its next try, between
+	// rounds: zero when none is waiting.
+	retry time.Time
 }
 
 // Status is a node's power as last seen.
@@ -131,6 +140,9 @@ func (m *Manager) init() {
 		if m.Busy <= 0 {
 			m.Busy = DefaultBusy
 		}
+		if m.Backoff <= 0 {
+			m.Backoff = DefaultBackoff
+		}
 		if m.Now == nil {
 			m.Now = time.Now
 		}
@@ -160,20 +172,76 @@ func (m *Manager) Poke() {
 	}
 }
 
-// Run polls and applies the policy until ctx ends.
+// Run polls and applies the policy until ctx ends. A failed automatic
+// attempt is tried again when its backoff is over, between rounds (they
+// are a minute apart, the first backoff 15 s).
 func (m *Manager) Run(ctx context.Context) error {
 	m.init()
 	t := time.NewTicker(m.Interval)
 	defer t.Stop()
 	for {
 		m.Round(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		case <-m.poke:
+		for round := false; !round; {
+			var due <-chan time.Time
+			stop := func() bool { return false }
+			if next, ok := m.nextRetry(); ok {
+				rt := time.NewTimer(max(0, next.Sub(m.Now())))
+				due, stop = rt.C, rt.Stop
+			}
+			select {
+			case <-ctx.Done():
+				stop()
+				return nil
+			case <-t.C:
+				round = true
+			case <-m.poke:
+				round = true
+			case <-due:
+				m.retry(ctx)
+			}
+			stop()
 		}
 	}
+}
+
+// nextRetry is the earliest retry waiting.
+func (m *Manager) nextRetry() (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var next time.Time
+	for _, np := range m.nodes {
+		if !np.retry.IsZero() && (next.IsZero() || np.retry.Before(next)) {
+			next = np.retry
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// retry visits the nodes whose retry is due (it polls them, and tries
+// again where the policy still wants it), Parallel at once.
+func (m *Manager) retry(ctx context.Context) {
+	ts := m.targets()
+	now := m.Now()
+	var due []target
+	m.mu.Lock()
+	for _, t := range ts {
+		if np := m.nodes[t.key()]; np != nil && !np.retry.IsZero() && !now.Before(np.retry) {
+			np.retry = time.Time{}
+			due = append(due, t)
+		}
+	}
+	m.mu.Unlock()
+	sem := make(chan struct{}, m.Parallel)
+	var wg sync.WaitGroup
+	for _, t := range due {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			m.visit(ctx, t)
+		}()
+	}
+	wg.Wait()
 }
 
 // target is one node with a BMC.
@@ -363,8 +431,11 @@ func (m *Manager) auto(ctx context.Context, t target, np *nodePower, state strin
 	m.mu.Lock()
 	np.attempts++
 	n := np.attempts
-	wait := backoff(n)
+	wait := backoff(m.Backoff, n)
 	np.next = now.Add(wait)
+	if n < MaxAttempts {
+		np.retry = np.next
+	}
 	m.mu.Unlock()
 	if n >= MaxAttempts {
 		m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: gave up after %d attempts for generation %d: %v (fix the BMC, then raise reprovision or restart the daemon)", n, gen, err), true, 0)
@@ -373,10 +444,10 @@ func (m *Manager) auto(ctx context.Context, t target, np *nodePower, state strin
 	m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: failed (attempt %d of %d): %v; next try in %s", n, MaxAttempts, err, wait), true, 0)
 }
 
-// backoff is the wait after the n-th failed attempt: 15 s, doubling, at
-// most 10 min.
-func backoff(n int) time.Duration {
-	d := 15 * time.Second << (n - 1)
+// backoff is the wait after the n-th failed attempt: first (15 s),
+// doubling, at most 10 min.
+func backoff(first time.Duration, n int) time.Duration {
+	d := first << (n - 1)
 	if d > 10*time.Minute || d <= 0 {
 		d = 10 * time.Minute
 	}

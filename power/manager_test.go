@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,8 +255,8 @@ func TestAutoRetriesWithBackoff(t *testing.T) {
 	if len(ev) != MaxAttempts || !strings.Contains(ev[0], "power: failed (attempt 1 of 6): boot device pxe: the BMC refused; next try in 15s") || !strings.Contains(ev[len(ev)-1], "power: gave up after 6 attempts for generation 0") {
 		t.Errorf("timeline:\n%s", strings.Join(ev, "\n"))
 	}
-	if backoff(1) != 15*time.Second || backoff(3) != time.Minute || backoff(12) != 10*time.Minute {
-		t.Errorf("backoff: %s %s %s", backoff(1), backoff(3), backoff(12))
+	if backoff(DefaultBackoff, 1) != 15*time.Second || backoff(DefaultBackoff, 3) != time.Minute || backoff(DefaultBackoff, 12) != 10*time.Minute {
+		t.Errorf("backoff: %s %s %s", backoff(DefaultBackoff, 1), backoff(DefaultBackoff, 3), backoff(DefaultBackoff, 12))
 	}
 }
 
@@ -425,4 +426,46 @@ func TestOperatorDoesNotWaitBehindAHungPoll(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+}
+
+// A failed automatic attempt is tried again when its backoff is over,
+// not at the next poll round: with rounds an hour apart and a backoff of
+// 100 ms, the second try comes well within the hour.
+func TestAutoRetryComesWhenItIsDue(t *testing.T) {
+	r := newRig(t, plan.PowerAuto, bmcNode("n1", "10.0.0.1", 0))
+	var tries atomic.Int32
+	r.m.Dial = func(*plan.BMC, netip.Addr, Credentials) Controller {
+		return refusingBoot{r.bmcs["10.0.0.1"], &tries}
+	}
+	r.m.Interval = time.Hour
+	r.m.Backoff = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	start := time.Now()
+	for tries.Load() < 3 && time.Since(start) < 20*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := tries.Load(); n < 3 {
+		t.Fatalf("%d tries in %s: the retries wait for the next round (in an hour)", n, time.Since(start))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev := r.events["n1"]
+	if len(ev) < 2 || !strings.Contains(ev[0], "attempt 1 of 6") || !strings.Contains(ev[0], "next try in 100ms") || !strings.Contains(ev[1], "attempt 2 of 6") {
+		t.Errorf("timeline:\n%s", strings.Join(ev, "\n"))
+	}
+}
+
+// refusingBoot answers status and refuses a boot device, counting the
+// tries.
+type refusingBoot struct {
+	*fakeBMC
+	tries *atomic.Int32
+}
+
+func (f refusingBoot) SetBootDevice(context.Context, string, bool) error {
+	f.tries.Add(1)
+	return errors.New("boot device pxe: the BMC refused")
 }

@@ -46,6 +46,9 @@ func (r *repo) bmc(n *nodeObj) *plan.BMC {
 	if get("bootMode").String() == plan.BootLegacy {
 		b.BootMode = plan.BootLegacy
 	}
+	if get("auth").String() == plan.AuthBasic && b.Protocol == plan.BMCRedfish {
+		b.Auth = plan.AuthBasic
+	}
 	if c := get("credentials"); c != nil {
 		b.Secret = c.get("secret").String()
 		b.Age = c.get("age").String()
@@ -72,6 +75,9 @@ func (r *repo) checkBMCs() {
 		}
 		if v, o := r.bmcField(n, "tlsVerify"); v != nil && b.Protocol == plan.BMCIPMI {
 			r.errorf(o.pos("bmc", "tlsVerify"), "bmc.tlsVerify", "only a Redfish BMC speaks TLS; IPMI has none to verify")
+		}
+		if v, o := r.bmcField(n, "auth"); v != nil && b.Protocol == plan.BMCIPMI {
+			r.errorf(o.pos("bmc", "auth"), "bmc.auth", "only a Redfish BMC has a choice of login (session or basic); IPMI logs in with RMCP+")
 		}
 		c, o := r.bmcField(n, "credentials")
 		switch {

@@ -128,7 +128,14 @@ type BMC struct {
 	// BootMode is the firmware mode a boot device is set for: "" (UEFI)
 	// or BootLegacy (BIOS).
 	BootMode string `json:"bootMode,omitempty"`
+	// Auth is how a Redfish BMC is logged in to: "" (a session) or
+	// AuthBasic (HTTP Basic authentication on every request, for BMCs
+	// whose session login is broken).
+	Auth string `json:"auth,omitempty"`
 }
+
+// AuthBasic is a Redfish BMC reached with HTTP Basic authentication.
+const AuthBasic = "basic"
 
 // BootLegacy is a BMC's boot mode for machines that boot BIOS-style.
 const BootLegacy = "legacy"

@@ -101,6 +101,9 @@ func (x *bmcLib) client(deadline time.Time, suite string) *bmclib.Client {
 			TLSHandshakeTimeout: 10 * time.Second,
 		}}
 		opts = append(opts, bmclib.WithHTTPClient(hc))
+		if x.b.Auth == plan.AuthBasic {
+			opts = append(opts, bmclib.WithRedfishUseBasicAuth(true))
+		}
 	}
 	cl := bmclib.NewClient(host, x.c.Username, x.c.Password, opts...)
 	// Only the protocol Git names, and for Redfish only the generic

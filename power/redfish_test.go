@@ -28,6 +28,9 @@ type redfishBMC struct {
 	mu       sync.Mutex
 	system   map[string]any
 	requests []string
+	// sessionBroken: the session login fails (500), as on BMCs whose
+	// session service is broken; HTTP Basic authentication works.
+	sessionBroken bool
 }
 
 const sessionToken = "c2Vzc2lvbi0x"
@@ -61,6 +64,11 @@ func (b *redfishBMC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Write(b.file("serviceroot.json"))
 		return
 	}
+	if r.Method == http.MethodPost && path == "/redfish/v1/SessionService/Sessions" && b.sessionBroken {
+		w.WriteHeader(http.StatusInternalServerError)
+		w.Write([]byte(`{"error":{"code":"Base.1.12.InternalError","message":"The request failed due to an internal service error."}}`))
+		return
+	}
 	if r.Method == http.MethodPost && path == "/redfish/v1/SessionService/Sessions" {
 		var login struct{ UserName, Password string }
 		json.NewDecoder(r.Body).Decode(&login)
@@ -75,7 +83,8 @@ func (b *redfishBMC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(`{"@odata.id":"/redfish/v1/SessionService/Sessions/1","@odata.type":"#Session.v1_3_0.Session","Id":"1","Name":"User Session","UserName":"` + login.UserName + `"}`))
 		return
 	}
-	if r.Header.Get("X-Auth-Token") != sessionToken {
+	user, pass, basic := r.BasicAuth()
+	if r.Header.Get("X-Auth-Token") != sessionToken && !(basic && user == b.user && pass == b.pass) {
 		w.WriteHeader(http.StatusUnauthorized)
 		w.Write([]byte(`{"error":{"code":"Base.1.12.NoValidSession","message":"There is no valid session established with the implementation."}}`))
 		return
@@ -329,5 +338,26 @@ func TestRedfishHangAfterLoginEndsByTheDeadline(t *testing.T) {
 	}
 	if d > timeout*3/2 {
 		t.Errorf("a call with a %s deadline took %s", timeout, d)
+	}
+}
+
+// A BMC whose session login fails (500) is read with auth: basic in Git:
+// HTTP Basic authentication on every request, no session.
+func TestRedfishBasicAuth(t *testing.T) {
+	b, srv := newRedfishBMC(t)
+	b.sessionBroken = true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	session := redfishPlan(srv)
+	if _, err := DialBMCLib(session, loopback, Credentials{Username: "root", Password: "calvin"}).PowerState(ctx); err == nil || !strings.Contains(err.Error(), "500") {
+		t.Errorf("a broken session login: %v", err)
+	}
+	basic := redfishPlan(srv)
+	basic.Auth = plan.AuthBasic
+	if s, err := DialBMCLib(basic, loopback, Credentials{Username: "root", Password: "calvin"}).PowerState(ctx); err != nil || s != Off {
+		t.Fatalf("power status with auth: basic: %q %v", s, err)
+	}
+	if _, err := DialBMCLib(basic, loopback, Credentials{Username: "root", Password: "wrong"}).PowerState(ctx); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("auth: basic, a wrong password: %v", err)
 	}
 }

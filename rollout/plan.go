@@ -25,11 +25,12 @@ func (s *step) plan() {
 		return
 	}
 	free := s.pol.max - sv.busy
-	limit, canary := free, false
+	limit, canary, need := free, false, 0
 	if s.pol.Canary > 0 {
 		switch {
 		case sv.canaries < s.pol.Canary:
-			canary, limit = true, min(free, s.pol.Canary-sv.canaries)
+			need = s.pol.Canary - sv.canaries
+			canary, limit = true, min(free, need)
 		case !sv.canariesDone:
 			s.d.Waiting = "canaries not yet healthy"
 			return
@@ -42,7 +43,9 @@ func (s *step) plan() {
 	started, left := s.walk(sv.cands, limit, canary)
 	switch {
 	case left == 0:
-	case canary && started < free:
+	case canary && started == need:
+		// Capacity may be spent too, but the canaries are what the
+		// others wait for.
 		s.d.Waiting = "canaries not yet healthy"
 	default:
 		s.d.Waiting = s.full(sv.busy + started)

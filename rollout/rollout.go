@@ -157,6 +157,7 @@ type step struct {
 	byName map[string]int
 	g      *Group
 	marks  []*Mark // g.Marks by node index, looked up once
+	slab   []Mark  // the new marks, allocated together (walk sizes it)
 	d      Decision
 }
 
@@ -198,7 +199,8 @@ func (s *step) lift() {
 // start marks node i as started now.
 func (s *step) start(i int, canary bool) {
 	n := &s.nodes[i]
-	m := &Mark{Digest: n.Want.Digest, Started: s.now, Canary: canary}
+	s.slab = append(s.slab, Mark{Digest: n.Want.Digest, Started: s.now, Canary: canary})
+	m := &s.slab[len(s.slab)-1]
 	s.g.Marks[n.Name] = m
 	s.marks[i] = m
 	s.d.Start = append(s.d.Start, n.Name)

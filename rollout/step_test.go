@@ -414,3 +414,11 @@ func TestSummary(t *testing.T) {
 		})
 	}
 }
+
+// Every node skipped: nothing starts, nothing waits, Start stays nil.
+func TestStepAllSkipped(t *testing.T) {
+	nodes := []Node{with(up("a", "v1", "v2"), func(n *Node) { n.Power = "off" })}
+	d := mustStep(t, t0, rolling("1"), nodes, &Group{})
+	same(t, "decision", d, Decision{Strategy: "rolling", Nodes: 1, OutOfDate: 1,
+		Skipped: map[string]string{"a": "powered off"}})
+}

@@ -117,6 +117,9 @@ func (s *step) gate() string {
 // be started now (the next one takes the turn, as a canary too), and
 // says how many it started and how many it did not reach.
 func (s *step) walk(cands []int, limit int, canary bool) (started, left int) {
+	// One allocation for every mark this step can add, rather than one
+	// per started node.
+	s.slab = make([]Mark, 0, min(limit, len(cands)))
 	for k, i := range cands {
 		if started == limit {
 			return started, len(cands) - k

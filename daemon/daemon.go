@@ -39,6 +39,7 @@ type daemon struct {
 	http     *bhttp.Server
 	boot     *bootPlane
 	power    *power.Manager
+	rollouts *rollouts
 }
 
 // Run builds every plane from cfg and serves until ctx ends or a plane
@@ -74,6 +75,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return configErr(err)
 	}
 	routePower(d.http, d.power, d.uiToken)
+	// Day 2: drift, and the rolling reinstalls Git asks for.
+	if d.rollouts, err = newRollouts(d.overlays.live, cfg.Source.Sites, d.events, d.power, d.log, d.reg); err != nil {
+		return err
+	}
+	d.http.Rollouts = d.rollouts.Status
+	d.http.Provisioned = d.provisioned
+	g.Go(func() error { return d.rollouts.Run(ctx) })
 	planChanged := d.onPlanChange()
 	g.Go(func() error {
 		return retainNodes(ctx, d.log, d.overlays.live, d.events, cfg.Status.NodeGrace, planChanged)
@@ -201,12 +209,29 @@ func (d *daemon) onPlanChange() <-chan struct{} {
 	d.rec.Done = func() {
 		done()
 		d.power.Poke()
+		d.rollouts.Poke()
 		select {
 		case planChanged <- struct{}{}:
 		default:
 		}
 	}
 	return planChanged
+}
+
+// provisioned is the generation a node was provisioned at, unless a
+// rollout started it for an install its disk does not hold yet: it then
+// boots the Micro-OS again, at the same generation.
+func (d *daemon) provisioned(site, node string) (int, bool) {
+	gen, ok := d.events.Provisioned(site, node)
+	if !ok {
+		return gen, ok
+	}
+	if p := d.overlays.live.Current(); p != nil {
+		if n := p.Node(site, node); n != nil && d.rollouts.Reinstalling(site, n.Profile, node, d.events.Installed(site+"/"+node)) {
+			return gen, false
+		}
+	}
+	return gen, true
 }
 
 // serveHTTP opens the HTTP, pprof and HTTPS listeners and serves them;

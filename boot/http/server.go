@@ -75,6 +75,8 @@ type Server struct {
 	}
 	// Store keeps the agent's events durably (nil: Events, in memory).
 	Store AgentStore
+	// Rollouts, when set, is every rollout group worth showing.
+	Rollouts func() []RolloutStatus
 	// Power, when set, is a node's power as its BMC last said, and why it
 	// is unreachable (both "" for a node without a BMC).
 	Power func(key string) (state, problem string)
@@ -510,7 +512,29 @@ func (s *Server) StatusDoc(nodes bool) StatusDoc {
 			doc.Nodes[i].Power, doc.Nodes[i].PowerError = s.Power(doc.Nodes[i].Key)
 		}
 	}
+	for i := range doc.Nodes {
+		n := &doc.Nodes[i]
+		if pn := p.Node(n.Site, n.Node); pn != nil && (n.Installed != nil || status.Installed(n.State)) {
+			n.Sync = status.SyncOf(n.Installed, pn.Install)
+		}
+	}
+	if s.Rollouts != nil {
+		doc.Rollouts = s.Rollouts()
+	}
 	return doc
+}
+
+// RolloutStatus is one rollout group (a profile's nodes at a site) as
+// the daemon last judged it.
+type RolloutStatus struct {
+	Site       string `json:"site"`
+	Profile    string `json:"profile"`
+	Strategy   string `json:"strategy"`
+	OutOfDate  int    `json:"outOfDate"`
+	InProgress int    `json:"inProgress"`
+	// Halted is "<node>: <why>" while the group is halted.
+	Halted  string `json:"halted,omitempty"`
+	Summary string `json:"summary"`
 }
 
 // StatusDoc is GET /api/v1/status: the source revision, every registered
@@ -523,6 +547,9 @@ type StatusDoc struct {
 	// Sites is a hub's (bootops hub): each site daemon reporting to it and
 	// when it was last heard. A site daemon leaves it out.
 	Sites []SiteStatus `json:"sites,omitempty"`
+	// Rollouts are the groups with out-of-date nodes, a rollout in
+	// progress, or a halt.
+	Rollouts []RolloutStatus `json:"rollouts,omitempty"`
 }
 
 // SiteStatus is one site daemon as a hub last heard from it.

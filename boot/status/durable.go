@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bootops/bootops/plan"
 	"math"
 	"slices"
 	"sync"
@@ -197,7 +198,7 @@ func Open(path string, opt Options) (*Durable, error) {
 // load creates the buckets and rebuilds the index from the machines bucket.
 func (d *Durable) load() error {
 	return d.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketEvents, bucketSeqs, bucketMachines, bucketTokens, bucketSessions, bucketOutbox} {
+		for _, name := range [][]byte{bucketEvents, bucketSeqs, bucketMachines, bucketTokens, bucketSessions, bucketOutbox, bucketRollouts} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -446,6 +447,17 @@ func (d *Durable) State(key string) string {
 		return r.Machine.State
 	}
 	return ""
+}
+
+// Installed is what the node's disk was last installed with (nil:
+// unknown).
+func (d *Durable) Installed(key string) *plan.Install {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if r := d.machines[key]; r != nil {
+		return r.Machine.Installed
+	}
+	return nil
 }
 
 // Provisioned reports the reprovision generation the node was last

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bootops/bootops/plan"
 	"math"
 	"os"
 	"os/exec"
@@ -816,5 +817,29 @@ func TestDurableOutbox(t *testing.T) {
 	plain.RecordSync(Event{Kind: KindDHCP, MAC: "52:54:00:00:00:01", Message: "x"})
 	if out, _ := plain.Pending(0, 10); len(out) != 0 {
 		t.Errorf("an outbox without Outbox: %d", len(out))
+	}
+}
+
+// A rollout group's state and a node's install outlive a restart.
+func TestDurableRolloutsAndInstallReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "status.db")
+	d := open(t, path, Options{})
+	in := &plan.Install{Digest: "d", Image: "i", Workflow: "w", CloudInit: "c"}
+	if err := d.RecordSync(Event{Kind: KindAgent, Site: "lab", Node: "n1", State: StateProvisioned, Seq: 1, Install: in}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.PutRollout("lab/base", []byte(`{"halt":{"node":"n1"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	d.PutRollout("lab/gone", []byte(`{}`))
+	d.PutRollout("lab/gone", nil)
+	d.Close()
+	d = open(t, path, Options{})
+	got, err := d.Rollouts()
+	if err != nil || len(got) != 1 || string(got["lab/base"]) != `{"halt":{"node":"n1"}}` {
+		t.Errorf("rollouts after reopen: %q %v", got, err)
+	}
+	if ms := d.Machines(); len(ms) != 1 || ms[0].Installed == nil || *ms[0].Installed != *in {
+		t.Errorf("installed after reopen: %+v", ms)
 	}
 }

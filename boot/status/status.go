@@ -96,6 +96,9 @@ type Event struct {
 	// Installing: the agent was handed a workflow; what the disk holds is
 	// about to change.
 	Installing bool `json:"installing,omitempty"`
+	// Sync is the node's sync when it changed (KindRollout): views that
+	// have no Plan (the hub) show it from here.
+	Sync string `json:"sync,omitempty"`
 	// Rollout names the rollout event's group (site/profile), for views
 	// that follow rollouts (KindRollout).
 	Rollout string `json:"rollout,omitempty"`
@@ -319,6 +322,7 @@ func (m *Machine) apply(e Event) {
 		m.Image = &ImageSources{FromServer: e.FromServer, FromPeers: e.FromPeers}
 	}
 	m.applyInstall(e)
+	m.Sync = or(e.Sync, m.Sync)
 	if e.State != "" && !keepsState(m.State, e) {
 		if e.State != m.State || m.Since.IsZero() {
 			m.Since = e.Time

@@ -198,6 +198,22 @@ type statusDoc struct {
 	Machines []status.Machine  `json:"unknown"`
 	// Sites: a hub's site daemons.
 	Sites []bhttp.SiteStatus `json:"sites"`
+	// Rollouts: groups with out-of-date nodes, a rollout or a halt.
+	Rollouts []bhttp.RolloutStatus `json:"rollouts"`
+}
+
+// printRollouts is a line per rollout group worth showing.
+func printRollouts(w io.Writer, rs []bhttp.RolloutStatus) {
+	if len(rs) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROLLOUT	STRATEGY	OUT OF DATE	IN PROGRESS	STATE")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%d\t%s\n", status.Printable(r.Site), status.Printable(r.Profile), r.Strategy, r.OutOfDate, r.InProgress, status.Printable(firstLine(r.Summary)))
+	}
+	tw.Flush()
 }
 
 // printSites is a hub's head: each site and when it was last heard.
@@ -263,17 +279,23 @@ func printStatus(w io.Writer, doc statusDoc) {
 		}
 		tw.Flush()
 	}
+	printRollouts(w, doc.Rollouts)
 	printNodes(w, doc)
 }
 
-// printNodes is the table of nodes and unknown machines. POWER shows when
-// a node has a BMC, IMAGE FROM when one fetched its image with its peers.
+// printNodes is the table of nodes and unknown machines. SYNC shows when a
+// node was installed, POWER when one has a BMC, IMAGE FROM when one
+// fetched its image with its peers.
 func printNodes(w io.Writer, doc statusDoc) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	sync := slices.ContainsFunc(doc.Nodes, func(n status.Machine) bool { return n.Sync != "" })
 	power := slices.ContainsFunc(doc.Nodes, func(n status.Machine) bool { return n.Power != "" })
 	image := slices.ContainsFunc(doc.Nodes, func(n status.Machine) bool { return n.Image != nil })
 	head := []string{"NODE", "SITE", "STATE", "ACTION", "PROGRESS", "ELAPSED", "SEEN", "BOOT"}
+	if sync {
+		head = append(head, "SYNC")
+	}
 	if power {
 		head = append(head, "POWER")
 	}
@@ -296,6 +318,9 @@ func printNodes(w io.Writer, doc statusDoc) {
 			}
 		}
 		row := []string{n.Node, n.Site, n.State, action, prog, elapsed(n), seen, or(n.Boot, "-")}
+		if sync {
+			row = append(row, or(n.Sync, "-"))
+		}
 		if power {
 			row = append(row, or(n.Power, "-"))
 		}

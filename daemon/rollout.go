@@ -1,0 +1,287 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bootops/bootops/boot"
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/power"
+	"github.com/bootops/bootops/rollout"
+)
+
+// RolloutInterval is how often the rollout controller looks at the fleet
+// (and at once when the Plan changes).
+const RolloutInterval = 5 * time.Second
+
+// rollouts is day 2 from Git: for each profile's nodes at each site served
+// it shows which run what Git says (SYNC, a metric, an event when that
+// changes) and, under a rolling policy, reinstalls the out-of-date ones
+// through their BMC in the waves the planner picks. A group's state is
+// written to the status store before any node is touched.
+type rollouts struct {
+	plans *boot.Live
+	sites []string
+	store *status.Durable
+	power *power.Manager // nil: no node can be reinstalled by it
+	log   *slog.Logger
+	now   func() time.Time
+	// outOfDate is bootops_nodes_out_of_date{site,profile}.
+	outOfDate *prometheus.GaugeVec
+
+	mu     sync.Mutex
+	groups map[string]*rollout.Group // by site/profile, as stored
+	shown  []bhttp.RolloutStatus
+	poke   chan struct{}
+}
+
+func newRollouts(plans *boot.Live, sites []string, store *status.Durable, pm *power.Manager, log *slog.Logger, reg prometheus.Registerer) (*rollouts, error) {
+	r := &rollouts{plans: plans, sites: sites, store: store, power: pm, log: log, now: time.Now,
+		groups: map[string]*rollout.Group{}, poke: make(chan struct{}, 1),
+		outOfDate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bootops_nodes_out_of_date",
+			Help: "Installed nodes whose install (image, workflow or cloud-init) is not what Git says now, by site and profile.",
+		}, []string{"site", "profile"})}
+	reg.MustRegister(r.outOfDate)
+	stored, err := store.Rollouts()
+	if err != nil {
+		return nil, fmt.Errorf("rollouts: %w", err)
+	}
+	for k, b := range stored {
+		var g rollout.Group
+		if err := json.Unmarshal(b, &g); err != nil {
+			return nil, fmt.Errorf("rollouts: group %s in the status store: %w", k, err)
+		}
+		r.groups[k] = &g
+	}
+	return r, nil
+}
+
+// Poke has the controller look now (a new Plan).
+func (r *rollouts) Poke() {
+	select {
+	case r.poke <- struct{}{}:
+	default:
+	}
+}
+
+// Run looks every RolloutInterval and when poked, until ctx ends.
+func (r *rollouts) Run(ctx context.Context) error {
+	t := time.NewTicker(RolloutInterval)
+	defer t.Stop()
+	for {
+		r.Round(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-r.poke:
+		}
+	}
+}
+
+// Round judges and advances every group once.
+func (r *rollouts) Round(ctx context.Context) {
+	p := r.plans.Current()
+	if p == nil {
+		return
+	}
+	machines := map[string]*status.Machine{}
+	all := r.store.Machines()
+	for i := range all {
+		if all[i].Node != "" {
+			machines[all[i].Key] = &all[i]
+		}
+	}
+	r.outOfDate.Reset()
+	var shown []bhttp.RolloutStatus
+	for _, site := range servedSites(r.sites, p) {
+		byProfile := map[string][]*plan.Node{}
+		for _, n := range site.Nodes {
+			byProfile[n.Profile] = append(byProfile[n.Profile], n)
+		}
+		for _, profile := range sortedProfiles(byProfile) {
+			if st, ok := r.group(ctx, site, profile, byProfile[profile], machines); ok {
+				shown = append(shown, st)
+			}
+		}
+	}
+	r.mu.Lock()
+	r.shown = shown
+	r.mu.Unlock()
+}
+
+func sortedProfiles(m map[string][]*plan.Node) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// group is one group's round: sync events and the metric, then the
+// planner's step, stored, then acted on. ok says whether it is worth a
+// line in the status.
+func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, nodes []*plan.Node, machines map[string]*status.Machine) (bhttp.RolloutStatus, bool) {
+	key := site.Name + "/" + profile
+	pol := site.Rollout(profile)
+	in := make([]rollout.Node, 0, len(nodes))
+	stale := 0
+	for _, n := range nodes {
+		m := machines[site.Name+"/"+n.Name]
+		rn := r.node(site, n, m)
+		in = append(in, rn)
+		if m != nil && (m.Installed != nil || status.Installed(m.State)) {
+			sync := status.SyncOf(m.Installed, n.Install)
+			if strings.HasPrefix(sync, status.SyncPrefix) {
+				stale++
+			}
+			if sync != m.Sync {
+				// On the timeline (and to the hub) when it changes.
+				r.store.Record(status.Event{Kind: status.KindRollout, Site: site.Name, Node: n.Name, Sync: sync, Rollout: key, Error: sync != status.SyncIn && sync != status.SyncUnknown, Message: "sync: " + sync})
+			}
+		}
+	}
+	r.outOfDate.WithLabelValues(site.Name, profile).Set(float64(stale))
+	r.mu.Lock()
+	g := r.groups[key]
+	r.mu.Unlock()
+	if g == nil {
+		g = &rollout.Group{}
+	}
+	before, _ := json.Marshal(g)
+	d, err := rollout.Step(r.now(), pol, in, g)
+	st := bhttp.RolloutStatus{Site: site.Name, Profile: profile, Strategy: pol.Strategy, OutOfDate: d.OutOfDate, InProgress: d.InProgress}
+	if err != nil {
+		st.Summary = "error: " + err.Error()
+		return st, true
+	}
+	st.Summary = rollout.Summary(d, g)
+	if g.Halt != nil {
+		st.Halted = g.Halt.Node + ": " + g.Halt.Why
+	}
+	if after, _ := json.Marshal(g); !bytes.Equal(before, after) {
+		// Stored before any node is touched: a restart neither starts a
+		// node twice nor forgets a halt.
+		if err := r.store.PutRollout(key, after); err != nil {
+			r.log.Error("rollout: status store", "group", key, "err", err)
+			return st, true
+		}
+		r.mu.Lock()
+		r.groups[key] = g
+		r.mu.Unlock()
+	}
+	r.tell(site.Name, key, d)
+	for _, name := range d.Start {
+		r.reinstall(ctx, site, key, name, g, d)
+	}
+	worth := pol.Strategy == plan.RolloutRolling || d.OutOfDate > 0 || d.InProgress > 0 || g.Halt != nil
+	return st, worth
+}
+
+// node is what the planner needs of one node.
+func (r *rollouts) node(site *plan.Site, n *plan.Node, m *status.Machine) rollout.Node {
+	rn := rollout.Node{Name: n.Name, Labels: n.Labels, Want: n.Install, State: status.StateRegistered, HasBMC: n.BMC != nil && r.power != nil}
+	if m != nil {
+		rn.Have, rn.State, rn.Since, rn.CloudInit = m.Installed, m.State, m.Since, m.CloudInit
+		if m.State == status.StateFailed {
+			rn.Error = m.Last.Message
+		}
+	}
+	if rn.HasBMC {
+		if s, ok := r.power.Status(site.Name + "/" + n.Name); ok {
+			rn.Power, rn.PowerProblem = s.Power, s.Error
+		}
+	}
+	return rn
+}
+
+// tell puts the planner's verdicts on the nodes' timelines.
+func (r *rollouts) tell(site, key string, d rollout.Decision) {
+	rec := func(node, msg string, isErr bool) {
+		r.store.Record(status.Event{Kind: status.KindRollout, Site: site, Node: node, Rollout: key, Message: msg, Error: isErr})
+	}
+	for _, n := range d.Healthy {
+		rec(n, "rollout: healthy: running its new install", false)
+	}
+	for n, why := range d.Failed {
+		rec(n, "rollout: failed: "+why, true)
+	}
+	if h := d.Halted; h != nil {
+		rec(h.Node, fmt.Sprintf("rollout %s halted: %s: %s (no further node is touched until Git changes: fix it, or revert)", key, h.Node, h.Why), true)
+		r.log.Warn("rollout halted", "group", key, "node", h.Node, "why", h.Why)
+	}
+	if d.Resumed != "" {
+		r.log.Info("rollout resumed", "group", key, "why", d.Resumed)
+	}
+}
+
+// reinstall sets the node's next boot to the network, once, and power
+// cycles it. A BMC that fails here fails the node (and halts the group):
+// the planner saw it answer a moment ago.
+func (r *rollouts) reinstall(ctx context.Context, site *plan.Site, key, name string, g *rollout.Group, d rollout.Decision) {
+	i := slices.IndexFunc(site.Nodes, func(n *plan.Node) bool { return n.Name == name })
+	m := g.Marks[name]
+	if i < 0 || m == nil {
+		return
+	}
+	what := "install " + plan.Short(m.Digest)
+	canary := ""
+	if m.Canary {
+		canary = " (canary)"
+	}
+	r.store.Record(status.Event{Kind: status.KindRollout, Site: site.Name, Node: name, Rollout: key,
+		Message: fmt.Sprintf("rollout: reinstalling%s for %s: PXE once and a power cycle through its BMC", canary, what)})
+	nodeKey := site.Name + "/" + name
+	err := r.power.BootDevice(ctx, nodeKey, "pxe", true)
+	if err == nil {
+		_, err = r.power.Act(ctx, nodeKey, "cycle")
+	}
+	if err == nil {
+		return
+	}
+	why := "power: " + err.Error()
+	m.Failed = why
+	if g.Halt == nil {
+		g.Halt = &rollout.Halt{Node: name, Why: why, Digest: m.Digest, At: r.now()}
+	}
+	b, _ := json.Marshal(g)
+	if perr := r.store.PutRollout(key, b); perr != nil {
+		r.log.Error("rollout: status store", "group", key, "err", perr)
+	}
+	r.store.Record(status.Event{Kind: status.KindRollout, Site: site.Name, Node: name, Rollout: key, Error: true,
+		Message: fmt.Sprintf("rollout %s halted: %s: %s", key, name, why)})
+}
+
+// Status is what GET /api/v1/status shows of the rollouts.
+func (r *rollouts) Status() []bhttp.RolloutStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.shown)
+}
+
+// Reinstalling says whether a rollout started node (site/node) for an
+// install its disk does not hold yet: the boot plane then serves it the
+// Micro-OS although it is provisioned at its generation.
+func (r *rollouts) Reinstalling(site, profile, node string, installed *plan.Install) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.groups[site+"/"+profile]
+	if g == nil {
+		return false
+	}
+	m := g.Marks[node]
+	return m != nil && !m.Done && m.Failed == "" && (installed == nil || installed.Digest != m.Digest)
+}

@@ -11,7 +11,9 @@ import (
 // Node is one node of a group (one site, one profile) as the daemon sees
 // it now.
 type Node struct {
-	Name   string
+	// Name is unique in the group; marks are kept by it.
+	Name string
+	// Labels are the node's labels; the policy's Order sorts by them.
 	Labels map[string]string
 	// Want is the install Git asks for now.
 	Want plan.Install
@@ -25,7 +27,8 @@ type Node struct {
 	// reached after the rollout started it from one left over from before
 	// (a node restarted from "failed" is still "failed" until it boots).
 	// Zero means unknown: the state is then taken as current.
-	Since  time.Time
+	Since time.Time
+	// HasBMC: the rollout can only reinstall a node it can power-cycle.
 	HasBMC bool
 	// Power is what the BMC last said: "on", "off", "unreachable",
 	// "unknown", or "" when it has not been polled (or there is no BMC).

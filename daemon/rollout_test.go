@@ -1,0 +1,222 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/power"
+)
+
+// bmc is a BMC that is always on and keeps what it was told.
+type bmc struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (b *bmc) PowerState(context.Context) (string, error) { return power.On, nil }
+func (b *bmc) SetPower(_ context.Context, a string) error  { b.add("power " + a); return nil }
+func (b *bmc) SetBootDevice(_ context.Context, d string, once bool) error {
+	b.add("boot " + d)
+	return nil
+}
+func (b *bmc) add(c string) { b.mu.Lock(); b.calls = append(b.calls, c); b.mu.Unlock() }
+func (b *bmc) said() string { b.mu.Lock(); defer b.mu.Unlock(); return strings.Join(b.calls, ", ") }
+
+// fleet is three running nodes installed with image v1, a Plan that says
+// v2 under rolling (one at a time, one canary), a status store, a power
+// manager on fake BMCs, and the rollout controller.
+type fleet struct {
+	t      *testing.T
+	dir    string
+	live   *boot.Live
+	store  *status.Durable
+	bmcs   map[string]*bmc
+	pm     *power.Manager
+	r      *rollouts
+	v1, v2 map[string]plan.Install
+	reg    *prometheus.Registry
+}
+
+func newFleet(t *testing.T) *fleet {
+	f := &fleet{t: t, dir: t.TempDir(), live: &boot.Live{}, bmcs: map[string]*bmc{}, v1: map[string]plan.Install{}, v2: map[string]plan.Install{}}
+	os.WriteFile(filepath.Join(f.dir, "rack"), []byte("admin:pw\nallow: 198.18.0.0/24\n"), 0o600)
+	site := &plan.Site{Name: "lab", Rollouts: map[string]*plan.Rollout{"base": {Strategy: plan.RolloutRolling, MaxUnavailable: "1", Canary: 1, HealthTimeout: "20m"}}}
+	for i, name := range []string{"n1", "n2", "n3"} {
+		addr := "198.18.0." + string(rune('1'+i))
+		n := &plan.Node{Name: name, Site: "lab", Profile: "base", BMC: &plan.BMC{Address: addr, Protocol: plan.BMCIPMI, Secret: "rack"},
+			Artifacts: plan.Artifacts{Workflow: plan.Workflow{Node: name, Actions: []plan.Action{{Action: "image-to-disk", SHA256: "v1"}}}}}
+		f.v1[name] = plan.InstallOf(n)
+		n.Artifacts.Workflow.Actions[0].SHA256 = "v2"
+		n.Install = plan.InstallOf(n)
+		f.v2[name] = n.Install
+		site.Nodes = append(site.Nodes, n)
+		f.bmcs[addr] = &bmc{}
+	}
+	f.live.Swap(&plan.Plan{Sites: []*plan.Site{site}})
+	var err error
+	f.store, err = status.Open(filepath.Join(f.dir, "status.db"), status.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.store.Close() })
+	for _, name := range []string{"n1", "n2", "n3"} {
+		in := f.v1[name]
+		f.report(name, &in)
+	}
+	f.pm = &power.Manager{
+		Plan:    f.live.Current,
+		Node:    func(string, string) (bool, int, bool) { return false, 0, true },
+		Record:  func(string, string, string, bool, int) {},
+		Secrets: &power.Secrets{Dir: f.dir},
+		Dial: func(b *plan.BMC, _ netip.Addr, _ power.Credentials) power.Controller {
+			return f.bmcs[b.Address]
+		},
+		Timeout: time.Minute,
+		Allow:   mustAllow(t, "198.18.0.0/24"),
+	}
+	f.pm.Round(context.Background()) // the BMCs answered: on
+	f.restart()
+	return f
+}
+
+func mustAllow(t *testing.T, s string) power.AllowList {
+	a, err := power.ParseAllowList(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// restart is a new controller on the same store, as after a restart.
+func (f *fleet) restart() {
+	f.reg = prometheus.NewRegistry()
+	var err error
+	if f.r, err = newRollouts(f.live, nil, f.store, f.pm, slog.New(slog.DiscardHandler), f.reg); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// report is an install of node that finished (nil: one that failed).
+func (f *fleet) report(node string, in *plan.Install) {
+	f.t.Helper()
+	e := status.Event{Kind: status.KindAgent, Site: "lab", Node: node, State: status.StateProvisioned, Install: in, Seq: uint64(time.Now().UnixNano())}
+	if in == nil {
+		e.State, e.Message, e.Install = status.StateFailed, "2/4 image-to-disk failed: sha256 mismatch", nil
+	}
+	if err := f.store.RecordSync(e); err != nil {
+		f.t.Fatal(err)
+	}
+	if in != nil {
+		f.store.RecordSync(status.Event{Kind: status.KindReport, Site: "lab", Node: node, State: status.StateRunning, Install: &plan.Install{Digest: in.Digest}})
+	}
+}
+
+func (f *fleet) round() {
+	f.r.Round(context.Background())
+	f.store.RecordSync() // what the round recorded is in
+}
+
+func (f *fleet) cycled() []string {
+	var out []string
+	for i, name := range []string{"n1", "n2", "n3"} {
+		if strings.Contains(f.bmcs["198.18.0."+string(rune('1'+i))].said(), "power cycle") {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func (f *fleet) timeline(node string) string {
+	var b strings.Builder
+	for _, e := range f.store.Events("lab/" + node) {
+		b.WriteString(e.Message + "\n")
+	}
+	return b.String()
+}
+
+// Git moves three running nodes to v2: they are out of date (on their
+// timelines and in the metric), and reinstalled one at a time, canary
+// first, each through its BMC; a node started boots the Micro-OS again
+// at its generation until its disk holds v2; a restarted controller
+// starts nobody twice.
+func TestRolloutController(t *testing.T) {
+	f := newFleet(t)
+	d := &daemon{events: f.store, overlays: &overlaySwap{live: f.live}, rollouts: f.r}
+	f.round()
+	if got := testutil.ToFloat64(f.r.outOfDate.WithLabelValues("lab", "base")); got != 3 {
+		t.Errorf("bootops_nodes_out_of_date: %v", got)
+	}
+	if tl := f.timeline("n2"); !strings.Contains(tl, "sync: out of date: image v1→v2") {
+		t.Errorf("n2's timeline:\n%s", tl)
+	}
+	if got := f.cycled(); len(got) != 1 || got[0] != "n1" {
+		t.Fatalf("cycled after the first round: %v", got)
+	}
+	if b := f.bmcs["198.18.0.1"].said(); b != "boot pxe, power cycle" {
+		t.Errorf("n1's BMC: %s", b)
+	}
+	if _, ok := d.provisioned("lab", "n1"); ok {
+		t.Error("n1, started for v2, still boots its disk")
+	}
+	if _, ok := d.provisioned("lab", "n2"); !ok {
+		t.Error("n2, not started, does not boot its disk")
+	}
+	// A restart while n1 installs: nobody is started again.
+	f.restart()
+	d.rollouts = f.r
+	f.round()
+	f.round()
+	if got := f.cycled(); len(got) != 1 || strings.Count(f.bmcs["198.18.0.1"].said(), "cycle") != 1 {
+		t.Fatalf("after a restart: cycled %v, n1's BMC %s", got, f.bmcs["198.18.0.1"].said())
+	}
+	if st := f.r.Status(); len(st) != 1 || st[0].InProgress != 1 || !strings.Contains(st[0].Summary, "canar") {
+		t.Errorf("status: %+v", st)
+	}
+	// n1 comes back with v2: healthy, and n2 goes.
+	v2 := f.v2["n1"]
+	f.report("n1", &v2)
+	if _, ok := d.provisioned("lab", "n1"); !ok {
+		t.Error("n1, installed with v2, does not boot its disk")
+	}
+	f.round()
+	if got := f.cycled(); len(got) != 2 || got[1] != "n2" {
+		t.Fatalf("after n1 is healthy: cycled %v", got)
+	}
+	if tl := f.timeline("n1"); !strings.Contains(tl, "rollout: healthy") || !strings.Contains(tl, "sync: in sync") {
+		t.Errorf("n1's timeline:\n%s", tl)
+	}
+	// n2 fails: the rollout halts, and n3 is never touched.
+	f.report("n2", nil)
+	for range 3 {
+		f.round()
+	}
+	if got := f.cycled(); len(got) != 2 {
+		t.Errorf("after n2 failed: cycled %v", got)
+	}
+	st := f.r.Status()
+	if len(st) != 1 || !strings.HasPrefix(st[0].Halted, "n2: ") {
+		t.Errorf("status after a failure: %+v", st)
+	}
+	if tl := f.timeline("n2"); !strings.Contains(tl, "halted") {
+		t.Errorf("n2's timeline:\n%s", tl)
+	}
+	// The halt outlives a restart.
+	f.restart()
+	f.round()
+	if st := f.r.Status(); len(st) != 1 || st[0].Halted == "" || len(f.cycled()) != 2 {
+		t.Errorf("after a restart: %+v, cycled %v", st, f.cycled())
+	}
+}

@@ -27,7 +27,7 @@ type bmc struct {
 }
 
 func (b *bmc) PowerState(context.Context) (string, error) { return power.On, nil }
-func (b *bmc) SetPower(_ context.Context, a string) error  { b.add("power " + a); return nil }
+func (b *bmc) SetPower(_ context.Context, a string) error { b.add("power " + a); return nil }
 func (b *bmc) SetBootDevice(_ context.Context, d string, once bool) error {
 	b.add("boot " + d)
 	return nil

@@ -15,14 +15,34 @@ import (
 // chassisControl is ipmi_sim's chassis_control program for one VM: power
 // on starts QEMU (in the lab's namespace, where ipmi_sim runs) booting
 // from the device the BMC was told, once, else from its disk only; power
-// off stops it; a machine whose QEMU exited (-no-reboot: its reboot) is
-// off. Every call is logged.
+// off stops it; a reset (or a cycle: off, then on) stops and starts it.
+// With -no-reboot (%[5]s) a machine whose QEMU exited (its reboot) is
+// off; without, it reboots as a machine does. %[6]s is how QEMU boots the
+// network once (order=n with -no-reboot; once=n,order=c without). Every
+// call is logged.
 const chassisControl = `#!/bin/sh
 dir=%[1]s
 dev=$1; op=$2; shift 2
 echo "$(date +%%T) $op $*" >> $dir/control.log
 # a QEMU that exited may stay a zombie until init reaps it: not running
 running() { [ -f $dir/vm.pid ] && st=$(cut -d' ' -f3 /proc/$(cat $dir/vm.pid)/stat 2>/dev/null) && [ -n "$st" ] && [ "$st" != Z ]; }
+start() {
+  order="order=c,strict=on"
+  if [ "$(cat $dir/boot 2>/dev/null)" = pxe ]; then order="%[6]s"; fi
+  rm -f $dir/boot # a boot device is for the next boot only
+  n=$(( $(cat $dir/boots 2>/dev/null || echo 0) + 1 )); echo $n > $dir/boots
+  echo "$(date +%%T) power on $n: -boot $order" >> $dir/control.log
+  setsid qemu-system-x86_64 -accel tcg -m 512 -nographic %[5]s -monitor none \
+    -serial file:$dir/console-$n.log -netdev tap,id=n0,ifname=%[2]s,script=no,downscript=no \
+    -device virtio-net-pci,netdev=n0,mac=%[3]s -drive file=%[4]s,if=virtio,format=raw \
+    -boot $order >>$dir/qemu.log 2>&1 </dev/null &
+  echo $! > $dir/vm.pid
+}
+stop() {
+  running && kill "$(cat $dir/vm.pid)"
+  for i in 1 2 3 4 5 6 7 8 9 10; do running || break; sleep 0.2; done
+  rm -f $dir/vm.pid
+}
 case $op in
 get)
   for p in "$@"; do
@@ -34,24 +54,8 @@ get)
 set)
   while [ $# -ge 2 ]; do
     case $1 in
-    power)
-      if [ "$2" = 1 ]; then
-        if ! running; then
-          order="order=c,strict=on"
-          if [ "$(cat $dir/boot 2>/dev/null)" = pxe ]; then order="order=n"; fi
-          rm -f $dir/boot # a boot device is for the next boot only
-          n=$(( $(cat $dir/boots 2>/dev/null || echo 0) + 1 )); echo $n > $dir/boots
-          echo "$(date +%%T) power on $n: -boot $order" >> $dir/control.log
-          setsid qemu-system-x86_64 -accel tcg -m 512 -nographic -no-reboot -monitor none \
-            -serial file:$dir/console-$n.log -netdev tap,id=n0,ifname=%[2]s,script=no,downscript=no \
-            -device virtio-net-pci,netdev=n0,mac=%[3]s -drive file=%[4]s,if=virtio,format=raw \
-            -boot $order >>$dir/qemu.log 2>&1 </dev/null &
-          echo $! > $dir/vm.pid
-        fi
-      else
-        running && kill "$(cat $dir/vm.pid)"
-        rm -f $dir/vm.pid
-      fi ;;
+    power) if [ "$2" = 1 ]; then running || start; else stop; fi ;;
+    reset) if [ "$2" = 1 ]; then stop; start; fi ;;
     boot) echo "$2" > $dir/boot ;;
     esac
     shift 2
@@ -106,7 +110,7 @@ func TestPowerIPMI(t *testing.T) {
 	bmcDir := filepath.Join(l.dir, "bmc-vm")
 	os.MkdirAll(bmcDir, 0o755)
 	control := filepath.Join(bmcDir, "chassis-control")
-	os.WriteFile(control, []byte(fmt.Sprintf(chassisControl, bmcDir, "tap-ipmi", mac, vmDisk)), 0o755)
+	os.WriteFile(control, []byte(fmt.Sprintf(chassisControl, bmcDir, "tap-ipmi", mac, vmDisk, "-no-reboot", "order=n")), 0o755)
 	t.Cleanup(func() {
 		if b, err := os.ReadFile(filepath.Join(bmcDir, "vm.pid")); err == nil {
 			exec.Command("kill", "-9", strings.TrimSpace(string(b))).Run()

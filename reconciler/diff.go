@@ -72,6 +72,41 @@ type ChangeSet struct {
 	} `json:"summary"`
 	Objects []ObjectChange `json:"objects"`
 	Nodes   []NodeChange   `json:"nodes"`
+	// Installs are the nodes (in both revisions) whose install changes:
+	// what an installed machine of theirs would then not be running.
+	Installs []InstallChange `json:"installs,omitempty"`
+	// Live: the nodes were marked against a running daemon (--server).
+	Live bool `json:"live,omitempty"`
+}
+
+// InstallChange is a node whose install (image, workflow, cloud-init)
+// changes.
+type InstallChange struct {
+	Site    string   `json:"site"`
+	Node    string   `json:"node"`
+	Changes []string `json:"changes"`
+	// Installed is set with --server: the machine is installed (provisioned
+	// or running), so the change puts it out of date.
+	Installed bool `json:"installed,omitempty"`
+}
+
+// OutOfDate counts the installed machines (marked with --server) the
+// change puts out of date, and the install changes among them ("image",
+// "workflow", "cloud-init").
+func (c *ChangeSet) OutOfDate() (n int, what []string) {
+	for _, in := range c.Installs {
+		if !in.Installed {
+			continue
+		}
+		n++
+		for _, x := range in.Changes {
+			x, _, _ = strings.Cut(x, " ")
+			if !slices.Contains(what, x) {
+				what = append(what, x)
+			}
+		}
+	}
+	return n, what
 }
 
 // Empty reports whether nothing changes.
@@ -116,6 +151,9 @@ func Diff(base, head *plan.Plan) *ChangeSet {
 			cs.Nodes = append(cs.Nodes, NodeChange{Kind: Removed, Site: b.Site, Name: b.Name, Source: b.Source, base: b})
 			cs.Summary.Remove++
 			continue
+		}
+		if c := b.Install.Changes(h.Install); len(c) > 0 && b.Install.Digest != "" {
+			cs.Installs = append(cs.Installs, InstallChange{Site: h.Site, Node: h.Name, Changes: c})
 		}
 		own := nodeFields(b, h)
 		arts := artifactDiff(b, h)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -167,7 +168,7 @@ func markProvisioned(ctx context.Context, server string, cs *reconciler.ChangeSe
 	}
 	prov := map[string]bool{}
 	for _, n := range doc.Nodes {
-		if n.State == status.StateProvisioned {
+		if status.Installed(n.State) {
 			prov[n.Site+"/"+n.Node] = true
 		}
 	}
@@ -175,7 +176,49 @@ func markProvisioned(ctx context.Context, server string, cs *reconciler.ChangeSe
 		n := &cs.Nodes[i]
 		n.Provisioned = prov[n.Site+"/"+n.Name] && n.Kind == reconciler.Changed
 	}
+	for i := range cs.Installs {
+		in := &cs.Installs[i]
+		in.Installed = prov[in.Site+"/"+in.Node]
+	}
+	cs.Live = true
 	return nil
+}
+
+// count is "1 node", "2 nodes" (or the plural given).
+func count(n int, one string, many ...string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	if len(many) > 0 {
+		return fmt.Sprintf("%d %s", n, many[0])
+	}
+	return fmt.Sprintf("%d %ss", n, one)
+}
+
+// installLine says how many nodes' install the change moves, and with
+// --server how many installed machines it puts out of date; "" when none.
+func installLine(cs *reconciler.ChangeSet) string {
+	if len(cs.Installs) == 0 {
+		return ""
+	}
+	var what []string
+	for _, in := range cs.Installs {
+		for _, x := range in.Changes {
+			x, _, _ = strings.Cut(x, " ")
+			if !slices.Contains(what, x) {
+				what = append(what, x)
+			}
+		}
+	}
+	line := fmt.Sprintf("Installs: %s would install another %s", count(len(cs.Installs), "node"), strings.Join(what, ", "))
+	if cs.Live {
+		n, what := cs.OutOfDate()
+		line += fmt.Sprintf("; %s out of date", count(n, "installed machine goes", "installed machines go"))
+		if n > 0 {
+			line += " (" + strings.Join(what, ", ") + ")"
+		}
+	}
+	return line + "."
 }
 
 func summaryLine(cs *reconciler.ChangeSet) string {
@@ -291,6 +334,9 @@ func diffText(w io.Writer, cs *reconciler.ChangeSet, p palette, artifacts bool) 
 		return nil
 	}
 	fmt.Fprintln(w, summaryLine(cs))
+	if l := installLine(cs); l != "" {
+		fmt.Fprintln(w, l)
+	}
 	fmt.Fprintln(w)
 	for _, l := range diffLines(cs, p) {
 		fmt.Fprintln(w, l)
@@ -339,7 +385,11 @@ func diffMarkdown(cs *reconciler.ChangeSet, max int) string {
 		return b.String()
 	}
 	s := cs.Summary
-	fmt.Fprintf(&b, "**%s**\n\n| to add | to change | to remove | to reprovision |\n| ---: | ---: | ---: | ---: |\n| %d | %d | %d | %d |\n\n", summaryLine(cs), s.Add, s.Change, s.Remove, s.Reprovision)
+	fmt.Fprintf(&b, "**%s**\n\n", summaryLine(cs))
+	if l := installLine(cs); l != "" {
+		fmt.Fprintf(&b, "%s\n\n", l)
+	}
+	fmt.Fprintf(&b, "| to add | to change | to remove | to reprovision |\n| ---: | ---: | ---: | ---: |\n| %d | %d | %d | %d |\n\n", s.Add, s.Change, s.Remove, s.Reprovision)
 	lines := diffLines(cs, palette{})
 	// diff fences color + and - lines; ! marks a change.
 	for i, l := range lines {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -249,5 +251,39 @@ func TestDiffCmdline(t *testing.T) {
 	want := "head " + git(t, dir, "rev-parse", "--short=7", "HEAD") + ": microos/default.yaml:11:1: cmdline: contains a newline (\\n): iPXE would run the rest as a command of its own"
 	if code != 1 || !strings.Contains(errs, want) || strings.Contains(out, "evil") {
 		t.Errorf("smuggled newline: exit %d, want 1 and %q:\n%s\n%s", code, want, errs, out)
+	}
+}
+
+// A change to what nodes install says how many would install something
+// else, and with --server how many installed machines (provisioned or
+// running) it puts out of date, and what of their install changes.
+func TestDiffOutOfDate(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"source":{},"nodes":[`+
+			`{"key":"warehouse/rack1-11","site":"warehouse","node":"rack1-11","state":"running"},`+
+			`{"key":"warehouse/rack1-12","site":"warehouse","node":"rack1-12","state":"provisioned"},`+
+			`{"key":"warehouse/rack1-13","site":"warehouse","node":"rack1-13","state":"booting"}],"unknown":[]}`)
+	}))
+	defer srv.Close()
+	dir := gitRepo(t)
+	f := filepath.Join(dir, "profiles/ubuntu-24-04.yaml")
+	b, _ := os.ReadFile(f)
+	sha := regexp.MustCompile(`sha256: [0-9a-f]{64}`).Find(b)
+	os.WriteFile(f, bytes.Replace(b, sha, []byte("sha256: "+strings.Repeat("ab", 32)), 1), 0o644)
+	_, out, _ := bootops(t, nil, "diff", dir, "--base", "main")
+	if !strings.Contains(out, "\nInstalls: 10 nodes would install another image.\n") {
+		t.Errorf("without --server:\n%s", out)
+	}
+	_, out, _ = bootops(t, nil, "diff", dir, "--base", "main", "--server", srv.URL, "--format", "json")
+	var cs reconciler.ChangeSet
+	if err := json.Unmarshal([]byte(out), &cs); err != nil {
+		t.Fatal(err)
+	}
+	if n, what := cs.OutOfDate(); n != 2 || len(cs.Installs) != 10 || strings.Join(what, ",") != "image" {
+		t.Errorf("json: %d out of date (%v) of %d installs", n, what, len(cs.Installs))
+	}
+	_, out, _ = bootops(t, nil, "diff", dir, "--base", "main", "--server", srv.URL)
+	if !strings.Contains(out, "Installs: 10 nodes would install another image; 2 installed machines go out of date (image).") {
+		t.Errorf("--server:\n%s", out)
 	}
 }

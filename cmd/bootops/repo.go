@@ -58,12 +58,7 @@ func withRepo(e *env, dir string, f func(*compiler.Compiler, fs.FS) error) error
 }
 
 // countErrors is "1 error", "2 errors".
-func countErrors(n int) string {
-	if n == 1 {
-		return "1 error"
-	}
-	return fmt.Sprintf("%d errors", n)
-}
+func countErrors(n int) string { return count(n, "error") }
 
 // writeFileAtomic replaces name with data, never leaving half a file.
 func writeFileAtomic(name string, data []byte) error {

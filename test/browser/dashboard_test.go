@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -357,6 +358,27 @@ func TestDashboard(t *testing.T) {
 	// position, and keeps showing the fleet served.
 	c.navigate(t, d.url+"/")
 	c.waitJS(t, "the fleet again", `window.bootops && window.bootops.complete !== undefined`, 30*time.Second)
+
+	// Drift: a provisioned node is in sync; a new image in Git puts it
+	// out of date, in its row.
+	syncKey := site(0) + "/" + node(0) // i%5 == 0: provisioned
+	syncJS := func(want string) string {
+		return fmt.Sprintf(`(document.querySelector('#rows .row[data-key="%s"] .sync') || {}).textContent === %q`, syncKey, want)
+	}
+	c.waitJS(t, syncKey+" in sync", syncJS("in sync"), 30*time.Second)
+	profiles, _ := filepath.Glob(filepath.Join(d.repo, "profiles", "*.yaml"))
+	for _, f := range profiles {
+		b, _ := os.ReadFile(f)
+		os.WriteFile(f, regexp.MustCompile(`sha256: [0-9a-f]{64}`).ReplaceAll(b, []byte("sha256: "+strings.Repeat("5e", 32))), 0o644)
+	}
+	c.waitJS(t, syncKey+" out of date", syncJS("out of date"), 30*time.Second)
+	var why string
+	c.eval(t, fmt.Sprintf(`document.querySelector('#rows .row[data-key="%s"] .sync').title`, syncKey), &why)
+	if !strings.HasPrefix(why, "out of date: image ") || !strings.Contains(why, "→5e5e5e5e…") {
+		t.Errorf("the sync's detail: %q", why)
+	}
+	c.screenshot(t, filepath.Join(outDir(), "drift.png"), false)
+
 	broken := filepath.Join(d.repo, fleet.NodeFile(sites, 3))
 	body, err := os.ReadFile(broken)
 	if err != nil {

@@ -75,13 +75,13 @@ function makeRow(key) {
   if (!rowTemplate) {
     const bar = el("div", { class: "bar" }, el("i", {}), el("span", {}));
     rowTemplate = el("div", { class: "row", role: "row" }, el("div", {}, el("a", {})), el("div", {}),
-      el("div", {}, el("span", { class: "state" }), el("span", { class: "power" })), el("div", {}, bar, el("small", { class: "from" })), el("div", {}), el("div", { class: "msg" }));
+      el("div", {}, el("span", { class: "state" }), el("span", { class: "power" }), el("span", { class: "sync" })), el("div", {}, bar, el("small", { class: "from" })), el("div", {}), el("div", { class: "msg" }));
   }
   const tr = rowTemplate.cloneNode(true);
   tr.dataset.key = key;
   const [node, site, state, prog, elapsed, message] = tr.children;
   const bar = prog.firstChild;
-  return { tr, cells: { node, site, state, progress: prog, elapsed, message }, link: node.firstChild, state: state.firstChild, power: state.lastChild, bar, fill: bar.firstChild, ptext: bar.lastChild, from: prog.lastChild };
+  return { tr, cells: { node, site, state, progress: prog, elapsed, message }, link: node.firstChild, state: state.firstChild, power: state.children[1], sync: state.lastChild, bar, fill: bar.firstChild, ptext: bar.lastChild, from: prog.lastChild };
 }
 
 function fillRow(r, m) {
@@ -94,6 +94,11 @@ function fillRow(r, m) {
   r.power.textContent = m.power ? "⏻ " + m.power : "";
   r.power.className = "power p-" + (m.power || "none");
   r.power.title = m.powerError || "";
+  // Whether it runs what Git says (once it was installed).
+  const stale = (m.sync || "").startsWith("out of date");
+  r.sync.textContent = stale ? "out of date" : m.sync === "in sync" ? "in sync" : "";
+  r.sync.className = "sync" + (stale ? " stale" : "");
+  r.sync.title = m.sync || "";
   const p = progress(m);
   r.bar.className = "bar " + p.cls;
   r.fill.style.width = (p.f * 100).toFixed(1) + "%";
@@ -129,7 +134,7 @@ function matches(m, f) {
   if (f.state && m.state !== f.state) return false;
   if (f.site && m.site !== f.site) return false;
   if (!f.words.length) return true;
-  const hay = [m.node, m.site, m.state, m.mac, m.uuid, m.serial, m.boot, m.hostname, m.power, m.last && m.last.message].join(" ").toLowerCase();
+  const hay = [m.node, m.site, m.state, m.mac, m.uuid, m.serial, m.boot, m.hostname, m.power, m.sync, m.last && m.last.message].join(" ").toLowerCase();
   return f.words.every((w) => hay.includes(w));
 }
 
@@ -281,7 +286,7 @@ function renderNode(key) {
   if (!m) { dl.replaceChildren(el("dt", { text: "state" }), el("dd", { text: "not seen" })); return; }
   const items = [["key", m.key], ["site", m.site], ["state", m.state], ["since", m.since && new Date(m.since).toLocaleString()],
     ["MAC", m.mac], ["UUID", m.uuid], ["serial", m.serial], ["boot", m.boot], ["hostname", m.hostname], ["kernel", m.kernel],
-    ["power", m.power && (m.power + (m.powerError ? ": " + m.powerError : ""))], ["image", imageFrom(m).replace(/^image: /, "")], ["events", m.events]];
+    ["power", m.power && (m.power + (m.powerError ? ": " + m.powerError : ""))], ["sync", m.sync], ["image", imageFrom(m).replace(/^image: /, "")], ["events", m.events]];
   dl.replaceChildren(...items.filter(([, v]) => v !== undefined && v !== "").flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
   const p = progress(m, lastStepped);
   const bar = el("div", { class: "bar " + p.cls }, el("i", { style: `width:${(p.f * 100).toFixed(1)}%` }), el("span", { text: p.text }));

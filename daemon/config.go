@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	bhttp "github.com/bootops/bootops/boot/http"
 	"io"
 	"log/slog"
 	"time"
@@ -121,5 +122,5 @@ type DashboardConfig struct {
 // called once the store and reconciler exist; the store then keeps an
 // outbox for it.
 type HubConfig struct {
-	Forwarder func(plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable) (*hub.Forwarder, error)
+	Forwarder func(plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable, rollouts func() []bhttp.RolloutStatus) (*hub.Forwarder, error)
 }

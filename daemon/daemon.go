@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config) error {
 	g.Go(func() error { return d.power.Run(ctx) })
 	// The hub forwarder.
 	if cfg.Hub.Forwarder != nil {
-		fwd, err := cfg.Hub.Forwarder(d.overlays.live, d.rec, d.events)
+		fwd, err := cfg.Hub.Forwarder(d.overlays.live, d.rec, d.events, d.rollouts.Status)
 		if err != nil {
 			return configErr(err)
 		}

@@ -31,6 +31,8 @@ type Hello struct {
 	Pending int       `json:"pending"`         // events in its outbox when it said hello
 	Epoch   string    `json:"epoch,omitempty"` // its status store's identity (Epoch)
 	Sent    time.Time `json:"sent"`
+	// Rollouts are its rollout groups worth showing, halts included.
+	Rollouts []bhttp.RolloutStatus `json:"rollouts,omitempty"`
 }
 
 // siteState is what the view keeps of one site: its machines in a store
@@ -414,6 +416,26 @@ func (v *View) Sites() []bhttp.SiteStatus {
 	return out
 }
 
+// rollouts are every site's rollout groups, as its last hello gave them
+// (each for its own site only), by site.
+func (v *View) rollouts() []bhttp.RolloutStatus {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []bhttp.RolloutStatus
+	for name, s := range v.sites {
+		if s.hello == nil {
+			continue
+		}
+		for _, r := range s.hello.Rollouts {
+			if r.Site == name {
+				out = append(out, r)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Site+"/"+out[i].Profile < out[j].Site+"/"+out[j].Profile })
+	return out
+}
+
 // registered is each site's registered nodes, as its last hello named them.
 func (v *View) registered() map[string][]string {
 	v.mu.Lock()
@@ -503,6 +525,7 @@ func (v *View) Doc(hub string) bhttp.StatusDoc {
 		}
 	}
 	sort.Slice(doc.Nodes, func(i, j int) bool { return doc.Nodes[i].Key < doc.Nodes[j].Key })
+	doc.Rollouts = v.rollouts()
 	// The dashboard reads the sites from the source (pushed when it
 	// changes): each site's row says when it was last heard.
 	doc.Source = map[string]any{"hub": hub, "sites": doc.Sites}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 )
 
@@ -34,5 +35,22 @@ func TestViewPutsEventsBackInOrder(t *testing.T) {
 	}
 	if s := v.Sites(); len(s) != 1 || s[0].Events != 6 || !s[0].LastHeard.Equal(at) {
 		t.Errorf("site: %+v", s)
+	}
+}
+
+// A site's rollouts reach the hub's status in its hello, and only its
+// own: a hello that names another site's group is not shown for it.
+func TestViewRollouts(t *testing.T) {
+	v := NewView()
+	hello := func(site string, rs ...bhttp.RolloutStatus) {
+		b, _ := json.Marshal(Hello{Site: site, Plan: "p", Rollouts: rs})
+		v.Apply(Message{Site: site, Kind: KindHello, Data: b, At: time.Now()})
+	}
+	hello("east", bhttp.RolloutStatus{Site: "east", Profile: "debian", Strategy: "rolling", OutOfDate: 2, Halted: "r1: install failed: 404"},
+		bhttp.RolloutStatus{Site: "west", Profile: "debian", Halted: "forged"})
+	hello("west")
+	doc := v.Doc("hub")
+	if len(doc.Rollouts) != 1 || doc.Rollouts[0].Site != "east" || doc.Rollouts[0].Halted != "r1: install failed: 404" {
+		t.Errorf("rollouts in the hub's status: %+v", doc.Rollouts)
 	}
 }

@@ -62,8 +62,8 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		return next.daemonConfig(worker), err
 	}
 	if cfg.hubURLs != "" {
-		d.Hub.Forwarder = func(plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable) (*hub.Forwarder, error) {
-			return hubForwarder(cfg, log, plans, rec, events)
+		d.Hub.Forwarder = func(plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable, rollouts func() []bhttp.RolloutStatus) (*hub.Forwarder, error) {
+			return hubForwarder(cfg, log, plans, rec, events, rollouts)
 		}
 	}
 	err = bootopsd.Run(ctx, d)

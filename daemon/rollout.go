@@ -44,11 +44,14 @@ type rollouts struct {
 	groups map[string]*rollout.Group // by site/profile, as stored
 	shown  []bhttp.RolloutStatus
 	poke   chan struct{}
+	// skipped is why each node was last passed over (site/node), so its
+	// timeline says it once, not every round.
+	skipped map[string]string
 }
 
 func newRollouts(plans *boot.Live, sites []string, store *status.Durable, pm *power.Manager, log *slog.Logger, reg prometheus.Registerer) (*rollouts, error) {
 	r := &rollouts{plans: plans, sites: sites, store: store, power: pm, log: log, now: time.Now,
-		groups: map[string]*rollout.Group{}, poke: make(chan struct{}, 1),
+		groups: map[string]*rollout.Group{}, poke: make(chan struct{}, 1), skipped: map[string]string{},
 		outOfDate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "bootops_nodes_out_of_date",
 			Help: "Installed nodes whose install (image, workflow or cloud-init) is not what Git says now, by site and profile.",
@@ -225,6 +228,12 @@ func (r *rollouts) tell(site, key string, d rollout.Decision) {
 	}
 	if d.Resumed != "" {
 		r.log.Info("rollout resumed", "group", key, "why", d.Resumed)
+	}
+	for n, why := range d.Skipped {
+		if k := site + "/" + n; r.skipped[k] != why {
+			r.skipped[k] = why
+			rec(n, "rollout: skipped: "+why, false)
+		}
 	}
 }
 

@@ -146,12 +146,12 @@ func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, n
 		m := machines[site.Name+"/"+n.Name]
 		rn := r.node(site, n, m)
 		in = append(in, rn)
-		if m != nil && (m.Installed != nil || status.Installed(m.State)) {
-			sync := status.SyncOf(m.Installed, n.Install)
+		if m != nil {
+			sync := status.NodeSync(m, n.Install)
 			if strings.HasPrefix(sync, status.SyncPrefix) {
 				stale++
 			}
-			if sync != m.Sync {
+			if sync != m.Sync && sync != "" {
 				// On the timeline (and to the hub) when it changes.
 				r.store.Record(status.Event{Kind: status.KindRollout, Site: site.Name, Node: n.Name, Sync: sync, Rollout: key, Error: sync != status.SyncIn && sync != status.SyncUnknown, Message: "sync: " + sync})
 			}
@@ -254,6 +254,7 @@ func (r *rollouts) reinstall(ctx context.Context, site *plan.Site, key, name str
 	r.store.Record(status.Event{Kind: status.KindRollout, Site: site.Name, Node: name, Rollout: key,
 		Message: fmt.Sprintf("rollout: reinstalling%s for %s: PXE once and a power cycle through its BMC", canary, what)})
 	nodeKey := site.Name + "/" + name
+	ctx = power.AskedBy(ctx, "the rollout "+key)
 	err := r.power.BootDevice(ctx, nodeKey, "pxe", true)
 	if err == nil {
 		_, err = r.power.Act(ctx, nodeKey, "cycle")

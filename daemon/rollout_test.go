@@ -210,7 +210,7 @@ func TestRolloutController(t *testing.T) {
 	if len(st) != 1 || !strings.HasPrefix(st[0].Halted, "n2: ") {
 		t.Errorf("status after a failure: %+v", st)
 	}
-	if tl := f.timeline("n2"); !strings.Contains(tl, "halted") {
+	if tl := f.timeline("n2"); !strings.Contains(tl, "halted") || !strings.Contains(tl, "sync: unknown") {
 		t.Errorf("n2's timeline:\n%s", tl)
 	}
 	// The halt outlives a restart.

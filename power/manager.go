@@ -670,7 +670,7 @@ func (m *Manager) Act(ctx context.Context, key, action string) (Status, error) {
 			m.Record(t.site.Name, t.node.Name, said+" failed: "+err.Error(), true, 0)
 			return err
 		}
-		m.Record(t.site.Name, t.node.Name, said+" (asked by an operator)", false, 0)
+		m.Record(t.site.Name, t.node.Name, said+" (asked by "+askedBy(ctx)+")", false, 0)
 		m.settle(ctx, c, np, action)
 		return nil
 	})
@@ -741,9 +741,24 @@ func (m *Manager) BootDevice(ctx context.Context, key, device string, once bool)
 			m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: set next boot %s (%s) failed: %v", device, how, err), true, 0)
 			return err
 		}
-		m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: set next boot %s (%s, asked by an operator)", device, how), false, 0)
+		m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: set next boot %s (%s, asked by %s)", device, how, askedBy(ctx)), false, 0)
 		return nil
 	})
+}
+
+type askedByKey struct{}
+
+// AskedBy names, on the node's timeline, who asks for an Act or a
+// BootDevice made with ctx ("a rollout"); without it, "an operator".
+func AskedBy(ctx context.Context, who string) context.Context {
+	return context.WithValue(ctx, askedByKey{}, who)
+}
+
+func askedBy(ctx context.Context) string {
+	if who, ok := ctx.Value(askedByKey{}).(string); ok && who != "" {
+		return who
+	}
+	return "an operator"
 }
 
 // StatePath is the state file's usual place under the daemon's state dir.

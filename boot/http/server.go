@@ -514,8 +514,8 @@ func (s *Server) StatusDoc(nodes bool) StatusDoc {
 	}
 	for i := range doc.Nodes {
 		n := &doc.Nodes[i]
-		if pn := p.Node(n.Site, n.Node); pn != nil && (n.Installed != nil || status.Installed(n.State)) {
-			n.Sync = status.SyncOf(n.Installed, pn.Install)
+		if pn := p.Node(n.Site, n.Node); pn != nil {
+			n.Sync = status.NodeSync(n, pn.Install)
 		}
 	}
 	if s.Rollouts != nil {

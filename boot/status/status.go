@@ -185,6 +185,16 @@ const (
 	SyncPrefix  = "out of date: "
 )
 
+// NodeSync is a registered node's sync against want: "" for a node no
+// install ever reached (nothing to say), else SyncOf what its disk holds
+// (unknown after an install that began and failed).
+func NodeSync(m *Machine, want plan.Install) string {
+	if m.Installed == nil && !Installed(m.State) && m.State != StateFailed {
+		return ""
+	}
+	return SyncOf(m.Installed, want)
+}
+
 // SyncOf says whether a node installed with have runs want.
 func SyncOf(have *plan.Install, want plan.Install) string {
 	if have == nil {

@@ -114,6 +114,12 @@ func TestInstalled(t *testing.T) {
 	if got := SyncOf(&plan.Install{Digest: "d0", Image: "aaaaaaaaaa", Workflow: "w1", CloudInit: "c2"}, *full); got != "out of date: image aaaaaaaa…→i1, cloud-init" {
 		t.Errorf("sync: %q", got)
 	}
+	if got := NodeSync(&Machine{State: StateRegistered}, *full); got != "" {
+		t.Errorf("a node never installed: %q", got)
+	}
+	if got := NodeSync(&Machine{State: StateFailed}, *full); got != SyncUnknown {
+		t.Errorf("a node whose install failed: %q", got)
+	}
 	if got := SyncOf(full, *full); got != SyncIn {
 		t.Errorf("sync: %q", got)
 	}

@@ -122,6 +122,7 @@ func TestScenario(t *testing.T) {
 	f.set("n1", stateProvisioning, nil, "")
 	f.step()
 	f.set("n1", stateFailed, nil, "no disk matches /dev/nvme0n1")
+	f.power("n1", "off") // its Micro-OS powers off after the failure
 	d, g = f.step()
 	why := "install failed: no disk matches /dev/nvme0n1"
 	expect(t, "v3 fails", d, nil, nil, map[string]string{"n1": why}, "halted: n1: "+why)
@@ -155,6 +156,7 @@ func TestScenario(t *testing.T) {
 		}
 	}
 	// Still "failed" from v3 until its BMC cycles it: not judged on that.
+	f.power("n1", "on")
 	d, _ = f.step()
 	expect(t, "n1 not cycled yet", d, nil, nil, nil, "")
 	f.set("n1", stateProvisioning, nil, "")
@@ -164,5 +166,14 @@ func TestScenario(t *testing.T) {
 	expect(t, "n1 back on v2", d, nil, []string{"n1"}, nil, "")
 	if Summary(d, g) != "rolling: in sync (3 nodes)" || d.Done != 3 {
 		t.Errorf("end: %q, %s", Summary(d, g), show(d))
+	}
+}
+
+// power sets a node's power as its BMC says it.
+func (f *fleet) power(name, state string) {
+	for i := range f.nodes {
+		if f.nodes[i].Name == name {
+			f.nodes[i].Power = state
+		}
 	}
 }

@@ -138,7 +138,7 @@ func (s *step) walk(cands []int, limit int, canary bool) (started, left int) {
 // its BMC now, or "" if it can. Only running nodes are started: a node in
 // any other state is down or busy for a reason the rollout should not
 // override. The exception is a node the rollout itself left failed, which
-// is retried once Git wants something else for it.
+// is retried once Git wants something else for it, off or on.
 func ineligible(n *Node, m *Mark) string {
 	failedHere := m != nil && m.Failed != ""
 	switch {
@@ -150,7 +150,9 @@ func ineligible(n *Node, m *Mark) string {
 		return "no BMC: raise reprovision to reinstall it"
 	case n.Power == "unreachable":
 		return strings.TrimSuffix("BMC unreachable: "+n.PowerProblem, ": ")
-	case n.Power == "off":
+	case n.Power == "off" && !failedHere:
+		// Someone turned it off; a node the rollout left failed is
+		// usually off (its Micro-OS powers off): that one is powered on.
 		return "powered off"
 	case n.Power == "":
 		return "BMC not yet polled"

@@ -252,6 +252,9 @@ func TestStepEligibility(t *testing.T) {
 		"failed by the rollout, Git moved on": {
 			node: with(up("a", "", "v2"), func(n *Node) { n.State = stateFailed }),
 			mark: &Mark{Digest: "v1", Failed: "install failed: x"}},
+		"failed by the rollout and off (its Micro-OS powered off), Git moved on": {
+			node: with(up("a", "", "v2"), func(n *Node) { n.State, n.Power = stateFailed, "off" }),
+			mark: &Mark{Digest: "v1", Failed: "install failed: x"}},
 		"failed by the rollout, Git did not move": {
 			node: with(up("a", "", "v2"), func(n *Node) { n.State = stateFailed }),
 			mark: &Mark{Digest: "v2", Failed: "install failed: x"},

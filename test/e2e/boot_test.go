@@ -21,6 +21,9 @@ var bootops, agentBin, imageServer string
 
 func TestMain(m *testing.M) {
 	flag.Parse() // -run decides whether the Debian image is built
+	if os.Geteuid() == 0 {
+		sweepLabs()
+	}
 	dir, err := os.MkdirTemp("", "bootops-e2e-")
 	if err != nil {
 		panic(err)

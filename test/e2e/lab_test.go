@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -48,6 +49,38 @@ var labs atomic.Int64
 
 // labID names a lab's namespaces: unique on the machine (the process) and
 // in the run (the counter).
+// killNetns kills every process in network namespace ns.
+func killNetns(ns string) {
+	out, _ := exec.Command("ip", "netns", "pids", ns).Output()
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// sweepLabs removes the labs of test runs that were killed before their
+// cleanup ran (a timeout, a kill -9): their namespaces, and the VMs and
+// servers still running in them. A lab's name carries its run's pid.
+func sweepLabs() {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !(strings.HasPrefix(f[0], "bo-lan-") || strings.HasPrefix(f[0], "bo-dhcp-")) {
+			continue
+		}
+		parts := strings.Split(f[0], "-")
+		if len(parts) != 4 {
+			continue
+		}
+		if comm, err := os.ReadFile("/proc/" + parts[2] + "/comm"); err == nil && strings.HasPrefix(string(comm), "e2e.test") && parts[2] != strconv.Itoa(os.Getpid()%100000) {
+			continue // another run's, still going
+		}
+		killNetns(f[0])
+		exec.Command("ip", "netns", "del", f[0]).Run()
+	}
+}
+
 func labID() string {
 	return fmt.Sprintf("%d-%d", os.Getpid()%100000, labs.Add(1))
 }
@@ -130,6 +163,10 @@ func (l *lab) close() {
 			p.Wait()
 		}
 	}
+	// What escaped the groups (a BMC's chassis control starts its QEMU
+	// with setsid) still runs in the namespace.
+	killNetns(l.lan)
+	killNetns(l.dhc)
 	exec.Command("ip", "netns", "del", l.lan).Run()
 	exec.Command("ip", "netns", "del", l.dhc).Run()
 	if l.t.Failed() {

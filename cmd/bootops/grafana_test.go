@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -45,7 +46,16 @@ func (r descNames) Unregister(prometheus.Collector) bool { return false }
 func daemonMetrics(t *testing.T) map[string]string {
 	t.Helper()
 	d := startDaemon(t, nil, "--source", demoRepo(t), "--state-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--dhcp", "off", "--tftp-addr", "")
-	code, body := d.get("/metrics")
+	// The rollout controller's gauges have series after its first round,
+	// once the first Plan is in.
+	var code int
+	var body string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		code, body = d.get("/metrics")
+		if code != 200 || strings.Contains(body, "bootops_nodes_out_of_date") || time.Now().After(deadline) {
+			break
+		}
+	}
 	if code != 200 {
 		t.Fatalf("GET /metrics: %d", code)
 	}

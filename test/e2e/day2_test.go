@@ -22,7 +22,8 @@ import (
 // order (by name).
 var rolloutVMs = []string{"r1", "r2", "r3"}
 
-// Day 2 from Git, on three VMs with IPMI BMCs (ipmi_sim) running the real
+// Day 2 from Git (this file sorts early: the longest VM test starts
+// first), on three VMs with IPMI BMCs (ipmi_sim) running the real
 // Debian image: a commit to image v2 under rolling, maxUnavailable 1,
 // canary 1 reinstalls them one at a time through their BMCs (never two
 // down at once, from their timelines) and all end running and in sync;

@@ -50,14 +50,14 @@ func TestMain(m *testing.M) {
 }
 
 // wantsImage reports whether this run's -run pattern may select
-// TestRunning (the one test that boots the Debian image).
+// TestRunning or TestRollout (the tests that boot the Debian image).
 func wantsImage() bool {
 	f := flag.Lookup("test.run")
 	if f == nil || f.Value.String() == "" {
 		return true
 	}
 	re, err := regexp.Compile(f.Value.String())
-	return err != nil || re.MatchString("TestRunning")
+	return err != nil || re.MatchString("TestRunning") || re.MatchString("TestRollout")
 }
 
 // repo writes a repository whose Micro-OS is the Debian kernel and the

@@ -51,6 +51,8 @@ type CheckIn struct {
 	Agent    string   `json:"agent"` // the agent's version
 	// Boot is how the machine booted, as the agent reads it.
 	Boot BootInfo `json:"boot,omitzero"`
+	// Inventory is the machine's hardware (nil: an agent that sends none).
+	Inventory *Inventory `json:"inventory,omitempty"`
 }
 
 // BootInfo is how a machine booted: its firmware, whether UEFI Secure

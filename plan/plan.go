@@ -243,6 +243,19 @@ type Action struct {
 	Mode        string   `json:"mode,omitempty"`
 	Command     []string `json:"command,omitempty"`
 	Chroot      bool     `json:"chroot,omitempty"`
+
+	// The QA actions' parameters (qa-memory, qa-cpu, qa-disk,
+	// qa-network): how much to test and the limits to pass. Sizes and
+	// durations are the source's text (256Mi, 10s), as Timeout is; a
+	// limit of 0 is none.
+	Share        string  `json:"share,omitempty"`    // qa-memory: of MemAvailable, "10%"
+	Duration     string  `json:"duration,omitempty"` // qa-cpu
+	Size         string  `json:"size,omitempty"`     // qa-disk, qa-network: 256Mi
+	Write        bool    `json:"write,omitempty"`    // qa-disk: write-read-verify too
+	MinReadMBps  float64 `json:"minReadMBps,omitempty"`
+	MinWriteMBps float64 `json:"minWriteMBps,omitempty"`
+	MinMbps      float64 `json:"minMbps,omitempty"`
+	MinOpsPerSec float64 `json:"minOpsPerSec,omitempty"`
 }
 
 // PartitionDevice names partition n of disk the way the kernel does (n 0

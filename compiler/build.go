@@ -399,6 +399,7 @@ func (r *repo) checkProfile(p *object) {
 		if c := a.get("content"); c != nil {
 			r.checkTemplate(p, c, base+".content")
 		}
+		r.checkQA(p, wf.list[:i], a, base)
 		name := a.get("name").String()
 		if name == "" {
 			name = act
@@ -410,6 +411,26 @@ func (r *repo) checkProfile(p *object) {
 	}
 	if !slices.ContainsFunc(wf.list, func(a *value) bool { return a.get("action").str == "image-to-disk" }) {
 		r.errorf(p.pos("workflow"), "workflow", "never writes the image: add an image-to-disk action")
+	}
+}
+
+// checkQA checks what a QA action's parameters say about the workflow
+// (before: the actions before it): qa-disk writes only over a disk a
+// wipe-disk gave up; qa-network asks for what the boot server serves.
+func (r *repo) checkQA(p *object, before []*value, a *value, base string) {
+	switch a.get("action").str {
+	case plan.QADisk:
+		w := a.get("write")
+		wiped := slices.ContainsFunc(before, func(b *value) bool { return b.get("action").str == "wipe-disk" })
+		if w != nil && w.kind == kBool && w.b && !wiped {
+			r.errorf(Pos{p.file, w.line, w.col}, base+".write", "write: true overwrites the disk's start: put a wipe-disk before this qa-disk (or read only)")
+		}
+	case plan.QANetwork:
+		if sz := a.get("size"); sz != nil && sz.kind == kString {
+			if n, err := plan.ParseSize(sz.str); err == nil && n > plan.MaxQAStream {
+				r.errorf(Pos{p.file, sz.line, sz.col}, base+".size", "%s is more than the boot server streams (1Gi)", sz.str)
+			}
+		}
 	}
 }
 

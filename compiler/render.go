@@ -368,6 +368,20 @@ func (r *repo) workflow(n *plan.Node, pr *plan.Profile, disk string, lookup func
 			}
 			act.Command = a.get("command").strs()
 			act.Chroot = a.get("chroot") != nil && a.get("chroot").b
+		case plan.QAMemory:
+			act.Share = orDefault(a.get("share").String(), plan.DefaultQAShare)
+		case plan.QACPU:
+			act.Duration = orDefault(a.get("duration").String(), plan.DefaultQADuration)
+			act.MinOpsPerSec = a.get("minOpsPerSec").number()
+		case plan.QADisk:
+			act.Disk = disk
+			act.Size = orDefault(a.get("size").String(), plan.DefaultQADiskSize)
+			act.Write = a.get("write") != nil && a.get("write").b
+			act.MinReadMBps = a.get("minReadMBps").number()
+			act.MinWriteMBps = a.get("minWriteMBps").number()
+		case plan.QANetwork:
+			act.Size = orDefault(a.get("size").String(), plan.DefaultQANetworkSize)
+			act.MinMbps = a.get("minMbps").number()
 		}
 		wf.Actions = append(wf.Actions, act)
 	}
@@ -464,4 +478,11 @@ func powerPolicy(p string) string {
 		return p
 	}
 	return ""
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

@@ -109,6 +109,17 @@ func (v *value) integer() int {
 	return int(v.i)
 }
 
+// number is an int or a float as a float64 (0 when absent).
+func (v *value) number() float64 {
+	if v == nil {
+		return 0
+	}
+	if v.kind == kFloat {
+		return v.f
+	}
+	return float64(v.i)
+}
+
 func (v *value) stringMap() map[string]string {
 	if v == nil || len(v.keys) == 0 {
 		return nil

@@ -166,6 +166,10 @@ func ActionParams() map[string][]string {
 		"reboot":        {},
 		"poweroff":      {},
 		"kexec":         {"partition", "fsType"},
+		"qa-memory":     {"share"},
+		"qa-cpu":        {"duration", "minOpsPerSec"},
+		"qa-disk":       {"size", "write", "minReadMBps", "minWriteMBps"},
+		"qa-network":    {"size", "minMbps"},
 	}
 }
 

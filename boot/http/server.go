@@ -185,6 +185,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+plan.AgentSwarmPath+"{image}/manifest", s.swarmManifest)
 	mux.HandleFunc("POST "+plan.AgentSwarmPath+"{image}", s.swarmReport)
 	mux.Handle("GET /swarm/{source}/chunk/{i}", Streaming(http.HandlerFunc(s.Swarm.ServeChunk)))
+	mux.Handle("GET "+plan.QAStreamPath, Streaming(http.HandlerFunc(s.qaStream)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if s.Plans.Current() == nil {

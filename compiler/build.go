@@ -84,6 +84,7 @@ func assemble(objs []*object, fsys fs.FS, cache *renderCache, ix *index, loadErr
 	r.checkAddresses()
 	r.checkBMCs()
 	r.checkRollouts()
+	r.checkExpects()
 	if len(r.errs) > 0 || len(loadErrs) > 0 {
 		return nil, r, append(loadErrs, r.errs...)
 	}

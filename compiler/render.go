@@ -184,6 +184,7 @@ func (r *repo) node(n *nodeObj, s *plan.Site, pr *plan.Profile, microOS map[stri
 		pn.Identity.MACs = append(pn.Identity.MACs, plan.NormalizeMAC(m))
 	}
 	pn.Artifacts = r.artifacts(pn, n.v.get("cloudInit"), s, pr, microOS[pr.MicroOS], n.str("disk"))
+	pn.Expect = r.expect(n)
 	pn.Install = plan.InstallOf(pn)
 	pn.Hash = plan.Hash(pn)
 	return pn

@@ -197,6 +197,10 @@ type Node struct {
 	// BMC is the node's baseboard management controller, its site's
 	// defaults merged in; nil when it has none.
 	BMC *BMC `json:"bmc,omitempty"`
+	// Expect is the hardware the node must have, its profile's
+	// expectations with its own over them field by field; nil when
+	// neither has any.
+	Expect *Expect `json:"expect,omitempty"`
 	// Source is where the node is defined (file:line).
 	Source    string    `json:"source"`
 	Hash      string    `json:"hash"`

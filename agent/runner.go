@@ -91,6 +91,12 @@ type Runner struct {
 	// imageDelivery: peers); nil fetches it from its URL.
 	Swarm SwarmClient
 	Peers *plan.Peers
+	// QAStream opens qa-network's download of n bytes from the boot
+	// server (plan.QAStreamPath, with the session credential); nil fails
+	// qa-network.
+	QAStream func(ctx context.Context, n int64) (io.ReadCloser, error)
+
+	qaHook qaHooks // tests' failure injection into the QA actions
 
 	seeding *seeding // the image this machine serves to the others
 }
@@ -272,6 +278,8 @@ func (r *Runner) do(ctx context.Context, s *step) error {
 		return r.power(ctx, s)
 	case "kexec":
 		return r.kexec(ctx, s)
+	case plan.QAMemory, plan.QACPU, plan.QADisk, plan.QANetwork:
+		return r.runQA(ctx, s)
 	}
 	return permanentf("unknown action %q", s.a.Action)
 }

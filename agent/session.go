@@ -123,6 +123,9 @@ checkIn:
 	if reply.Peers != nil && r.Swarm == nil {
 		r.Swarm, r.Peers = swarmLine{up}, reply.Peers
 	}
+	if r.QAStream == nil {
+		r.QAStream = up.qaStream(cfg.client(0))
+	}
 	if r.CloudInit == nil {
 		r.CloudInit = func(context.Context) (Seed, error) {
 			if reply.CloudInit == nil {

@@ -104,8 +104,7 @@ func bootInfo(sysfs string, args map[string]string, builtChain string, tls bool)
 	b := plan.BootInfo{Firmware: "bios", Chain: plan.ChainIPXE, TLS: tls}
 	if _, err := os.Stat(filepath.Join(sysfs, "firmware/efi")); err == nil {
 		b.Firmware = "uefi"
-		v, err := os.ReadFile(filepath.Join(sysfs, "firmware/efi/efivars/SecureBoot-"+efiGlobal))
-		b.SecureBoot = err == nil && len(v) >= 5 && v[4] == 1
+		b.SecureBoot = secureBoot(sysfs)
 	}
 	switch {
 	case args[plan.CmdlineChain] != "":
@@ -114,6 +113,13 @@ func bootInfo(sysfs string, args map[string]string, builtChain string, tls bool)
 		b.Chain = builtChain
 	}
 	return b
+}
+
+// secureBoot reports whether the SecureBoot EFI variable's value (the
+// byte after its 4 attribute bytes) is 1.
+func secureBoot(sysfs string) bool {
+	v, err := os.ReadFile(filepath.Join(sysfs, "firmware/efi/efivars/SecureBoot-"+efiGlobal))
+	return err == nil && len(v) >= 5 && v[4] == 1
 }
 
 // check says why cfg cannot reach a server it can trust ("" if it can).

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -56,6 +57,14 @@ func Run(ctx context.Context, cfg Config, sysfs string, console io.Writer, tweak
 	if err != nil {
 		return fmt.Errorf("disks: %w", err)
 	}
+	// sysfs is root's sys/ ("/sys", or a test's folder): the inventory
+	// reads proc/ beside it too. What it cannot read is left out; nothing
+	// at all is no inventory, not a failed check-in.
+	inv, err := Inventory(filepath.Dir(sysfs))
+	if err != nil {
+		fmt.Fprintf(console, "bootops-agent: no hardware inventory: %v\n", err)
+		inv = nil
+	}
 	fmt.Fprintf(console, "bootops-agent %s: node %q on site %s, serial %q, uuid %s, %d NICs, %d disks; server %s (%s); boot: %s\n",
 		Version, node, site, id.Serial, id.UUID, len(id.MACs), len(disks), server, cfg.Source, cfg.Boot)
 	for k, v := range cfg.Env {
@@ -79,7 +88,7 @@ func Run(ctx context.Context, cfg Config, sysfs string, console io.Writer, tweak
 	}
 checkIn:
 	for wait := first; ; wait = min(2*wait, 30*time.Second) {
-		reply, err = up.checkIn(ctx, plan.CheckIn{Identity: id, Arch: runtime.GOARCH, Disks: disks, Agent: Version, Boot: cfg.Boot})
+		reply, err = up.checkIn(ctx, plan.CheckIn{Identity: id, Arch: runtime.GOARCH, Disks: disks, Agent: Version, Boot: cfg.Boot, Inventory: inv})
 		if why := tlsRefusal(err); why != "" {
 			// Not the site's server, or someone between: nothing it says
 			// is believed, nothing is installed.

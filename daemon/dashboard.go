@@ -12,7 +12,11 @@ import (
 // has it, pushed as it changes (a new revision too: the reconciler's Done
 // pokes it). sync looks at the source now.
 func routeDashboard(dash *ui.Server, srv *bhttp.Server, events *status.Durable, sync func(string), reg prometheus.Registerer) {
-	dash.Doc = func() bhttp.StatusDoc { return srv.StatusDoc(true) }
+	dash.Doc = func() bhttp.StatusDoc {
+		doc := srv.StatusDoc(true)
+		doc.StripInventory(true)
+		return doc
+	}
 	dash.Events = events.Events
 	dash.Sync = sync
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -58,6 +58,7 @@ func newHTTP(cfg Config, d httpDeps) *bhttp.Server {
 	srv := &bhttp.Server{
 		Plans: d.plans, Events: events, Status: events, Store: events, Provisioned: events.Provisioned, Secret: d.secret, Sessions: events, MACOf: d.pools.MACOf, Source: sourceStatus{d.rec}, Log: d.log,
 		AgentCount:   func(r string) { agentRequests.WithLabelValues(r).Inc() },
+		Revision:     func() string { return d.rec.Status().Applied.Revision },
 		Artifacts:    &bhttp.Artifacts{Repo: d.root, CacheDir: filepath.Join(cfg.StateDir, "cache"), Redirect: cfg.HTTP.ArtifactMode == "redirect"},
 		DrainTimeout: cfg.DrainTimeout,
 		Routes: map[string]http.Handler{

@@ -1,5 +1,10 @@
 package plan
 
+import (
+	"fmt"
+	"strings"
+)
+
 // Inventory is a machine's hardware as its agent reads it in the
 // Micro-OS, sent at check-in: what the warehouse checks against the order
 // (expectations) and ships in the delivery record. Sizes are in bytes,
@@ -93,4 +98,36 @@ type PCIInfo struct {
 type TPMInfo struct {
 	Present bool   `json:"present,omitempty"`
 	Version string `json:"version,omitempty"`
+}
+
+// Summary is the inventory on one line: "QEMU Standard PC (i440FX + PIIX,
+// 1996), 2 threads, 1.0 GiB, disks vda 3.2 GB + vdb 1.1 GB, 2 NICs".
+func (in *Inventory) Summary() string {
+	if in == nil {
+		return ""
+	}
+	var parts []string
+	if s := strings.TrimSpace(in.System.Vendor + " " + in.System.Product); s != "" {
+		parts = append(parts, s)
+	}
+	if in.CPU.Threads > 0 {
+		parts = append(parts, fmt.Sprintf("%d threads", in.CPU.Threads))
+	}
+	if in.Memory.Total > 0 {
+		parts = append(parts, fmt.Sprintf("%.1f GiB", float64(in.Memory.Total)/(1<<30)))
+	}
+	var disks []string
+	for _, d := range in.Disks {
+		disks = append(disks, fmt.Sprintf("%s %.1f GB", d.Name, float64(d.Size)/1e9))
+	}
+	if len(disks) > 0 {
+		parts = append(parts, "disks "+strings.Join(disks, " + "))
+	}
+	if len(in.NICs) > 0 {
+		parts = append(parts, fmt.Sprintf("%d NICs", len(in.NICs)))
+	}
+	if in.TPM.Present {
+		parts = append(parts, "TPM "+in.TPM.Version)
+	}
+	return strings.Join(parts, ", ")
 }

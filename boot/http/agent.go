@@ -332,16 +332,26 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 
 	var reply plan.CheckInReply
 	var seedOf *plan.Artifacts
+	ev.Inventory = cleanInventory(c.Inventory)
 	if n != nil {
-		if g.Generation != n.Reprovision {
+		unmet := unmetExpectations(n, ev.Inventory)
+		switch {
+		case g.Generation != n.Reprovision:
 			reply = plan.CheckInReply{Hold: fmt.Sprintf("node %s's reprovision generation is %d, this machine booted for %d: reboot it", n.Name, n.Reprovision, g.Generation)}
 			ev.Message = "agent told to reboot: " + reply.Hold
-		} else {
+		case len(unmet) > 0:
+			// Before any disk is touched: the machine is not what the
+			// order said. It asks again; a fixed machine (at its next
+			// boot) or a fixed expectation in Git lets it go on.
+			reply = plan.CheckInReply{Hold: "expectations not met: " + strings.Join(unmet, "; "), RetrySeconds: 30}
+			ev.State, ev.Error, ev.Held = status.StateHeld, true, strings.Join(unmet, "; ")
+			ev.Message = "held before any disk is touched: " + strings.Join(unmet, "; ")
+		default:
 			wf := n.Artifacts.Workflow
 			reply = plan.CheckInReply{Workflow: &wf, Generation: n.Reprovision}
 			seedOf = &n.Artifacts
 			in := n.Install
-			sess.Install = &in
+			sess.Install, sess.Revision = &in, s.revision()
 			ev.Installing = true
 			ev.Message = "agent checked in: " + inventory(c) + "; workflow of profile " + n.Profile + fmt.Sprintf(", %d actions", len(wf.Actions))
 		}
@@ -549,7 +559,7 @@ func (s *Server) agentEvents(w http.ResponseWriter, r *http.Request) {
 	for _, a := range b.Events {
 		e := agentEvent(b, a)
 		if e.State == status.StateProvisioned {
-			e.Install = cur.Install // what the session's workflow installed
+			e.Install, e.Revision = cur.Install, cur.Revision // what the session's workflow installed
 		}
 		evs = append(evs, e)
 	}

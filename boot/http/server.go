@@ -75,6 +75,8 @@ type Server struct {
 	}
 	// Store keeps the agent's events durably (nil: Events, in memory).
 	Store AgentStore
+	// Revision, when set, is the Git revision of the Plan served.
+	Revision func() string
 	// Rollouts, when set, is every rollout group worth showing.
 	Rollouts func() []RolloutStatus
 	// Power, when set, is a node's power as its BMC last said, and why it
@@ -182,6 +184,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+plan.AgentEventsPath, s.agentEvents)
 	mux.HandleFunc("POST "+plan.ReportPath, s.osReport)
 	mux.HandleFunc("GET /api/v1/events", s.events)
+	mux.HandleFunc("GET /api/v1/report", s.deliveryRecord)
 	mux.HandleFunc("GET "+plan.AgentSwarmPath+"{image}/manifest", s.swarmManifest)
 	mux.HandleFunc("POST "+plan.AgentSwarmPath+"{image}", s.swarmReport)
 	mux.Handle("GET /swarm/{source}/chunk/{i}", Streaming(http.HandlerFunc(s.Swarm.ServeChunk)))
@@ -429,6 +432,13 @@ func clientIP(r *http.Request) string {
 	return host
 }
 
+func (s *Server) revision() string {
+	if s.Revision == nil {
+		return ""
+	}
+	return s.Revision()
+}
+
 func (s *Server) provisioned(site, node string) (int, bool) {
 	if s.Provisioned == nil {
 		return 0, false
@@ -467,7 +477,26 @@ func ipxeText(s string) string { return ipxeSafe.Replace(s) }
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	// nodes=0 asks for the source alone: what a script waiting for a
 	// revision polls.
-	writeJSON(w, s.StatusDoc(r.URL.Query().Get("nodes") != "0"))
+	// inventory=1 adds each machine's hardware (bootops status -o json,
+	// bootops inventory, the delivery record).
+	q := r.URL.Query()
+	doc := s.StatusDoc(q.Get("nodes") != "0")
+	doc.StripInventory(q.Get("inventory") != "1")
+	writeJSON(w, doc)
+}
+
+// StripInventory sums each machine's inventory up on a line (Hardware)
+// and, when strip, leaves the inventory out (a few kB each: the
+// dashboard and the fleet table do without them).
+func (d *StatusDoc) StripInventory(strip bool) {
+	for _, ms := range [][]status.Machine{d.Nodes, d.Machines} {
+		for i := range ms {
+			ms[i].Hardware = ms[i].Inventory.Summary()
+			if strip {
+				ms[i].Inventory = nil
+			}
+		}
+	}
 }
 
 // StatusDoc is the document GET /api/v1/status serves: the source, and
@@ -592,7 +621,11 @@ func EventsHandler(events func(key string) []status.Event) http.Handler {
 
 // StatusHandler is GET /api/v1/status over a document (a hub's).
 func StatusHandler(doc func() StatusDoc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, doc()) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := doc()
+		d.StripInventory(r.URL.Query().Get("inventory") != "1")
+		writeJSON(w, d)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -30,8 +30,10 @@ type Session struct {
 	Done        int    `json:"done"`
 	DoneSeq     uint64 `json:"doneSeq,omitempty"`
 	Provisioned bool   `json:"provisioned,omitempty"`
-	// Install is what the workflow the session was given installs.
-	Install *plan.Install `json:"install,omitempty"`
+	// Install is what the workflow the session was given installs, and
+	// Revision the Git revision it came from.
+	Install  *plan.Install `json:"install,omitempty"`
+	Revision string        `json:"revision,omitempty"`
 	// Peer is the address the check-in came from.
 	Peer    string    `json:"peer,omitempty"`
 	Started time.Time `json:"started"`

@@ -93,6 +93,15 @@ type Event struct {
 	// CloudInit is the installed OS's cloud-init result, as its report
 	// said: "done", or "error: …"; "" when it did not say.
 	CloudInit string `json:"cloudInit,omitempty"`
+	// Revision is the Git revision a "provisioned" event's install came
+	// from.
+	Revision string `json:"revision,omitempty"`
+	// Held are the unmet expectations a check-in was held for, "; "
+	// between them.
+	Held string `json:"held,omitempty"`
+	// Inventory is the machine's hardware as its agent sent it at
+	// check-in (cleaned by the server).
+	Inventory *plan.Inventory `json:"inventory,omitempty"`
 	// Installing: the agent was handed a workflow; what the disk holds is
 	// about to change.
 	Installing bool `json:"installing,omitempty"`
@@ -173,6 +182,16 @@ type Machine struct {
 	// did not finish); CloudInit is its OS's cloud-init result.
 	Installed *plan.Install `json:"installed,omitempty"`
 	CloudInit string        `json:"cloudInit,omitempty"`
+	// Inventory is the hardware its agent last sent; the status API
+	// leaves it out unless asked (?inventory=1).
+	Inventory *plan.Inventory `json:"inventory,omitempty"`
+	// Revision is the Git revision its last install came from.
+	Revision string `json:"revision,omitempty"`
+	// Hardware is its inventory on one line (the status API fills it in).
+	Hardware string `json:"hardware,omitempty"`
+	// Held says why the machine was held before any disk was touched
+	// (its unmet expectations, "; " between them), while it is.
+	Held string `json:"held,omitempty"`
 	// Sync says whether it runs what Git says (SyncIn, "out of date: …",
 	// SyncUnknown); the status API fills it in.
 	Sync string `json:"sync,omitempty"`
@@ -333,6 +352,12 @@ func (m *Machine) apply(e Event) {
 	}
 	m.applyInstall(e)
 	m.Sync = or(e.Sync, m.Sync)
+	if e.Inventory != nil {
+		m.Inventory = e.Inventory
+	}
+	if e.State != "" {
+		m.Held = e.Held
+	}
 	if e.State != "" && !keepsState(m.State, e) {
 		if e.State != m.State || m.Since.IsZero() {
 			m.Since = e.Time
@@ -355,7 +380,7 @@ func (m *Machine) applyInstall(e Event) {
 	case StateFailed:
 		m.Installed, m.CloudInit = nil, ""
 	case StateProvisioned:
-		m.Installed, m.CloudInit = e.Install, ""
+		m.Installed, m.CloudInit, m.Revision = e.Install, "", e.Revision
 	case StateRunning:
 		if e.Install != nil && (m.Installed == nil || m.Installed.Digest != e.Install.Digest) {
 			m.Installed = e.Install

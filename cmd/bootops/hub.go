@@ -209,7 +209,7 @@ func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_hub_machines", Help: "Machines in the hub's view."}, func() float64 { return float64(len(v.Machines())) }),
 		refusedCollector{v},
 	)
-	dash := &ui.Server{Doc: func() bhttp.StatusDoc { return v.Doc(name) }, Events: v.Events, Log: log}
+	dash := &ui.Server{Doc: func() bhttp.StatusDoc { d := v.Doc(name); d.StripInventory(true); return d }, Events: v.Events, Log: log}
 	v.OnChange(dash.Notify)
 	mux := http.NewServeMux()
 	mux.Handle("GET /api/v1/status", bhttp.StatusHandler(func() bhttp.StatusDoc { return v.Doc(name) }))

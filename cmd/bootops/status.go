@@ -53,6 +53,9 @@ func statusCmd() *command {
 			return usagef("-o %q: want table or json", *format)
 		}
 		url := strings.TrimSuffix(*server, "/") + "/api/v1/status"
+		if *format == "json" {
+			url += "?inventory=1" // each machine's hardware too
+		}
 		var body []byte
 		var doc statusDoc
 		var err error

@@ -1,0 +1,117 @@
+package http
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
+)
+
+func inventoryOf(mem int64) *plan.Inventory {
+	return &plan.Inventory{
+		System: plan.SystemInfo{Vendor: "QEMU", Product: "Standard PC", Serial: "SER-A"},
+		CPU:    plan.CPUInfo{Threads: 2},
+		Memory: plan.MemoryInfo{Total: mem},
+		Disks:  []plan.DiskInfo{{Name: "vda", Size: 3 << 30}, {Name: "vdb", Size: 1 << 30}},
+		NICs:   []plan.NICInfo{{Name: "eth0", MAC: "52:54:00:00:00:0A"}, {Name: "eth1", MAC: "52:54:00:00:00:0c"}},
+	}
+}
+
+// A machine that does not meet its node's expectations is held before any
+// workflow is handed out (nothing touches its disk), with each unmet
+// expectation on its timeline and in its status; the same machine with
+// enough memory gets its workflow. Its inventory is kept, cleaned.
+func TestCheckInHeldByExpectations(t *testing.T) {
+	p := testPlan("", "")
+	a := p.Sites[0].Nodes[0]
+	a.Artifacts.Workflow = plan.Workflow{Node: "a", Profile: "base", Actions: []plan.Action{{Action: "wipe-disk", Name: "wipe"}}}
+	a.Expect = &plan.Expect{Memory: ">=2Gi"}
+	s, mem, _ := newServer(t, p)
+	h := s.Handler()
+	id := plan.Identity{Serial: "SER-A"}
+	small := inventoryOf(1 << 30)
+	small.System.Product = "Standard PC\x1b[2J" // a terminal escape from the machine
+	code, body := post(t, h, plan.AgentCheckInPath, script(t, h, "serial=SER-A&site=lab"), plan.CheckIn{Site: "lab", Node: "a", Identity: id, Inventory: small})
+	var r plan.CheckInReply
+	json.Unmarshal([]byte(body), &r)
+	if code != 200 || r.Workflow != nil || !strings.Contains(r.Hold, "memory: expected >=2Gi, found 1Gi") || r.RetrySeconds == 0 {
+		t.Fatalf("held check-in: %d %s", code, body)
+	}
+	m := machine(mem, "lab/a")
+	if m.State != status.StateHeld || m.Held != "memory: expected >=2Gi, found 1Gi" || !strings.Contains(m.Last.Message, "held before any disk is touched: memory: expected >=2Gi, found 1Gi") {
+		t.Errorf("the held node: state %s, held %q, last %q", m.State, m.Held, m.Last.Message)
+	}
+	if m.Inventory == nil || m.Inventory.Memory.Total != 1<<30 || strings.ContainsRune(m.Inventory.System.Product, 0x1b) || m.Inventory.NICs[0].MAC != "52:54:00:00:00:0a" {
+		t.Errorf("the kept inventory: %+v", m.Inventory)
+	}
+	// Fixed (at its next boot): it goes on.
+	code, body = post(t, h, plan.AgentCheckInPath, script(t, h, "serial=SER-A&site=lab"), plan.CheckIn{Site: "lab", Node: "a", Identity: id, Inventory: inventoryOf(2 << 30)})
+	r = plan.CheckInReply{}
+	json.Unmarshal([]byte(body), &r)
+	if code != 200 || r.Workflow == nil || r.Hold != "" {
+		t.Fatalf("check-in of the fixed machine: %d %s", code, body)
+	}
+	if m := machine(mem, "lab/a"); m.Held != "" || m.State == status.StateHeld {
+		t.Errorf("after the fix: state %s, held %q", m.State, m.Held)
+	}
+}
+
+func machine(mem *status.Memory, key string) status.Machine {
+	for _, m := range mem.Machines() {
+		if m.Key == key {
+			return m
+		}
+	}
+	return status.Machine{}
+}
+
+// The delivery record: a node's serial, MACs, hardware, expectations, the
+// QA results of its last install, what it installed and from which
+// revision, when it was provisioned and running; as CSV a cell that a
+// spreadsheet would evaluate stays text.
+func TestDeliveryRecord(t *testing.T) {
+	p := testPlan("", "")
+	a := p.Sites[0].Nodes[0]
+	a.Expect = &plan.Expect{Memory: ">=1Gi"}
+	s, mem, _ := newServer(t, p)
+	t0 := time.Date(2026, 11, 25, 8, 0, 0, 0, time.UTC)
+	in := &plan.Install{Digest: strings.Repeat("d", 64), Image: strings.Repeat("1", 64)}
+	inv := inventoryOf(2 << 30)
+	inv.System.Serial = "=HYPERLINK(\"x\")"
+	for i, e := range []status.Event{
+		{Kind: status.KindAgent, State: status.StateMicroOS, Installing: true, Inventory: inv, Message: "agent checked in"},
+		{Kind: status.KindAgent, Action: "qa-memory", Message: "qa-memory: 100 MiB at 900 MB/s: pass"},
+		{Kind: status.KindAgent, Action: "qa-disk", Error: true, Message: "qa-disk: read 256 MiB at 95.1 MB/s, below minReadMBps 200"},
+		{Kind: status.KindAgent, State: status.StateProvisioned, Install: in, Revision: "3f0b9c2"},
+		{Kind: status.KindReport, State: status.StateRunning, Install: &plan.Install{Digest: in.Digest}},
+	} {
+		e.Site, e.Node, e.Time = "lab", "a", t0.Add(time.Duration(i)*time.Minute)
+		mem.Record(e)
+	}
+	recs := s.DeliveryRecords("lab", time.Time{})
+	if len(recs) != 1 {
+		t.Fatalf("records: %+v", recs)
+	}
+	r := recs[0]
+	if r.Node != "a" || r.Serial != inv.System.Serial || strings.Join(r.MACs, " ") != "52:54:00:00:00:0A 52:54:00:00:00:0c" && strings.Join(r.MACs, " ") != "52:54:00:00:00:0a 52:54:00:00:00:0c" ||
+		r.Expectations != "met" || r.Image != in.Image || r.Install != in.Digest || r.Revision != "3f0b9c2" ||
+		!r.Provisioned.Equal(t0.Add(3*time.Minute)) || !r.Running.Equal(t0.Add(4*time.Minute)) {
+		t.Errorf("record: %+v", r)
+	}
+	if len(r.QA) != 2 || !r.QA[0].Pass || r.QA[1].Pass || !strings.Contains(r.QA[1].Result, "95.1 MB/s") {
+		t.Errorf("QA: %+v", r.QA)
+	}
+	if got := s.DeliveryRecords("lab", t0.Add(time.Hour)); len(got) != 0 {
+		t.Errorf("since after its install: %+v", got)
+	}
+	var b bytes.Buffer
+	WriteDeliveryCSV(&b, recs)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "site,node,serial,macs,") || !strings.Contains(lines[1], `'=HYPERLINK`) || !strings.Contains(lines[1], "qa-disk fail: ") {
+		t.Errorf("CSV:\n%s", b.String())
+	}
+}

@@ -151,7 +151,8 @@ func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, n
 			if strings.HasPrefix(sync, status.SyncPrefix) {
 				stale++
 			}
-			if sync != m.Sync && sync != "" {
+			// unknown says nothing new about a node never known.
+			if sync != m.Sync && sync != "" && !(sync == status.SyncUnknown && m.Sync == "") {
 				// On the timeline (and to the hub) when it changes.
 				r.store.Record(status.Event{Kind: status.KindRollout, Site: site.Name, Node: n.Name, Sync: sync, Rollout: key, Error: sync != status.SyncIn && sync != status.SyncUnknown, Message: "sync: " + sync})
 			}

@@ -364,7 +364,11 @@ func (m *Machine) apply(e Event) {
 		}
 		m.State = e.State
 	}
-	m.Last = e
+	// A change of sync is on the timeline, but the newest thing that
+	// happened to the machine stays its last message.
+	if e.Kind != KindRollout || e.Sync == "" {
+		m.Last = e
+	}
 	m.Events++
 }
 

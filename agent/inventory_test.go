@@ -11,8 +11,8 @@ import (
 )
 
 // testdata/inventory is a machine as ghw and the agent see it: a QEMU
-// Q35 with 4 threads on 2 cores, 1 GiB in 8 online memory blocks (9
-// blocks, one offline; MemTotal says less), vda (model and serial from
+// Q35 with 4 threads on 2 cores, 1 GiB in 8 online memory blocks of
+// which the OS sees 1000000 kB (MemTotal: what Total is), vda (model and serial from
 // udev's database) and vdb (serial in sysfs), a loop device, a CD-ROM and
 // a USB stick that are no disks, eth0 up at 1 Gb/s with a permanent
 // address, eth1 down with an address ghw does not count as permanent, lo
@@ -30,7 +30,7 @@ func TestInventory(t *testing.T) {
 			BIOSVendor: "SeaBIOS", BIOSVersion: "1.16.3-debian-1.16.3-2", BIOSDate: "04/01/2014",
 		},
 		CPU:    plan.CPUInfo{Model: "Intel Xeon Processor (Icelake)", Sockets: 1, Cores: 2, Threads: 4},
-		Memory: plan.MemoryInfo{Total: 1 << 30},
+		Memory: plan.MemoryInfo{Total: 1000000 << 10},
 		Disks: []plan.DiskInfo{
 			{Name: "vda", Model: "QEMU virtio disk", Serial: "VDA-SERIAL", Size: 3 << 30, Transport: "virtio"},
 			{Name: "vdb", Serial: "VDB-SERIAL", Size: 1 << 30, Rotational: true, Transport: "virtio"},

@@ -61,7 +61,7 @@ func TestQAMemory(t *testing.T) {
 		corrupt          func(string, []uint64)
 		wantLog, wantErr string
 	}{
-		"pass":                  {"25%", nil, "qa-memory: 8 MiB tested (25% of 32 MiB available), 4 patterns, at ", ""},
+		"pass":                  {"25%", nil, "qa-memory: 8 MiB tested (25% of 32 MiB available), 4 patterns in ", ""},
 		"default share":         {"", nil, "qa-memory: 3 MiB tested (10% of 32 MiB available)", ""},
 		"a bit of 0x55 flipped": {"25%", flip("0x55", 3, 0), "", "memory mismatch at offset 0x18 (0 MiB) with pattern 0x55: wrote 0x5555555555555555, read 0x5555555555555554 (bits 0x0000000000000001 flipped; 1 bad words in its part)"},
 		"a walking one stuck":   {"25%", flip("walking ones", 1<<19, 63), "", "offset 0x400000 (4 MiB) with pattern walking ones: wrote 0x0000000000000001, read 0x8000000000000001"},

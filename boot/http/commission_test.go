@@ -85,7 +85,9 @@ func TestDeliveryRecord(t *testing.T) {
 	for i, e := range []status.Event{
 		{Kind: status.KindAgent, State: status.StateMicroOS, Installing: true, Inventory: inv, Message: "agent checked in"},
 		{Kind: status.KindAgent, Action: "qa-memory", Message: "qa-memory: 100 MiB at 900 MB/s: pass"},
-		{Kind: status.KindAgent, Action: "qa-disk", Error: true, Message: "qa-disk: read 256 MiB at 95.1 MB/s, below minReadMBps 200"},
+		{Kind: status.KindAgent, Action: "qa-disk", State: status.StateProvisioning, Message: "started 2/4 qa-disk"},
+		{Kind: status.KindAgent, Action: "qa-disk", Message: "qa-disk: read 256 MiB at 812.4 MB/s (O_DIRECT, min 200): pass"},
+		{Kind: status.KindAgent, Action: "qa-disk", State: status.StateProvisioning, Message: "done 2/4 qa-disk"},
 		{Kind: status.KindAgent, State: status.StateProvisioned, Install: in, Revision: "3f0b9c2"},
 		{Kind: status.KindReport, State: status.StateRunning, Install: &plan.Install{Digest: in.Digest}},
 	} {
@@ -99,11 +101,16 @@ func TestDeliveryRecord(t *testing.T) {
 	r := recs[0]
 	if r.Node != "a" || r.Serial != inv.System.Serial || strings.Join(r.MACs, " ") != "52:54:00:00:00:0A 52:54:00:00:00:0c" && strings.Join(r.MACs, " ") != "52:54:00:00:00:0a 52:54:00:00:00:0c" ||
 		r.Expectations != "met" || r.Image != in.Image || r.Install != in.Digest || r.Revision != "3f0b9c2" ||
-		!r.Provisioned.Equal(t0.Add(3*time.Minute)) || !r.Running.Equal(t0.Add(4*time.Minute)) {
+		!r.Provisioned.Equal(t0.Add(5*time.Minute)) || !r.Running.Equal(t0.Add(6*time.Minute)) {
 		t.Errorf("record: %+v", r)
 	}
-	if len(r.QA) != 2 || !r.QA[0].Pass || r.QA[1].Pass || !strings.Contains(r.QA[1].Result, "95.1 MB/s") {
+	if len(r.QA) != 2 || !r.QA[0].Pass || !r.QA[1].Pass || !strings.Contains(r.QA[1].Result, "812.4 MB/s") {
 		t.Errorf("QA: %+v", r.QA)
+	}
+	// A failed QA action is a failure, with its value.
+	qa, _, _ := lastInstall([]status.Event{{Kind: status.KindAgent, Action: "qa-disk", State: status.StateFailed, Error: true, Message: "2/4 qa-disk failed: qa-disk: read 256 MiB at 95.1 MB/s, below minReadMBps 200"}})
+	if len(qa) != 1 || qa[0].Pass || !strings.Contains(qa[0].Result, "95.1 MB/s") {
+		t.Errorf("a failed QA action: %+v", qa)
 	}
 	if got := s.DeliveryRecords("lab", t0.Add(time.Hour)); len(got) != 0 {
 		t.Errorf("since after its install: %+v", got)
@@ -111,7 +118,7 @@ func TestDeliveryRecord(t *testing.T) {
 	var b bytes.Buffer
 	WriteDeliveryCSV(&b, recs)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "site,node,serial,macs,") || !strings.Contains(lines[1], `'=HYPERLINK`) || !strings.Contains(lines[1], "qa-disk fail: ") {
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "site,node,serial,macs,") || !strings.Contains(lines[1], `'=HYPERLINK`) || !strings.Contains(lines[1], "qa-disk pass: ") {
 		t.Errorf("CSV:\n%s", b.String())
 	}
 }

@@ -100,7 +100,9 @@ func lastInstall(evs []status.Event) (qa []QAResult, provisioned, running time.T
 	byAction := map[string]int{}
 	for _, e := range evs[start:] {
 		switch {
-		case strings.HasPrefix(e.Action, "qa-") && e.Kind == status.KindAgent && e.Message != "" && !strings.HasPrefix(e.Message, "started ") && !strings.HasPrefix(e.Message, "done "):
+		case strings.HasPrefix(e.Action, "qa-") && e.Kind == status.KindAgent && (e.State == "" && !e.Error || e.State == status.StateFailed):
+			// Its log lines (the measured values) and its failure; not its
+			// progress, its start, or a retry.
 			r := QAResult{Action: e.Action, Pass: !e.Error, Result: e.Message}
 			if i, ok := byAction[e.Action]; ok {
 				qa[i] = r

@@ -1,0 +1,161 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Commissioning on two VMs shaped alike (1 GiB, two NICs, two disks): one
+// meets its node's expectations, runs the four QA actions and is
+// installed; the other's node expects 2 GiB and it is held before any
+// write, its disks untouched, the reason in `bootops status`. The
+// inventory is what QEMU was told; `bootops report` has both rows.
+func TestCommissioning(t *testing.T) {
+	t.Parallel()
+	l := newLab(t, true)
+	imgDir := t.TempDir()
+	gzSHA, rawSHA := osImage(t, imgDir)
+	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
+	repo := provisionRepo(t, gzSHA)
+	os.WriteFile(filepath.Join(repo, "profiles/qa-os.yaml"), []byte("apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: qa-os\nos: {type: immutable}\n"+
+		"image: {url: \"http://198.18.0.1:8081/test.raw.gz\", sha256: "+gzSHA+", compression: gz}\n"+
+		"expect: {cpuThreads: \">=1\", memory: \">=800Mi\", nics: {count: \">=2\"}, disks: [{minSize: 200Mi}, {minSize: 100Mi, count: 2}]}\n"+
+		"workflow:\n  - {action: qa-memory, share: 5%}\n  - {action: qa-cpu, duration: 3s}\n  - {action: qa-network, size: 16Mi, minMbps: 1}\n"+
+		"  - {action: wipe-disk}\n  - {action: qa-disk, size: 16Mi, write: true, minReadMBps: 1, minWriteMBps: 1}\n"+
+		"  - {action: image-to-disk}\n  - {action: cloud-init}\n  - {action: reboot}\n"), 0o644)
+	os.MkdirAll(filepath.Join(repo, "sites/lab/nodes"), 0o755)
+	macs := map[string][2]string{"c-good": {"52:54:00:e2:70:01", "52:54:00:e2:70:11"}, "c-small": {"52:54:00:e2:70:02", "52:54:00:e2:70:12"}}
+	for name, m := range macs {
+		extra := ""
+		if name == "c-small" {
+			extra = "expect: {memory: \">=2Gi\"}\n" // over its profile's
+		}
+		os.WriteFile(filepath.Join(repo, "sites/lab/nodes", name+".yaml"), []byte(strings.Replace(node(name, `mac: "`+m[0]+`"`), "test-os", "qa-os", 1)+extra), 0o644)
+	}
+	l.serve(repo)
+
+	// Two disks each, the second smaller; the held machine's carry a
+	// marker that must survive.
+	marker := []byte("bootops e2e: this disk must not be touched\n")
+	disks := map[string][2]string{}
+	for name := range macs {
+		var d [2]string
+		for i, size := range []int64{256 << 20, 128 << 20} {
+			d[i] = filepath.Join(l.dir, fmt.Sprintf("%s-%d.disk", name, i))
+			f, _ := os.Create(d[i])
+			f.Truncate(size)
+			if name == "c-small" {
+				f.WriteAt(marker, 0)
+				f.WriteAt(marker, 1<<20)
+			}
+			f.Close()
+		}
+		disks[name] = d
+	}
+	start := time.Now()
+	vms := map[string]*vm{}
+	for name, m := range macs {
+		// The second NIC on a hub of its own: a NIC with nothing behind it.
+		vms[name] = l.vm(name, m[0], "-m", "1024", "-netdev", "hubport,id=n1,hubid=1", "-device", "virtio-net-pci,netdev=n1,mac="+m[1],
+			"-drive", "file="+disks[name][0]+",if=virtio,format=raw", "-drive", "file="+disks[name][1]+",if=virtio,format=raw")
+	}
+	waitState(t, l, "lab/c-good", "provisioned", 8*time.Minute)
+	t.Logf("timing: VM start → expectations met, four QA actions, installed: %s", time.Since(start).Round(time.Second))
+	checkDisk(t, disks["c-good"][0], rawSHA)
+	good := l.logs("lab/c-good")
+	for _, a := range []string{"qa-memory", "qa-cpu", "qa-network", "qa-disk"} {
+		if !strings.Contains(good, "[provisioning] done") || !strings.Contains(good, a+": ") {
+			t.Errorf("c-good's timeline has no result of %s:\n%s", a, tail(good, 40))
+		}
+	}
+	for _, line := range strings.Split(good, "\n") {
+		if strings.Contains(line, " qa-") && strings.Contains(line, "MB/s") {
+			t.Logf("%s", strings.TrimSpace(line))
+		}
+	}
+
+	// The held one: its reason in the status, its disks as they were.
+	waitFor(t, "c-small held", 6*time.Minute, func() bool { s, _ := nodeState(l, "lab/c-small"); return s == "held" })
+	time.Sleep(5 * time.Second) // had it been handed a workflow, it would be writing now
+	out := run(t, "ip", "netns", "exec", l.lan, bootops, "status", "--server", "http://198.18.0.1:8080")
+	if !strings.Contains(out, "held before any disk is touched: memory: expected >=2Gi, found") {
+		t.Errorf("bootops status does not say why c-small is held:\n%s", out)
+	}
+	vms["c-small"].cmd.Process.Kill()
+	waitVMs(time.Minute, vms["c-small"])
+	for _, d := range disks["c-small"] {
+		b, _ := os.ReadFile(d)
+		if !bytes.HasPrefix(b, marker) || !bytes.HasPrefix(b[1<<20:], marker) || bytes.Count(b, []byte{0}) != len(b)-2*len(marker) {
+			t.Errorf("%s was written to while its machine was held", d)
+		}
+	}
+
+	// The inventory is what QEMU was told.
+	var inv map[string]struct {
+		CPU    struct{ Threads int }
+		Memory struct{ Total int64 }
+		Disks  []struct {
+			Name string
+			Size int64
+		}
+		NICs []struct{ MAC string }
+	}
+	if err := json.Unmarshal([]byte(run(t, "ip", "netns", "exec", l.lan, bootops, "inventory", "-o", "json", "--server", "http://198.18.0.1:8080")), &inv); err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range macs {
+		in := inv["lab/"+name]
+		var sizes, found []string
+		for _, d := range in.Disks {
+			sizes = append(sizes, fmt.Sprintf("%s=%d", d.Name, d.Size))
+		}
+		for _, n := range in.NICs {
+			found = append(found, n.MAC)
+		}
+		if in.CPU.Threads != 1 || in.Memory.Total < 800<<20 || in.Memory.Total > 1<<30 ||
+			strings.Join(sizes, " ") != "vda=268435456 vdb=134217728" || strings.Join(found, " ") != m[0]+" "+m[1] {
+			t.Errorf("%s's inventory: threads %d, memory %d, disks %v, NICs %v", name, in.CPU.Threads, in.Memory.Total, sizes, found)
+		}
+	}
+
+	// The delivery record: both rows, with their values.
+	var recs []struct {
+		Node, Expectations, State, Image, Install string
+		QA                                        []struct {
+			Action string
+			Pass   bool
+			Result string
+		}
+		Provisioned time.Time
+	}
+	if err := json.Unmarshal([]byte(run(t, "ip", "netns", "exec", l.lan, bootops, "report", "--site", "lab", "-o", "json", "--server", "http://198.18.0.1:8080")), &recs); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || recs[0].Node != "c-good" || recs[1].Node != "c-small" {
+		t.Fatalf("report rows: %+v", recs)
+	}
+	g, s := recs[0], recs[1]
+	if g.Expectations != "met" || g.State != "provisioned" || g.Image != gzSHA || len(g.Install) != 64 || g.Provisioned.IsZero() || len(g.QA) != 4 {
+		t.Errorf("c-good's row: %+v", g)
+	}
+	for _, q := range g.QA {
+		if !q.Pass || !strings.HasSuffix(q.Result, ": pass") {
+			t.Errorf("c-good's %s: %+v", q.Action, q)
+		}
+	}
+	if !strings.HasPrefix(s.Expectations, "not met: memory: expected >=2Gi, found ") || s.State != "held" || s.Install != "" || len(s.QA) != 0 {
+		t.Errorf("c-small's row: %+v", s)
+	}
+	csv := run(t, "ip", "netns", "exec", l.lan, bootops, "report", "--site", "lab", "--server", "http://198.18.0.1:8080")
+	if lines := strings.Split(strings.TrimSpace(csv), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "site,node,serial,macs,hardware,expectations,qa,") {
+		t.Errorf("report as CSV:\n%s", csv)
+	}
+}

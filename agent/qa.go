@@ -353,9 +353,13 @@ func checkCPU(ctx context.Context, d time.Duration, workers int, corrupt func(in
 				}
 				failed := bad != nil
 				mu.Unlock()
+				if failed {
+					halt()
+				}
+				// Each worker runs its full duration from its own start:
+				// one the scheduler started late is measured all the same.
 				if failed || ctx.Err() != nil || time.Now().After(deadline) {
 					res[w].took = time.Since(start)
-					halt()
 					return
 				}
 			}

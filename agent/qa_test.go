@@ -109,7 +109,7 @@ func TestQACPU(t *testing.T) {
 		corrupt          func(int, uint64, *[32]byte)
 		wantLog, wantErr string
 	}{
-		"pass": {plan.Action{Duration: "150ms", MinOpsPerSec: 1000}, nil,
+		"pass": {plan.Action{Duration: "150ms", MinOpsPerSec: 100}, nil,
 			"qa-cpu: " + strconv.Itoa(runtime.NumCPU()) + " CPUs for 150ms, sha256 hashes a second per CPU: ", ""},
 		"a worker's round 0 is wrong": {plan.Action{Duration: "150ms"}, func(w int, round uint64, sum *[32]byte) {
 			if w == last && round == 0 {
@@ -132,7 +132,7 @@ func TestQACPU(t *testing.T) {
 // result is not known in advance) fail the check too.
 func TestCheckCPU(t *testing.T) {
 	res, err := checkCPU(context.Background(), 100*time.Millisecond, 3, nil)
-	if err != nil || len(res) != 3 || res[2].hashes < 2*(cpuChain+1) {
+	if err != nil || len(res) != 3 || res[2].hashes < cpuChain+1 {
 		t.Fatalf("intact: %v %+v", err, res)
 	}
 	_, err = checkCPU(context.Background(), 5*time.Second, 3, func(w int, round uint64, sum *[32]byte) {
@@ -152,10 +152,10 @@ func TestQADisk(t *testing.T) {
 		wantLog, wantErr string
 		written          bool // the first 4 MiB changed, the rest not
 	}{
-		"read":                {plan.Action{Size: "4Mi", MinReadMBps: 1}, "qa-disk: read 4 MiB of ", "", false},
+		"read":                {plan.Action{Size: "4Mi", MinReadMBps: 0.1}, "qa-disk: read 4 MiB of ", "", false},
 		"read too slow":       {plan.Action{Size: "4Mi", MinReadMBps: 1e9}, "min 1e+09): FAIL", "qa-disk: read 4 MiB at ", false},
 		"read all of a small": {plan.Action{Size: "1Gi"}, "has 8 MiB: testing all of it", "", false},
-		"write":               {plan.Action{Size: "4Mi", Write: true, MinReadMBps: 1, MinWriteMBps: 1}, "qa-disk: wrote 4 MiB of ", "", true},
+		"write":               {plan.Action{Size: "4Mi", Write: true, MinReadMBps: 0.1, MinWriteMBps: 0.1}, "qa-disk: wrote 4 MiB of ", "", true},
 		"write too slow":      {plan.Action{Size: "4Mi", Write: true, MinWriteMBps: 1e9}, "read it back intact: FAIL", "qa-disk: wrote 4 MiB at ", true},
 	} {
 		t.Run(name, func(t *testing.T) {

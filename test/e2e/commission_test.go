@@ -77,8 +77,24 @@ func TestCommissioning(t *testing.T) {
 		}
 	}
 	for _, line := range strings.Split(good, "\n") {
-		if strings.Contains(line, " qa-") && strings.Contains(line, "MB/s") {
+		if strings.Contains(line, ": qa-") {
 			t.Logf("%s", strings.TrimSpace(line))
+		}
+	}
+	// What each QA action took on this VM: from its start to its end on
+	// the timeline.
+	var evs []timelineEvent
+	json.Unmarshal([]byte(run(t, "ip", "netns", "exec", l.lan, bootops, "logs", "lab/c-good", "-o", "json", "--server", "http://198.18.0.1:8080")), &evs)
+	began := map[string]time.Time{}
+	for _, e := range evs {
+		f := strings.Fields(e.Message)
+		if len(f) == 3 && strings.HasPrefix(f[2], "qa-") {
+			switch f[0] {
+			case "started":
+				began[f[2]] = e.Time
+			case "done":
+				t.Logf("timing: %s took %s on this VM", f[2], e.Time.Sub(began[f[2]]).Round(10*time.Millisecond))
+			}
 		}
 	}
 
@@ -111,6 +127,11 @@ func TestCommissioning(t *testing.T) {
 	if err := json.Unmarshal([]byte(run(t, "ip", "netns", "exec", l.lan, bootops, "inventory", "-o", "json", "--server", "http://198.18.0.1:8080")), &inv); err != nil {
 		t.Fatal(err)
 	}
+	var raw map[string]json.RawMessage
+	json.Unmarshal([]byte(run(t, "ip", "netns", "exec", l.lan, bootops, "inventory", "lab/c-good", "-o", "json", "--server", "http://198.18.0.1:8080")), &raw)
+	var compact bytes.Buffer
+	json.Compact(&compact, raw["lab/c-good"])
+	t.Logf("size: c-good's inventory is %d bytes of JSON", compact.Len())
 	for name, m := range macs {
 		in := inv["lab/"+name]
 		var sizes, found []string

@@ -126,12 +126,16 @@ func (d *daemon) post(t *testing.T, path, token string, body, reply any) {
 
 // checkIn is node i's agent saying hello, as bootops-agent does, with the
 // boot token of the script its machine was served.
-func (d *daemon) checkIn(t *testing.T, i int) {
+func (d *daemon) checkIn(t *testing.T, i int) { d.checkInWith(t, i, nil) }
+
+// checkInWith checks node i in with the hardware inventory inv, and
+// returns the reply.
+func (d *daemon) checkInWith(t *testing.T, i int, inv *plan.Inventory) plan.CheckInReply {
 	serial := fmt.Sprintf("SN%08d", i)
 	resp, err := http.Get(d.url + "/ipxe?site=" + site(i) + "&serial=" + serial)
 	if err != nil {
 		t.Error(err)
-		return
+		return plan.CheckInReply{}
 	}
 	script, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -140,10 +144,11 @@ func (d *daemon) checkIn(t *testing.T, i int) {
 	id := plan.Identity{Serial: serial, UUID: fmt.Sprintf("4c4c4544-0041-3110-8042-%012x", i),
 		MACs: []string{fmt.Sprintf("52:54:%02x:%02x:%02x:%02x", (i>>24)&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff)}}
 	var reply plan.CheckInReply
-	d.post(t, plan.AgentCheckInPath, tok, plan.CheckIn{Site: site(i), Node: node(i), Identity: id, Arch: "x86_64", Agent: "browser-test"}, &reply)
+	d.post(t, plan.AgentCheckInPath, tok, plan.CheckIn{Site: site(i), Node: node(i), Identity: id, Arch: "x86_64", Agent: "browser-test", Inventory: inv}, &reply)
 	d.mu.Lock()
 	d.sessions[i] = reply.Session
 	d.mu.Unlock()
+	return reply
 }
 
 // report sends node i's agent events.
@@ -353,6 +358,32 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the failed node's progress: %q", prog)
 	}
 	c.screenshot(t, filepath.Join(outDir(), "node.png"), false)
+
+	// Expectations: Git says a node needs 64 GiB, its machine has 1: it is
+	// held before any workflow, the reason in its row and on its page.
+	const held = 9 // registered, never seen
+	f, err := os.OpenFile(filepath.Join(d.repo, fleet.NodeFile(sites, held)), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "expect: {memory: \">=64Gi\"}\n")
+	f.Close()
+	small := &plan.Inventory{CPU: plan.CPUInfo{Threads: 2}, Memory: plan.MemoryInfo{Total: 1 << 30}}
+	var reply plan.CheckInReply
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if reply = d.checkInWith(t, held, small); reply.Hold != "" || time.Now().After(deadline) {
+			break
+		}
+	}
+	if reply.Workflow != nil || !strings.Contains(reply.Hold, "memory: expected >=64Gi, found 1Gi") {
+		t.Fatalf("the check-in of a machine short of memory: %+v", reply)
+	}
+	heldKey := site(held) + "/" + node(held)
+	c.navigate(t, d.url+"/")
+	c.waitJS(t, heldKey+" held in its row", fmt.Sprintf(`(() => { const r = document.querySelector('#rows .row[data-key="%s"]'); return !!r && r.innerText.includes("held") && r.innerText.includes("memory: expected >=64Gi, found 1Gi"); })()`, heldKey), 30*time.Second)
+	c.navigate(t, d.url+"/#node/"+heldKey)
+	c.waitJS(t, heldKey+"'s page says why", `document.querySelector("#node-summary").innerText.includes("memory: expected >=64Gi, found 1Gi")`, 15*time.Second)
+	c.screenshot(t, filepath.Join(outDir(), "held.png"), false)
 
 	// A broken edit is refused: the page says so, with the error's
 	// position, and keeps showing the fleet served.

@@ -25,6 +25,12 @@ import (
 // (and at once when the Plan changes).
 const RolloutInterval = 5 * time.Second
 
+// syncEventsPerRound bounds the sync events one round records: a commit
+// that moves 10,000 installed nodes at once (or the first start of a
+// daemon that keeps sync) goes on their timelines over a few rounds
+// instead of flooding the status store's queue.
+const syncEventsPerRound = 500
+
 // rollouts is day 2 from Git: for each profile's nodes at each site served
 // it shows which run what Git says (SYNC, a metric, an event when that
 // changes) and, under a rolling policy, reinstalls the out-of-date ones
@@ -47,6 +53,8 @@ type rollouts struct {
 	// skipped is why each node was last passed over (site/node), so its
 	// timeline says it once, not every round.
 	skipped map[string]string
+	// syncBudget is what is left of this round's syncEventsPerRound.
+	syncBudget int
 }
 
 func newRollouts(plans *boot.Live, sites []string, store *status.Durable, pm *power.Manager, log *slog.Logger, reg prometheus.Registerer) (*rollouts, error) {
@@ -108,6 +116,7 @@ func (r *rollouts) Round(ctx context.Context) {
 		}
 	}
 	r.outOfDate.Reset()
+	r.syncBudget = syncEventsPerRound
 	var shown []bhttp.RolloutStatus
 	for _, site := range servedSites(r.sites, p) {
 		byProfile := map[string][]*plan.Node{}
@@ -152,7 +161,8 @@ func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, n
 				stale++
 			}
 			// unknown says nothing new about a node never known.
-			if sync != m.Sync && sync != "" && !(sync == status.SyncUnknown && m.Sync == "") {
+			if sync != m.Sync && sync != "" && !(sync == status.SyncUnknown && m.Sync == "") && r.syncBudget > 0 {
+				r.syncBudget--
 				// On the timeline (and to the hub) when it changes.
 				r.store.Record(status.Event{Kind: status.KindRollout, Site: site.Name, Node: n.Name, Sync: sync, Rollout: key, Error: sync != status.SyncIn && sync != status.SyncUnknown, Message: "sync: " + sync})
 			}

@@ -72,7 +72,7 @@ func TestPeers(t *testing.T) {
 		nodes = append(nodes, node(v.node, "serial: "+v.serial))
 	}
 	writeRepo(dir, map[string]string{
-		"microos/default.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\ncmdline: console=ttyS0,115200 panic=-1\n",
+		"microos/default.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\ncmdline: console=ttyS0,115200 panic=-1 no_timer_check\n",
 		"profiles/test-os.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os\nos: {type: immutable}\n" +
 			"image: {url: \"http://198.18.0.1:8081/peers.raw.gz\", sha256: " + sum + ", compression: gz}\n" +
 			"cloudInit: {hostname: e2e}\n",

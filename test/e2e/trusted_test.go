@@ -133,7 +133,7 @@ func TestSecureBootUKI(t *testing.T) {
 	run(t, "openssl", "pkey", "-in", "/usr/share/ovmf/PkKek-1-snakeoil.key", "-passin", "pass:snakeoil", "-out", key)
 	os.Chmod(key, 0o600)
 	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "--uki", "--server", "https://198.18.0.1:8443", "--site", "lab",
-		"--ca", filepath.Join(state, "tls/ca.pem"), "--cmdline", "console=ttyS0,115200 panic=-1", "--sign-key", key, "--sign-cert", snakeoilCert,
+		"--ca", filepath.Join(state, "tls/ca.pem"), "--cmdline", "console=ttyS0,115200 panic=-1 no_timer_check", "--sign-key", key, "--sign-cert", snakeoilCert,
 		"-o", filepath.Join(dir, "microos"))
 	run(t, "sbverify", "--cert", snakeoilCert, filepath.Join(dir, "microos/bootops.efi"))
 	flipInitrdByte(t, filepath.Join(dir, "microos/bootops.efi"), filepath.Join(dir, "microos/tampered.efi"))
@@ -261,7 +261,7 @@ func TestSecureBootShim(t *testing.T) {
 	}
 	micro := func(name, kernel string) string {
 		return "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: " + name + "\nkernel: {path: microos/" + kernel + "}\ninitrd: {path: microos/initrd.img}\n" +
-			"cmdline: console=ttyS0,115200 panic=-1\nchain: shim\noverlay: true\n"
+			"cmdline: console=ttyS0,115200 panic=-1 no_timer_check\nchain: shim\noverlay: true\n"
 	}
 	profile := func(name, micro string) string {
 		return "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: " + name + "\nmicroOS: " + micro + "\nos: {type: immutable}\n" +

@@ -63,7 +63,7 @@ ESP_LABEL=ESP
 TYPE_ESP=C12A7328-F81F-11D2-BA4B-00A0C93EC93B
 TYPE_ROOT_X86_64=4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709
 
-KERNEL_CMDLINE="root=PARTUUID=$ROOT_PARTUUID ro console=tty0 console=ttyS0,115200n8 panic=10"
+KERNEL_CMDLINE="root=PARTUUID=$ROOT_PARTUUID ro console=tty0 console=ttyS0,115200n8 panic=10 no_timer_check"
 
 # Packages on top of --variant=minbase. Recommends are NOT installed, so
 # everything needed is listed explicitly.

@@ -1,11 +1,6 @@
 package plan
 
-import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"strings"
-)
+import "strings"
 
 // Install is what installing a node consumes, by digest: the image it
 // writes, its workflow (partitioning, files, commands, every parameter)
@@ -37,20 +32,11 @@ func InstallOf(n *Node) Install {
 	}
 	in := Install{
 		Image:     strings.Join(images, ","),
-		Workflow:  digest(wf),
-		CloudInit: digest([2]string{n.Artifacts.UserData, n.Artifacts.NetworkConfig}),
+		Workflow:  Hash(wf),
+		CloudInit: Hash([2]string{n.Artifacts.UserData, n.Artifacts.NetworkConfig}),
 	}
-	in.Digest = digest([3]string{in.Image, in.Workflow, in.CloudInit})
+	in.Digest = Hash([3]string{in.Image, in.Workflow, in.CloudInit})
 	return in
-}
-
-func digest(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic("plan: digest: " + err.Error())
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }
 
 // Changes says what differs from i to want: "image 1a2b3c4d…→5e6f7a8b…",

@@ -231,9 +231,15 @@ func (m *Manager) retry(ctx context.Context) {
 		}
 	}
 	m.mu.Unlock()
+	m.visitAll(ctx, due)
+}
+
+// visitAll visits ts, Parallel at once, and returns when every BMC has
+// answered or timed out.
+func (m *Manager) visitAll(ctx context.Context, ts []target) {
 	sem := make(chan struct{}, m.Parallel)
 	var wg sync.WaitGroup
-	for _, t := range due {
+	for _, t := range ts {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -275,17 +281,7 @@ func (m *Manager) Round(ctx context.Context) {
 	m.init()
 	ts := m.targets()
 	m.forget(ts)
-	sem := make(chan struct{}, m.Parallel)
-	var wg sync.WaitGroup
-	for _, t := range ts {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			m.visit(ctx, t)
-		}()
-	}
-	wg.Wait()
+	m.visitAll(ctx, ts)
 }
 
 // forget drops nodes no longer in the Plan (or without a BMC).

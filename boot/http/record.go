@@ -1,6 +1,7 @@
 package http
 
 import (
+	"cmp"
 	"encoding/csv"
 	"fmt"
 	"net/http"
@@ -55,7 +56,7 @@ func (s *Server) DeliveryRecords(site string, since time.Time) []DeliveryRecord 
 		n := p.Node(m.Site, m.Node)
 		r := DeliveryRecord{Site: m.Site, Node: m.Node, Serial: m.Serial, State: m.State, Hardware: m.Inventory.Summary(), Expectations: "none", Revision: m.Revision}
 		if m.Inventory != nil {
-			r.Serial = cmpOr(m.Inventory.System.Serial, r.Serial)
+			r.Serial = cmp.Or(m.Inventory.System.Serial, r.Serial)
 			for _, nic := range m.Inventory.NICs {
 				r.MACs = append(r.MACs, nic.MAC)
 			}
@@ -78,13 +79,6 @@ func (s *Server) DeliveryRecords(site string, since time.Time) []DeliveryRecord 
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Site+"/"+out[i].Node < out[j].Site+"/"+out[j].Node })
 	return out
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // lastInstall reads a node's timeline: its last install's QA results

@@ -416,6 +416,9 @@ func (v *View) Sites() []bhttp.SiteStatus {
 	return out
 }
 
+// maxRolloutsPerSite bounds the rollout groups the view shows of a site.
+const maxRolloutsPerSite = 256
+
 // rollouts are every site's rollout groups, as its last hello gave them
 // (each for its own site only), by site.
 func (v *View) rollouts() []bhttp.RolloutStatus {
@@ -426,9 +429,13 @@ func (v *View) rollouts() []bhttp.RolloutStatus {
 		if s.hello == nil {
 			continue
 		}
+		kept := 0
 		for _, r := range s.hello.Rollouts {
-			if r.Site == name {
+			// A site's own groups only, and a bound: a site has a
+			// group per profile it installs, not thousands.
+			if r.Site == name && kept < maxRolloutsPerSite {
 				out = append(out, r)
+				kept++
 			}
 		}
 	}

@@ -48,6 +48,14 @@ func TestViewRollouts(t *testing.T) {
 	}
 	hello("east", bhttp.RolloutStatus{Site: "east", Profile: "debian", Strategy: "rolling", OutOfDate: 2, Halted: "r1: install failed: 404"},
 		bhttp.RolloutStatus{Site: "west", Profile: "debian", Halted: "forged"})
+	var many []bhttp.RolloutStatus
+	for i := range 1000 {
+		many = append(many, bhttp.RolloutStatus{Site: "west", Profile: fmt.Sprintf("p%d", i)})
+	}
+	hello("west", many...)
+	if n := len(v.Doc("hub").Rollouts); n != 1+maxRolloutsPerSite {
+		t.Errorf("a site that names 1,000 groups: %d shown, want %d", n, 1+maxRolloutsPerSite)
+	}
 	hello("west")
 	doc := v.Doc("hub")
 	if len(doc.Rollouts) != 1 || doc.Rollouts[0].Site != "east" || doc.Rollouts[0].Halted != "r1: install failed: 404" {

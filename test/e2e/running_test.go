@@ -169,7 +169,7 @@ func TestRunning(t *testing.T) {
 	start := time.Now()
 	vms := bootAll("1")
 	provisioned := map[string]time.Duration{}
-	waitFor(t, "both installs", 12*time.Minute, func() bool {
+	waitFor(t, "both installs", 25*time.Minute, func() bool {
 		for name := range nodes {
 			if s, _ := nodeState(l, "lab/"+name); s == "provisioned" && provisioned[name] == 0 {
 				provisioned[name] = time.Since(start).Round(time.Second)
@@ -188,7 +188,7 @@ func TestRunning(t *testing.T) {
 	vms = bootAll("2")
 	seen := map[string]map[string]bool{"vm-bios": {}, "vm-uefi": {}}
 	running := map[string]time.Duration{}
-	waitFor(t, "both nodes running", 10*time.Minute, func() bool {
+	waitFor(t, "both nodes running", 25*time.Minute, func() bool {
 		for name := range nodes {
 			s, _ := nodeState(l, "lab/"+name)
 			seen[name][s] = true
@@ -204,7 +204,7 @@ func TestRunning(t *testing.T) {
 			t.Errorf("%s went through %v between its install and its report; want provisioned, then running", name, seen[name])
 		}
 		host := "e2e-" + strings.TrimPrefix(name, "vm-")
-		v.wait(t, host+" login:", 2*time.Minute)
+		v.wait(t, host+" login:", 5*time.Minute)
 		m := l.machine("lab/" + name)
 		if m["hostname"] != host || !strings.HasPrefix(fmt.Sprint(m["kernel"]), "6.") {
 			t.Errorf("%s: hostname %v, kernel %v in the status", name, m["hostname"], m["kernel"])
@@ -238,7 +238,7 @@ func TestRunning(t *testing.T) {
 		reports[name] = strings.Count(l.logs("lab/"+name), "running: hostname")
 	}
 	vms = bootAll("3")
-	waitFor(t, "the second reports", 8*time.Minute, func() bool {
+	waitFor(t, "the second reports", 20*time.Minute, func() bool {
 		for name := range nodes {
 			if strings.Count(l.logs("lab/"+name), "running: hostname") == reports[name] {
 				return false

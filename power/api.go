@@ -31,9 +31,7 @@ func (m *Manager) Routes(authorized func(*http.Request) bool) map[string]http.Ha
 			m.answer(w, st, err)
 		}),
 		"POST /api/v1/power/{site}/{node}": m.guard(authorized, func(w http.ResponseWriter, r *http.Request) {
-			var req struct {
-				Action string `json:"action"`
-			}
+			var req ActionRequest
 			if !readBody(w, r, &req) {
 				return
 			}
@@ -41,10 +39,7 @@ func (m *Manager) Routes(authorized func(*http.Request) bool) map[string]http.Ha
 			m.answer(w, st, err)
 		}),
 		"POST /api/v1/boot-device/{site}/{node}": m.guard(authorized, func(w http.ResponseWriter, r *http.Request) {
-			var req struct {
-				Device string `json:"device"`
-				Once   bool   `json:"once"`
-			}
+			var req BootDeviceRequest
 			if !readBody(w, r, &req) {
 				return
 			}
@@ -53,6 +48,24 @@ func (m *Manager) Routes(authorized func(*http.Request) bool) map[string]http.Ha
 			m.answer(w, st, err)
 		}),
 	}
+}
+
+// ActionRequest is POST /api/v1/power/{site}/{node}'s body.
+type ActionRequest struct {
+	Action string `json:"action"` // on, off or cycle
+}
+
+// BootDeviceRequest is POST /api/v1/boot-device/{site}/{node}'s body.
+type BootDeviceRequest struct {
+	Device string `json:"device"` // pxe or disk
+	Once   bool   `json:"once"`
+}
+
+// Answer is every power route's reply: the node's power as its BMC last
+// said, and why the request failed.
+type Answer struct {
+	Status
+	Message string `json:"message,omitempty"`
 }
 
 func key(r *http.Request) string { return r.PathValue("site") + "/" + r.PathValue("node") }
@@ -82,11 +95,7 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) bool {
 func (m *Manager) answer(w http.ResponseWriter, st Status, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	code := http.StatusOK
-	var body struct {
-		Status
-		Message string `json:"message,omitempty"`
-	}
-	body.Status = st
+	body := Answer{Status: st}
 	if err != nil {
 		body.Message = err.Error()
 		switch {

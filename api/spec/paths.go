@@ -127,7 +127,7 @@ var ops = []op{
 	{method: "get", path: plan.QAStreamPath, id: "getQAStream", tag: "agent",
 		summary: "Bytes for the network test", desc: "qa-network's download: bytes zeros, at most plan.MaxQAStream.",
 		security: []string{"agentSession"},
-		params: append([]param{queryS("bytes", "How many bytes.", obj("type", "integer", "minimum", 1, "maximum", plan.MaxQAStream))}, agentQuery...),
+		params:   append([]param{queryS("bytes", "How many bytes.", obj("type", "integer", "minimum", 1, "maximum", plan.MaxQAStream))}, agentQuery...),
 		resps: []resp{ok("Zeros.", "application/octet-stream", nil), fail(400, "bytes is not a count from 1 to the maximum."),
 			fail(401, "The session credential is missing, wrong or superseded.")}},
 

@@ -143,9 +143,9 @@ func (s *schemas) fields(t reflect.Type, props map[string]any, required *[]strin
 
 func nullable(t reflect.Type) bool {
 	switch t.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Interface:
-		return t.Kind() != reflect.Interface
-	case reflect.Slice:
+	case reflect.Pointer, reflect.Map, reflect.Interface, reflect.Slice:
+		// An interface too: kin-openapi's validator takes the schema {}
+		// for one that refuses null, where JSON Schema takes anything.
 		return true
 	}
 	return false

@@ -14,10 +14,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/bootops/bootops/api"
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
@@ -97,6 +99,8 @@ type Server struct {
 	// Routes are more handlers on the same listener, by pattern (the
 	// webhook, the metrics); one that streams says so (Streaming).
 	Routes map[string]http.Handler
+	// Middleware, when set, wraps every route (a test's contract check).
+	Middleware func(http.Handler) http.Handler
 	// Guard, when set, tracks which of Serve's connections are idle, for
 	// the listeners wrapped with its Listener — the TCP listener, below
 	// any TLS: a request must still see its TLS state.
@@ -171,36 +175,78 @@ func safeKey(k string) bool {
 	return true
 }
 
+// Route is one of the server's patterns (net/http's ServeMux syntax) and
+// its handler.
+type Route struct {
+	Pattern string
+	Handler http.Handler
+}
+
+// routes are the server's own routes; Routes come on top.
+func (s *Server) routes() []Route {
+	return []Route{
+		{"GET /boot.ipxe", http.HandlerFunc(s.entry)},
+		{"GET /ipxe", http.HandlerFunc(s.script)},
+		{"GET /artifacts/microos/{name}/{file}", Streaming(http.HandlerFunc(s.artifact))},
+		{"GET /artifacts/overlay/{site}", http.HandlerFunc(s.overlayHandler)},
+		{"GET /tftp/{file}", Streaming(http.HandlerFunc(s.binary))},
+		{"GET /api/v1/status", http.HandlerFunc(s.status)},
+		{"POST " + plan.AgentCheckInPath, http.HandlerFunc(s.checkin)},
+		{"POST " + plan.AgentEventsPath, http.HandlerFunc(s.agentEvents)},
+		{"POST " + plan.ReportPath, http.HandlerFunc(s.osReport)},
+		{"GET /api/v1/events", http.HandlerFunc(s.events)},
+		{"GET /api/v1/report", http.HandlerFunc(s.deliveryRecord)},
+		{"GET " + plan.AgentSwarmPath + "{image}/manifest", http.HandlerFunc(s.swarmManifest)},
+		{"POST " + plan.AgentSwarmPath + "{image}", http.HandlerFunc(s.swarmReport)},
+		{"GET /swarm/{source}/chunk/{i}", Streaming(http.HandlerFunc(s.Swarm.ServeChunk))},
+		{"GET " + plan.QAStreamPath, Streaming(http.HandlerFunc(s.qaStream))},
+		{"GET " + api.Path, api.Handler()},
+		{"GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
+		{"GET /readyz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if s.Plans.Current() == nil {
+				http.Error(w, "no plan yet", http.StatusServiceUnavailable)
+				return
+			}
+			io.WriteString(w, "ok\n")
+		})},
+	}
+}
+
+// Patterns are every pattern Handler serves, Routes' too, sorted: what
+// the contract test holds api/openapi.json to.
+func (s *Server) Patterns() []string {
+	var ps []string
+	for _, r := range s.routes() {
+		ps = append(ps, r.Pattern)
+	}
+	for p := range s.Routes {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// checkRoutes, when set (by this package's tests), wraps every handler
+// the server makes: the contract check of api/openapi.json.
+var checkRoutes func(http.Handler) http.Handler
+
 // Handler returns the server's routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /boot.ipxe", s.entry)
-	mux.HandleFunc("GET /ipxe", s.script)
-	mux.Handle("GET /artifacts/microos/{name}/{file}", Streaming(http.HandlerFunc(s.artifact)))
-	mux.HandleFunc("GET /artifacts/overlay/{site}", s.overlayHandler)
-	mux.Handle("GET /tftp/{file}", Streaming(http.HandlerFunc(s.binary)))
-	mux.HandleFunc("GET /api/v1/status", s.status)
-	mux.HandleFunc("POST "+plan.AgentCheckInPath, s.checkin)
-	mux.HandleFunc("POST "+plan.AgentEventsPath, s.agentEvents)
-	mux.HandleFunc("POST "+plan.ReportPath, s.osReport)
-	mux.HandleFunc("GET /api/v1/events", s.events)
-	mux.HandleFunc("GET /api/v1/report", s.deliveryRecord)
-	mux.HandleFunc("GET "+plan.AgentSwarmPath+"{image}/manifest", s.swarmManifest)
-	mux.HandleFunc("POST "+plan.AgentSwarmPath+"{image}", s.swarmReport)
-	mux.Handle("GET /swarm/{source}/chunk/{i}", Streaming(http.HandlerFunc(s.Swarm.ServeChunk)))
-	mux.Handle("GET "+plan.QAStreamPath, Streaming(http.HandlerFunc(s.qaStream)))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if s.Plans.Current() == nil {
-			http.Error(w, "no plan yet", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ok\n")
-	})
+	for _, r := range s.routes() {
+		mux.Handle(r.Pattern, r.Handler)
+	}
 	for pattern, h := range s.Routes {
 		mux.Handle(pattern, h)
 	}
-	return mux
+	var h http.Handler = mux
+	if s.Middleware != nil {
+		h = s.Middleware(h)
+	}
+	if checkRoutes != nil {
+		h = checkRoutes(h)
+	}
+	return h
 }
 
 // Serve serves on ln until ctx ends, then drains requests for up to 10 s.

@@ -111,7 +111,6 @@ func Write(img v1.Image, dir, ref string) error {
 	}
 	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
 		"org.opencontainers.image.ref.name": tag.TagStr(),
-		"io.containerd.image.name":          tag.Name(),
 	})); err != nil {
 		return fmt.Errorf("image: %s: %w", oci, err)
 	}

@@ -75,6 +75,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return configErr(err)
 	}
 	routePower(d.http, d.power, d.uiToken)
+	if testHTTP != nil {
+		testHTTP(d.http)
+	}
 	// Day 2: drift, and the rolling reinstalls Git asks for.
 	if d.rollouts, err = newRollouts(d.overlays.live, cfg.Source.Sites, d.events, d.power, d.log, d.reg); err != nil {
 		return err
@@ -139,6 +142,10 @@ func newDaemon(cfg Config) (*daemon, reloadable, error) {
 	d.dash = &ui.Server{Token: d.uiToken, Log: d.log}
 	return d, live, nil
 }
+
+// testHTTP, when set (by this package's tests), sees the HTTP server once
+// its routes are in: the contract check of api/openapi.json.
+var testHTTP func(*bhttp.Server)
 
 func (d *daemon) uiToken() string { return d.settings.Load().uiToken }
 

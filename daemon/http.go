@@ -173,6 +173,13 @@ func httpsPortServed(addr string, port int) bool {
 	return err == nil && p == strconv.Itoa(port)
 }
 
+// PprofRoutes are --pprof-addr's routes (the hub's too).
+var PprofRoutes = map[string]http.Handler{
+	"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+	"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+	"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+}
+
 // ServePprof serves Go's profiles on addr (serve --pprof-addr) until ctx
 // ends: what the benchmarks profile the daemon with.
 func ServePprof(ctx context.Context, g *errgroup.Group, addr string, guard *bhttp.Guard) error {
@@ -181,9 +188,9 @@ func ServePprof(ctx context.Context, g *errgroup.Group, addr string, guard *bhtt
 		return fmt.Errorf("--pprof-addr: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	for pattern, h := range PprofRoutes {
+		mux.Handle(pattern, h)
+	}
 	// A profile or a trace takes as long as it was asked to.
 	serveUntil(ctx, g, ln, bhttp.Streaming(mux), guard)
 	return nil

@@ -127,6 +127,11 @@ func (c *Checker) check(r *http.Request, rec *recorder) {
 	if err := openapi3filter.ValidateRequest(ctx, in); err != nil && rec.code < 400 {
 		c.fail("%s: the document refuses the request, but the server answered %d: %v", line, rec.code, oneLine(err))
 	}
+	if rec.Header().Get("Content-Type") == "" && rec.body.Len() > 0 {
+		// What net/http sends when the handler set none (a real
+		// server's ResponseWriter sniffs outside the handler's map).
+		rec.Header().Set("Content-Type", http.DetectContentType(rec.body.Bytes()))
+	}
 	out := &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: in, Status: rec.code, Header: rec.Header(),
 		Body:    io.NopCloser(bytes.NewReader(rec.body.Bytes())),

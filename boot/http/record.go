@@ -128,6 +128,9 @@ func (s *Server) deliveryRecord(w http.ResponseWriter, r *http.Request) {
 	}
 	recs := s.DeliveryRecords(q.Get("site"), since)
 	if q.Get("format") != "csv" {
+		if recs == nil {
+			recs = []DeliveryRecord{} // [], not null
+		}
 		writeJSON(w, recs)
 		return
 	}

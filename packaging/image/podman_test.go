@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -64,12 +65,19 @@ var limits = []string{"--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:40
 
 func runPodman(t *testing.T, tmp, archive, configHex string) {
 	p := newPodman(t, filepath.Join(tmp, "podman"))
+	// podman keeps a blob cache in /var/lib/containers/cache whatever
+	// --root says; what this test made there goes with it.
+	_, err := os.Stat("/var/lib/containers")
+	made := errors.Is(err, fs.ErrNotExist)
 	var names []string
 	t.Cleanup(func() {
 		for _, n := range names {
 			p.cmd("rm", "-f", "-t", "0", n)
 		}
 		p.cmd("rmi", "-a", "-f")
+		if made {
+			os.RemoveAll("/var/lib/containers")
+		}
 	})
 
 	start := time.Now()

@@ -56,6 +56,7 @@ func JSON() ([]byte, error) {
 		if o.hub {
 			o.security = hubSecurity(o.security)
 			o.desc = joinDesc(o.desc, "A hub serves it too, behind its view token.")
+			o.resps = append(slices.Clone(o.resps), fail(401, "A hub's view without its token."))
 		}
 		item[o.method] = o.operation(s)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/bootops/bootops/api"
 	"github.com/bootops/bootops/boot"
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
@@ -197,6 +198,27 @@ func (c refusedCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// hubRoutes are the hub's HTTP routes (behind its view token): the
+// status API over its view, its metrics, the dashboard without its one
+// action, and the API's document.
+func hubRoutes(v *hub.View, name string, reg prometheus.Gatherer, dash *ui.Server) map[string]http.Handler {
+	routes := map[string]http.Handler{
+		"GET /api/v1/status": bhttp.StatusHandler(func() bhttp.StatusDoc { return v.Doc(name) }),
+		"GET /api/v1/events": bhttp.EventsHandler(v.Events),
+		"GET /metrics":       promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		"GET " + api.Path:    api.Handler(),
+	}
+	for pattern, h := range dash.Routes() {
+		if pattern == "GET /api/v1/stream" {
+			h = bhttp.Streaming(h)
+		}
+		if pattern != "POST /api/v1/sync" { // read-only: configuration comes from Git
+			routes[pattern] = h
+		}
+	}
+	return routes
+}
+
 // serveHub serves the hub's view over HTTP until ctx ends.
 func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr, token, pprofAddr string) error {
 	reg := prometheus.NewRegistry()
@@ -212,16 +234,8 @@ func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr,
 	dash := &ui.Server{Doc: func() bhttp.StatusDoc { d := v.Doc(name); d.StripInventory(true); return d }, Events: v.Events, Log: log}
 	v.OnChange(dash.Notify)
 	mux := http.NewServeMux()
-	mux.Handle("GET /api/v1/status", bhttp.StatusHandler(func() bhttp.StatusDoc { return v.Doc(name) }))
-	mux.Handle("GET /api/v1/events", bhttp.EventsHandler(v.Events))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	for pattern, h := range dash.Routes() {
-		if pattern == "GET /api/v1/stream" {
-			h = bhttp.Streaming(h)
-		}
-		if pattern != "POST /api/v1/sync" { // read-only: configuration comes from Git
-			mux.Handle(pattern, h)
-		}
+	for pattern, h := range hubRoutes(v, name, reg, dash) {
+		mux.Handle(pattern, h)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -57,10 +57,10 @@ func (p *podman) must(args ...string) string {
 	return out
 }
 
-// limits: the podman process here lacks CAP_SYS_RESOURCE and podman's
-// default limits (nofile 1048576) are above this machine's hard ones, so
-// runc could not set them ("setrlimit RLIMIT_NOFILE: operation not
-// permitted"); lower ones always can be.
+// limits: the shell here lacks CAP_SYS_RESOURCE, and podman's default
+// limits, even limits equal to the shell's own, were refused by the
+// runtime ("setrlimit `RLIMIT_NOFILE`: Operation not permitted"); lower
+// ones always can be set.
 var limits = []string{"--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"}
 
 func runPodman(t *testing.T, tmp, archive, configHex string) {

@@ -6,6 +6,7 @@
 #   make e2e     only the end-to-end boots
 #   make browser only the dashboard's test in headless Chromium
 #   make demo    PXE-boot a VM from the demo repository in sites/
+#   make image   the container image, to out/image/ (docs/container.md)
 #   make bench   benchmarks, written to test/bench/results/ (see BENCHMARKS.md)
 #   make fuzz    run the fuzz targets for a while (FUZZTIME=2m each)
 
@@ -20,7 +21,7 @@ LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iprou
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build agent microos test e2e e2e-run browser lab-deps demo bench fuzz clean go-check
+.PHONY: build agent microos test e2e e2e-run browser lab-deps demo bench fuzz clean go-check image image-test
 
 build: go-check
 	$(GO) build -o $(BIN) ./cmd/bootops
@@ -54,9 +55,11 @@ test: go-check lab-deps
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e
 	$(GO) vet -tags browser ./test/browser
+	$(GO) vet -tags image ./packaging/image
 	$(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -E '^github.com/bootops/bootops/(agent|boot|daemon|hub|power|reconciler|swarm)(/|$$)')
 	$(GO) test -count=1 -tags browser -timeout 20m ./test/browser
+	@$(MAKE) --no-print-directory image-test
 	@$(MAKE) --no-print-directory e2e-run
 
 # The dashboard in headless Chromium (1,000 simulated nodes on a real
@@ -76,6 +79,23 @@ e2e-run:
 	grep -E '^\s*--- (PASS|FAIL)' .cache/e2e.log | sed -E 's/^\s*--- (PASS|FAIL): (\S+) \(([0-9.]+)s\)/\3 \1 \2/' | sort -rn | \
 	awk '{ printf "  %8.1f s  %-4s  %s\n", $$1, $$2, $$3 }'; \
 	exit $$status
+
+# The container image (docs/container.md): static bootops and agent, Debian's
+# boot binaries, CA certificates, no shell; stamped with the commit's time,
+# so the same commit gives the same digest. Written to out/image/.
+IMAGE_DEBS := ipxe shim-signed grub-efi-amd64-signed ca-certificates
+
+image: go-check agent
+	@bash test/deps.sh $(IMAGE_DEBS)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -buildid=" -o bin/image/bootops ./cmd/bootops
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct) $(GO) run ./packaging/image/mkimage \
+		-bootops bin/image/bootops -agent $(AGENT) -o out/image \
+		-version $$(git describe --tags --always) -revision $$(git rev-parse HEAD)
+
+# The image built twice (one digest), checked, and run with podman (root).
+image-test: go-check
+	@bash test/deps.sh $(IMAGE_DEBS) podman runc
+	$(GO) test -count=1 -tags image -timeout 20m -v ./packaging/image
 
 demo: build agent lab-deps
 	@bash test/demo.sh

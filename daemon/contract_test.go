@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -153,6 +154,24 @@ func TestDaemonContract(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.HasPrefix(string(first[:n]), "retry:") {
 		t.Errorf("stream: %d %q", resp.StatusCode, first[:n])
+	}
+	if f := checker.Failures(); len(f) > 0 {
+		t.Errorf("contract: %v", f)
+	}
+}
+
+// --pprof-addr's routes answer as documented.
+func TestPprofContract(t *testing.T) {
+	mux := http.NewServeMux()
+	for p, h := range PprofRoutes {
+		mux.Handle(p, h)
+	}
+	srv := httptest.NewServer(checker.Wrap(mux))
+	defer srv.Close()
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=1", "/debug/pprof/profile?seconds=1", "/debug/pprof/trace?seconds=0.1"} {
+		if code, _ := do(t, "GET", srv.URL+path, "", ""); code != 200 {
+			t.Errorf("GET %s: %d", path, code)
+		}
 	}
 	if f := checker.Failures(); len(f) > 0 {
 		t.Errorf("contract: %v", f)

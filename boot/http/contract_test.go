@@ -96,3 +96,27 @@ func TestStatusEventsReport(t *testing.T) {
 		t.Errorf("contract: %v", f)
 	}
 }
+
+type binaries map[string][]byte
+
+func (b binaries) Lookup(name string) ([]byte, bool) { v, ok := b[name]; return v, ok }
+
+// GET /tftp/{file}: an iPXE build over HTTP, whole or a range, and 404
+// for a build the server does not have.
+func TestServesIPXEBinary(t *testing.T) {
+	s, _, _ := newServer(t, testPlan("", ""))
+	s.Binaries = binaries{"ipxe.efi": []byte("MZ-an-efi-binary")}
+	h := s.Handler()
+	if r := get(t, h, "/tftp/ipxe.efi"); r.StatusCode != 200 || r.Header.Get("Content-Type") != "application/efi" || body(t, r) != "MZ-an-efi-binary" {
+		t.Errorf("ipxe.efi: %d %s", r.StatusCode, r.Header.Get("Content-Type"))
+	}
+	if r := get(t, h, "/tftp/ipxe.efi", "Range", "bytes=0-1"); r.StatusCode != http.StatusPartialContent || body(t, r) != "MZ" {
+		t.Errorf("a range of ipxe.efi: %d", r.StatusCode)
+	}
+	if r := get(t, h, "/tftp/undionly.kpxe"); r.StatusCode != http.StatusNotFound {
+		t.Errorf("a build not there: %d", r.StatusCode)
+	}
+	if f := checker.Failures(); len(f) > 0 {
+		t.Errorf("contract: %v", f)
+	}
+}

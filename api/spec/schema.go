@@ -25,6 +25,11 @@ func newSchemas() *schemas {
 
 var timeType = reflect.TypeFor[time.Time]()
 
+// prefixed are the packages whose types' names say little alone
+// (power.Answer, swarm.Reply): their components are named with the
+// package's in front (PowerAnswer, SwarmReply).
+var prefixed = map[string]bool{"power": true, "swarm": true}
+
 // of is the schema of a value of type t.
 func (s *schemas) of(t reflect.Type) map[string]any {
 	switch {
@@ -77,7 +82,7 @@ func (s *schemas) component(t reflect.Type) string {
 		}
 		return -1
 	}, t.Name())
-	if _, taken := s.defs[name]; taken {
+	if _, taken := s.defs[name]; taken || prefixed[path.Base(t.PkgPath())] {
 		pkg := path.Base(t.PkgPath())
 		name = strings.ToUpper(pkg[:1]) + pkg[1:] + name
 	}

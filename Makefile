@@ -7,6 +7,7 @@
 #   make browser only the dashboard's test in headless Chromium
 #   make demo    PXE-boot a VM from the demo repository in sites/
 #   make image   the container image, to out/image/ (docs/container.md)
+#   make api-diff  breaking changes of api/openapi.json since BASE
 #   make bench   benchmarks, written to test/bench/results/ (see BENCHMARKS.md)
 #   make fuzz    run the fuzz targets for a while (FUZZTIME=2m each)
 
@@ -21,7 +22,7 @@ LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iprou
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build agent microos test e2e e2e-run browser lab-deps demo bench fuzz clean go-check image image-test
+.PHONY: build agent microos test e2e e2e-run browser lab-deps demo bench fuzz clean go-check image image-test api-diff
 
 build: go-check
 	$(GO) build -o $(BIN) ./cmd/bootops
@@ -96,6 +97,12 @@ image: go-check agent
 image-test: go-check
 	@bash test/deps.sh $(IMAGE_DEBS) podman runc
 	$(GO) test -count=1 -tags image -timeout 20m -v ./packaging/image
+
+# The HTTP API's breaking changes since BASE (default: where this branch
+# left origin/main, else the previous commit); exit 1 when there is one.
+BASE ?= $(shell git merge-base HEAD origin/main 2>/dev/null || echo HEAD~1)
+api-diff: go-check
+	$(GO) run ./api/cmd/apidiff -base $(BASE) api/openapi.json
 
 demo: build agent lab-deps
 	@bash test/demo.sh

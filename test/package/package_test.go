@@ -88,6 +88,7 @@ func TestInstallUpgradeRemovePurge(t *testing.T) {
 	t.Run("files", func(t *testing.T) { checkFiles(t, c) })
 	t.Run("units", func(t *testing.T) { checkUnits(t, c) })
 	t.Run("serve", func(t *testing.T) { serveFromUnit(t, c) })
+	t.Run("hub", func(t *testing.T) { hubFromUnit(t, c) })
 
 	// The upgrade keeps the state, the changed serve.yaml and the user.
 	marker := "/var/lib/bootops/kept-across-upgrade"
@@ -294,13 +295,58 @@ func serveFromUnit(t *testing.T, c *chroot) {
 	conf = regexp.MustCompile(`(?m)^tftp-addr: .*$`).ReplaceAllString(conf, fmt.Sprintf("tftp-addr: 127.0.0.1:%d", tftpPort))
 	c.write("/etc/bootops/serve.yaml", conf)
 
-	caps := strings.ToLower(strings.ReplaceAll(set["AmbientCapabilities"], "CAP_", ""))
-	args := []string{"setpriv", "--reuid=bootops", "--regid=bootops", "--init-groups", "--no-new-privs",
-		"--inh-caps=-all,+" + caps, "--ambient-caps=-all,+" + caps, "--bounding-set=-all,+" + caps, "--"}
+	body := runUnit(t, c, set, nil, fmt.Sprintf("http://127.0.0.1:%d/api/v1/status", httpPort), `"vm-serial"`)
+	for _, n := range []string{"vm-serial", "vm-mac", "vm-uuid"} {
+		if !strings.Contains(body, `"`+n+`"`) {
+			t.Errorf("status names no node %s: %s", n, body)
+		}
+	}
+	for _, p := range []string{"/var/lib/bootops/status.db", "/var/lib/bootops/secret"} {
+		if got := c.run("stat", "-c", "%U %a", p); got != "bootops 600" {
+			t.Errorf("%s: %s, want bootops 600", p, got)
+		}
+	}
+}
+
+// hubFromUnit does what docs/install.md says before the hub starts (its
+// TLS certificate, a site), then runs the unit's ExecStart with the
+// variables of the installed hub.env, its listeners moved to free loopback
+// ports, and waits for the view (no site has reported yet: it names the
+// hub and no site).
+func hubFromUnit(t *testing.T, c *chroot) {
+	set := unitSettings(c.read("/usr/lib/systemd/system/bootops-hub.service"))
+	if set["EnvironmentFile"] != "/etc/bootops/hub.env" || set["User"] != "bootops" {
+		t.Fatalf("bootops-hub.service: EnvironmentFile %q, User %q", set["EnvironmentFile"], set["User"])
+	}
+	c.run("runuser", "-u", "bootops", "--", "bootops", "ca", "init", "--host", "127.0.0.1", "--state-dir", "/var/lib/bootops-hub")
+	c.run("bootops", "hub", "add-site", "store-0042", "--sites-dir", "/etc/bootops/hub-sites", "-o", "/root/store-0042.seed")
+	var env []string
+	for _, l := range strings.Split(c.read(set["EnvironmentFile"]), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			env = append(env, l)
+		}
+	}
+	httpPort := freePort(t, "tcp")
+	env = append(env, fmt.Sprintf("BOOTOPS_NATS_ADDR=127.0.0.1:%d", freePort(t, "tcp")), fmt.Sprintf("BOOTOPS_HTTP_ADDR=127.0.0.1:%d", httpPort))
+	runUnit(t, c, set, env, fmt.Sprintf("http://127.0.0.1:%d/api/v1/status", httpPort), `"hub"`)
+}
+
+// runUnit runs a unit's ExecStart as the unit would (its user, its
+// capabilities and no others, no new privileges) with env added, until url
+// answers JSON that contains want; then stops it with SIGINT and returns
+// that answer.
+func runUnit(t *testing.T, c *chroot, set map[string]string, env []string, url, want string) string {
+	argv := strings.Fields(set["ExecStart"])
+	caps := "-all"
+	if a := set["AmbientCapabilities"]; a != "" {
+		caps += ",+" + strings.ToLower(strings.ReplaceAll(a, "CAP_", ""))
+	}
+	args := []string{"setpriv", "--reuid=" + set["User"], "--regid=" + set["Group"], "--init-groups", "--no-new-privs",
+		"--inh-caps=" + caps, "--ambient-caps=" + caps, "--bounding-set=" + caps, "--"}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := c.command(ctx, append(args, argv...)...)
-	cmd.Env = append(cmd.Env, "HOME=/var/lib/bootops")
+	cmd.Env = append(append(cmd.Env, "HOME=/var/lib/bootops"), env...)
 	log := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
@@ -309,47 +355,36 @@ func serveFromUnit(t *testing.T, c *chroot) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-
-	url := fmt.Sprintf("http://127.0.0.1:%d/api/v1/status", httpPort)
-	var doc map[string]any
 	var body string
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		select {
 		case err := <-exited:
-			t.Fatalf("serve exited before answering: %v\n%s", err, log)
+			t.Fatalf("%s exited before answering: %v\n%s", argv, err, log)
 		default:
 		}
+		var doc any
 		body = get(url)
-		if json.Unmarshal([]byte(body), &doc) == nil && strings.Contains(body, `"vm-serial"`) {
+		if json.Unmarshal([]byte(body), &doc) == nil && strings.Contains(body, want) {
 			break
 		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
-			t.Fatalf("GET %s never named the demo's nodes; last answer %q\nserve's log:\n%s", url, body, log)
+			t.Fatalf("GET %s never answered JSON with %s; last answer %q\nlog:\n%s", url, want, body, log)
 		}
 		time.Sleep(250 * time.Millisecond)
-	}
-	for _, n := range []string{"vm-serial", "vm-mac", "vm-uuid"} {
-		if !strings.Contains(body, `"`+n+`"`) {
-			t.Errorf("status names no node %s: %s", n, body)
-		}
 	}
 	cmd.Process.Signal(os.Interrupt)
 	select {
 	case err := <-exited:
 		if err != nil {
-			t.Errorf("serve stopped with %v\n%s", err, log)
+			t.Errorf("%s stopped with %v\n%s", argv, err, log)
 		}
 	case <-time.After(60 * time.Second):
 		cmd.Process.Kill()
-		t.Errorf("serve did not stop within 60 s of SIGINT\n%s", log)
+		t.Errorf("%s did not stop within 60 s of SIGINT\n%s", argv, log)
 	}
-	for _, p := range []string{"/var/lib/bootops/status.db", "/var/lib/bootops/secret"} {
-		if got := c.run("stat", "-c", "%U %a", p); got != "bootops 600" {
-			t.Errorf("%s: %s, want bootops 600 (UMask)", p, got)
-		}
-	}
+	return body
 }
 
 // unitSettings reads Key=Value lines of a unit file (the last one wins).

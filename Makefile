@@ -6,6 +6,7 @@
 #   make e2e     only the end-to-end boots
 #   make browser only the dashboard's test in headless Chromium
 #   make demo    PXE-boot a VM from the demo repository in sites/
+#   make package the Debian package, to out/ (docs/install.md)
 #   make image   the container image, to out/image/ (docs/container.md)
 #   make api-diff  breaking changes of api/openapi.json since BASE
 #   make bench   benchmarks, written to test/bench/results/ (see BENCHMARKS.md)
@@ -22,7 +23,7 @@ LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iprou
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build agent microos test e2e e2e-run browser lab-deps demo bench fuzz clean go-check image image-test api-diff
+.PHONY: build agent microos test e2e e2e-run browser lab-deps demo bench fuzz clean go-check image image-test api-diff package package-test
 
 build: go-check
 	$(GO) build -o $(BIN) ./cmd/bootops
@@ -57,9 +58,11 @@ test: go-check lab-deps
 	$(GO) vet -tags e2e ./test/e2e
 	$(GO) vet -tags browser ./test/browser
 	$(GO) vet -tags image ./packaging/image
+	$(GO) vet -tags package ./test/package
 	$(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -E '^github.com/bootops/bootops/(agent|boot|daemon|hub|power|reconciler|swarm)(/|$$)')
 	$(GO) test -count=1 -tags browser -timeout 20m ./test/browser
+	@$(MAKE) --no-print-directory package-test
 	@$(MAKE) --no-print-directory image-test
 	@$(MAKE) --no-print-directory e2e-run
 
@@ -80,6 +83,19 @@ e2e-run:
 	grep -E '^\s*--- (PASS|FAIL)' .cache/e2e.log | sed -E 's/^\s*--- (PASS|FAIL): (\S+) \(([0-9.]+)s\)/\3 \1 \2/' | sort -rn | \
 	awk '{ printf "  %8.1f s  %-4s  %s\n", $$1, $$2, $$3 }'; \
 	exit $$status
+
+# The Debian package out/bootops_<version>_amd64.deb (docs/install.md): the
+# version from `git describe --tags --always` unless VERSION=… is given; the
+# same commit gives the same bytes (file times: the commit's, or SOURCE_DATE_EPOCH).
+package: go-check
+	$(GO) run ./packaging/cmd/mkdeb -o out $(if $(VERSION),-version $(VERSION))
+
+# Install it on a clean Debian bookworm (mmdebstrap, cached in
+# ~/.cache/bootops/mmdebstrap): files, user, units, serve and hub from their
+# ExecStart, upgrade, remove, purge, lintian, systemd-analyze (root).
+package-test: go-check
+	@bash test/deps.sh mmdebstrap lintian
+	$(GO) test -count=1 -tags package -timeout 20m -v ./test/package
 
 # The container image (docs/container.md): static bootops and agent, Debian's
 # boot binaries, CA certificates, no shell; stamped with the commit's time,

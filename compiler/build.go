@@ -22,7 +22,12 @@ type repo struct {
 	profiles map[string]*object
 	microOS  map[string]*object
 	nodes    []*nodeObj
-	errs     Errors
+	// ekCAs are each site's EK CA files, read and checked by checkSite.
+	ekCAs map[string][]plan.EKCA
+	// peDigests are the PE digests of the Micro-OSes some site and
+	// profile require attestation of (checkAttestation).
+	peDigests map[string]string
+	errs      Errors
 	// broken names objects that failed the schema, by kind: a reference to
 	// one is not reported again.
 	broken map[string]map[string]bool
@@ -43,6 +48,7 @@ func (r *repo) errorf(pos Pos, path, format string, args ...any) {
 // assemble runs the cross-object rules and, when they hold, the renderers.
 func assemble(objs []*object, fsys fs.FS, cache *renderCache, ix *index, loadErrs Errors, stats *Stats) (*plan.Plan, *repo, Errors) {
 	r := &repo{fsys: fsys, cache: cache, index: ix, sites: map[string]*object{}, profiles: map[string]*object{}, microOS: map[string]*object{},
+		ekCAs: map[string][]plan.EKCA{}, peDigests: map[string]string{},
 		broken: map[string]map[string]bool{"Site": {}, "Profile": {}, "MicroOS": {}, "Node": {}}}
 	valid := objs[:0:0]
 	for _, o := range objs {
@@ -85,6 +91,7 @@ func assemble(objs []*object, fsys fs.FS, cache *renderCache, ix *index, loadErr
 	r.checkBMCs()
 	r.checkRollouts()
 	r.checkExpects()
+	r.checkAttestation()
 	if len(r.errs) > 0 || len(loadErrs) > 0 {
 		return nil, r, append(loadErrs, r.errs...)
 	}
@@ -130,7 +137,7 @@ func (o *object) facts() *nodeFacts {
 		}
 	}
 	if !f.hasIdentity {
-		msg := "needs at least one of mac, uuid, serial"
+		msg := "needs at least one of mac, uuid, serial, tpm"
 		if m := id.get("mac"); m != nil && m.kind == kList && len(m.list) == 0 {
 			msg += " (mac is an empty list)"
 		}
@@ -224,6 +231,9 @@ func (o *object) identityClaims() []claim {
 	if s := id.get("serial"); s != nil {
 		add("serial", plan.NormalizeSerial(s.str), "identity.serial", o.pos("identity", "serial"))
 	}
+	if ek := id.lookup("tpm", "ek"); ek != nil {
+		add("tpm.ek", plan.NormalizeEK(ek.str), "identity.tpm.ek", o.pos("identity", "tpm", "ek"))
+	}
 	o.claims = out
 	return out
 }
@@ -234,6 +244,7 @@ func (r *repo) checkSite(s *object) {
 			r.errorf(s.pos("env", k), "env."+k, "%q is not an environment variable name: letters, digits and '_', not starting with a digit", k)
 		}
 	}
+	r.checkEKCAs(s)
 	if dp := s.str("defaultProfile"); dp != "" && r.profiles[dp] == nil && !r.broken["Profile"][dp] {
 		r.errorf(s.pos("defaultProfile"), "defaultProfile", "unknown profile %q%s", dp, DidYouMean(dp, sortedKeys(r.profiles)))
 	}

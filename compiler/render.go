@@ -24,6 +24,7 @@ func (r *repo) render() (*plan.Plan, Errors) {
 			Cmdline:   o.str("cmdline"),
 			Overlay:   o.v.get("overlay") != nil && o.v.get("overlay").b,
 			HTTPSBoot: o.v.get("httpsBoot") != nil && o.v.get("httpsBoot").b,
+			PEDigest:  r.peDigests[name],
 		}
 		if c := o.str("chain"); c != plan.ChainIPXE {
 			m.Chain = c
@@ -81,6 +82,9 @@ func (r *repo) render() (*plan.Plan, Errors) {
 			Peers:          peerLimits(o),
 			Rollouts:       r.rollouts(o),
 			Nodes:          []*plan.Node{},
+		}
+		if cas := r.ekCAs[name]; cas != nil {
+			s.TPM = &plan.SiteTPM{EKCAs: cas}
 		}
 		if pool := nw.get("pool"); pool != nil {
 			s.Network.Pool = &plan.Pool{Start: pool.get("start").str, End: pool.get("end").str}
@@ -183,8 +187,12 @@ func (r *repo) node(n *nodeObj, s *plan.Site, pr *plan.Profile, microOS map[stri
 	for _, m := range id.get("mac").strs() {
 		pn.Identity.MACs = append(pn.Identity.MACs, plan.NormalizeMAC(m))
 	}
+	if ek := id.lookup("tpm", "ek"); ek != nil {
+		pn.Identity.TPM = &plan.TPMIdentity{EK: plan.NormalizeEK(ek.str)}
+	}
 	pn.Artifacts = r.artifacts(pn, n.v.get("cloudInit"), s, pr, microOS[pr.MicroOS], n.str("disk"))
 	pn.Expect = r.expect(n)
+	pn.Attestation = r.attestation(n)
 	pn.Install = plan.InstallOf(pn)
 	pn.Hash = plan.Hash(pn)
 	return pn

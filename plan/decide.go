@@ -52,6 +52,17 @@ func NormalizeUUID(uuid string) string {
 	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
 }
 
+// NormalizeEK returns an EK hash ("sha256:" and 64 hex digits, the prefix
+// and the digits in any case) in lower case, or "" when it is not one.
+func NormalizeEK(ek string) string {
+	s := strings.ToLower(strings.TrimSpace(ek))
+	h, ok := strings.CutPrefix(s, "sha256:")
+	if !ok || len(h) != 64 || !isHex(h) {
+		return ""
+	}
+	return s
+}
+
 // NormalizeSerial returns serial trimmed and in upper case: SMBIOS serials
 // are compared case-insensitively.
 func NormalizeSerial(serial string) string {

@@ -80,6 +80,15 @@ func TestNormalize(t *testing.T) {
 	if got := NormalizeSerial("  sn-a1 "); got != "SN-A1" {
 		t.Errorf("NormalizeSerial = %q", got)
 	}
+	ek := "sha256:ee08903b864743955c122523cfc868b09e2cd9d67e6d629130e8cb55aa11f7ca"
+	for in, want := range map[string]string{
+		ek: ek, "SHA256:EE08903B864743955C122523CFC868B09E2CD9D67E6D629130E8CB55AA11F7CA": ek, " sha256:ee08903b864743955c122523cfc868b09e2cd9d67e6d629130e8cb55aa11f7ca ": ek,
+		"ee08903b864743955c122523cfc868b09e2cd9d67e6d629130e8cb55aa11f7ca": "", "sha256:ee08903b864743955c122523cfc868b09e2cd9d67e6d629130e8cb55aa11f7c": "", "sha256:ee08903b864743955c122523cfc868b09e2cd9d67e6d629130e8cb55aa11f7ca00": "", "sha1:ee08903b864743955c122523cfc868b09e2cd9d67e6d629130e8cb55aa11f7ca": "", "sha256:zz08903b864743955c122523cfc868b09e2cd9d67e6d629130e8cb55aa11f7ca": "",
+	} {
+		if got := NormalizeEK(in); got != want {
+			t.Errorf("NormalizeEK(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
 
 func TestReservationIndex(t *testing.T) {

@@ -61,6 +61,9 @@ type Site struct {
 	// hold policy; nil under ignore.
 	Unknown      *Artifacts    `json:"unknown,omitempty"`
 	Reservations []Reservation `json:"reservations,omitempty"`
+	// TPM is what the site trusts of machines' TPMs; nil when it says
+	// nothing.
+	TPM *SiteTPM `json:"tpm,omitempty"`
 	// Rollouts are the site's rollout policies by profile, for the
 	// profiles its nodes install whose policy is not the default
 	// (manual); nil when none is.
@@ -177,11 +180,45 @@ type Reservation struct {
 }
 
 // Identity is what a machine is registered (or presents itself) with.
-// Values are normalised: see NormalizeMAC, NormalizeUUID, NormalizeSerial.
+// Values are normalised: see NormalizeMAC, NormalizeUUID, NormalizeSerial,
+// NormalizeEK.
 type Identity struct {
 	MACs   []string `json:"macs,omitempty"`
 	UUID   string   `json:"uuid,omitempty"`
 	Serial string   `json:"serial,omitempty"`
+	// TPM is the machine's TPM; nil when it is not registered by one.
+	TPM *TPMIdentity `json:"tpm,omitempty"`
+}
+
+// TPMIdentity names a machine by its TPM's endorsement key.
+type TPMIdentity struct {
+	// EK is "sha256:" and the lowercase hex SHA-256 of the endorsement
+	// key's public key in PKIX DER (the SubjectPublicKeyInfo).
+	EK string `json:"ek"`
+}
+
+// SiteTPM is what a site trusts of machines' TPMs.
+type SiteTPM struct {
+	// EKCAs are the manufacturer CA certificates an EK certificate may
+	// chain to, in the order Git lists their files.
+	EKCAs []EKCA `json:"ekCAs"`
+}
+
+// EKCA is one file of EK CA certificates, as the repository holds it.
+type EKCA struct {
+	Path string `json:"path"` // relative to the repository root
+	// SHA256 is the hex SHA-256 of PEM.
+	SHA256 string `json:"sha256"`
+	// PEM is the file: one or more CERTIFICATE blocks, each a CA.
+	PEM string `json:"pem"`
+}
+
+// Attestation is what a node's check-in must prove of how it booted.
+type Attestation struct {
+	// Require: a TPM quote over the boot PCRs, its event log replayed,
+	// Secure Boot on and PCR 4 showing the Micro-OS of the node's profile
+	// (see MicroOS.PEDigest).
+	Require bool `json:"require"`
 }
 
 // Node is one registered machine with everything rendered for it.
@@ -201,6 +238,9 @@ type Node struct {
 	// expectations with its own over them field by field; nil when
 	// neither has any.
 	Expect *Expect `json:"expect,omitempty"`
+	// Attestation is its profile's attestation policy over its site's;
+	// nil when neither requires any.
+	Attestation *Attestation `json:"attestation,omitempty"`
 	// Source is where the node is defined (file:line).
 	Source    string    `json:"source"`
 	Hash      string    `json:"hash"`
@@ -319,6 +359,11 @@ type MicroOS struct {
 	// HTTPSBoot: the firmware fetches the UKI over HTTPS (it trusts the
 	// site CA).
 	HTTPSBoot bool `json:"httpsBoot,omitempty"`
+	// PEDigest is the hex Authenticode SHA-256 of the PE image UEFI
+	// firmware measures into PCR 4 when it boots this Micro-OS (the UKI
+	// under chain uki, else the kernel): set only for a Micro-OS some
+	// site and profile require attestation of.
+	PEDigest string `json:"peDigest,omitempty"`
 }
 
 // Boot chains of UEFI machines (MicroOS.Chain).

@@ -218,7 +218,7 @@ func addRules(defs map[string]any) {
 	req := func(names ...string) map[string]any { return map[string]any{"required": names} }
 
 	if id := obj(defs["Node"], "properties", "identity"); id != nil {
-		id["anyOf"] = []any{req("mac"), req("uuid"), req("serial")}
+		id["anyOf"] = []any{req("mac"), req("uuid"), req("serial"), req("tpm")}
 		if mac := obj(id, "properties", "mac"); mac != nil {
 			if alts, ok := mac["anyOf"].([]any); ok {
 				for _, a := range alts {

@@ -73,6 +73,9 @@ summary="loaded $loaded modules"
 say "$summary"
 # The agent reads the SecureBoot variable: how the machine booted.
 [ -d /sys/firmware/efi/efivars ] && mount -t efivarfs efivarfs /sys/firmware/efi/efivars 2>/dev/null
+# The firmware's TPM event log (tpm0/binary_bios_measurements), which the
+# agent sends with a quote of the boot.
+mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
 
 # ifaces lists the Ethernet interfaces (ARPHRD_ETHER), lo and tunnels left out.
 ifaces() {

@@ -57,7 +57,7 @@ func openMachine(t testing.TB, sim *simulator.Simulator) *Machine {
 
 // boot extends the simulator's SHA-256 PCRs with the events, as firmware
 // would, and returns their log.
-func boot(t testing.TB, sim *simulator.Simulator, events []event) []byte {
+func boot(t testing.TB, sim io.ReadWriter, events []event) []byte {
 	t.Helper()
 	for _, e := range events {
 		if err := tpm2.PCRExtend(sim, tpmutil.Handle(e.pcr), tpm2.AlgSHA256, e.digest[:], ""); err != nil {

@@ -67,6 +67,7 @@ func Run(ctx context.Context, cfg Config, sysfs string, console io.Writer, tweak
 	}
 	fmt.Fprintf(console, "bootops-agent %s: node %q on site %s, serial %q, uuid %s, %d NICs, %d disks; server %s (%s); boot: %s\n",
 		Version, node, site, id.Serial, id.UUID, len(id.MACs), len(disks), server, cfg.Source, cfg.Boot)
+	fmt.Fprintf(console, "bootops-agent: tpm: %s\n", tpmPresence(sysfs))
 	for k, v := range cfg.Env {
 		os.Setenv(k, v)
 	}

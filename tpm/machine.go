@@ -24,7 +24,7 @@ const EventLogPath = "/sys/kernel/security/tpm0/binary_bios_measurements"
 // DefaultPCRs are the PCRs a measured-boot quote covers: 0–7 (firmware,
 // its configuration, option ROMs, boot loaders and Secure Boot policy) and
 // 11 (where systemd-stub measures a unified kernel image's sections).
-var DefaultPCRs = []int{0, 1, 2, 3, 4, 5, 6, 7, 11}
+func DefaultPCRs() []int { return []int{0, 1, 2, 3, 4, 5, 6, 7, 11} }
 
 // The storage root key the AK is created under: an ECC P-256 primary at the
 // handle TCG's provisioning guidance reserves for it. ECC because creating
@@ -135,7 +135,7 @@ func (m *Machine) Prove(ch Challenge, eventLog []byte, pcrs []int) (Proof, error
 	if m.ak == nil {
 		return Proof{}, errors.New("tpm: prove: Identity was not called")
 	}
-	secret, err := m.ak.ActivateCredentialWithEK(m.tpm, attest.EncryptedCredential{Credential: ch.Credential, Secret: ch.Secret}, m.ek)
+	secret, err := m.ak.ActivateCredentialWithEK(m.tpm, attest.EncryptedCredential{Credential: ch.Credential, Secret: ch.EncryptedSecret}, m.ek)
 	if err != nil {
 		return Proof{}, fmt.Errorf("tpm: activate credential: %w", err)
 	}

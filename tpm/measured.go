@@ -2,11 +2,9 @@ package tpm
 
 import (
 	"crypto"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
@@ -19,9 +17,8 @@ var requiredPCRs = []int{0, 1, 2, 3, 4, 5, 6, 7}
 
 // The event types the checks read (TCG PC Client Platform Firmware Profile).
 const (
-	evSeparator               = attest.EventType(0x00000004)
-	evEFIBootServicesApp      = attest.EventType(0x80000003)
-	evEFIVariableDriverConfig = attest.EventType(0x80000001)
+	evSeparator          = attest.EventType(0x00000004)
+	evEFIBootServicesApp = attest.EventType(0x80000003)
 )
 
 // verifyBoot verifies the quote (the AK's signature, the nonce, the digest
@@ -116,13 +113,6 @@ func containsDigest(set []string, d string) bool {
 }
 
 func digestString(d []byte) string { return "sha256:" + hex.EncodeToString(d) }
-
-func randOrDefault(r io.Reader) io.Reader {
-	if r == nil {
-		return rand.Reader
-	}
-	return r
-}
 
 // String is the identity proof in one line, for status and logs:
 // "tpm: ek sha256:…, attested, secure boot, micro-os digest ok".

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/ecdsa"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -81,8 +82,8 @@ func ParseEK(der []byte) (crypto.PublicKey, string, error) {
 // TPM2_MakeCredential. Only the TPM holding that EK, with that AK loaded,
 // can recover the secret. It does not decide whether the EK is the one
 // registered in Git: compare Expected.EK (or verify id.EKCert) for that.
-// rand nil means crypto/rand.
-func NewChallenge(id Identity, rand io.Reader) (Challenge, Expected, error) {
+// random nil means crypto/rand.
+func NewChallenge(id Identity, random io.Reader) (Challenge, Expected, error) {
 	ek, hash, err := ParseEK(id.EK)
 	if err != nil {
 		return Challenge{}, Expected{}, err
@@ -105,7 +106,7 @@ func NewChallenge(id Identity, rand io.Reader) (Challenge, Expected, error) {
 			CreateAttestation: id.AK.CreateAttestation,
 			CreateSignature:   id.AK.CreateSignature,
 		},
-		Rand: rand,
+		Rand: random,
 	}
 	if err := ap.CheckAKParameters(); err != nil {
 		return Challenge{}, Expected{}, fmt.Errorf("%w: attestation key: %v", ErrMalformed, err)
@@ -115,10 +116,10 @@ func NewChallenge(id Identity, rand io.Reader) (Challenge, Expected, error) {
 		return Challenge{}, Expected{}, fmt.Errorf("%w: make credential: %v", ErrMalformed, err)
 	}
 	nonce := make([]byte, 32)
-	if _, err := io.ReadFull(randOrDefault(rand), nonce); err != nil {
+	if _, err := io.ReadFull(randOrDefault(random), nonce); err != nil {
 		return Challenge{}, Expected{}, fmt.Errorf("tpm: nonce: %w", err)
 	}
-	ch := Challenge{Credential: enc.Credential, Secret: enc.Secret, Nonce: nonce}
+	ch := Challenge{Credential: enc.Credential, EncryptedSecret: enc.Secret, Nonce: nonce}
 	exp := Expected{EK: hash, AK: bytes.Clone(id.AK.Public), Secret: secret, Nonce: nonce}
 	return ch, exp, nil
 }
@@ -146,4 +147,11 @@ func Verify(exp Expected, p Proof, policy Policy) (Result, error) {
 		return r, err
 	}
 	return r, nil
+}
+
+func randOrDefault(r io.Reader) io.Reader {
+	if r == nil {
+		return rand.Reader
+	}
+	return r
 }

@@ -102,7 +102,7 @@ func TestSwtpm(t *testing.T) {
 	if exp.EK != c.EK {
 		t.Errorf("EK hash %s, from the certificate %s", exp.EK, c.EK)
 	}
-	p, err := m.Prove(ch, log, DefaultPCRs)
+	p, err := m.Prove(ch, log, DefaultPCRs())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -67,26 +68,41 @@ func boot(t testing.TB, sim io.ReadWriter, events []event) []byte {
 	return encodeLog(events)
 }
 
-// checkIn runs a whole round (Identity, NewChallenge, Prove, Verify).
+// checkIn runs a whole round (Identity, NewChallenge, Prove, Verify), each
+// message and the server's Expected through JSON, as they travel and are
+// kept.
 func checkIn(t testing.TB, m *Machine, log []byte, policy Policy) (Result, error) {
 	t.Helper()
 	id, err := m.Identity()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch, exp, err := NewChallenge(id, rand.Reader)
+	ch, exp, err := NewChallenge(viaJSON(t, id), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var pcrs []int
 	if policy.MeasuredBoot {
-		pcrs = DefaultPCRs
+		pcrs = DefaultPCRs()
 	}
-	p, err := m.Prove(ch, log, pcrs)
+	p, err := m.Prove(viaJSON(t, ch), log, pcrs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Verify(exp, p, policy)
+	return Verify(viaJSON(t, exp), viaJSON(t, p), policy)
+}
+
+func viaJSON[T any](t testing.TB, v T) T {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out T
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestActivationWithTheRightEK(t *testing.T) {
@@ -173,7 +189,7 @@ func TestReplayedProofFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := m.Prove(ch1, log, DefaultPCRs)
+	old, err := m.Prove(ch1, log, DefaultPCRs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +204,7 @@ func TestReplayedProofFails(t *testing.T) {
 		t.Errorf("replayed proof: Verify = %v, want ErrWrongTPM", err)
 	}
 	// Even with the new secret, the old quote signs the old nonce.
-	fresh, err := m.Prove(mustChallenge(t, id, &exp2), log, DefaultPCRs)
+	fresh, err := m.Prove(mustChallenge(t, id, &exp2), log, DefaultPCRs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +238,7 @@ func TestQuoteWithAWrongNonceFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch.Nonce = bytes.Repeat([]byte{7}, len(ch.Nonce))
-	p, err := m.Prove(ch, log, DefaultPCRs)
+	p, err := m.Prove(ch, log, DefaultPCRs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +400,7 @@ func BenchmarkCheckIn(b *testing.B) {
 		}
 	})
 	var exp Expected
-	p, err := m.Prove(mustChallenge(b, id, &exp), log, DefaultPCRs)
+	p, err := m.Prove(mustChallenge(b, id, &exp), log, DefaultPCRs())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -35,9 +35,9 @@ type AKParams struct {
 // TPM2_ActivateCredential in the TPM holding both can open, and a nonce for
 // the quote.
 type Challenge struct {
-	Credential []byte `json:"credential"` // TPM2B_ID_OBJECT
-	Secret     []byte `json:"secret"`     // TPM2B_ENCRYPTED_SECRET (the seed, encrypted to the EK)
-	Nonce      []byte `json:"nonce"`      // the quote's qualifying data
+	Credential      []byte `json:"credential"`      // TPM2B_ID_OBJECT: the secret, wrapped with a key from the seed
+	EncryptedSecret []byte `json:"encryptedSecret"` // TPM2B_ENCRYPTED_SECRET: the seed, encrypted to the EK
+	Nonce           []byte `json:"nonce"`           // the quote's qualifying data
 }
 
 // Proof is the machine's reply to a Challenge.

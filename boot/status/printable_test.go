@@ -76,3 +76,34 @@ func TestNodeYAMLQuoting(t *testing.T) {
 		t.Error("a serial that is not UTF-8 was written")
 	}
 }
+
+// A machine whose check-in carried its TPM's EK hash is registered by it
+// too, normalised; a value that is no EK hash is refused, not written.
+func TestNodeYAMLTPM(t *testing.T) {
+	const ek = "sha256:ee08903b864743955c122523cfc868b09e2cd9d67e6d629130e8cb55aa11f7ca"
+	out, err := NodeYAML(Machine{Site: "lab", MAC: "52:54:00:ab:cd:ef", EK: strings.ToUpper(ek)}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Name     string
+		Identity struct {
+			MAC string
+			TPM map[string]string
+		}
+	}
+	if err := yaml.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if doc.Name != "525400abcdef" || doc.Identity.MAC != "52:54:00:ab:cd:ef" || len(doc.Identity.TPM) != 1 || doc.Identity.TPM["ek"] != ek {
+		t.Errorf("read back %+v from:\n%s", doc, out)
+	}
+	if got := SuggestName(Machine{EK: ek}); got != "tpm-ee08903b8647" {
+		t.Errorf("name of a machine known by its TPM alone: %q", got)
+	}
+	for _, bad := range []string{"sha256:ee08", "ee08903b864743955c122523cfc868b09e2cd9d67e6d629130e8cb55aa11f7ca", ek + "\nkind: Secret"} {
+		if out, err := NodeYAML(Machine{Serial: "S1", EK: bad}, "n1"); err == nil {
+			t.Errorf("EK %q written:\n%s", bad, out)
+		}
+	}
+}

@@ -158,7 +158,10 @@ type Machine struct {
 	MAC    string `json:"mac,omitempty"`
 	UUID   string `json:"uuid,omitempty"`
 	Serial string `json:"serial,omitempty"`
-	State  string `json:"state"`
+	// EK is the hash of its TPM's endorsement key ("sha256:…", see
+	// plan.TPMIdentity), when its check-in carried one.
+	EK    string `json:"ek,omitempty"`
+	State string `json:"state"`
 	// Since is when the machine entered its state.
 	Since time.Time `json:"since,omitzero"`
 	// Last is the newest event.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/bootops/bootops/plan"
 )
@@ -83,6 +84,7 @@ func printDecision(e *env, p *plan.Plan, d plan.Decision) {
 	case plan.Match:
 		pr := p.Profile(d.Profile)
 		fmt.Fprintf(w, "match: node %s (site %s) installs profile %s with micro-os %s\n", d.Node.Name, d.Node.Site, d.Profile, pr.MicroOS)
+		printProof(w, p, d.Node, pr.MicroOS)
 	case plan.Mismatch:
 		fmt.Fprintf(w, "mismatch: refused; the machine gets a script that prints the reason and stops\n")
 		for _, c := range d.Conflicts {
@@ -103,4 +105,19 @@ func printDecision(e *env, p *plan.Plan, d plan.Decision) {
 		}
 	}
 	fmt.Fprintf(w, "why: %s\n", d.Reason)
+}
+
+// printProof says what node n's check-in must prove: its TPM, and how it
+// booted.
+func printProof(w io.Writer, p *plan.Plan, n *plan.Node, microOS string) {
+	if tpm := n.Identity.TPM; tpm != nil {
+		fmt.Fprintf(w, "  tpm: ek %s: served only to the machine holding this TPM\n", tpm.EK)
+	}
+	if a := n.Attestation; a != nil && a.Require {
+		digest := "not known to this build"
+		if m := p.MicroOSNamed(microOS); m != nil && m.PEDigest != "" {
+			digest = m.PEDigest
+		}
+		fmt.Fprintf(w, "  attestation: required: secure boot on, PCR 4 shows micro-os %s (PE sha256 %s)\n", microOS, digest)
+	}
 }

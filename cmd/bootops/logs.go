@@ -148,7 +148,7 @@ func enrollCmd() *command {
 			return err
 		}
 		if len(pos) != 1 || *out == "" {
-			return usagef("want one machine (a key from `bootops status --unknown`, or its MAC, UUID or serial) and -o DIR")
+			return usagef("want one machine (a key from `bootops status --unknown`, or its MAC, UUID, serial or TPM EK hash) and -o DIR")
 		}
 		var doc statusDoc
 		if _, err := fetchStatus(ctx, strings.TrimSuffix(*server, "/")+"/api/v1/status", &doc); err != nil {
@@ -157,7 +157,7 @@ func enrollCmd() *command {
 		want := strings.ToLower(pos[0])
 		var found []status.Machine
 		for _, m := range doc.Machines {
-			for _, v := range []string{m.Key, m.MAC, m.UUID, strings.ToLower(m.Serial)} {
+			for _, v := range []string{m.Key, m.MAC, m.UUID, strings.ToLower(m.Serial), strings.ToLower(m.EK)} {
 				if v != "" && strings.ToLower(v) == want {
 					found = append(found, m)
 					break

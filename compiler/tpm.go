@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
@@ -12,13 +13,8 @@ import (
 	"strings"
 
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/tpm"
 )
-
-// peDigest computes the hex Authenticode SHA-256 of a PE image (what UEFI
-// firmware measures into PCR 4 when it starts it), for MicroOS.PEDigest.
-// It is the one place the compiler learns to compute it; while it is nil,
-// no Micro-OS gets a digest.
-var peDigest func(pe []byte) (string, error)
 
 // checkEKCAs checks site s's tpm.ekCAs, each a file in the repository of
 // PEM CA certificates, and keeps what they hold for the Plan.
@@ -146,14 +142,14 @@ func (r *repo) checkAttestation() {
 // peDigestOf keeps the PE digest of Micro-OS m's artifact art, a path
 // checkMicroOS found to be a file.
 func (r *repo) peDigestOf(m *object, art string) {
-	if peDigest == nil || r.peDigests[m.name] != "" {
+	if r.peDigests[m.name] != "" {
 		return
 	}
 	data, err := fs.ReadFile(r.fsys, path.Clean(m.str(art, "path")))
 	if err != nil {
 		return // checkMicroOS reported it
 	}
-	d, err := peDigest(data)
+	d, err := tpm.PEDigest(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		r.errorf(m.pos(art, "path"), art+".path", "%q: attestation needs its PE digest: %v", m.str(art, "path"), err)
 		return

@@ -359,10 +359,11 @@ type MicroOS struct {
 	// HTTPSBoot: the firmware fetches the UKI over HTTPS (it trusts the
 	// site CA).
 	HTTPSBoot bool `json:"httpsBoot,omitempty"`
-	// PEDigest is the hex Authenticode SHA-256 of the PE image UEFI
-	// firmware measures into PCR 4 when it boots this Micro-OS (the UKI
-	// under chain uki, else the kernel): set only for a Micro-OS some
-	// site and profile require attestation of.
+	// PEDigest is the Authenticode SHA-256 ("sha256:<hex>", see
+	// tpm.PEDigest) of the PE image UEFI firmware measures into PCR 4
+	// when it boots this Micro-OS (the UKI under chain uki, else the
+	// kernel): set only for a Micro-OS some site and profile require
+	// attestation of.
 	PEDigest string `json:"peDigest,omitempty"`
 }
 

@@ -114,10 +114,6 @@ func printProof(w io.Writer, p *plan.Plan, n *plan.Node, microOS string) {
 		fmt.Fprintf(w, "  tpm: ek %s: served only to the machine holding this TPM\n", tpm.EK)
 	}
 	if a := n.Attestation; a != nil && a.Require {
-		digest := "not known to this build"
-		if m := p.MicroOSNamed(microOS); m != nil && m.PEDigest != "" {
-			digest = m.PEDigest
-		}
-		fmt.Fprintf(w, "  attestation: required: secure boot on, PCR 4 shows micro-os %s (PE sha256 %s)\n", microOS, digest)
+		fmt.Fprintf(w, "  attestation: required: secure boot on, PCR 4 shows micro-os %s (PE digest %s)\n", microOS, p.MicroOSNamed(microOS).PEDigest)
 	}
 }

@@ -1,6 +1,10 @@
 package plan
 
-import "time"
+import (
+	"time"
+
+	"github.com/bootops/bootops/tpm"
+)
 
 // The agent API: what bootops-agent, in the Micro-OS, and the boot server
 // say to each other. Every request carries a credential in the
@@ -53,6 +57,30 @@ type CheckIn struct {
 	Boot BootInfo `json:"boot,omitzero"`
 	// Inventory is the machine's hardware (nil: an agent that sends none).
 	Inventory *Inventory `json:"inventory,omitempty"`
+	// TPM is the machine's TPM identity (its endorsement key, and an
+	// attestation key it made), when it has a TPM. The server answers a
+	// check-in that carries one, and no Proof, with a Challenge only.
+	TPM *tpm.Identity `json:"tpm,omitempty"`
+	// Proof answers that challenge: the check-in again, with the secret
+	// only that TPM could unwrap (and a quote, when asked).
+	Proof *TPMProof `json:"proof,omitempty"`
+}
+
+// TPMChallenge is the server's answer to a check-in with a TPM identity
+// and no proof: a credential for the machine's TPM to activate, good for
+// one check-in within ChallengeTTL.
+type TPMChallenge struct {
+	ID string `json:"id"`
+	tpm.Challenge
+	// Quote asks for a quote of the boot PCRs with the firmware's event
+	// log (the node's attestation requires it).
+	Quote bool `json:"quote,omitempty"`
+}
+
+// TPMProof is the machine's answer to the challenge ID.
+type TPMProof struct {
+	Challenge string `json:"challenge"`
+	tpm.Proof
 }
 
 // BootInfo is how a machine booted: its firmware, whether UEFI Secure
@@ -133,6 +161,9 @@ type CheckInReply struct {
 	// machines installing it (the site's imageDelivery: peers), through
 	// AgentSwarmPath.
 	Peers *Peers `json:"peers,omitempty"`
+	// Challenge, when set, is all the reply holds: the machine proves its
+	// TPM (CheckIn.Proof) and checks in again.
+	Challenge *TPMChallenge `json:"challenge,omitempty"`
 }
 
 // IsPowerAction reports the actions that leave the Micro-OS: the

@@ -81,13 +81,14 @@ var ops = []op{
 
 	// The agent's API (the Micro-OS and the installed OS).
 	{method: "post", path: plan.AgentCheckInPath, id: "agentCheckIn", tag: "agent",
-		summary: "The agent checks in", desc: "The Micro-OS's agent says who the machine is; the answer is its workflow, cloud-init seed and session credential, or why it waits. The boot token is spent by it. Over TLS a machine may check in by its identity alone, with no credential.",
+		summary: "The agent checks in", desc: "The Micro-OS's agent says who the machine is; the answer is its workflow, cloud-init seed and session credential, or why it waits. The boot token is spent by it. Over TLS a machine may check in by its identity alone, with no credential. A check-in that carries a TPM identity and no proof is answered with a challenge only (the token is not spent); the same check-in with the proof gets the answer.",
 		security: []string{"agentBoot", "agentSession", ""},
 		body:     jsonBody(t[plan.CheckIn]()),
 		resps: []resp{jsonResp(200, "What the machine is to do.", t[plan.CheckInReply]()), badRequest,
 			fail(401, "The credential is missing, wrong, expired or already used, or names no node."),
-			fail(404, "No such site is served here."), fail(409, "The machine is not the node it claims to be, or the node is already provisioned."),
-			tooLarge, fail(429, "A machine new to the server, past its address's budget."), storeDown}},
+			fail(404, "No such site is served here."), fail(409, "The machine is not the node it claims to be (its identifiers, or its TPM), or the node is already provisioned."),
+			fail(410, "The TPM challenge the proof answers is unknown, spent or expired: check in again."),
+			tooLarge, fail(429, "A machine new to the server, past its address's budget, or too many TPM challenges waiting."), storeDown}},
 	{method: "post", path: plan.AgentEventsPath, id: "agentEvents", tag: "agent",
 		summary: "The agent reports events", desc: "A batch of the workflow's events (at most 500); the answer says up to which sequence number they are stored durably.",
 		security: []string{"agentSession"},

@@ -309,6 +309,11 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		s.agentFail(w, http.StatusTooManyRequests, AgentThrottled, "check-in: "+tooMany(ev.IP))
 		return
 	}
+	// A machine with a TPM proves it first (a held machine asking again
+	// with its session did, when it was given the session).
+	if !resumed && s.attest(w, c, p, site, n, key, &ev) {
+		return
+	}
 	if !resumed && !byIdentity {
 		fresh, err := s.sessions().UseToken(g.ID, g.Expires)
 		if err != nil {
@@ -410,6 +415,9 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 	}
 	if ev.State == "" {
 		ev.State = status.StateMicroOS
+	}
+	if ev.TPM != "" {
+		ev.Message += "; " + ev.TPM
 	}
 	if err := s.record(ev); err != nil {
 		http.Error(w, "status store: "+err.Error(), http.StatusServiceUnavailable)

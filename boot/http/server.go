@@ -113,6 +113,7 @@ type Server struct {
 	memSessions sync.Once
 	mem         *status.MemorySessions
 	locks       [64]sync.Mutex
+	challenges  challenges
 }
 
 func (s *Server) now() time.Time {

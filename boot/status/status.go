@@ -99,6 +99,11 @@ type Event struct {
 	// Held are the unmet expectations a check-in was held for, "; "
 	// between them.
 	Held string `json:"held,omitempty"`
+	// EK is the hash of the TPM the machine proved it holds at check-in
+	// (credential activation); TPM says what the proof showed: "tpm: ek
+	// sha256:…, attested, secure boot, micro-os digest ok", or why not.
+	EK  string `json:"ek,omitempty"`
+	TPM string `json:"tpm,omitempty"`
 	// Inventory is the machine's hardware as its agent sent it at
 	// check-in (cleaned by the server).
 	Inventory *plan.Inventory `json:"inventory,omitempty"`
@@ -160,7 +165,9 @@ type Machine struct {
 	Serial string `json:"serial,omitempty"`
 	// EK is the hash of its TPM's endorsement key ("sha256:…", see
 	// plan.TPMIdentity), when its check-in carried one.
-	EK    string `json:"ek,omitempty"`
+	EK string `json:"ek,omitempty"`
+	// TPM is its last check-in's identity proof (see Event.TPM).
+	TPM   string `json:"tpm,omitempty"`
 	State string `json:"state"`
 	// Since is when the machine entered its state.
 	Since time.Time `json:"since,omitzero"`
@@ -349,6 +356,7 @@ func (m *Machine) apply(e Event) {
 	m.Site, m.Node = or(e.Site, m.Site), or(e.Node, m.Node)
 	m.MAC, m.UUID, m.Serial = or(e.MAC, m.MAC), or(e.UUID, m.UUID), or(e.Serial, m.Serial)
 	m.Boot = or(e.Boot, m.Boot)
+	m.EK, m.TPM = or(e.EK, m.EK), or(e.TPM, m.TPM)
 	m.Hostname, m.Kernel = or(e.Hostname, m.Hostname), or(e.Kernel, m.Kernel)
 	if e.FromServer > 0 || e.FromPeers > 0 {
 		m.Image = &ImageSources{FromServer: e.FromServer, FromPeers: e.FromPeers}

@@ -1,0 +1,226 @@
+package http
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/tpm"
+)
+
+// ChallengeTTL is how long a TPM challenge waits for its proof; a machine
+// activates a credential in well under a second.
+const ChallengeTTL = 2 * time.Minute
+
+// maxChallenges bounds the challenges waiting for a proof: past it, a
+// check-in with a TPM is asked to come back (429) rather than grow the
+// table.
+const maxChallenges = 4096
+
+// AgentChallenged counts check-ins answered with a TPM challenge.
+const AgentChallenged = "challenged"
+
+// challenges are the TPM challenges handed out and not yet answered, by ID;
+// each is for one machine (site/subject) and taken at most once.
+type challenges struct {
+	mu sync.Mutex
+	m  map[string]pending
+}
+
+type pending struct {
+	key     string
+	exp     tpm.Expected
+	quote   bool
+	expires time.Time
+}
+
+// put keeps a challenge, dropping the expired ones when the table is full;
+// false when it is full of live ones.
+func (c *challenges) put(id string, p pending, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]pending{}
+	}
+	if len(c.m) >= maxChallenges {
+		for k, v := range c.m {
+			if now.After(v.expires) {
+				delete(c.m, k)
+			}
+		}
+		if len(c.m) >= maxChallenges {
+			return false
+		}
+	}
+	c.m[id] = p
+	return true
+}
+
+// take removes the challenge id and returns it when it was made for key
+// and has not expired.
+func (c *challenges) take(id, key string, now time.Time) (pending, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.m[id]
+	if !ok || p.key != key {
+		return pending{}, false
+	}
+	delete(c.m, id)
+	return p, !now.After(p.expires)
+}
+
+// mustProveTPM says what a node's check-in must prove of its TPM, "" when
+// nothing: its registered EK, a certificate from its site's manufacturer
+// CAs, a measured boot.
+func mustProveTPM(site *plan.Site, n *plan.Node) string {
+	if n == nil {
+		return ""
+	}
+	var what []string
+	if n.Identity.TPM != nil {
+		what = append(what, "it is registered by its TPM")
+	}
+	if site.TPM != nil && len(site.TPM.EKCAs) > 0 {
+		what = append(what, "site "+site.Name+" trusts TPMs by their EK certificate")
+	}
+	if n.Attestation != nil && n.Attestation.Require {
+		what = append(what, "its attestation is required")
+	}
+	return strings.Join(what, ", ")
+}
+
+// attest binds a check-in to the machine's TPM. A check-in that carries a
+// TPM identity and no proof is answered with a challenge only: nothing of
+// the node (workflow, user-data, session) crosses before the proof. The
+// proof must activate the challenge's credential (only the TPM holding the
+// EK can), be the TPM Git registered for the node or one whose EK
+// certificate chains to the site's CAs, and, when the node's attestation
+// is required, quote a measured boot with Secure Boot on and the node's
+// Micro-OS in PCR 4. A node that must prove a TPM and sends none is
+// refused. On success the event carries the proof (ev.EK, ev.TPM) and
+// attest returns false; otherwise it has answered and returns true.
+func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, site *plan.Site, n *plan.Node, key string, ev *status.Event) bool {
+	must := mustProveTPM(site, n)
+	if c.TPM == nil {
+		if must == "" {
+			return false
+		}
+		ev.TPM = "tpm: none sent"
+		s.refuseTPM(w, *ev, fmt.Sprintf("node %s must prove its TPM (%s), and this machine sent no TPM identity", n.Name, must))
+		return true
+	}
+	now := s.now()
+	if c.Proof == nil {
+		quote := n != nil && n.Attestation != nil && n.Attestation.Require
+		ch, exp, err := tpm.NewChallenge(*c.TPM, nil)
+		if err != nil {
+			s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "check-in: "+err.Error())
+			return true
+		}
+		id := boot.NewID()
+		if !s.challenges.put(id, pending{key: key, exp: exp, quote: quote, expires: now.Add(ChallengeTTL)}, now) {
+			w.Header().Set("Retry-After", "10")
+			s.agentFail(w, http.StatusTooManyRequests, AgentThrottled, "check-in: too many TPM challenges waiting for a proof")
+			return true
+		}
+		s.count(AgentChallenged)
+		writeJSON(w, plan.CheckInReply{Challenge: &plan.TPMChallenge{ID: id, Challenge: ch, Quote: quote}})
+		return true
+	}
+	pend, ok := s.challenges.take(c.Proof.Challenge, key, now)
+	if !ok {
+		s.agentFail(w, http.StatusGone, AgentBadRequest, "check-in: the TPM challenge is unknown, spent or expired: check in again for a new one")
+		return true
+	}
+	var policy tpm.Policy
+	if pend.quote {
+		digest := microOSDigest(p, n)
+		if digest == "" {
+			s.refuseTPM(w, *ev, fmt.Sprintf("node %s's attestation is required, but the plan has no digest of its Micro-OS", n.Name))
+			return true
+		}
+		policy = tpm.Policy{MeasuredBoot: true, SecureBoot: true, MicroOSDigests: []string{digest}}
+	}
+	res, err := tpm.Verify(pend.exp, c.Proof.Proof, policy)
+	if err != nil {
+		ev.EK, ev.TPM = pend.exp.EK, "tpm: refused: "+err.Error()
+		what := "a machine"
+		if n != nil {
+			what = "node " + n.Name
+		}
+		s.refuseTPM(w, *ev, fmt.Sprintf("%s checking in from %s failed its TPM proof: %v", what, ev.IP, err))
+		return true
+	}
+	if n != nil {
+		if why := tpmMatches(site, n, c.TPM.EKCert, res.EK); why != "" {
+			ev.EK, ev.TPM = res.EK, "tpm: refused: "+why
+			s.refuseTPM(w, *ev, why)
+			return true
+		}
+	}
+	ev.EK, ev.TPM = res.EK, res.String()
+	return false
+}
+
+// refuseTPM answers 409 identity-conflict, on the timeline and in the log;
+// nothing of the node crosses.
+func (s *Server) refuseTPM(w http.ResponseWriter, ev status.Event, why string) {
+	ev.State = status.StateMismatch
+	s.conflict(ev, why)
+	s.agentFail(w, http.StatusConflict, AgentConflict, "check-in refused: identity-conflict: "+why)
+}
+
+// tpmMatches says why the TPM a machine proved (ek) is not node n's, ""
+// when it is: the EK Git registered, or, at a site that trusts
+// manufacturers' EK certificates, a certificate of that key chaining to
+// them (the node itself found by its serial, UUID or MAC).
+func tpmMatches(site *plan.Site, n *plan.Node, certDER []byte, ek string) string {
+	if n.Identity.TPM != nil && n.Identity.TPM.EK == ek {
+		return ""
+	}
+	if site.TPM != nil && len(site.TPM.EKCAs) > 0 {
+		pool := x509.NewCertPool()
+		for _, ca := range site.TPM.EKCAs {
+			pool.AppendCertsFromPEM([]byte(ca.PEM))
+		}
+		var err error
+		if len(certDER) == 0 {
+			err = errors.New("it sent no EK certificate")
+		} else {
+			var cert tpm.EKCert
+			if cert, err = tpm.VerifyEKCert(certDER, pool); err == nil && cert.EK != ek {
+				err = fmt.Errorf("its EK certificate is for %s", cert.EK)
+			}
+		}
+		if err == nil {
+			return ""
+		}
+		if n.Identity.TPM == nil {
+			return fmt.Sprintf("node %s: the TPM %s is not trusted by site %s: %v", n.Name, ek, site.Name, err)
+		}
+	}
+	if n.Identity.TPM != nil {
+		return fmt.Sprintf("node %s is registered with TPM ek %s; this machine holds ek %s", n.Name, n.Identity.TPM.EK, ek)
+	}
+	return ""
+}
+
+// microOSDigest is the PE digest of the Micro-OS node n boots, "" when the
+// plan has none.
+func microOSDigest(p *plan.Plan, n *plan.Node) string {
+	pr := p.Profile(n.Profile)
+	if pr == nil {
+		return ""
+	}
+	if m := p.MicroOSNamed(pr.MicroOS); m != nil {
+		return m.PEDigest
+	}
+	return ""
+}

@@ -1,0 +1,202 @@
+package http
+
+import (
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/tpm"
+	"github.com/google/go-tpm-tools/simulator"
+)
+
+// keepOpen lets a tpm.Machine close without closing the simulator.
+type keepOpen struct{ io.ReadWriter }
+
+func (keepOpen) Close() error { return nil }
+
+// simMachine is a machine with a simulated TPM, manufactured from seed (the
+// same seed, the same EK). The simulator is one per process: close one
+// before the next.
+func simMachine(t *testing.T, seed int64) (*tpm.Machine, tpm.Identity, func()) {
+	t.Helper()
+	sim, err := simulator.GetWithFixedSeedInsecure(seed)
+	if err != nil {
+		t.Fatalf("TPM simulator (needs cgo and a C compiler): %v", err)
+	}
+	m, err := tpm.Open(keepOpen{sim})
+	if err != nil {
+		sim.Close()
+		t.Fatal(err)
+	}
+	id, err := m.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, id, func() { m.Close(); sim.Close() }
+}
+
+func reply(t *testing.T, body string) plan.CheckInReply {
+	t.Helper()
+	var r plan.CheckInReply
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		t.Fatalf("reply %s: %v", body, err)
+	}
+	return r
+}
+
+// TestTPMCheckIn: a node registered by its TPM gets its workflow and
+// user-data only after its TPM activated the server's credential; a
+// machine with its serial and another TPM, one that copies its EK, one
+// that replays a proof and one that sends no TPM get none of it.
+func TestTPMCheckIn(t *testing.T) {
+	m1, id1, close1 := simMachine(t, 1)
+	_, ek1, err := tpm.ParseEK(id1.EK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
+	p.Profiles = []*plan.Profile{{Name: "base", MicroOS: "default"}}
+	p.MicroOS[0].PEDigest = "sha256:" + strings.Repeat("cd", 32)
+	n := &plan.Node{Name: "t", Site: "lab", Profile: "base", Source: "t.yaml:1",
+		Identity: plan.Identity{Serial: "SER-T", TPM: &plan.TPMIdentity{EK: ek1}},
+		Artifacts: plan.Artifacts{IPXE: "#!ipxe\nkernel k bootops.node=t bootops.token=" + plan.TokenPlaceholder + "\n",
+			Workflow: plan.Workflow{Node: "t", Profile: "base", Actions: []plan.Action{{Action: "wipe-disk", Name: "wipe"}}},
+			UserData: "#cloud-config\npassword: the-secret\n"}}
+	p.Sites[0].Nodes = append(p.Sites[0].Nodes, n)
+	s, mem, _ := newServer(t, p)
+	counts := map[string]int{}
+	s.AgentCount = func(r string) { counts[r]++ }
+	h := s.Handler()
+	tok := func() string { return script(t, h, "serial=SER-T&site=lab") }
+	in := plan.CheckIn{Site: "lab", Node: "t", Identity: plan.Identity{Serial: "SER-T"}}
+	noSecrets := func(what, body string) {
+		t.Helper()
+		if strings.Contains(body, "the-secret") || strings.Contains(body, `"workflow"`) || strings.Contains(body, `"session"`) {
+			t.Errorf("%s: the node's workflow, user-data or session crossed: %s", what, body)
+		}
+	}
+
+	// No TPM sent: refused.
+	code, body := post(t, h, plan.AgentCheckInPath, tok(), in)
+	if code != 409 || !strings.Contains(body, "node t must prove its TPM (it is registered by its TPM), and this machine sent no TPM identity") {
+		t.Errorf("no TPM: %d %s", code, body)
+	}
+	noSecrets("no TPM", body)
+
+	// The real machine: a challenge, then the workflow.
+	token := tok()
+	in.TPM = &id1
+	code, body = post(t, h, plan.AgentCheckInPath, token, in)
+	ch := reply(t, body).Challenge
+	if code != 200 || ch == nil || ch.Quote {
+		t.Fatalf("first check-in: %d %s, want a challenge and no quote asked", code, body)
+	}
+	noSecrets("challenge", body)
+	proof, err := m1.Prove(ch.Challenge, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Proof = &plan.TPMProof{Challenge: ch.ID, Proof: proof}
+	code, body = post(t, h, plan.AgentCheckInPath, token, in)
+	if code != 200 || !strings.Contains(body, "the-secret") || !strings.Contains(body, `"action":"wipe-disk"`) {
+		t.Fatalf("proven check-in: %d %s", code, body)
+	}
+	if got := mem.Machines(); !machineHas(got, "lab/t", "tpm: ek "+ek1+", activated") {
+		t.Errorf("status of lab/t has no proof: %+v", got)
+	}
+	// The same proof again, with a fresh token: the challenge is spent.
+	code, body = post(t, h, plan.AgentCheckInPath, tok(), in)
+	if code != 410 || !strings.Contains(body, "challenge is unknown, spent or expired") {
+		t.Errorf("replayed proof: %d %s", code, body)
+	}
+	noSecrets("replayed proof", body)
+
+	// Attestation required: the challenge asks for a quote, and a proof
+	// without one is refused.
+	n.Attestation = &plan.Attestation{Require: true}
+	in.Proof = nil
+	token = tok()
+	_, body = post(t, h, plan.AgentCheckInPath, token, in)
+	ch = reply(t, body).Challenge
+	if ch == nil || !ch.Quote {
+		t.Fatalf("attestation required: %s, want a challenge asking for a quote", body)
+	}
+	proof, err = m1.Prove(ch.Challenge, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Proof = &plan.TPMProof{Challenge: ch.ID, Proof: proof}
+	code, body = post(t, h, plan.AgentCheckInPath, token, in)
+	if code != 409 || !strings.Contains(body, "measured boot required but the machine sent no quote") {
+		t.Errorf("no quote: %d %s", code, body)
+	}
+	noSecrets("no quote", body)
+	n.Attestation = nil
+	close1()
+
+	// Another machine with the node's serial and its own TPM: it proves
+	// its TPM, which is not the node's.
+	m2, id2, close2 := simMachine(t, 2)
+	defer close2()
+	token = tok()
+	in.TPM, in.Proof = &id2, nil
+	_, body = post(t, h, plan.AgentCheckInPath, token, in)
+	ch = reply(t, body).Challenge
+	if ch == nil {
+		t.Fatalf("second machine: %s, want a challenge", body)
+	}
+	if proof, err = m2.Prove(ch.Challenge, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	in.Proof = &plan.TPMProof{Challenge: ch.ID, Proof: proof}
+	code, body = post(t, h, plan.AgentCheckInPath, token, in)
+	if code != 409 || !strings.Contains(body, "node t is registered with TPM ek "+ek1+"; this machine holds ek sha256:") {
+		t.Errorf("another TPM: %d %s", code, body)
+	}
+	noSecrets("another TPM", body)
+
+	// It copies the node's EK: its TPM cannot activate the credential,
+	// and a guessed secret is refused.
+	token = tok()
+	copied := id2
+	copied.EK = id1.EK
+	in.TPM, in.Proof = &copied, nil
+	_, body = post(t, h, plan.AgentCheckInPath, token, in)
+	ch = reply(t, body).Challenge
+	if ch == nil {
+		t.Fatalf("copied EK: %s, want a challenge", body)
+	}
+	if _, err := m2.Prove(ch.Challenge, nil, nil); err == nil {
+		t.Errorf("a TPM activated a credential made for another TPM's EK")
+	}
+	in.Proof = &plan.TPMProof{Challenge: ch.ID, Proof: tpm.Proof{Secret: make([]byte, 32)}}
+	code, body = post(t, h, plan.AgentCheckInPath, token, in)
+	if code != 409 || !strings.Contains(body, "failed its TPM proof") {
+		t.Errorf("copied EK: %d %s", code, body)
+	}
+	noSecrets("copied EK", body)
+	if counts[AgentChallenged] != 4 || counts[AgentConflict] != 4 || counts[AgentOK] != 1 {
+		t.Errorf("counts: %v", counts)
+	}
+	var conflicts int
+	for _, e := range mem.Events("lab/t") {
+		if strings.Contains(e.Message, "identity-conflict") {
+			conflicts++
+		}
+	}
+	if conflicts != 4 {
+		t.Errorf("%d identity-conflicts on lab/t's timeline, want 4", conflicts)
+	}
+}
+
+func machineHas(ms []status.Machine, key, tpm string) bool {
+	for _, m := range ms {
+		if m.Key == key {
+			return strings.HasPrefix(m.TPM, tpm)
+		}
+	}
+	return false
+}

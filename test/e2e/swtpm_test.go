@@ -104,8 +104,8 @@ func (l *lab) tpm(name string) *swTPM {
 }
 
 // tpmArgs starts name's TPM for one boot of its machine and gives the QEMU
-// arguments that attach it (tpm-tis: OVMF and Debian's kernel drive it,
-// and SeaBIOS too). swtpm ends when QEMU lets go of it, or with the lab.
+// arguments that attach it (tpm-tis, which OVMF and Debian's kernel
+// drive). swtpm ends when QEMU lets go of it, or with the lab.
 func (l *lab) tpmArgs(tp *swTPM) []string {
 	l.t.Helper()
 	sock := filepath.Join(l.dir, "swtpm-"+tp.name+".sock")

@@ -81,6 +81,10 @@ func Run(ctx context.Context, cfg Config, sysfs string, console io.Writer, tweak
 	if tweak != nil {
 		tweak(r)
 	}
+	m, tpmID := openTPM(sysfs, console)
+	if m != nil {
+		defer m.Close()
+	}
 	var reply plan.CheckInReply
 	refused := 0
 	first := r.Backoff
@@ -89,7 +93,7 @@ func Run(ctx context.Context, cfg Config, sysfs string, console io.Writer, tweak
 	}
 checkIn:
 	for wait := first; ; wait = min(2*wait, 30*time.Second) {
-		reply, err = up.checkIn(ctx, plan.CheckIn{Identity: id, Arch: runtime.GOARCH, Disks: disks, Agent: Version, Boot: cfg.Boot, Inventory: inv})
+		reply, err = checkInProved(ctx, up, plan.CheckIn{Identity: id, Arch: runtime.GOARCH, Disks: disks, Agent: Version, Boot: cfg.Boot, Inventory: inv, TPM: tpmID}, m, sysfs, console)
 		if why := tlsRefusal(err); why != "" {
 			// Not the site's server, or someone between: nothing it says
 			// is believed, nothing is installed.

@@ -48,62 +48,20 @@ func machineSysfs(t *testing.T, serial, mac string) string {
 // streams the image to a file, writes the cloud-init seed, reports, and
 // "reboots"; the store holds the timeline and the node is provisioned.
 func TestAgentAgainstServer(t *testing.T) {
-	image := bytes.Repeat([]byte("bootops image block "), 100000)
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(image)
-	zw.Close()
-	sum := sha256.Sum256(gz.Bytes())
-	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.ServeContent(w, r, "img", time.Time{}, bytes.NewReader(gz.Bytes()))
-	}))
-	defer images.Close()
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := net.SplitHostPort(ln.Addr().String())
-	repo := t.TempDir()
-	write(t, repo, "microos.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {url: \"http://198.18.0.1/k\", sha256: "+strings.Repeat("1a", 32)+"}\ninitrd: {url: \"http://198.18.0.1/i\", sha256: "+strings.Repeat("1a", 32)+"}\n")
-	write(t, repo, "profile.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: base\nos: {type: immutable}\nimage: {url: \""+images.URL+"/img.raw.gz\", sha256: "+hex.EncodeToString(sum[:])+", compression: gz}\ncloudInit: {hostname: n1}\n")
-	write(t, repo, "sites/lab/site.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {serverAddress: "+host+", httpPort: "+port+", dhcp: off}\ndefaultProfile: base\n")
-	write(t, repo, "sites/lab/nodes/n1.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n1\nidentity: {serial: S-N1}\nreprovision: 3\n")
-	c, err := compiler.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := c.Compile(os.DirFS(repo))
-	if err != nil {
-		t.Fatal(err)
-	}
-	live := &boot.Live{}
-	live.Swap(p)
-	store, err := status.Open(filepath.Join(t.TempDir(), "status.db"), status.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	secret, err := boot.LoadSecret(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &bhttp.Server{Plans: live, Events: store, Status: store, Store: store, Sessions: store, Secret: secret}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go srv.Serve(ctx, ln)
-
+	addr, store, image := agentServer(t, ctx, "{serial: S-N1}")
 	disk := filepath.Join(t.TempDir(), "vda")
 	os.WriteFile(disk, make([]byte, 4<<20), 0o644)
 	mnt := t.TempDir()
 	var powered []string
 	var console bytes.Buffer
 	// The kernel command line of the script the machine is served.
-	args := bootArgs(t, "http://"+ln.Addr().String()+"/ipxe?serial=S-N1&site=lab")
+	args := bootArgs(t, "http://"+addr+"/ipxe?serial=S-N1&site=lab")
 	if args["bootops.node"] != "n1" || args["bootops.token"] == "" {
 		t.Fatalf("kernel command line: %v", args)
 	}
-	err = Session(ctx, args, machineSysfs(t, "S-N1", "52:54:00:00:00:01"), &console, func(r *Runner) {
+	err := Session(ctx, args, machineSysfs(t, "S-N1", "52:54:00:00:00:01"), &console, func(r *Runner) {
 		r.ResolveDisk = func(string) (string, error) { return disk, nil }
 		r.Mount = func(dev, fstype, dir string) error { return os.Symlink(mnt, filepath.Join(dir, "m")) }
 		r.Unmount = func(string) error { return nil }
@@ -148,6 +106,58 @@ func TestAgentAgainstServer(t *testing.T) {
 			t.Errorf("token %s: %v, powered %v\n%s", tok, err, powered, out.String())
 		}
 	}
+}
+
+// agentServer serves, on loopback, a compiled repository whose node n1
+// has the identity given (YAML flow), from the real boot server with the
+// durable store; it returns the server's address, the store and the image
+// n1 installs.
+func agentServer(t *testing.T, ctx context.Context, identity string) (string, *status.Durable, []byte) {
+	t.Helper()
+	image := bytes.Repeat([]byte("bootops image block "), 100000)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(image)
+	zw.Close()
+	sum := sha256.Sum256(gz.Bytes())
+	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "img", time.Time{}, bytes.NewReader(gz.Bytes()))
+	}))
+	t.Cleanup(images.Close)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	repo := t.TempDir()
+	write(t, repo, "microos.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {url: \"http://198.18.0.1/k\", sha256: "+strings.Repeat("1a", 32)+"}\ninitrd: {url: \"http://198.18.0.1/i\", sha256: "+strings.Repeat("1a", 32)+"}\n")
+	write(t, repo, "profile.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: base\nos: {type: immutable}\nimage: {url: \""+images.URL+"/img.raw.gz\", sha256: "+hex.EncodeToString(sum[:])+", compression: gz}\ncloudInit: {hostname: n1}\n")
+	write(t, repo, "sites/lab/site.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {serverAddress: "+host+", httpPort: "+port+", dhcp: off}\ndefaultProfile: base\n")
+	write(t, repo, "sites/lab/nodes/n1.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n1\nidentity: "+identity+"\nreprovision: 3\n")
+	c, err := compiler.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Compile(os.DirFS(repo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := &boot.Live{}
+	live.Swap(p)
+	store, err := status.Open(filepath.Join(t.TempDir(), "status.db"), status.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	secret, err := boot.LoadSecret(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &bhttp.Server{Plans: live, Events: store, Status: store, Store: store, Sessions: store, Secret: secret}
+	go srv.Serve(ctx, ln)
+
+	return ln.Addr().String(), store, image
 }
 
 // bootArgs fetches a machine's script as iPXE would and reads its kernel

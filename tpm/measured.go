@@ -76,10 +76,18 @@ func verifyBoot(exp Expected, q Quote, policy Policy, r *Result) error {
 			r.Applications = append(r.Applications, digestString(e.Digest))
 		}
 	}
-	if policy.SecureBoot && !sb.Enabled {
-		return fmt.Errorf("%w: Secure Boot was off (PCR 7)", ErrMeasuredBoot)
+	// Both checks, so that a refusal says everything that was wrong.
+	var why []string
+	if err := checkApplications(r, policy); err != nil {
+		why = append(why, strings.TrimPrefix(err.Error(), ErrMeasuredBoot.Error()+": "))
 	}
-	return checkApplications(r, policy)
+	if policy.SecureBoot && !sb.Enabled {
+		why = append(why, "Secure Boot was off (PCR 7)")
+	}
+	if len(why) > 0 {
+		return fmt.Errorf("%w: %s", ErrMeasuredBoot, strings.Join(why, "; "))
+	}
+	return nil
 }
 
 // checkApplications applies the policy's digests to the EFI applications

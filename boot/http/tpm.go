@@ -2,7 +2,6 @@ package http
 
 import (
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -178,36 +177,33 @@ func (s *Server) refuseTPM(w http.ResponseWriter, ev status.Event, why string) {
 }
 
 // tpmMatches says why the TPM a machine proved (ek) is not node n's, ""
-// when it is: the EK Git registered, or, at a site that trusts
-// manufacturers' EK certificates, a certificate of that key chaining to
-// them (the node itself found by its serial, UUID or MAC).
+// when it is: the EK Git registered for the node; for a node Git names no
+// EK of, at a site that trusts manufacturers' EK certificates, a
+// certificate of that key chaining to them (the node itself found by its
+// serial, UUID or MAC).
 func tpmMatches(site *plan.Site, n *plan.Node, certDER []byte, ek string) string {
-	if n.Identity.TPM != nil && n.Identity.TPM.EK == ek {
-		return ""
-	}
-	if site.TPM != nil && len(site.TPM.EKCAs) > 0 {
-		pool := x509.NewCertPool()
-		for _, ca := range site.TPM.EKCAs {
-			pool.AppendCertsFromPEM([]byte(ca.PEM))
-		}
-		var err error
-		if len(certDER) == 0 {
-			err = errors.New("it sent no EK certificate")
-		} else {
-			var cert tpm.EKCert
-			if cert, err = tpm.VerifyEKCert(certDER, pool); err == nil && cert.EK != ek {
-				err = fmt.Errorf("its EK certificate is for %s", cert.EK)
-			}
-		}
-		if err == nil {
+	if n.Identity.TPM != nil {
+		if n.Identity.TPM.EK == ek {
 			return ""
 		}
-		if n.Identity.TPM == nil {
-			return fmt.Sprintf("node %s: the TPM %s is not trusted by site %s: %v", n.Name, ek, site.Name, err)
-		}
-	}
-	if n.Identity.TPM != nil {
 		return fmt.Sprintf("node %s is registered with TPM ek %s; this machine holds ek %s", n.Name, n.Identity.TPM.EK, ek)
+	}
+	if site.TPM == nil || len(site.TPM.EKCAs) == 0 {
+		return ""
+	}
+	pool := x509.NewCertPool()
+	for _, ca := range site.TPM.EKCAs {
+		pool.AppendCertsFromPEM([]byte(ca.PEM))
+	}
+	if len(certDER) == 0 {
+		return fmt.Sprintf("node %s: the TPM %s sent no EK certificate, and site %s trusts TPMs by their certificate", n.Name, ek, site.Name)
+	}
+	cert, err := tpm.VerifyEKCert(certDER, pool)
+	if err == nil && cert.EK != ek {
+		err = fmt.Errorf("the EK certificate is for %s", cert.EK)
+	}
+	if err != nil {
+		return fmt.Sprintf("node %s: the TPM %s is not trusted by site %s: %v", n.Name, ek, site.Name, err)
 	}
 	return ""
 }

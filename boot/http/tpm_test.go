@@ -1,10 +1,18 @@
 package http
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"io"
+	"math/big"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
@@ -199,4 +207,67 @@ func machineHas(ms []status.Machine, key, tpm string) bool {
 		}
 	}
 	return false
+}
+
+// tpmMatches: a node's registered EK is the only TPM it takes; a node Git
+// names no EK of, at a site that trusts a manufacturer, takes a TPM whose
+// EK certificate chains to it.
+func TestTPMMatches(t *testing.T) {
+	ca, caKey := testCA(t, "manufacturer")
+	other, otherKey := testCA(t, "someone else")
+	ekKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ek, _ := tpm.EKHash(&ekKey.PublicKey)
+	certBy := func(ca *x509.Certificate, key *ecdsa.PrivateKey, pub any) []byte {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "ek"},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageKeyEncipherment}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, pub, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}
+	good := certBy(ca, caKey, &ekKey.PublicKey)
+	untrusted := certBy(other, otherKey, &ekKey.PublicKey)
+	elseKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	forAnother := certBy(ca, caKey, &elseKey.PublicKey)
+	pemOf := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}))
+	trusting := &plan.Site{Name: "lab", TPM: &plan.SiteTPM{EKCAs: []plan.EKCA{{Path: "ca/m.pem", PEM: pemOf}}}}
+	plain := &plan.Site{Name: "lab"}
+	byEK := &plan.Node{Name: "a", Identity: plan.Identity{TPM: &plan.TPMIdentity{EK: ek}}}
+	byOtherEK := &plan.Node{Name: "b", Identity: plan.Identity{TPM: &plan.TPMIdentity{EK: "sha256:" + strings.Repeat("0", 64)}}}
+	bySerial := &plan.Node{Name: "c", Identity: plan.Identity{Serial: "S"}}
+	for _, tc := range []struct {
+		name string
+		site *plan.Site
+		n    *plan.Node
+		cert []byte
+		want string
+	}{
+		{"registered EK", plain, byEK, nil, ""},
+		{"another registered EK, though its certificate is trusted", trusting, byOtherEK, good, "node b is registered with TPM ek sha256:000"},
+		{"no EK in Git, a trusted certificate", trusting, bySerial, good, ""},
+		{"no EK in Git, no certificate", trusting, bySerial, nil, "sent no EK certificate, and site lab trusts TPMs by their certificate"},
+		{"no EK in Git, another CA", trusting, bySerial, untrusted, "is not trusted by site lab"},
+		{"no EK in Git, a certificate of another key", trusting, bySerial, forAnother, "the EK certificate is for sha256:"},
+		{"no EK in Git, no CA", plain, bySerial, nil, ""},
+	} {
+		got := tpmMatches(tc.site, tc.n, tc.cert, ek)
+		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func testCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return cert, key
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/bootops/bootops/plan"
 )
 
-func post(t *testing.T, h http.Handler, path, token string, v any) (int, string) {
+func post(t testing.TB, h http.Handler, path, token string, v any) (int, string) {
 	t.Helper()
 	return agentPost(t, h, path, token, v, false)
 }
@@ -28,7 +28,7 @@ func postOverTLS(t *testing.T, h http.Handler, path, token string, v any) (int, 
 	return agentPost(t, h, path, token, v, true)
 }
 
-func agentPost(t *testing.T, h http.Handler, path, token string, v any, overTLS bool) (int, string) {
+func agentPost(t testing.TB, h http.Handler, path, token string, v any, overTLS bool) (int, string) {
 	t.Helper()
 	b, _ := json.Marshal(v)
 	req := httptest.NewRequest("POST", path, bytes.NewReader(b))
@@ -49,7 +49,7 @@ func agentPost(t *testing.T, h http.Handler, path, token string, v any, overTLS 
 
 // script fetches a machine's script the way iPXE does and returns its boot
 // token.
-func script(t *testing.T, h http.Handler, query string) string {
+func script(t testing.TB, h http.Handler, query string) string {
 	t.Helper()
 	got := body(t, get(t, h, "/ipxe?"+query))
 	tok := tokenIn(got)

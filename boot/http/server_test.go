@@ -47,7 +47,7 @@ func testPlan(kernelURL, kernelSHA string) *plan.Plan {
 		MicroOS: []*plan.MicroOS{{Name: "default", Kernel: plan.Artifact{Path: "microos/vmlinuz"}, Initrd: plan.Artifact{URL: kernelURL, SHA256: kernelSHA}}}}
 }
 
-func newServer(t *testing.T, p *plan.Plan) (*Server, *status.Memory, string) {
+func newServer(t testing.TB, p *plan.Plan) (*Server, *status.Memory, string) {
 	t.Helper()
 	repo := t.TempDir()
 	os.MkdirAll(filepath.Join(repo, "microos"), 0o755)
@@ -71,7 +71,7 @@ func newServer(t *testing.T, p *plan.Plan) (*Server, *status.Memory, string) {
 	return s, mem, repo
 }
 
-func get(t *testing.T, h http.Handler, target string, hdr ...string) *http.Response {
+func get(t testing.TB, h http.Handler, target string, hdr ...string) *http.Response {
 	t.Helper()
 	req := httptest.NewRequest("GET", target, nil)
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -82,7 +82,7 @@ func get(t *testing.T, h http.Handler, target string, hdr ...string) *http.Respo
 	return rec.Result()
 }
 
-func body(t *testing.T, r *http.Response) string {
+func body(t testing.TB, r *http.Response) string {
 	t.Helper()
 	b, err := io.ReadAll(r.Body)
 	if err != nil {

@@ -46,7 +46,7 @@ func simMachine(t *testing.T, seed int64) (*tpm.Machine, tpm.Identity, func()) {
 	return m, id, func() { m.Close(); sim.Close() }
 }
 
-func reply(t *testing.T, body string) plan.CheckInReply {
+func reply(t testing.TB, body string) plan.CheckInReply {
 	t.Helper()
 	var r plan.CheckInReply
 	if err := json.Unmarshal([]byte(body), &r); err != nil {
@@ -270,4 +270,73 @@ func testCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
 	}
 	cert, _ := x509.ParseCertificate(der)
 	return cert, key
+}
+
+// BenchmarkCheckIn: a node's check-in through the server, as its agent
+// makes it (the script's token, then the check-in), without a TPM and with
+// one (a challenge, the TPM's activation of it, the check-in again), in
+// one run. The TPM is the reference simulator.
+func BenchmarkCheckIn(b *testing.B) {
+	sim, err := simulator.GetWithFixedSeedInsecure(1)
+	if err != nil {
+		b.Fatalf("TPM simulator (needs cgo and a C compiler): %v", err)
+	}
+	defer sim.Close()
+	m, err := tpm.Open(keepOpen{sim})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	id, err := m.Identity()
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, ek, _ := tpm.ParseEK(id.EK)
+	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
+	wf := plan.Workflow{Profile: "base", Actions: []plan.Action{{Action: "wipe-disk", Name: "wipe"}}}
+	for _, name := range []string{"plain", "tpm"} {
+		n := &plan.Node{Name: name, Site: "lab", Profile: "base", Source: name + ".yaml:1", Identity: plan.Identity{Serial: "S-" + strings.ToUpper(name)},
+			Artifacts: plan.Artifacts{IPXE: "#!ipxe\nkernel k bootops.node=" + name + " bootops.token=" + plan.TokenPlaceholder + "\n", Workflow: wf}}
+		if name == "tpm" {
+			n.Identity.TPM = &plan.TPMIdentity{EK: ek}
+		}
+		p.Sites[0].Nodes = append(p.Sites[0].Nodes, n)
+	}
+	s, _, _ := newServer(b, p)
+	// The server alone, without the tests' contract check around it.
+	saved := checkRoutes
+	checkRoutes = nil
+	h := s.Handler()
+	checkRoutes = saved
+	checkIn := func(b *testing.B, name string, withTPM bool) {
+		serial := "S-" + strings.ToUpper(name)
+		tok := script(b, h, "serial="+serial+"&site=lab")
+		in := plan.CheckIn{Site: "lab", Node: name, Identity: plan.Identity{Serial: serial}}
+		if withTPM {
+			in.TPM = &id
+			_, body := post(b, h, plan.AgentCheckInPath, tok, in)
+			ch := reply(b, body).Challenge
+			if ch == nil {
+				b.Fatalf("no challenge: %s", body)
+			}
+			proof, err := m.Prove(ch.Challenge, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			in.Proof = &plan.TPMProof{Challenge: ch.ID, Proof: proof}
+		}
+		if code, body := post(b, h, plan.AgentCheckInPath, tok, in); code != 200 || !strings.Contains(body, `"workflow"`) {
+			b.Fatalf("check-in: %d %s", code, body)
+		}
+	}
+	b.Run("plain", func(b *testing.B) {
+		for b.Loop() {
+			checkIn(b, "plain", false)
+		}
+	})
+	b.Run("tpm", func(b *testing.B) {
+		for b.Loop() {
+			checkIn(b, "tpm", true)
+		}
+	})
 }

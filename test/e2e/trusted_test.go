@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/tpm"
 )
 
 // The trusted boot chains, in VMs with Secure Boot enforced: the signed
@@ -137,21 +139,28 @@ func TestSecureBootUKI(t *testing.T) {
 		"-o", filepath.Join(dir, "microos"))
 	run(t, "sbverify", "--cert", snakeoilCert, filepath.Join(dir, "microos/bootops.efi"))
 	flipInitrdByte(t, filepath.Join(dir, "microos/bootops.efi"), filepath.Join(dir, "microos/tampered.efi"))
+	// Another Micro-OS, signed by the same key (the firmware lets it run),
+	// that Git does not name for any node: a machine booting it from its
+	// own media is refused by the server, from its TPM's measurements.
+	other := filepath.Join(t.TempDir(), "other")
+	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "--uki", "--server", "https://198.18.0.1:8443", "--site", "lab",
+		"--ca", filepath.Join(state, "tls/ca.pem"), "--cmdline", "console=ttyS0,115200 panic=-1 no_timer_check bootops.other=1", "--sign-key", key, "--sign-cert", snakeoilCert,
+		"-o", other)
 
 	micro := func(name, uki, extra string) string {
 		return "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: " + name + "\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\n" +
 			"uki: {path: microos/" + uki + "}\nchain: uki\n" + extra
 	}
-	profile := func(name, micro, url string) string {
+	profile := func(name, micro, url string, extra ...string) string {
 		return "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: " + name + "\nmicroOS: " + micro + "\nos: {type: immutable}\n" +
-			"image: {url: \"" + url + "\", sha256: " + gzSHA + ", compression: gz}\ncloudInit: {hostname: e2e, runcmd: [\"echo E2E-USERDATA-SECRET\"]}\n"
+			"image: {url: \"" + url + "\", sha256: " + gzSHA + ", compression: gz}\ncloudInit: {hostname: e2e, runcmd: [\"echo E2E-USERDATA-SECRET\"]}\n" + strings.Join(extra, "")
 	}
 	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: proxy, httpsPort: 8443}\nunknownNodes: ignore\n"
 	writeRepo(dir, map[string]string{
 		"microos/signed.yaml":    micro("signed", "bootops.efi", "httpsBoot: true\n"),
 		"microos/plain.yaml":     micro("plain", "bootops.efi", ""),
 		"microos/tampered.yaml":  micro("tampered", "tampered.efi", ""),
-		"profiles/sb-os.yaml":    profile("sb-os", "signed", "http://198.18.0.1:8081/test.raw.gz"),
+		"profiles/sb-os.yaml":    profile("sb-os", "signed", "http://198.18.0.1:8081/test.raw.gz", "attestation: {require: true}\n"),
 		"profiles/rogue-os.yaml": profile("rogue-os", "plain", "https://198.18.0.3:8443/test.raw.gz"),
 		"profiles/bad-os.yaml":   profile("bad-os", "tampered", "http://198.18.0.1:8081/test.raw.gz"),
 		"sites/lab/site.yaml":    site,
@@ -159,6 +168,7 @@ func TestSecureBootUKI(t *testing.T) {
 		strings.Replace(node("vm-sb", `mac: "52:54:00:e2:30:01"`), "test-os", "sb-os", 1),
 		strings.Replace(node("vm-rogue", `mac: "52:54:00:e2:30:02"`), "test-os", "rogue-os", 1),
 		strings.Replace(node("vm-tampered", `mac: "52:54:00:e2:30:03"`), "test-os", "bad-os", 1),
+		strings.Replace(node("vm-other", `mac: "52:54:00:e2:30:04"`), "test-os", "sb-os", 1),
 	})
 	l.serve(dir, "--https-addr", "198.18.0.1:8443")
 
@@ -170,7 +180,10 @@ func TestSecureBootUKI(t *testing.T) {
 	code, vars := "/usr/share/OVMF/OVMF_CODE_4M.snakeoil.fd", "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd"
 	sbDisk, rogueDisk := disk(t, l, "sb"), disk(t, l, "rogue")
 	start := time.Now()
-	sb := l.secureVM("sb", "52:54:00:e2:30:01", code, vars, append(withDisk(sbDisk), fw...)...)
+	// vm-sb and vm-other have TPMs; sb-os requires attestation.
+	sb := l.secureVM("sb", "52:54:00:e2:30:01", code, vars, append(append(withDisk(sbDisk), fw...), l.tpmArgs(l.tpm("sb"))...)...)
+	otherVM := l.secureVM("other", "52:54:00:e2:30:04", code, vars, append(l.tpmArgs(l.tpm("other")),
+		"-kernel", filepath.Join(other, "bootops.efi"), "-append", "console=ttyS0,115200 panic=-1 no_timer_check bootops.other=1")...)
 	rogue := l.secureVM("rogue", "52:54:00:e2:30:02", code, vars, append(withDisk(rogueDisk), fw...)...)
 	tampered := l.secureVM("tampered", "52:54:00:e2:30:03", code, vars, fw...)
 
@@ -215,7 +228,45 @@ func TestSecureBootUKI(t *testing.T) {
 	if log := l.logs("lab/vm-tampered"); strings.Contains(log, "agent") || !strings.Contains(log, "/artifacts/microos/tampered/uki") {
 		t.Errorf("vm-tampered's timeline should show the UKI offered and no agent:\n%s", log)
 	}
+	// Measured boot: vm-sb's quote shows Secure Boot and the UKI Git
+	// names; vm-other's, a UKI Git does not name for it.
+	want := "tpm: ek " + l.tpm("sb").EKHash + ", attested, secure boot, micro-os digest ok"
+	if m := l.machine("lab/vm-sb"); m["tpm"] != want {
+		t.Errorf("vm-sb's identity proof: %v, want %q", m["tpm"], want)
+	}
+	refusal := "booted a Micro-OS that is not in Git: PCR 4 has " + peDigest(t, filepath.Join(other, "bootops.efi")) +
+		" (want " + peDigest(t, filepath.Join(dir, "microos/bootops.efi")) + ")"
+	waitFor(t, "vm-other's refusal", 8*time.Minute, func() bool { return strings.Contains(l.logs("lab/vm-other"), refusal) })
+	out = mustRead(otherVM.console)
+	otherVM.cmd.Process.Kill()
+	otherVM.cmd.Wait()
+	if !strings.Contains(out, "secureboot: Secure boot enabled") || !strings.Contains(out, "PCRs quoted") {
+		t.Errorf("vm-other should run its signed Micro-OS under Secure Boot and quote its PCRs:\n%s", tail(out, 30))
+	}
+	if log := l.logs("lab/vm-other"); strings.Contains(log, "agent checked in") {
+		t.Errorf("vm-other got its workflow:\n%s", log)
+	}
 	noSecretsOnTheWire(t, l, pcap, "E2E-USERDATA-SECRET")
+}
+
+// peDigest is the Authenticode digest of the EFI application at path, as
+// firmware measures it into PCR 4.
+func peDigest(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := tpm.PEDigest(f, fi.Size())
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return d
 }
 
 // flipInitrdByte copies a UKI with one byte in the middle of its .initrd

@@ -62,3 +62,22 @@ func TestViewRollouts(t *testing.T) {
 		t.Errorf("rollouts in the hub's status: %+v", doc.Rollouts)
 	}
 }
+
+// A machine's TPM proof, as its site's check-in recorded it, is in the
+// hub's status.
+func TestViewShowsTheTPMProof(t *testing.T) {
+	v := NewView()
+	const ek = "sha256:0a0b"
+	proof := "tpm: ek " + ek + ", attested, secure boot, micro-os digest ok"
+	b, _ := json.Marshal(status.Event{Kind: status.KindAgent, Site: "s", Node: "n", State: status.StateMicroOS, EK: ek, TPM: proof})
+	v.Apply(Message{Site: "s", Kind: KindEvent, Data: b, Stream: 1, At: time.Now(), Seq: 1})
+	for _, m := range v.Doc("hub").Nodes {
+		if m.Key == "s/n" {
+			if m.EK != ek || m.TPM != proof {
+				t.Errorf("s/n in the hub's status: ek %q, tpm %q", m.EK, m.TPM)
+			}
+			return
+		}
+	}
+	t.Errorf("s/n is not in the hub's status: %+v", v.Doc("hub"))
+}

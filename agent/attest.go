@@ -22,13 +22,13 @@ var openTPM = func(sysfs string, console io.Writer) (*tpm.Machine, *tpm.Identity
 	}
 	m, err := tpm.OpenDevice()
 	if err != nil {
-		fmt.Fprintf(console, "bootops-agent: tpm: %v\n", err)
+		fmt.Fprintf(console, "bootops-agent: %v\n", err)
 		return nil, nil
 	}
 	id, err := m.Identity()
 	if err != nil {
 		m.Close()
-		fmt.Fprintf(console, "bootops-agent: tpm: %v\n", err)
+		fmt.Fprintf(console, "bootops-agent: %v\n", err)
 		return nil, nil
 	}
 	return m, &id

@@ -39,15 +39,6 @@ type Machine struct {
 	ak  *attest.AK
 }
 
-// OpenDevice opens the machine's TPM through the kernel's resource manager.
-func OpenDevice() (*Machine, error) {
-	f, err := os.OpenFile(DevicePath, os.O_RDWR, 0)
-	if err != nil {
-		return nil, fmt.Errorf("tpm: open %s: %w", DevicePath, err)
-	}
-	return Open(f)
-}
-
 // Open uses rwc as the TPM's command channel: each Write is one command,
 // each Read one response (a TPM device, or a simulator in tests). Close
 // closes rwc.

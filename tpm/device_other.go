@@ -1,0 +1,10 @@
+//go:build !linux
+
+package tpm
+
+import "errors"
+
+// OpenDevice is Linux's only (the agent runs in a Linux Micro-OS).
+func OpenDevice() (*Machine, error) {
+	return nil, errors.New("tpm: " + DevicePath + " is Linux's")
+}

@@ -10,36 +10,17 @@ import (
 	"testing"
 
 	"github.com/bootops/bootops/tpm"
-	"github.com/google/go-tpm-tools/simulator"
+	"github.com/bootops/bootops/tpm/tpmtest"
 )
-
-type keepOpen struct{ io.ReadWriter }
-
-func (keepOpen) Close() error { return nil }
 
 // withTPM gives the agent a simulated TPM made from seed (the same seed,
 // the same EK) for the test, and returns its EK hash.
 func withTPM(t *testing.T, seed int64) string {
 	t.Helper()
-	sim, err := simulator.GetWithFixedSeedInsecure(seed)
-	if err != nil {
-		t.Fatalf("TPM simulator (needs cgo and a C compiler): %v", err)
-	}
-	m, err := tpm.Open(keepOpen{sim})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := m.Identity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ek, err := tpm.ParseEK(id.EK)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, id, ek, _ := tpmtest.Machine(t, seed)
 	saved := openTPM
 	openTPM = func(string, io.Writer) (*tpm.Machine, *tpm.Identity) { return m, &id }
-	t.Cleanup(func() { openTPM = saved; m.Close(); sim.Close() })
+	t.Cleanup(func() { openTPM = saved })
 	return ek
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing/fstest"
 
 	"github.com/bootops/bootops/tpm"
+	"github.com/bootops/bootops/tpm/tpmtest"
 )
 
 // A Micro-OS that nodes must attest gets the Authenticode digest of the
@@ -18,14 +19,14 @@ func TestPEDigest(t *testing.T) {
 		"image: {url: http://198.18.0.1/i.raw, sha256: 3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c}\nmicroOS: local\n")}
 	fsys["microos/local.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: local\n" +
 		"kernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd}\n")}
-	fsys["microos/vmlinuz"] = &fstest.MapFile{Data: tinyPE("kernel")}
+	fsys["microos/vmlinuz"] = &fstest.MapFile{Data: tpmtest.PE("kernel")}
 	fsys["microos/initrd"] = &fstest.MapFile{Data: []byte("initrd")}
 	fsys["sites/s1/nodes/n3.yaml"].Data = append(fsys["sites/s1/nodes/n3.yaml"].Data, "profile: attested\n"...)
 	p, err := newCompiler(t).Compile(fsys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := tinyPE("kernel")
+	k := tpmtest.PE("kernel")
 	want, err := tpm.PEDigest(bytes.NewReader(k), int64(len(k)))
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"io"
 	"math/big"
 	"strings"
 	"testing"
@@ -17,34 +16,8 @@ import (
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/tpm"
-	"github.com/google/go-tpm-tools/simulator"
+	"github.com/bootops/bootops/tpm/tpmtest"
 )
-
-// keepOpen lets a tpm.Machine close without closing the simulator.
-type keepOpen struct{ io.ReadWriter }
-
-func (keepOpen) Close() error { return nil }
-
-// simMachine is a machine with a simulated TPM, manufactured from seed (the
-// same seed, the same EK). The simulator is one per process: close one
-// before the next.
-func simMachine(t *testing.T, seed int64) (*tpm.Machine, tpm.Identity, func()) {
-	t.Helper()
-	sim, err := simulator.GetWithFixedSeedInsecure(seed)
-	if err != nil {
-		t.Fatalf("TPM simulator (needs cgo and a C compiler): %v", err)
-	}
-	m, err := tpm.Open(keepOpen{sim})
-	if err != nil {
-		sim.Close()
-		t.Fatal(err)
-	}
-	id, err := m.Identity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, id, func() { m.Close(); sim.Close() }
-}
 
 func reply(t testing.TB, body string) plan.CheckInReply {
 	t.Helper()
@@ -60,11 +33,7 @@ func reply(t testing.TB, body string) plan.CheckInReply {
 // machine with its serial and another TPM, one that copies its EK, one
 // that replays a proof and one that sends no TPM get none of it.
 func TestTPMCheckIn(t *testing.T) {
-	m1, id1, close1 := simMachine(t, 1)
-	_, ek1, err := tpm.ParseEK(id1.EK)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m1, id1, ek1, close1 := tpmtest.Machine(t, 1)
 	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
 	p.Profiles = []*plan.Profile{{Name: "base", MicroOS: "default"}}
 	p.MicroOS[0].PEDigest = "sha256:" + strings.Repeat("cd", 32)
@@ -147,8 +116,7 @@ func TestTPMCheckIn(t *testing.T) {
 
 	// Another machine with the node's serial and its own TPM: it proves
 	// its TPM, which is not the node's.
-	m2, id2, close2 := simMachine(t, 2)
-	defer close2()
+	m2, id2, _, _ := tpmtest.Machine(t, 2)
 	token = tok()
 	in.TPM, in.Proof = &id2, nil
 	_, body = post(t, h, plan.AgentCheckInPath, token, in)
@@ -277,21 +245,7 @@ func testCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
 // one (a challenge, the TPM's activation of it, the check-in again), in
 // one run. The TPM is the reference simulator.
 func BenchmarkCheckIn(b *testing.B) {
-	sim, err := simulator.GetWithFixedSeedInsecure(1)
-	if err != nil {
-		b.Fatalf("TPM simulator (needs cgo and a C compiler): %v", err)
-	}
-	defer sim.Close()
-	m, err := tpm.Open(keepOpen{sim})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
-	id, err := m.Identity()
-	if err != nil {
-		b.Fatal(err)
-	}
-	_, ek, _ := tpm.ParseEK(id.EK)
+	m, id, ek, _ := tpmtest.Machine(b, 1)
 	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
 	wf := plan.Workflow{Profile: "base", Actions: []plan.Action{{Action: "wipe-disk", Name: "wipe"}}}
 	for _, name := range []string{"plain", "tpm"} {

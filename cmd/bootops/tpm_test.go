@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/tpm/tpmtest"
 )
 
 // An unknown machine whose check-in carried its TPM's EK hash is enrolled
@@ -24,7 +24,7 @@ func TestEnrollTPMExplain(t *testing.T) {
 		"profiles/p.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: p\nos: {type: immutable}\n" +
 			"image: {url: http://198.18.0.1/i.raw, sha256: 3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c}\nattestation: {require: true}\n",
 		"microos/default.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd}\n",
-		"microos/vmlinuz":      string(tinyPE("kernel")),
+		"microos/vmlinuz":      string(tpmtest.PE("kernel")),
 		"microos/initrd":       "initrd\n",
 	}
 	for name, body := range files {
@@ -91,26 +91,4 @@ func TestEnrollTPMExplain(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "sites/lab/nodes/525400abcdef.yaml:8:5: identity.tpm.ek: \"sha1:") {
 		t.Errorf("validate a bad EK hash: %d %s", code, errs)
 	}
-}
-
-// tinyPE is the smallest PE32+ image tpm.PEDigest reads: headers, no
-// section, and payload after them (compiler's tests have the same).
-func tinyPE(payload string) []byte {
-	b := make([]byte, 0x200, 0x200+len(payload))
-	copy(b, "MZ")
-	binary.LittleEndian.PutUint32(b[0x3c:], 0x40)
-	copy(b[0x40:], "PE\x00\x00")
-	coff := b[0x44:]
-	binary.LittleEndian.PutUint16(coff[0:], 0x8664) // x86-64
-	binary.LittleEndian.PutUint16(coff[16:], 240)   // SizeOfOptionalHeader
-	binary.LittleEndian.PutUint16(coff[18:], 0x22)  // executable, large address aware
-	opt := b[0x58:]
-	binary.LittleEndian.PutUint16(opt[0:], 0x20b)   // PE32+
-	binary.LittleEndian.PutUint32(opt[32:], 0x1000) // SectionAlignment
-	binary.LittleEndian.PutUint32(opt[36:], 0x200)  // FileAlignment
-	binary.LittleEndian.PutUint32(opt[56:], 0x1000) // SizeOfImage
-	binary.LittleEndian.PutUint32(opt[60:], 0x200)  // SizeOfHeaders
-	binary.LittleEndian.PutUint16(opt[68:], 10)     // Subsystem: EFI application
-	binary.LittleEndian.PutUint32(opt[108:], 16)    // NumberOfRvaAndSizes
-	return append(b, payload...)
 }

@@ -1,0 +1,73 @@
+// Package tpmtest gives tests a machine with a simulated TPM (go-tpm-tools'
+// reference simulator, which needs cgo) and the smallest PE image
+// tpm.PEDigest reads. Only tests import it: the binaries stay cgo-free.
+package tpmtest
+
+import (
+	"encoding/binary"
+	"io"
+	"testing"
+
+	"github.com/bootops/bootops/tpm"
+	"github.com/google/go-tpm-tools/simulator"
+)
+
+// keepOpen lets a tpm.Machine close without closing the simulator under it.
+type keepOpen struct{ io.ReadWriter }
+
+func (keepOpen) Close() error { return nil }
+
+// Machine is a machine with a simulated TPM manufactured from seed (the
+// same seed, the same EK), its identity made (its AK created), and the
+// EK's hash; both are closed when the test ends. The simulator is one per
+// process: a test that needs two machines closes the first (close) before
+// it makes the second.
+func Machine(t testing.TB, seed int64) (m *tpm.Machine, id tpm.Identity, ek string, close func()) {
+	t.Helper()
+	sim, err := simulator.GetWithFixedSeedInsecure(seed)
+	if err != nil {
+		t.Fatalf("TPM simulator (needs cgo and a C compiler): %v", err)
+	}
+	if m, err = tpm.Open(keepOpen{sim}); err != nil {
+		sim.Close()
+		t.Fatal(err)
+	}
+	closed := false
+	close = func() {
+		if !closed {
+			closed = true
+			m.Close()
+			sim.Close()
+		}
+	}
+	t.Cleanup(close)
+	if id, err = m.Identity(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ek, err = tpm.ParseEK(id.EK); err != nil {
+		t.Fatal(err)
+	}
+	return m, id, ek, close
+}
+
+// PE is the smallest PE32+ image tpm.PEDigest reads: headers, no section,
+// and payload after them (two payloads, two digests).
+func PE(payload string) []byte {
+	b := make([]byte, 0x200, 0x200+len(payload))
+	copy(b, "MZ")
+	binary.LittleEndian.PutUint32(b[0x3c:], 0x40)
+	copy(b[0x40:], "PE\x00\x00")
+	coff := b[0x44:]
+	binary.LittleEndian.PutUint16(coff[0:], 0x8664) // x86-64
+	binary.LittleEndian.PutUint16(coff[16:], 240)   // SizeOfOptionalHeader
+	binary.LittleEndian.PutUint16(coff[18:], 0x22)  // executable, large address aware
+	opt := b[0x58:]
+	binary.LittleEndian.PutUint16(opt[0:], 0x20b)   // PE32+
+	binary.LittleEndian.PutUint32(opt[32:], 0x1000) // SectionAlignment
+	binary.LittleEndian.PutUint32(opt[36:], 0x200)  // FileAlignment
+	binary.LittleEndian.PutUint32(opt[56:], 0x1000) // SizeOfImage
+	binary.LittleEndian.PutUint32(opt[60:], 0x200)  // SizeOfHeaders
+	binary.LittleEndian.PutUint16(opt[68:], 10)     // Subsystem: EFI application
+	binary.LittleEndian.PutUint32(opt[108:], 16)    // NumberOfRvaAndSizes
+	return append(b, payload...)
+}

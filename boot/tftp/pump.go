@@ -32,7 +32,7 @@ type pump struct {
 func newPump(l *listener, local netip.Addr, network string, tick time.Duration) (*pump, error) {
 	var laddr *net.UDPAddr
 	if local.IsValid() {
-		laddr = &net.UDPAddr{IP: local.AsSlice()}
+		laddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(local, 0)) // with its zone
 	}
 	conn, err := net.ListenUDP(network, laddr)
 	if err != nil {

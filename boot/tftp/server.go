@@ -215,7 +215,7 @@ func (l *listener) handle(b []byte, from netip.AddrPort, local netip.Addr, ifind
 		l.failed(peer, req.filename, err)
 		return
 	}
-	params := negotiate(req, l.maxBlksize(ifindex), len(data))
+	params := negotiate(req, l.maxBlksize(ifindex, !from.Addr().Is4()), len(data))
 	timeout := params.timeout
 	if timeout == 0 {
 		timeout = l.timeout()
@@ -314,11 +314,16 @@ func (l *listener) maxTransfers() int {
 }
 
 // maxBlksize is the largest block that crosses the interface a request
-// came in on without IP fragmentation (MTU - 20 - 8 - 4); PXE ROMs may
-// ask for more than their link carries.
-func (l *listener) maxBlksize(ifindex int) int {
+// came in on without IP fragmentation (MTU - 20 - 8 - 4 over IPv4, MTU -
+// 40 - 8 - 4 over IPv6); PXE ROMs may ask for more than their link
+// carries.
+func (l *listener) maxBlksize(ifindex int, v6 bool) int {
+	headers := 32
+	if v6 {
+		headers = 52
+	}
 	if ifindex <= 0 {
-		return fallbackBlksize
+		return fallbackBlksize + 32 - headers
 	}
 	seen, ok := l.mtu[ifindex]
 	if !ok || time.Since(seen.at) > time.Minute { // MTUs change, interfaces come and go
@@ -332,7 +337,7 @@ func (l *listener) maxBlksize(ifindex int) int {
 		seen = mtuSeen{iface.MTU, time.Now()}
 		l.mtu[ifindex] = seen
 	}
-	return max(seen.mtu-32, defaultBlksize)
+	return max(seen.mtu-headers, defaultBlksize)
 }
 
 // mtuSeen is an interface's MTU and when it was read.

@@ -52,7 +52,13 @@ func (s *syncBuffer) String() string {
 // start serves files on 127.0.0.1:0; set adjusts the server first.
 func start(t *testing.T, files Files, set func(*Server)) *running {
 	t.Helper()
-	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	return startOn(t, "udp4", "127.0.0.1:0", files, set)
+}
+
+// startOn serves files on addr of network (udp4 or udp6).
+func startOn(t *testing.T, network, addr string, files Files, set func(*Server)) *running {
+	t.Helper()
+	conn, err := net.ListenPacket(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,14 +176,19 @@ type peer struct {
 	srv  *net.UDPAddr // the server's port 69, then the transfer's
 }
 
+// dial makes a client on loopback of addr's family.
 func dial(t *testing.T, addr string) *peer {
 	t.Helper()
-	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	network, local := "udp4", net.IPv4(127, 0, 0, 1)
+	if strings.HasPrefix(addr, "[") {
+		network, local = "udp6", net.IPv6loopback
+	}
+	conn, err := net.ListenUDP(network, &net.UDPAddr{IP: local})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	srv, err := net.ResolveUDPAddr("udp4", addr)
+	srv, err := net.ResolveUDPAddr(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,138 @@
+package dhcp6
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/insomniacslk/dhcp/dhcpv6"
+	"github.com/insomniacslk/dhcp/iana"
+
+	"github.com/bootops/bootops/plan"
+)
+
+// MACFromDUID is the Ethernet address a DUID-LL or DUID-LLT carries,
+// normalised ("52:54:00:12:34:56"); false for other DUID types, another
+// hardware type, or an address no interface has (zero, broadcast,
+// multicast). A DUID-LLT is made once from one of the host's interfaces and
+// kept: on a machine with several NICs it may name another one than the
+// NIC that sent the packet.
+func MACFromDUID(d dhcpv6.DUID) (string, bool) {
+	var ht iana.HWType
+	var hw net.HardwareAddr
+	switch d := d.(type) {
+	case *dhcpv6.DUIDLL:
+		ht, hw = d.HWType, d.LinkLayerAddr
+	case *dhcpv6.DUIDLLT:
+		ht, hw = d.HWType, d.LinkLayerAddr
+	default:
+		return "", false
+	}
+	if ht != iana.HWTypeEthernet {
+		return "", false
+	}
+	return ethernet(hw)
+}
+
+// MACFromLinkLocal is the Ethernet address a modified EUI-64 link-local
+// address was made from (fe80::5054:ff:fe12:3456 → 52:54:00:12:34:56), as
+// firmware and iPXE make theirs; false for any other address (a
+// stable-privacy or random interface identifier has no MAC in it).
+func MACFromLinkLocal(a netip.Addr) (string, bool) {
+	if !a.Is6() || !a.IsLinkLocalUnicast() {
+		return "", false
+	}
+	b := a.As16()
+	if b[11] != 0xff || b[12] != 0xfe {
+		return "", false
+	}
+	return ethernet(net.HardwareAddr{b[8] ^ 0x02, b[9], b[10], b[13], b[14], b[15]})
+}
+
+// ethernet normalises hw, refusing what no Ethernet interface has.
+func ethernet(hw net.HardwareAddr) (string, bool) {
+	switch {
+	case len(hw) != 6,
+		bytes.Count(hw, []byte{0}) == 6,
+		bytes.Count(hw, []byte{0xff}) == 6,
+		hw[0]&1 != 0:
+		return "", false
+	}
+	return plan.NormalizeMAC(hw.String()), true
+}
+
+// Client is who sent a message, as far as it says or its relay saw.
+type Client struct {
+	// MAC is the client's Ethernet address: from the relay's client
+	// link-layer address option (79), else from a modified EUI-64
+	// link-local source, else from a DUID-LL/LLT. "" when none says.
+	MAC string
+	// MACFrom says which of "relay", "link-local" or "duid" MAC came from.
+	MACFrom string
+	// UUIDs are the SMBIOS UUID candidates of a DUID-UUID, in the order to
+	// try: firmware writes the GUID as SMBIOS stores it (the first three
+	// fields little-endian, like DHCPv4 option 97) or, as RFC 6355 says, in
+	// network order; the two readings are both tried.
+	UUIDs []string
+	// Key names the client in the lease file: its MAC, else "duid:" and
+	// the DUID in hex.
+	Key string
+}
+
+// identify tells who sent msg. relay is the relay message closest to the
+// client (nil when none), peer the packet's source address.
+func identify(msg *dhcpv6.Message, relay *dhcpv6.RelayMessage, peer netip.Addr) Client {
+	var c Client
+	duid := msg.Options.ClientID()
+	if relay != nil {
+		if ht, hw := relay.Options.ClientLinkLayerAddress(); ht == iana.HWTypeEthernet {
+			if mac, ok := ethernet(hw); ok {
+				c.MAC, c.MACFrom = mac, "relay"
+			}
+		}
+		if a, ok := netip.AddrFromSlice(relay.PeerAddr); ok {
+			peer = a
+		}
+	}
+	if c.MAC == "" {
+		if mac, ok := MACFromLinkLocal(peer.WithZone("")); ok {
+			c.MAC, c.MACFrom = mac, "link-local"
+		}
+	}
+	if c.MAC == "" && duid != nil {
+		if mac, ok := MACFromDUID(duid); ok {
+			c.MAC, c.MACFrom = mac, "duid"
+		}
+	}
+	if u, ok := duid.(*dhcpv6.DUIDUUID); ok && u.UUID != [16]byte{} && u.UUID != [16]byte{255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255} {
+		b := u.UUID
+		swapped := []byte{b[3], b[2], b[1], b[0], b[5], b[4], b[7], b[6]}
+		swapped = append(swapped, b[8:]...)
+		c.UUIDs = []string{plan.NormalizeUUID(fmt.Sprintf("%x", swapped)), plan.NormalizeUUID(fmt.Sprintf("%x", b[:]))}
+	}
+	switch {
+	case c.MAC != "":
+		c.Key = c.MAC
+	case duid != nil:
+		c.Key = fmt.Sprintf("duid:%x", duid.ToBytes())
+	}
+	return c
+}
+
+// decide is the plan's decision for c, by MAC and, for a DUID-UUID, by
+// each reading of the UUID until one names a node; and the UUID used.
+func decide(p *plan.Plan, site string, c Client) (plan.Decision, string) {
+	m := plan.Machine{MAC: c.MAC}
+	if len(c.UUIDs) == 0 {
+		return p.Decide(site, m), ""
+	}
+	for _, u := range c.UUIDs {
+		m.UUID = u
+		if d := p.Decide(site, m); d.Outcome != plan.Unknown {
+			return d, u
+		}
+	}
+	m.UUID = c.UUIDs[0]
+	return p.Decide(site, m), m.UUID
+}

@@ -1,0 +1,164 @@
+package dhcp6
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv6"
+	"github.com/insomniacslk/dhcp/iana"
+
+	"github.com/bootops/bootops/boot/dhcp"
+	"github.com/bootops/bootops/plan"
+)
+
+// defaultLease is the lifetime of an address when Config gives none.
+const defaultLease = time.Hour
+
+// reservation answers msg as the link's DHCPv6 server: a machine's
+// reserved address, else one of the pool, in its first IA_NA. A Solicit
+// only gets an offer (held in memory), unless it asks for Rapid Commit;
+// Request, Renew and Rebind write the lease down; Release lets it expire.
+func reservation(p *plan.Plan, site *plan.Site, cfg Config, msg *dhcpv6.Message, d plan.Decision, a *Answer, mods []dhcpv6.Modifier) (*dhcpv6.Message, error) {
+	mt := msg.Type()
+	var reply *dhcpv6.Message
+	var err error
+	switch mt {
+	case dhcpv6.MessageTypeSolicit:
+		if msg.GetOneOption(dhcpv6.OptionRapidCommit) != nil {
+			reply, err = dhcpv6.NewReplyFromMessage(msg, mods...)
+		} else {
+			reply, err = dhcpv6.NewAdvertiseFromSolicit(msg, mods...)
+		}
+	case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew, dhcpv6.MessageTypeRebind,
+		dhcpv6.MessageTypeRelease, dhcpv6.MessageTypeConfirm, dhcpv6.MessageTypeInformationRequest:
+		reply, err = dhcpv6.NewReplyFromMessage(msg, mods...)
+	default:
+		return nil, fmt.Errorf("reservation mode does not answer %s", mt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ia := msg.Options.OneIANA()
+	switch mt {
+	case dhcpv6.MessageTypeInformationRequest:
+		return reply, nil
+	case dhcpv6.MessageTypeConfirm:
+		// RFC 8415 §18.3.3: are the client's addresses on this link?
+		st := &dhcpv6.OptStatusCode{StatusCode: iana.StatusSuccess, StatusMessage: "on link"}
+		for _, i := range msg.Options.IANA() {
+			for _, ad := range i.Options.Addresses() {
+				if x, ok := netip.AddrFromSlice(ad.IPv6Addr); !ok || !cfg.Prefix.Contains(x.Unmap()) {
+					st = &dhcpv6.OptStatusCode{StatusCode: iana.StatusNotOnLink, StatusMessage: ad.IPv6Addr.String() + " is not on this link"}
+				}
+			}
+		}
+		reply.AddOption(st)
+		a.Why = "Reply to Confirm: " + st.StatusCode.String()
+		return reply, nil
+	case dhcpv6.MessageTypeRelease:
+		if ia != nil && cfg.Leases != nil && a.Client.Key != "" {
+			for _, ad := range ia.Options.Addresses() {
+				if x, ok := netip.AddrFromSlice(ad.IPv6Addr); ok {
+					// A lease confirmed to expire now: the pool keeps the
+					// machine's address for it until another one needs it.
+					if _, err := cfg.Leases.Confirm(a.Client.Key, x, poolRange(p, site, cfg), time.Nanosecond); err == nil {
+						a.Addr = x
+					}
+				}
+			}
+		}
+		reply.AddOption(&dhcpv6.OptStatusCode{StatusCode: iana.StatusSuccess, StatusMessage: "released"})
+		a.Why = "Reply to Release"
+		if a.Addr.IsValid() {
+			a.Why += " of " + a.Addr.String()
+		}
+		return reply, nil
+	}
+	if ia == nil {
+		// Nothing to lease: boot options only (a client that wants
+		// only, say, a prefix).
+		a.Why = reply.Type().String() + " without an address: no IA_NA asked for"
+		return reply, nil
+	}
+	lt := cfg.LeaseTime
+	if lt <= 0 {
+		lt = defaultLease
+	}
+	addr, who, err := address(p, site, cfg, msg, ia, d, a.Client, lt, reply.Type() == dhcpv6.MessageTypeAdvertise)
+	out := &dhcpv6.OptIANA{IaId: ia.IaId}
+	switch {
+	case err == nil:
+		out.T1, out.T2 = lt/2, lt*4/5
+		out.Options.Add(&dhcpv6.OptIAAddress{IPv6Addr: addr.AsSlice(), PreferredLifetime: lt, ValidLifetime: lt})
+		a.Addr = addr
+		a.Why = fmt.Sprintf("%s %s to %s", reply.Type(), addr, who)
+	case errors.Is(err, dhcp.ErrUnavailable) && (mt == dhcpv6.MessageTypeRenew || mt == dhcpv6.MessageTypeRebind):
+		// RFC 8415 §18.3.4: an address the client may no longer use
+		// goes back with lifetimes 0.
+		for _, ad := range ia.Options.Addresses() {
+			out.Options.Add(&dhcpv6.OptIAAddress{IPv6Addr: ad.IPv6Addr})
+		}
+		a.Why = fmt.Sprintf("%s: %v", reply.Type(), err)
+	default:
+		if errors.Is(err, dhcp.ErrPoolFull) {
+			a.Exhausted = true
+		}
+		out.Options.Add(&dhcpv6.OptStatusCode{StatusCode: iana.StatusNoAddrsAvail, StatusMessage: err.Error()})
+		a.Why = fmt.Sprintf("%s without an address: %v", reply.Type(), err)
+	}
+	reply.AddOption(out)
+	return reply, nil
+}
+
+// address is the machine's address: its reservation, else from the pool
+// (offered for an Advertise, leased otherwise); and who it is for.
+func address(p *plan.Plan, site *plan.Site, cfg Config, msg *dhcpv6.Message, ia *dhcpv6.OptIANA, d plan.Decision, c Client, lt time.Duration, offer bool) (netip.Addr, string, error) {
+	if cfg.Reservation != nil && c.MAC != "" {
+		if r, ok := cfg.Reservation(p, site.Name, c.MAC); ok {
+			return r.Addr, r.Node, nil
+		}
+	}
+	switch {
+	case !cfg.PoolFirst.IsValid() || cfg.Leases == nil:
+		return netip.Addr{}, "", fmt.Errorf("no reservation for %s and no pool", c)
+	case c.Key == "":
+		return netip.Addr{}, "", errors.New("no client identifier to lease to")
+	case d.Outcome == plan.Mismatch:
+		return netip.Addr{}, "", fmt.Errorf("no reservation for %s: %s", c, d.Reason)
+	case d.Outcome == plan.Unknown && site.UnknownNodes == plan.PolicyIgnore:
+		return netip.Addr{}, "", fmt.Errorf("unknown machine %s and site ignores unknown machines", c)
+	}
+	who := "unknown machine " + c.String()
+	if d.Node != nil {
+		who = d.Node.Name
+	}
+	r := poolRange(p, site, cfg)
+	if offer {
+		a, err := cfg.Leases.Offer(c.Key, r)
+		return a, who, err
+	}
+	if msg.Type() == dhcpv6.MessageTypeSolicit {
+		// Rapid Commit: offered and leased at once.
+		a, err := cfg.Leases.Offer(c.Key, r)
+		if err != nil {
+			return a, who, err
+		}
+		a, err = cfg.Leases.Confirm(c.Key, a, r, lt)
+		return a, who, err
+	}
+	var want netip.Addr
+	if ad := ia.Options.OneAddress(); ad != nil {
+		want, _ = netip.AddrFromSlice(ad.IPv6Addr)
+	}
+	a, err := cfg.Leases.Confirm(c.Key, want, r, lt)
+	return a, who, err
+}
+
+// poolRange is the site's pool less the server's and reserved addresses.
+func poolRange(p *plan.Plan, site *plan.Site, cfg Config) dhcp.Range {
+	return dhcp.Range{First: cfg.PoolFirst, Last: cfg.PoolLast, Taken: func(a netip.Addr) bool {
+		return a == cfg.ServerIP || cfg.Reserved != nil && cfg.Reserved(p, site.Name, a)
+	}}
+}

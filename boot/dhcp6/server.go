@@ -1,0 +1,289 @@
+package dhcp6
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv6"
+	"github.com/insomniacslk/dhcp/dhcpv6/server6"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/ipv6"
+
+	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
+)
+
+// Server answers DHCPv6 on UDP [::]:547, joined to
+// All_DHCP_Relay_Agents_and_Servers (ff02::1:2) on Interface and bound to
+// it (SO_BINDTODEVICE).
+type Server struct {
+	Plans     boot.Plans
+	Site      string
+	Config    Config
+	Interface string // "" binds to no interface and joins no group (tests: unicast only)
+	Port      int    // 0: 547
+	Events    status.Recorder
+	Log       *slog.Logger
+	// Metrics counts what is dropped and when the pool runs out (nil:
+	// nothing counted).
+	Metrics *Metrics
+	// Newcomers and Known bound the sightings of machines the status
+	// store does not know, per relay or the local link, as the DHCPv4
+	// server does.
+	Newcomers *status.Newcomers
+	Known     func(key string) bool
+
+	lastFull, refused atomic.Int64
+	gateOnce          sync.Once
+	gate              *eventGate
+}
+
+// Metrics are the DHCPv6 server's Prometheus series. A nil *Metrics counts
+// nothing.
+type Metrics struct {
+	dropped    *prometheus.CounterVec
+	exhausted  *prometheus.CounterVec
+	suppressed prometheus.Counter
+}
+
+// NewMetrics registers the series on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bootops_dhcp6_dropped_total",
+			Help: "DHCPv6 packets dropped unanswered as invalid, by reason: malformed, not_client_message, no_client_id, server_id, bad_link_address, ia_in_information.",
+		}, []string{"reason"}),
+		exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bootops_dhcp6_pool_exhausted_total",
+			Help: "DHCPv6 clients that got no address because every address of the site's IPv6 pool is leased, by site.",
+		}, []string{"site"}),
+		suppressed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bootops_dhcp6_events_suppressed_total",
+			Help: "DHCPv6 replies sent but not written to the status store: a machine's same answer again within 5 s, or past 2,000 events a second.",
+		}),
+	}
+	reg.MustRegister(m.dropped, m.exhausted, m.suppressed)
+	for _, r := range DropReasons() {
+		m.dropped.WithLabelValues(r)
+	}
+	return m
+}
+
+// Site starts the site's exhaustion count at 0.
+func (m *Metrics) Site(name string) {
+	if m != nil {
+		m.exhausted.WithLabelValues(name)
+	}
+}
+
+func (m *Metrics) drop(reason string) {
+	if m != nil {
+		m.dropped.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) exhaust(site string) {
+	if m != nil {
+		m.exhausted.WithLabelValues(site).Inc()
+	}
+}
+
+func (m *Metrics) suppress() {
+	if m != nil {
+		m.suppressed.Inc()
+	}
+}
+
+// fullEvery is the least time between two pool-exhausted events.
+const fullEvery = 10 * time.Second
+
+func (s *Server) events() *eventGate {
+	s.gateOnce.Do(func() { s.gate = newEventGate() })
+	return s.gate
+}
+
+// Serve answers until ctx ends. Without Config.ServerID it uses the
+// DUID-LL of Interface.
+func (s *Server) Serve(ctx context.Context) error {
+	port := s.Port
+	if port == 0 {
+		port = dhcpv6.DefaultServerPort
+	}
+	var ifi *net.Interface
+	if s.Interface != "" {
+		var err error
+		if ifi, err = net.InterfaceByName(s.Interface); err != nil {
+			return fmt.Errorf("dhcp6: interface %s: %w", s.Interface, err)
+		}
+		if s.Config.ServerID == nil {
+			if len(ifi.HardwareAddr) == 0 {
+				return fmt.Errorf("dhcp6: interface %s has no hardware address for a DUID-LL server identifier", s.Interface)
+			}
+			s.Config.ServerID = NewServerID(ifi.HardwareAddr)
+		}
+	}
+	if s.Config.ServerID == nil {
+		return errors.New("dhcp6: no server identifier: give Config.ServerID or an Interface")
+	}
+	if s.Config.Mode == plan.DHCPReservation {
+		s.Metrics.Site(s.Site)
+	}
+	conn, err := server6.NewIPv6UDPConn(s.Interface, &net.UDPAddr{IP: net.IPv6unspecified, Port: port})
+	if err != nil {
+		return fmt.Errorf("dhcp6: listen on [::]:%d: %w", port, err)
+	}
+	defer conn.Close()
+	if ifi != nil {
+		group := &net.UDPAddr{IP: dhcpv6.AllDHCPRelayAgentsAndServers}
+		if err := ipv6.NewPacketConn(conn).JoinGroup(ifi, group); err != nil {
+			return fmt.Errorf("dhcp6: join %s on %s: %w", group.IP, s.Interface, err)
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	return s.loop(ctx, conn)
+}
+
+// loop reads packets and hands them to a worker per core, dropping what
+// does not fit the queue (the client retransmits).
+func (s *Server) loop(ctx context.Context, conn *net.UDPConn) error {
+	log := s.log()
+	_ = conn.SetReadBuffer(8 << 20)
+	type packet struct {
+		buf  []byte
+		peer netip.AddrPort
+	}
+	pool := sync.Pool{New: func() any { b := make([]byte, 1500); return &b }}
+	work := make(chan packet, 4096)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				s.answer(conn, p.buf, p.peer, log)
+				b := p.buf[:cap(p.buf)]
+				pool.Put(&b)
+			}
+		}()
+	}
+	defer func() {
+		close(work)
+		wg.Wait()
+	}()
+	for {
+		bp := pool.Get().(*[]byte)
+		n, peer, err := conn.ReadFromUDPAddrPort(*bp)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("dhcp6: read: %w", err)
+		}
+		select {
+		case work <- packet{(*bp)[:n], peer}:
+		default:
+			pool.Put(bp)
+		}
+	}
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Log
+}
+
+// answer replies to one packet.
+func (s *Server) answer(conn *net.UDPConn, pkt []byte, peer netip.AddrPort, log *slog.Logger) {
+	p := s.Plans.Current()
+	if p == nil {
+		return
+	}
+	site := p.Site(s.Site)
+	if site == nil {
+		return
+	}
+	a := Handle(p, site, s.Config, pkt, peer.Addr())
+	if a.Dropped != "" {
+		s.Metrics.drop(a.Dropped)
+		log.Debug("dhcp6: dropped", "reason", a.Dropped, "why", a.Why, "peer", peer.String())
+		return
+	}
+	if a.Exhausted {
+		s.full(site.Name, a.Client, log)
+	}
+	if a.Reply == nil {
+		log.Debug("dhcp6: no answer", "client", a.Client.String(), "why", a.Why)
+		return
+	}
+	dst := peer
+	if a.Reply.IsRelay() {
+		// RFC 8415 §19.3: Relay-Reply goes to the relay's port 547.
+		dst = netip.AddrPortFrom(peer.Addr(), dhcpv6.DefaultServerPort)
+	}
+	if _, err := conn.WriteToUDPAddrPort(a.Reply.ToBytes(), dst); err != nil {
+		log.Warn("dhcp6: send", "to", dst.String(), "err", err)
+		return
+	}
+	s.record(site.Name, a, peer, log)
+}
+
+// record writes the reply as a status event (kind dhcp, its message
+// saying DHCPv6), within the event gate and the newcomers' budget.
+func (s *Server) record(site string, a Answer, peer netip.AddrPort, log *slog.Logger) {
+	ev := status.Event{Kind: status.KindDHCP, Site: site, MAC: a.Client.MAC, UUID: a.UUID, State: status.StateDiscovered, Message: a.Why}
+	if a.Addr.IsValid() {
+		ev.IP = a.Addr.String()
+	}
+	if a.Node != nil {
+		ev.Node = a.Node.Name
+	}
+	log.Debug("dhcp6", "client", a.Client.String(), "node", ev.Node, "type", a.Type.String(), "addr", ev.IP, "boot", a.Boot, "peer", peer.String())
+	if s.Events == nil || ev.MAC == "" && ev.UUID == "" && ev.Node == "" {
+		return // nobody to put on a timeline
+	}
+	src := "link"
+	if a.Reply.IsRelay() {
+		src = "relay " + peer.Addr().String()
+	}
+	switch {
+	case ev.Node == "" && s.Newcomers != nil && (s.Known == nil || !s.Known(ev.Key())) && !s.Newcomers.Allow(src):
+		s.Metrics.suppress()
+	case s.events().allow(a.Client.Key, ev.Message, time.Now()):
+		s.Events.Record(ev)
+	default:
+		s.Metrics.suppress()
+	}
+}
+
+// full counts a machine refused for want of an address and says so, at
+// most once per fullEvery.
+func (s *Server) full(site string, c Client, log *slog.Logger) {
+	s.Metrics.exhaust(site)
+	n := s.refused.Add(1)
+	now := time.Now().UnixNano()
+	last := s.lastFull.Load()
+	if now-last < int64(fullEvery) || !s.lastFull.CompareAndSwap(last, now) {
+		return
+	}
+	s.refused.Add(-n)
+	msg := fmt.Sprintf("DHCPv6 pool exhausted: no address for %s (%d refused since the last such event)", c, n)
+	log.Warn("dhcp6: pool exhausted", "site", site, "client", c.String(), "refused", n)
+	if s.Events != nil {
+		s.Events.Record(status.Event{Kind: status.KindDHCP, Site: site, MAC: c.MAC, Message: msg, Error: true})
+	}
+}
+
+// SuppressedEvents is how many replies were not recorded as status events.
+func (s *Server) SuppressedEvents() uint64 { return s.events().Suppressed() }

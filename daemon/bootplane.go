@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sync/errgroup"
 
@@ -64,16 +65,17 @@ func (b *bootPlane) start(ctx context.Context, g *errgroup.Group, cfg Config, p 
 		}
 		b.httpSrv.Binaries = binaries
 	}
-	tftpAddr := ""
-	if cfg.TFTP.Addr != "" {
-		conn, err := net.ListenPacket("udp4", cfg.TFTP.Addr)
+	var tftpAddrs []string
+	for _, a := range Addrs(cfg.TFTP.Addr) {
+		conn, err := net.ListenPacket(udpNetwork(a), a)
 		if err != nil {
-			return fmt.Errorf("tftp: %w", err)
+			return fmt.Errorf("tftp %s: %w", a, err)
 		}
-		tftpAddr = conn.LocalAddr().String()
+		tftpAddrs = append(tftpAddrs, conn.LocalAddr().String())
 		ts := &tftp.Server{Files: binaries, Dynamic: b.httpSrv.TFTPFile, Events: b.events, Log: b.log, DrainTimeout: cfg.DrainTimeout}
 		g.Go(func() error { return ts.Serve(ctx, conn) })
 	}
+	tftpAddr := strings.Join(tftpAddrs, ",")
 	// DHCP's sightings of machines new to the store: a whole link (or
 	// relay) shares one budget, so it is 50 times an address's.
 	newcomers := &status.Newcomers{Burst: 50 * cfg.HTTP.NewBurst, Every: cfg.HTTP.NewEvery / 50}

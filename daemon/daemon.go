@@ -2,10 +2,12 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -241,31 +243,42 @@ func (d *daemon) provisioned(site, node string) (int, bool) {
 	return gen, true
 }
 
-// serveHTTP opens the HTTP, pprof and HTTPS listeners and serves them;
-// it returns the HTTP listener's address.
+// serveHTTP opens the HTTP, pprof and HTTPS listeners (one per address
+// of --http-addr and --https-addr) and serves them; it returns the first
+// HTTP listener's address.
 func (d *daemon) serveHTTP(ctx context.Context, g *errgroup.Group) (string, error) {
 	cfg, srv := d.cfg.HTTP, d.http
 	srv.Overlay, srv.SiteCA = d.overlays.overlay, d.overlays.ca
-	ln, err := listenHTTP(cfg.Addr, srv.Guard)
-	if err != nil {
-		return "", err
+	var addrs []string
+	for _, a := range Addrs(cfg.Addr) {
+		ln, err := listenHTTP(a, srv.Guard)
+		if err != nil {
+			return "", fmt.Errorf("--http-addr %s: %w", a, err)
+		}
+		g.Go(func() error { return srv.Serve(ctx, ln) })
+		addrs = append(addrs, ln.Addr().String())
 	}
-	g.Go(func() error { return srv.Serve(ctx, ln) })
-	d.boot.httpAddr = ln.Addr().String()
+	if len(addrs) == 0 {
+		return "", configErrf("--http-addr: no address")
+	}
+	d.boot.httpAddr = strings.Join(addrs, ",")
 	if cfg.PprofAddr != "" {
 		if err := ServePprof(ctx, g, cfg.PprofAddr, srv.Guard); err != nil {
 			return "", err
 		}
 	}
-	if cfg.HTTPSAddr != "" {
-		tln, err := httpsListener(cfg, d.cfg.StateDir, srv.Guard)
+	for _, a := range Addrs(cfg.HTTPSAddr) {
+		tln, err := httpsListener(cfg, a, d.cfg.StateDir, srv.Guard)
 		if err != nil {
 			return "", err
 		}
 		d.log.Info("https", "addr", tln.Addr().String())
 		g.Go(func() error { return srv.Serve(ctx, tln) })
 	}
-	return ln.Addr().String(), nil
+	if len(addrs) > 1 {
+		d.log.Info("http", "addrs", d.boot.httpAddr)
+	}
+	return addrs[0], nil
 }
 
 // tuneGC: a daemon lives long: collect at the default pace, and hard past

@@ -9,9 +9,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -138,8 +140,8 @@ func listenHTTP(addr string, guard *bhttp.Guard) (net.Listener, error) {
 	return guard.Listener(ln), nil
 }
 
-// httpsListener is the TLS listener of --https-addr.
-func httpsListener(cfg HTTPConfig, stateDir string, guard *bhttp.Guard) (net.Listener, error) {
+// httpsListener is the TLS listener of one of --https-addr's addresses.
+func httpsListener(cfg HTTPConfig, addr, stateDir string, guard *bhttp.Guard) (net.Listener, error) {
 	dir := filepath.Join(stateDir, "tls")
 	cert, key := cfg.TLSCert, cfg.TLSKey
 	if cert == "" {
@@ -158,19 +160,47 @@ func httpsListener(cfg HTTPConfig, stateDir string, guard *bhttp.Guard) (net.Lis
 	if err != nil {
 		return nil, fmt.Errorf("https: %w", err)
 	}
-	ln, err := net.Listen("tcp", cfg.HTTPSAddr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--https-addr %s: %w", addr, err)
 	}
 	// The guard counts the TCP connections; TLS goes over them, so that
 	// a request still carries its TLS state (a check-in by identity).
 	return tls.NewListener(guard.Listener(ln), trust.ServerTLS(pair)), nil
 }
 
-// httpsPortServed says the --https-addr listener is on port.
-func httpsPortServed(addr string, port int) bool {
-	_, p, err := net.SplitHostPort(addr)
-	return err == nil && p == strconv.Itoa(port)
+// httpsPortServed says an --https-addr listener is on port.
+func httpsPortServed(addrs string, port int) bool {
+	for _, a := range Addrs(addrs) {
+		if _, p, err := net.SplitHostPort(a); err == nil && p == strconv.Itoa(port) {
+			return true
+		}
+	}
+	return false
+}
+
+// Addrs are the addresses of a listener setting (--http-addr,
+// --https-addr, --tftp-addr): comma-separated, so that a dual-stack site's
+// daemon listens on both families ("0.0.0.0:69,[::]:69"); "" is none.
+func Addrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// udpNetwork is the network a TFTP address listens on: udp6 for an IPv6
+// one ("[::]:69", "[2001:db8::1]:69"), else udp4 (":69" stays IPv4, as
+// it always was).
+func udpNetwork(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if ip, perr := netip.ParseAddr(host); err == nil && perr == nil && !ip.Unmap().Is4() {
+		return "udp6"
+	}
+	return "udp4"
 }
 
 // PprofRoutes are --pprof-addr's routes (the hub's too).

@@ -103,8 +103,8 @@ func (cfg *serveConfig) gitFlags(fs *flag.FlagSet) {
 // bootFlags: the boot plane: which sites, its listeners and files.
 func (cfg *serveConfig) bootFlags(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.site, "site", "", "sites this daemon serves, comma-separated (default: every site; DHCP runs for each on its network.interface)")
-	fs.StringVar(&cfg.httpAddr, "http-addr", ":8080", "HTTP listen address")
-	fs.StringVar(&cfg.httpsAddr, "https-addr", "", "HTTPS listen address for the agents of sites with network.httpsPort (e.g. :8443); its certificate: --tls-cert")
+	fs.StringVar(&cfg.httpAddr, "http-addr", ":8080", "HTTP listen addresses, comma-separated (\":8080\" is both families; \"198.18.0.1:8080,[2001:db8::1]:8080\" two)")
+	fs.StringVar(&cfg.httpsAddr, "https-addr", "", "HTTPS listen addresses, comma-separated, for the agents of sites with network.httpsPort (e.g. :8443); its certificate: --tls-cert")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "PEM certificate chain of the HTTPS listener (default <state-dir>/tls/server.pem, from bootops ca init)")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "its private key, mode 0600 (default <state-dir>/tls/server-key.pem)")
 	fs.StringVar(&cfg.overlayKey, "overlay-key", "", "ed25519 key that signs the site overlays (default <state-dir>/tls/overlay.key when it exists)")
@@ -113,7 +113,7 @@ func (cfg *serveConfig) bootFlags(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.dhcp, "dhcp", "", "DHCP mode: proxy, reservation or off (default: the site's network.dhcp)")
 	fs.StringVar(&cfg.iface, "interface", "", "network interface of the provisioning LAN (default: the site's network.interface)")
 	fs.StringVar(&cfg.ipxeDir, "ipxe-dir", "/usr/lib/ipxe", "folder with the iPXE binaries served over TFTP")
-	fs.StringVar(&cfg.tftpAddr, "tftp-addr", ":69", "TFTP listen address (\"\" for none)")
+	fs.StringVar(&cfg.tftpAddr, "tftp-addr", ":69", "TFTP listen addresses, comma-separated: \":69\" is IPv4, add \"[::]:69\" for IPv6 (\"\" for none)")
 	fs.StringVar(&cfg.artifactMode, "artifact-mode", "serve", "Micro-OS files from a URL: serve (fetch, verify, cache) or redirect (send machines to the URL)")
 	fs.StringVar(&cfg.uiTokenFile, "ui-token-file", "", "file holding the token the dashboard's actions (fetch now) need; without it the dashboard is read-only")
 	fs.StringVar(&cfg.swarmAddr, "swarm-addr", "", "serve image chunks to sites with imageDelivery: peers on a listener of their own (default: on --http-addr); its port is the same on every site's server address")

@@ -30,9 +30,10 @@ type Server struct {
 	Site      string
 	Config    Config
 	Interface string // "" binds to no interface and joins no group (tests: unicast only)
-	Port      int    // 0: 547
-	Events    status.Recorder
-	Log       *slog.Logger
+	// Addr is where to listen (zero: [::]:547; tests: [::1] and a free port).
+	Addr   netip.AddrPort
+	Events status.Recorder
+	Log    *slog.Logger
 	// Metrics counts what is dropped and when the pool runs out (nil:
 	// nothing counted).
 	Metrics *Metrics
@@ -114,9 +115,9 @@ func (s *Server) events() *eventGate {
 // Serve answers until ctx ends. Without Config.ServerID it uses the
 // DUID-LL of Interface.
 func (s *Server) Serve(ctx context.Context) error {
-	port := s.Port
-	if port == 0 {
-		port = dhcpv6.DefaultServerPort
+	addr := s.Addr
+	if !addr.IsValid() {
+		addr = netip.AddrPortFrom(netip.IPv6Unspecified(), dhcpv6.DefaultServerPort)
 	}
 	var ifi *net.Interface
 	if s.Interface != "" {
@@ -137,9 +138,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.Config.Mode == plan.DHCPReservation {
 		s.Metrics.Site(s.Site)
 	}
-	conn, err := server6.NewIPv6UDPConn(s.Interface, &net.UDPAddr{IP: net.IPv6unspecified, Port: port})
+	conn, err := server6.NewIPv6UDPConn(s.Interface, net.UDPAddrFromAddrPort(addr))
 	if err != nil {
-		return fmt.Errorf("dhcp6: listen on [::]:%d: %w", port, err)
+		return fmt.Errorf("dhcp6: listen on %s: %w", addr, err)
 	}
 	defer conn.Close()
 	if ifi != nil {

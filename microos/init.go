@@ -16,7 +16,8 @@ const ConsolePrefix = "bootops-microos: "
 // out ends in poweroff, or in a shell loop with bootops.debug.
 const initTemplate = `#!/bin/busybox sh
 # /init of the bootops Micro-OS, written by 'bootops microos build': load the
-# kernel modules, get an address by DHCP, run bootops-agent.
+# kernel modules, get an address by DHCP (or, when the server is IPv6, by
+# SLAAC), run bootops-agent.
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root
 /bin/busybox mount -t proc proc /proc
 # --install finds busybox through /proc/self/exe.
@@ -27,8 +28,14 @@ mount -t devtmpfs devtmpfs /dev
 say() { echo "bootops-microos: $*"; }
 
 debug=
+ipv6=
 for w in $(cat /proc/cmdline); do
-	case "$w" in bootops.debug|bootops.debug=1|bootops.debug=true|bootops.debug=yes) debug=1 ;; esac
+	case "$w" in
+	bootops.debug|bootops.debug=1|bootops.debug=true|bootops.debug=yes) debug=1 ;;
+	# The server is an IPv6 address (http://[2001:db8::1]:8080), or the
+	# command line says so: the network comes up over IPv6.
+	bootops.server=http://\[*|bootops.server=https://\[*|bootops.ipv6=1) ipv6=1 ;;
+	esac
 done
 
 # fail says why the Micro-OS stops, then powers off, or with bootops.debug
@@ -96,7 +103,38 @@ say "interfaces: $all"
 # Up at once, so links negotiate while DHCP tries the first one.
 for n in $all; do ip link set "$n" up; done
 
+# global6 prints the interfaces' global IPv6 addresses that are usable
+# (done with duplicate address detection).
+global6() {
+	for n in $all; do
+		ip -6 addr show dev "$n" 2>/dev/null | grep 'scope global' | grep -v tentative | while read -r _ a _; do echo "$n $a"; done
+	done
+}
+
 lease=
+if [ -n "$ipv6" ]; then
+	# SLAAC: the kernel takes the prefix of the link's router
+	# advertisements (Debian's busybox has no DHCPv6 client: the router
+	# must advertise the prefix as autonomous).
+	for n in $all; do
+		echo 1 >"/proc/sys/net/ipv6/conf/$n/accept_ra"
+		echo 1 >"/proc/sys/net/ipv6/conf/$n/autoconf"
+	done
+	i=0
+	while [ -z "$(global6)" ]; do
+		[ "$i" -ge 30 ] && fail "no global IPv6 address on $all after $i s: does the link's router advertise an autonomous prefix (SLAAC)?"
+		[ $((i % 5)) = 0 ] && say "waiting for a global IPv6 address (router advertisement) on $all"
+		sleep 1
+		i=$((i + 1))
+	done
+	say "ipv6: $(echo $(global6))"
+	lease=ipv6
+	# An IPv4 address too when the link has DHCP (a dual-stack site): one
+	# quick try, not needed.
+	for n in $all; do
+		udhcpc -i "$n" -n -q -t 2 -T 1 -s /etc/udhcpc.script >/dev/null 2>&1 && say "$n $(cat "/run/bootops-microos/$n")" && break
+	done
+fi
 round=1
 while [ -z "$lease" ]; do
 	for n in $all; do
@@ -112,7 +150,7 @@ while [ -z "$lease" ]; do
 	round=$((round + 1))
 	sleep 2
 done
-say "$lease $(cat "/run/bootops-microos/$lease")"
+[ "$lease" = ipv6 ] || say "$lease $(cat "/run/bootops-microos/$lease")"
 
 say "starting bootops-agent"
 /bin/bootops-agent

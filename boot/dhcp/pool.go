@@ -316,7 +316,7 @@ func (p *Pool) MACOf(ip string) string {
 	if err != nil {
 		return ""
 	}
-	a = a.Unmap()
+	a = a.Unmap().WithZone("") // leases are kept without the interface
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.load() != nil {
@@ -331,14 +331,22 @@ func (p *Pool) MACOf(ip string) string {
 	return ""
 }
 
-// Pools are the pools of every site served, for MACOf across them.
+// MACSource knows the MAC of an address it leased: a DHCPv4 or DHCPv6
+// Pool. The address is a string of either family ("198.18.0.12",
+// "2001:db8::12", "fe80::1%eth0" with its zone ignored).
+type MACSource interface {
+	MACOf(ip string) string
+}
+
+// Pools are the lease stores of every site served, both families, for
+// MACOf across them.
 type Pools struct {
 	mu    sync.Mutex
-	pools []*Pool
+	pools []MACSource
 }
 
 // Add makes p one of them.
-func (ps *Pools) Add(p *Pool) {
+func (ps *Pools) Add(p MACSource) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.pools = append(ps.pools, p)

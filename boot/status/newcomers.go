@@ -1,6 +1,7 @@
 package status
 
 import (
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +27,8 @@ type Newcomers struct {
 }
 
 // Allow spends one of src's newcomer tokens; false when it has none left.
-// A nil *Newcomers allows everything.
+// A nil *Newcomers allows everything. An IPv6 source's budget is its /64's
+// (Prefix64): a machine on the link may take any address of it.
 func (n *Newcomers) Allow(src string) bool {
 	if n == nil {
 		return true
@@ -36,6 +38,11 @@ func (n *Newcomers) Allow(src string) bool {
 		now = n.Now()
 	}
 	burst, every := float64(orDefault(n.Burst, 20)), orDefault(n.Every, time.Second)
+	if p, ok := Prefix64(src); ok {
+		src, burst, every = p, burst*LinkShare, every/LinkShare
+	} else if a, err := netip.ParseAddr(src); err == nil {
+		src = a.Unmap().String() // IPv4 on a dual-stack socket
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.sources == nil || len(n.sources) >= orDefault(n.MaxSources, 65536) {
@@ -64,4 +71,22 @@ func (n *Newcomers) Denied() uint64 {
 		return 0
 	}
 	return n.denied.Load()
+}
+
+// LinkShare is how many addresses' budgets a whole link's is: an IPv6
+// /64, or a DHCP link or relay.
+const LinkShare = 50
+
+// Prefix64 is the /64 an IPv6 address is in ("2001:db8:1:2::/64"), what a
+// budget per source keys an IPv6 source by: SLAAC and privacy addresses
+// let one machine use any address of its link's /64, so a budget per
+// address would bound nothing. ok is false for IPv4 (IPv4-mapped too) and
+// for what is no address.
+func Prefix64(src string) (string, bool) {
+	a, err := netip.ParseAddr(src)
+	if err != nil || a.Unmap().Is4() {
+		return "", false
+	}
+	p, _ := a.WithZone("").Prefix(64)
+	return p.String(), true
 }

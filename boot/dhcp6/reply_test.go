@@ -35,7 +35,7 @@ func testPlan(policy string) *plan.Plan {
 
 var n1Reserved = netip.MustParseAddr("2001:db8::11")
 
-func testConfig(t *testing.T, mode string) Config {
+func testConfig(t testing.TB, mode string) Config {
 	t.Helper()
 	cfg := Config{ServerIP: server, ServerID: serverID, Prefix: netip.MustParsePrefix("2001:db8::/64"),
 		LeaseTime: 10 * time.Minute, Mode: mode, HTTPPort: 8080, TFTP: true,
@@ -71,7 +71,7 @@ var ipxeUC = dhcpv6.WithUserClass([]byte("iPXE"))
 
 // solicit is a Solicit as the library's client builds it (DUID-LLT of
 // hw, one IA_NA, Elapsed Time, an ORO), plus mods.
-func solicit(t *testing.T, hw string, mods ...dhcpv6.Modifier) *dhcpv6.Message {
+func solicit(t testing.TB, hw string, mods ...dhcpv6.Modifier) *dhcpv6.Message {
 	t.Helper()
 	m, err := dhcpv6.NewSolicit(mac(hw), append([]dhcpv6.Modifier{dhcpv6.WithRequestedOptions(dhcpv6.OptionBootfileURL, dhcpv6.OptionDNSRecursiveNameServer)}, mods...)...)
 	if err != nil {
@@ -98,7 +98,7 @@ func cat(ms ...[]dhcpv6.Modifier) []dhcpv6.Modifier {
 }
 
 // inner is the client message of a reply, relayed or not.
-func inner(t *testing.T, d dhcpv6.DHCPv6) *dhcpv6.Message {
+func inner(t testing.TB, d dhcpv6.DHCPv6) *dhcpv6.Message {
 	t.Helper()
 	// Through the wire format: what the client reads.
 	back, err := dhcpv6.FromBytes(d.ToBytes())
@@ -269,7 +269,7 @@ func TestRapidCommit(t *testing.T) {
 }
 
 // request is the client's Request for adv's address.
-func request(t *testing.T, adv dhcpv6.DHCPv6, mods ...dhcpv6.Modifier) *dhcpv6.Message {
+func request(t testing.TB, adv dhcpv6.DHCPv6, mods ...dhcpv6.Modifier) *dhcpv6.Message {
 	t.Helper()
 	r, err := dhcpv6.NewRequestFromAdvertise(inner(t, adv), mods...)
 	if err != nil {
@@ -280,7 +280,7 @@ func request(t *testing.T, adv dhcpv6.DHCPv6, mods ...dhcpv6.Modifier) *dhcpv6.M
 
 // follow is a client message after a lease: Renew, Rebind, Release or
 // Confirm, with its IA_NA naming addr.
-func follow(t *testing.T, mt dhcpv6.MessageType, hw string, addr netip.Addr) *dhcpv6.Message {
+func follow(t testing.TB, mt dhcpv6.MessageType, hw string, addr netip.Addr) *dhcpv6.Message {
 	t.Helper()
 	m, err := dhcpv6.NewMessage()
 	if err != nil {
@@ -503,7 +503,7 @@ func TestDrops(t *testing.T) {
 }
 
 // relayed wraps m in a relay message of type mt carrying opt (if any).
-func relayed(t *testing.T, m *dhcpv6.Message, mt dhcpv6.MessageType, opt dhcpv6.Option) *dhcpv6.RelayMessage {
+func relayed(t testing.TB, m *dhcpv6.Message, mt dhcpv6.MessageType, opt dhcpv6.Option) *dhcpv6.RelayMessage {
 	t.Helper()
 	r, err := dhcpv6.EncapsulateRelay(m, mt, net.ParseIP("2001:db8:5::1"), net.ParseIP("fe80::1234:5678:9abc:def0"))
 	if err != nil {

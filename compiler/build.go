@@ -259,6 +259,11 @@ func (r *repo) checkSite(s *object) {
 		}
 	}
 	nw := s.v.get("network")
+	r.checkNetworkV6(s)
+	if nw.get("serverAddress") == nil {
+		r.checkIPv6Only(s)
+		return
+	}
 	if nw.get("dhcp").String() != plan.DHCPReservation {
 		if nw.get("pool") != nil {
 			r.errorf(s.pos("network", "pool"), "network.pool", "only used in reservation mode (network.dhcp: reservation)")
@@ -296,6 +301,112 @@ func (r *repo) checkSite(s *object) {
 	}
 }
 
+// checkIPv6Only: a site without an IPv4 serverAddress has ipv6, and no
+// other IPv4 setting.
+func (r *repo) checkIPv6Only(s *object) {
+	nw := s.v.get("network")
+	if nw.get("ipv6") == nil {
+		r.errorf(s.pos("network"), "network", "no server address: set serverAddress (IPv4), ipv6 {serverAddress, prefix}, or both")
+		return
+	}
+	for _, f := range []string{"subnet", "gateway", "dns", "pool"} {
+		if nw.get(f) != nil {
+			r.errorf(s.pos("network", f), "network."+f, "an IPv4 setting on an IPv6-only site: set network.serverAddress (IPv4) too, or leave it out")
+		}
+	}
+	if nw.get("dhcp").String() == plan.DHCPReservation {
+		r.errorf(s.pos("network", "dhcp"), "network.dhcp", "reservation hands out IPv4 addresses: it needs network.serverAddress (for DHCPv6, set network.ipv6.dhcp)")
+	}
+}
+
+// checkNetworkV6: the server address a reachable unicast address inside a
+// /64 prefix, the pool inside it (reservation mode only), ordered and
+// without the server address.
+func (r *repo) checkNetworkV6(s *object) {
+	v6 := s.v.lookup("network", "ipv6")
+	if v6 == nil {
+		return
+	}
+	at := func(f ...string) Pos { return s.pos(append([]string{"network", "ipv6"}, f...)...) }
+	path := func(f string) string { return "network.ipv6." + f }
+	if v6.get("dhcp").String() != plan.DHCPReservation && v6.get("pool") != nil {
+		r.errorf(at("pool"), path("pool"), "only used in reservation mode (network.ipv6.dhcp: reservation)")
+	}
+	prefix, err := netip.ParsePrefix(v6.get("prefix").str)
+	prefixOK := false
+	switch {
+	case err != nil || !prefix.Addr().Is6() || prefix.Addr().Is4In6():
+		r.errorf(at("prefix"), path("prefix"), "%q is not an IPv6 prefix", v6.get("prefix").str)
+	case prefix.Masked() != prefix:
+		r.errorf(at("prefix"), path("prefix"), "%q is not a network address (want %s)", v6.get("prefix").str, prefix.Masked())
+	case prefix.Bits() != 64:
+		r.errorf(at("prefix"), path("prefix"), "%s is a /%d: an IPv6 link is a /64 (the prefix its router advertises; SLAAC needs a /64)", prefix, prefix.Bits())
+	case !usableV6(prefix.Addr()):
+		r.errorf(at("prefix"), path("prefix"), "%s is %s: want the global or unique-local prefix the router advertises", prefix, v6Kind(prefix.Addr()))
+	default:
+		prefixOK = true
+	}
+	server, err := netip.ParseAddr(v6.get("serverAddress").str)
+	switch {
+	case err != nil || !server.Is6():
+		r.errorf(at("serverAddress"), path("serverAddress"), "%q is not an IPv6 address", v6.get("serverAddress").str)
+		return
+	case !usableV6(server):
+		r.errorf(at("serverAddress"), path("serverAddress"), "%s is %s: nodes reach the server at a global or unique-local address in network.ipv6.prefix", server, v6Kind(server))
+	case prefixOK && !prefix.Contains(server):
+		r.errorf(at("serverAddress"), path("serverAddress"), "%s is outside the prefix %s", server, prefix)
+	case prefixOK && server == prefix.Addr():
+		r.errorf(at("serverAddress"), path("serverAddress"), "%s is the subnet-router anycast address of %s", server, prefix)
+	}
+	pool := v6.get("pool")
+	if pool == nil {
+		return
+	}
+	start, errS := netip.ParseAddr(pool.get("start").str)
+	end, errE := netip.ParseAddr(pool.get("end").str)
+	if errS != nil || errE != nil {
+		return
+	}
+	if prefixOK {
+		for f, a := range map[string]netip.Addr{"start": start, "end": end} {
+			if !prefix.Contains(a) {
+				r.errorf(at("pool", f), path("pool."+f), "%s is outside the prefix %s", a, prefix)
+			} else if a == prefix.Addr() {
+				r.errorf(at("pool", f), path("pool."+f), "%s is the subnet-router anycast address of %s", a, prefix)
+			}
+		}
+	}
+	if end.Less(start) {
+		r.errorf(at("pool", "end"), path("pool.end"), "%s comes before the start %s", end, start)
+	} else if !server.Less(start) && !end.Less(server) {
+		r.errorf(at("pool"), path("pool"), "%s-%s holds the server address %s", start, end, server)
+	}
+}
+
+// usableV6 reports whether a is an IPv6 unicast address nodes can reach
+// across the link: global or unique-local, not link-local, multicast,
+// loopback, unspecified or IPv4-mapped.
+func usableV6(a netip.Addr) bool {
+	return a.Is6() && !a.Is4In6() && a.IsGlobalUnicast()
+}
+
+// v6Kind names what makes a not usableV6.
+func v6Kind(a netip.Addr) string {
+	switch {
+	case a.Is4In6():
+		return "IPv4-mapped (::ffff:0:0/96)"
+	case a.IsLinkLocalUnicast():
+		return "link-local (fe80::/10)"
+	case a.IsMulticast():
+		return "multicast (ff00::/8)"
+	case a.IsLoopback():
+		return "the loopback address"
+	case a.IsUnspecified():
+		return "the unspecified address"
+	}
+	return "not a unicast address"
+}
+
 // holdMicroOS is the Micro-OS unknown machines boot under the hold policy.
 func (r *repo) holdMicroOS(s *object) string {
 	if p := r.profiles[s.str("defaultProfile")]; p != nil {
@@ -307,11 +418,12 @@ func (r *repo) holdMicroOS(s *object) string {
 	return ""
 }
 
-// checkAddresses: reservation IPs inside the subnet, unique, and only in
-// reservation-mode sites.
+// checkAddresses: reservation IPs inside the subnet (ipv6: the prefix),
+// unique, and only in reservation-mode sites.
 func (r *repo) checkAddresses() {
 	seen := map[string]owner{}
 	for _, n := range r.nodes {
+		r.checkAddressV6(n, seen)
 		ipv := n.v.get("ip")
 		if ipv == nil || n.site == "" {
 			continue
@@ -319,6 +431,10 @@ func (r *repo) checkAddresses() {
 		site := r.sites[n.site]
 		nw := site.v.get("network")
 		pos := n.pos("ip")
+		if nw.get("serverAddress") == nil {
+			r.errorf(pos, "ip", "site %s has no IPv4 (network.serverAddress): a static IPv4 address needs it, with network.dhcp: reservation", n.site)
+			continue
+		}
 		if nw.get("dhcp").String() != plan.DHCPReservation {
 			r.errorf(pos, "ip", "site %s is in %s mode: static IPs need network.dhcp: reservation", n.site, nw.get("dhcp").String())
 			continue
@@ -359,6 +475,62 @@ func (r *repo) checkAddresses() {
 		}
 		seen[key] = owner{n.name, pos}
 	}
+}
+
+// checkAddressV6: a node's ipv6 inside its site's prefix, not the
+// server's, outside the pool, not another node's (seen, by site/address).
+func (r *repo) checkAddressV6(n *nodeObj, seen map[string]owner) {
+	v := n.v.get("ipv6")
+	if v == nil || n.site == "" {
+		return
+	}
+	pos := n.pos("ipv6")
+	v6 := r.sites[n.site].v.lookup("network", "ipv6")
+	if v6 == nil {
+		r.errorf(pos, "ipv6", "site %s has no network.ipv6: a static IPv6 address needs one with dhcp: reservation", n.site)
+		return
+	}
+	if mode := v6.get("dhcp").String(); mode != plan.DHCPReservation {
+		r.errorf(pos, "ipv6", "site %s's IPv6 is in %s mode: static IPv6 addresses need network.ipv6.dhcp: reservation", n.site, mode)
+		return
+	}
+	if n.v.lookup("identity", "mac") == nil {
+		r.errorf(pos, "ipv6", "a DHCPv6 reservation needs identity.mac")
+	}
+	ip, err := netip.ParseAddr(v.str)
+	if err != nil || !ip.Is6() {
+		return
+	}
+	if !usableV6(ip) {
+		r.errorf(pos, "ipv6", "%s is %s", ip, v6Kind(ip))
+		return
+	}
+	if prefix, err := netip.ParsePrefix(v6.get("prefix").str); err == nil && prefix.Masked() == prefix {
+		if !prefix.Contains(ip) {
+			r.errorf(pos, "ipv6", "%s is outside site %s's prefix %s", ip, n.site, prefix)
+			return
+		}
+		if ip == prefix.Addr() {
+			r.errorf(pos, "ipv6", "%s is the subnet-router anycast address of %s", ip, prefix)
+			return
+		}
+	}
+	if server, err := netip.ParseAddr(v6.get("serverAddress").str); err == nil && server == ip {
+		r.errorf(pos, "ipv6", "%s is the site's network.ipv6.serverAddress", ip)
+	}
+	if pool := v6.get("pool"); pool != nil {
+		start, _ := netip.ParseAddr(pool.get("start").str)
+		end, _ := netip.ParseAddr(pool.get("end").str)
+		if !ip.Less(start) && !end.Less(ip) {
+			r.errorf(pos, "ipv6", "%s is inside the pool %s-%s for unknown machines", ip, start, end)
+		}
+	}
+	key := n.site + "/" + ip.String()
+	if first, dup := seen[key]; dup {
+		r.errorf(pos, "ipv6", "%s is also node %s's (at %s)", ip, first.name, first.pos)
+		return
+	}
+	seen[key] = owner{n.name, pos}
 }
 
 func lastAddr(p netip.Prefix) netip.Addr {
@@ -523,7 +695,7 @@ func unwrapURLErr(err error) error {
 }
 
 // templateVars are what ${…} may name in cloud-init values and file contents.
-var templateVars = []string{"node", "hostname", "site", "profile", "ip", "serial", "uuid", "mac", "server"}
+var templateVars = []string{"node", "hostname", "site", "profile", "ip", "ipv6", "serial", "uuid", "mac", "server"}
 
 // checkTemplate reports every unknown ${var} in the string values of v.
 func (r *repo) checkTemplate(o *object, v *value, path string) {

@@ -141,27 +141,46 @@ func TestCloudInitReadsWhatWasMeant(t *testing.T) {
 	}
 }
 
-// wantNetworkConfig is what networkConfig means to say.
+// wantNetworkConfig is what networkConfig means to say: per family the
+// site has, a reserved address or DHCP (IPv6: router advertisements, and
+// DHCPv6 when the site hands out addresses with it).
 func wantNetworkConfig(n *plan.Node, s *plan.Site) any {
-	eth := map[string]any{"dhcp4": n.IP == ""}
+	eth := map[string]any{}
+	if s.Network.ServerAddress != "" {
+		eth["dhcp4"] = n.IP == ""
+	}
+	if v6 := s.Network.IPv6; v6 != nil {
+		eth["accept-ra"] = true
+		eth["dhcp6"] = n.IPv6 == "" && v6.DHCP == plan.DHCPReservation
+	}
 	if len(n.Identity.MACs) > 0 {
 		eth["match"] = map[string]any{"macaddress": n.Identity.MACs[0]}
 	} else {
 		eth["match"] = map[string]any{"name": "e*"}
 	}
+	var addrs, dns []any
 	if n.IP != "" {
 		prefix := netip.MustParsePrefix(s.Network.Subnet)
-		eth["addresses"] = []any{n.IP + "/" + itoa(prefix.Bits())}
+		addrs = append(addrs, n.IP+"/"+itoa(prefix.Bits()))
 		if s.Network.Gateway != "" {
 			eth["routes"] = []any{map[string]any{"to": "default", "via": s.Network.Gateway}}
 		}
-		if len(s.Network.DNS) > 0 {
-			var dns []any
-			for _, d := range s.Network.DNS {
-				dns = append(dns, d)
-			}
-			eth["nameservers"] = map[string]any{"addresses": dns}
+		for _, d := range s.Network.DNS {
+			dns = append(dns, d)
 		}
+	}
+	if n.IPv6 != "" {
+		prefix := netip.MustParsePrefix(s.Network.IPv6.Prefix)
+		addrs = append(addrs, n.IPv6+"/"+itoa(prefix.Bits()))
+		for _, d := range s.Network.IPv6.DNS {
+			dns = append(dns, d)
+		}
+	}
+	if addrs != nil {
+		eth["addresses"] = addrs
+	}
+	if dns != nil {
+		eth["nameservers"] = map[string]any{"addresses": dns}
 	}
 	return map[string]any{"version": 2, "ethernets": map[string]any{"primary": eth}}
 }

@@ -19,7 +19,7 @@ import (
 //
 //	plan.json
 //	sites/<site>/site.json                  the site without its nodes
-//	sites/<site>/dhcp-reservations.json     reservation mode only
+//	sites/<site>/dhcp-reservations.json     reservation mode only (either family)
 //	sites/<site>/dnsmasq-hosts              the same, as dnsmasq dhcp-hostsfile
 //	sites/<site>/unknown/boot.ipxe, workflow.json
 //	sites/<site>/nodes/<node>/boot.ipxe, user-data, meta-data, network-config, workflow.json
@@ -151,7 +151,7 @@ func eachFile(p *plan.Plan, emit func(File) error) error {
 		if err := add(b, append(sd, "site.json")...); err != nil {
 			return err
 		}
-		if s.Network.DHCP == plan.DHCPReservation {
+		if s.Network.DHCP == plan.DHCPReservation || s.Network.IPv6 != nil && s.Network.IPv6.DHCP == plan.DHCPReservation {
 			b, err := marshal(s.Reservations)
 			if err != nil {
 				return err
@@ -202,12 +202,21 @@ func marshal(v any) ([]byte, error) {
 }
 
 // DnsmasqHosts renders a reservation site's leases in dnsmasq's
-// dhcp-hostsfile format (one "mac,ip,hostname" line per MAC).
+// dhcp-hostsfile format: one "mac,ip,hostname" line per MAC, the IPv6
+// address in brackets after the IPv4 one ("mac,ip,[ipv6],hostname"), or
+// alone.
 func DnsmasqHosts(s *plan.Site) string {
 	var b strings.Builder
 	for _, r := range s.Reservations {
+		addrs := ""
+		if r.IP != "" {
+			addrs += r.IP + ","
+		}
+		if r.IPv6 != "" {
+			addrs += "[" + r.IPv6 + "],"
+		}
 		for _, m := range r.MACs {
-			fmt.Fprintf(&b, "%s,%s,%s\n", m, r.IP, r.Hostname)
+			fmt.Fprintf(&b, "%s,%s%s\n", m, addrs, r.Hostname)
 		}
 	}
 	return b.String()

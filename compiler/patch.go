@@ -61,7 +61,7 @@ func (c *Compiler) patch(fsys fs.FS, changed map[string]bool) *plan.Plan {
 			return nil
 		}
 		old := lg.byFile[p]
-		if len(old) == 0 || slices.ContainsFunc(old, func(o *object) bool { return o.kind != "Node" || o.v.get("ip") != nil }) {
+		if len(old) == 0 || slices.ContainsFunc(old, func(o *object) bool { return o.kind != "Node" || o.v.get("ip") != nil || o.v.get("ipv6") != nil }) {
 			return nil
 		}
 		st, err := fs.Lstat(fsys, p)
@@ -77,7 +77,7 @@ func (c *Compiler) patch(fsys fs.FS, changed map[string]bool) *plan.Plan {
 		if res == nil {
 			res = c.loadYAML(p, data)
 		}
-		if len(res.errs) > 0 || len(res.objs) == 0 || slices.ContainsFunc(res.objs, func(o *object) bool { return o.kind != "Node" || o.v.get("ip") != nil }) {
+		if len(res.errs) > 0 || len(res.objs) == 0 || slices.ContainsFunc(res.objs, func(o *object) bool { return o.kind != "Node" || o.v.get("ip") != nil || o.v.get("ipv6") != nil }) {
 			return nil
 		}
 		edits = append(edits, &edit{file: p, old: old, new: res.objs, key: key, res: res, info: info})

@@ -89,6 +89,11 @@ func (r *repo) render() (*plan.Plan, Errors) {
 		if pool := nw.get("pool"); pool != nil {
 			s.Network.Pool = &plan.Pool{Start: pool.get("start").str, End: pool.get("end").str}
 		}
+		if s.Network.ServerAddress == "" {
+			// IPv6 only: nothing answers DHCPv4 for the site.
+			s.Network.DHCP = plan.DHCPOff
+		}
+		s.Network.IPv6 = networkV6(nw.get("ipv6"))
 		switch s.UnknownNodes {
 		case plan.PolicyProvision:
 			pr := profiles[s.DefaultProfile]
@@ -137,14 +142,20 @@ func (r *repo) render() (*plan.Plan, Errors) {
 	for _, j := range jobs {
 		s, pn := j.site, j.out
 		s.Nodes = append(s.Nodes, pn)
-		if pn.IP != "" {
-			s.Reservations = append(s.Reservations, plan.Reservation{Node: pn.Name, MACs: pn.Identity.MACs, IP: pn.IP, Hostname: pn.Hostname})
+		if pn.IP != "" || pn.IPv6 != "" {
+			s.Reservations = append(s.Reservations, plan.Reservation{Node: pn.Name, MACs: pn.Identity.MACs, IP: pn.IP, IPv6: pn.IPv6, Hostname: pn.Hostname})
 		}
 	}
 	for _, s := range sites {
+		// By IPv4 address, then IPv6 (IPv6-only reservations first).
 		slices.SortFunc(s.Reservations, func(a, b plan.Reservation) int {
 			x, _ := netip.ParseAddr(a.IP)
 			y, _ := netip.ParseAddr(b.IP)
+			if c := x.Compare(y); c != 0 {
+				return c
+			}
+			x, _ = netip.ParseAddr(a.IPv6)
+			y, _ = netip.ParseAddr(b.IPv6)
 			return x.Compare(y)
 		})
 		s.Hash = plan.SiteHash(s)
@@ -152,6 +163,38 @@ func (r *repo) render() (*plan.Plan, Errors) {
 	}
 	p.Hash = plan.PlanHash(p)
 	return p, nil
+}
+
+// networkV6 is a site's network.ipv6, addresses in canonical form; nil
+// when the site has none.
+func networkV6(v *value) *plan.NetworkV6 {
+	if v == nil {
+		return nil
+	}
+	n := &plan.NetworkV6{
+		ServerAddress: canonicalAddr(v.get("serverAddress").str),
+		Prefix:        v.get("prefix").str,
+		DHCP:          v.get("dhcp").String(),
+	}
+	if p, err := netip.ParsePrefix(n.Prefix); err == nil {
+		n.Prefix = p.String()
+	}
+	for _, d := range v.get("dns").strs() {
+		n.DNS = append(n.DNS, canonicalAddr(d))
+	}
+	if pool := v.get("pool"); pool != nil {
+		n.Pool = &plan.Pool{Start: canonicalAddr(pool.get("start").str), End: canonicalAddr(pool.get("end").str)}
+	}
+	return n
+}
+
+// canonicalAddr writes an IPv6 address one way (RFC 5952: lowercase, the
+// longest run of zero groups as ::), so addresses compare as strings.
+func canonicalAddr(s string) string {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.String()
+	}
+	return s
 }
 
 // renderKey is what a node's rendering depends on; microOS is the name of
@@ -172,6 +215,7 @@ func (r *repo) node(n *nodeObj, s *plan.Site, pr *plan.Profile, microOS map[stri
 		Profile:     pr.Name,
 		Hostname:    n.str("hostname"),
 		IP:          n.str("ip"),
+		IPv6:        canonicalAddr(n.str("ipv6")),
 		Labels:      n.v.get("labels").stringMap(),
 		Reprovision: n.v.get("reprovision").integer(),
 		BMC:         r.bmc(n),
@@ -230,7 +274,7 @@ func (r *repo) artifacts(n *plan.Node, nodeCI *value, s *plan.Site, pr *plan.Pro
 func renderVars(n *plan.Node, s *plan.Site, pr *plan.Profile) func(string) (string, bool) {
 	vars := map[string]string{
 		"node": n.Name, "hostname": n.Hostname, "site": s.Name, "profile": pr.Name,
-		"ip": n.IP, "serial": n.Identity.Serial, "uuid": n.Identity.UUID, "server": s.ServerURL(),
+		"ip": n.IP, "ipv6": n.IPv6, "serial": n.Identity.Serial, "uuid": n.Identity.UUID, "server": s.ServerURL(),
 	}
 	if len(n.Identity.MACs) > 0 {
 		vars["mac"] = n.Identity.MACs[0]
@@ -310,7 +354,7 @@ func ipxeScript(s *plan.Site, m *plan.MicroOS, n *plan.Node, profile string, ker
 func grubConfig(s *plan.Site, m *plan.MicroOS, n *plan.Node, profile string, kernelArgs []string, extra ...string) string {
 	// Debian's signed GRUB reads files over TFTP only: its http module
 	// is not built in, and Secure Boot forbids loading it.
-	root := "(tftp," + ipxeWord(s.Network.ServerAddress) + ")"
+	root := "(tftp," + ipxeWord(s.Network.PrimaryAddress()) + ")"
 	micro := ipxeWord(m.Name)
 	comment, args := bootLine(s, m, n, profile, kernelArgs, append(extra, plan.CmdlineChain+"="+plan.ChainShim)...)
 	var b strings.Builder
@@ -407,22 +451,56 @@ func networkConfig(n *plan.Node, s *plan.Site) string {
 	} else {
 		b.WriteString(plan.NetworkMatchAny)
 	}
-	if n.IP == "" {
-		b.WriteString("    dhcp4: true\n")
+	v6 := s.Network.IPv6
+	if n.IP == "" && n.IPv6 == "" {
+		if s.Network.ServerAddress != "" {
+			b.WriteString("    dhcp4: true\n")
+		}
+		if v6 != nil {
+			networkConfigV6(&b, v6)
+		}
 		return b.String()
 	}
-	prefix, _ := netip.ParsePrefix(s.Network.Subnet)
-	fmt.Fprintf(&b, "    dhcp4: false\n    addresses:\n      - %s\n", yamlString(fmt.Sprintf("%s/%d", n.IP, prefix.Bits())))
-	if s.Network.Gateway != "" {
+	var addrs, dns []string
+	if n.IP != "" {
+		prefix, _ := netip.ParsePrefix(s.Network.Subnet)
+		b.WriteString("    dhcp4: false\n")
+		addrs = append(addrs, fmt.Sprintf("%s/%d", n.IP, prefix.Bits()))
+		dns = append(dns, s.Network.DNS...)
+	} else if s.Network.ServerAddress != "" {
+		b.WriteString("    dhcp4: true\n")
+	}
+	if n.IPv6 != "" {
+		// The address is static; the default route comes from the
+		// router's advertisements.
+		prefix, _ := netip.ParsePrefix(v6.Prefix)
+		b.WriteString("    dhcp6: false\n    accept-ra: true\n")
+		addrs = append(addrs, fmt.Sprintf("%s/%d", n.IPv6, prefix.Bits()))
+		dns = append(dns, v6.DNS...)
+	} else if v6 != nil {
+		networkConfigV6(&b, v6)
+	}
+	b.WriteString("    addresses:\n")
+	for _, a := range addrs {
+		fmt.Fprintf(&b, "      - %s\n", yamlString(a))
+	}
+	if n.IP != "" && s.Network.Gateway != "" {
 		fmt.Fprintf(&b, "    routes:\n      - to: default\n        via: %s\n", yamlString(s.Network.Gateway))
 	}
-	if len(s.Network.DNS) > 0 {
+	if len(dns) > 0 {
 		b.WriteString("    nameservers:\n      addresses:\n")
-		for _, d := range s.Network.DNS {
+		for _, d := range dns {
 			fmt.Fprintf(&b, "        - %s\n", yamlString(d))
 		}
 	}
 	return b.String()
+}
+
+// networkConfigV6 is a dynamic IPv6 configuration: router advertisements
+// (SLAAC, the default route), and DHCPv6 where the site hands out
+// addresses with it.
+func networkConfigV6(b *strings.Builder, v6 *plan.NetworkV6) {
+	fmt.Fprintf(b, "    dhcp6: %t\n    accept-ra: true\n", v6.DHCP == plan.DHCPReservation)
 }
 
 // mergeMaps deep-merges over onto a copy of base (over wins).

@@ -153,22 +153,25 @@ type index struct {
 	bySerial map[string]*Node
 	// reservations by site/MAC; sites with a node known by serial only.
 	reservations map[string]Reservation
-	reservedIPs  map[string]bool
-	serialOnly   map[string]bool
+	// reservationsV6: the same for IPv6 leases.
+	reservationsV6 map[string]Reservation
+	reservedIPs    map[string]bool
+	serialOnly     map[string]bool
 }
 
 func (p *Plan) idx() *index {
 	p.once.Do(func() {
 		ix := &index{
-			sites:        map[string]*Site{},
-			nodes:        map[string]*Node{},
-			profiles:     map[string]*Profile{},
-			byMAC:        map[string]*Node{},
-			byUUID:       map[string]*Node{},
-			bySerial:     map[string]*Node{},
-			reservations: map[string]Reservation{},
-			reservedIPs:  map[string]bool{},
-			serialOnly:   map[string]bool{},
+			sites:          map[string]*Site{},
+			nodes:          map[string]*Node{},
+			profiles:       map[string]*Profile{},
+			byMAC:          map[string]*Node{},
+			byUUID:         map[string]*Node{},
+			bySerial:       map[string]*Node{},
+			reservations:   map[string]Reservation{},
+			reservationsV6: map[string]Reservation{},
+			reservedIPs:    map[string]bool{},
+			serialOnly:     map[string]bool{},
 		}
 		for _, pr := range p.Profiles {
 			ix.profiles[pr.Name] = pr
@@ -176,9 +179,18 @@ func (p *Plan) idx() *index {
 		for _, s := range p.Sites {
 			ix.sites[s.Name] = s
 			for _, r := range s.Reservations {
-				ix.reservedIPs[s.Name+"/"+r.IP] = true
+				for _, ip := range []string{r.IP, r.IPv6} {
+					if ip != "" {
+						ix.reservedIPs[s.Name+"/"+ip] = true
+					}
+				}
 				for _, m := range r.MACs {
-					ix.reservations[s.Name+"/"+m] = r
+					if r.IP != "" {
+						ix.reservations[s.Name+"/"+m] = r
+					}
+					if r.IPv6 != "" {
+						ix.reservationsV6[s.Name+"/"+m] = r
+					}
 				}
 			}
 			for _, n := range s.Nodes {
@@ -331,13 +343,22 @@ func unknown(s *Site, site string, m Machine) Decision {
 	return d
 }
 
-// Reservation returns the static lease of a MAC (normalised) on a site.
+// Reservation returns the static IPv4 lease of a MAC (normalised) on a
+// site: a node with only an IPv6 reservation has none.
 func (p *Plan) Reservation(site, mac string) (Reservation, bool) {
 	r, ok := p.idx().reservations[site+"/"+mac]
 	return r, ok
 }
 
-// Reserved reports whether ip is a node's static address on a site.
+// ReservationV6 returns the static IPv6 lease (Reservation.IPv6) of a MAC
+// (normalised) on a site.
+func (p *Plan) ReservationV6(site, mac string) (Reservation, bool) {
+	r, ok := p.idx().reservationsV6[site+"/"+mac]
+	return r, ok
+}
+
+// Reserved reports whether ip (IPv4, or IPv6 in canonical form) is a
+// node's static address on a site.
 func (p *Plan) Reserved(site, ip string) bool {
 	return p.idx().reservedIPs[site+"/"+ip]
 }

@@ -80,10 +80,30 @@ func (s *Site) Rollout(profile string) Rollout {
 	return Rollout{Strategy: RolloutManual, MaxUnavailable: DefaultMaxUnavailable, HealthTimeout: DefaultHealthTimeout}
 }
 
+// HostPort joins an address (IPv4, IPv6 or a host name) and a port as a
+// URL's host part: an IPv6 address gets brackets ("[2001:db8::1]:8080").
+func HostPort(addr string, port int) string {
+	return net.JoinHostPort(addr, strconv.Itoa(port))
+}
+
 // ServerURL is the base URL nodes use to reach the site's boot server
-// from their firmware and boot loaders (plain HTTP).
+// from their firmware and boot loaders (plain HTTP): at its IPv4
+// serverAddress, or at its IPv6 one on an IPv6-only site.
 func (s *Site) ServerURL() string {
-	return "http://" + s.Network.ServerAddress + ":" + strconv.Itoa(s.Network.HTTPPort)
+	return s.serverURL(s.Network.PrimaryAddress())
+}
+
+// ServerURLv6 is ServerURL over IPv6 (http://[address]:port), or "" when
+// the site has no IPv6.
+func (s *Site) ServerURLv6() string {
+	if s.Network.IPv6 == nil {
+		return ""
+	}
+	return s.serverURL(s.Network.IPv6.ServerAddress)
+}
+
+func (s *Site) serverURL(addr string) string {
+	return "http://" + HostPort(addr, s.Network.HTTPPort)
 }
 
 // TLS says the site's agents talk to the boot server over TLS.
@@ -93,9 +113,20 @@ func (s *Site) TLS() bool { return s.Network.HTTPSPort != 0 }
 // network.httpsPort when the site has one, else ServerURL.
 func (s *Site) AgentURL() string {
 	if s.TLS() {
-		return "https://" + s.Network.ServerAddress + ":" + strconv.Itoa(s.Network.HTTPSPort)
+		return "https://" + HostPort(s.Network.PrimaryAddress(), s.Network.HTTPSPort)
 	}
 	return s.ServerURL()
+}
+
+// AgentURLv6 is AgentURL over IPv6, or "" when the site has no IPv6.
+func (s *Site) AgentURLv6() string {
+	switch {
+	case s.Network.IPv6 == nil:
+		return ""
+	case s.TLS():
+		return "https://" + HostPort(s.Network.IPv6.ServerAddress, s.Network.HTTPSPort)
+	}
+	return s.ServerURLv6()
 }
 
 // Peers is a site's limits on the machines sharing images.
@@ -151,7 +182,9 @@ func (b *BMC) Host() string {
 	return net.JoinHostPort(b.Address, strconv.Itoa(b.Port))
 }
 
-// Network is a site's provisioning network.
+// Network is a site's provisioning network. Its top-level fields are
+// IPv4: ServerAddress is "" (and DHCP off) on an IPv6-only site. IPv6 is
+// nil on an IPv4-only one.
 type Network struct {
 	Interface     string   `json:"interface,omitempty"`
 	ServerAddress string   `json:"serverAddress"`
@@ -162,7 +195,31 @@ type Network struct {
 	Gateway       string   `json:"gateway,omitempty"`
 	DNS           []string `json:"dns,omitempty"`
 	Pool          *Pool    `json:"pool,omitempty"`
-	LeaseSeconds  int      `json:"leaseSeconds"`
+	// LeaseSeconds is the lease time of both families (DHCPv6: the
+	// valid lifetime; the preferred lifetime is the same).
+	LeaseSeconds int        `json:"leaseSeconds"`
+	IPv6         *NetworkV6 `json:"ipv6,omitempty"`
+}
+
+// NetworkV6 is the IPv6 side of a site's network. Addresses are in
+// canonical form (netip.Addr.String), so they compare as strings.
+type NetworkV6 struct {
+	ServerAddress string `json:"serverAddress"`
+	// Prefix is the link's on-link prefix, a /64.
+	Prefix string `json:"prefix"`
+	// DHCP is the DHCPv6 mode: DHCPProxy, DHCPReservation or DHCPOff.
+	DHCP string   `json:"dhcp"`
+	DNS  []string `json:"dns,omitempty"`
+	Pool *Pool    `json:"pool,omitempty"`
+}
+
+// PrimaryAddress is the server address a single URL for the site uses: the
+// IPv4 one, or the IPv6 one on an IPv6-only site.
+func (n Network) PrimaryAddress() string {
+	if n.ServerAddress == "" && n.IPv6 != nil {
+		return n.IPv6.ServerAddress
+	}
+	return n.ServerAddress
 }
 
 // Pool is a range of addresses for unknown machines (reservation mode).
@@ -171,11 +228,14 @@ type Pool struct {
 	End   string `json:"end"`
 }
 
-// Reservation is one static DHCP lease of a reservation-mode site.
+// Reservation is one node's static DHCP leases on a site: IP for DHCPv4
+// (network.dhcp: reservation), IPv6 for DHCPv6 (network.ipv6.dhcp:
+// reservation); either may be "" when the node has only the other.
 type Reservation struct {
 	Node     string   `json:"node"`
 	MACs     []string `json:"macs"`
-	IP       string   `json:"ip"`
+	IP       string   `json:"ip,omitempty"`
+	IPv6     string   `json:"ipv6,omitempty"`
 	Hostname string   `json:"hostname"`
 }
 
@@ -228,6 +288,7 @@ type Node struct {
 	Profile     string            `json:"profile"`
 	Hostname    string            `json:"hostname"`
 	IP          string            `json:"ip,omitempty"`
+	IPv6        string            `json:"ipv6,omitempty"`
 	Identity    Identity          `json:"identity"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	Reprovision int               `json:"reprovision"`

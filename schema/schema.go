@@ -201,7 +201,9 @@ func kernelLine() map[string]any {
 // addRules adds to the exported definitions the rules the compiler checks
 // in Go that a JSON Schema can still express, so that an editor refuses
 // what bootops validate refuses: a node's identity names at least one
-// identifier, a reservation site has a subnet, an action has what it needs
+// identifier, a reservation site has a subnet, a site has a server address
+// (IPv4, IPv6 or both) and an IPv6-only one no IPv4 setting, an action has
+// what it needs
 // and only its own parameters, a profile's workflow writes the image, an
 // artifact has exactly one of url and path (and a url its sha256), kernel
 // command lines hold nothing iPXE would misread. What needs other objects
@@ -232,6 +234,15 @@ func addRules(defs map[string]any) {
 	if nw := obj(defs["Site"], "properties", "network"); nw != nil {
 		nw["if"] = map[string]any{"properties": map[string]any{"dhcp": map[string]any{"const": "reservation"}}, "required": []string{"dhcp"}}
 		nw["then"] = req("subnet")
+		nw["anyOf"] = []any{req("serverAddress"), req("ipv6")}
+		// IPv6 only: no IPv4 setting.
+		nw["allOf"] = []any{map[string]any{
+			"if": map[string]any{"not": req("serverAddress")},
+			"then": map[string]any{"properties": map[string]any{
+				"subnet": false, "gateway": false, "dns": false, "pool": false,
+				"dhcp": map[string]any{"not": map[string]any{"const": "reservation"}},
+			}},
+		}}
 	}
 	if a := obj(defs["Action"]); a != nil {
 		params, needs := ActionParams(), ActionNeeds()

@@ -299,17 +299,16 @@ func flatten(v any) map[string]string {
 func nodeFields(b, h *plan.Node) []FieldChange {
 	own := func(n *plan.Node) any {
 		return struct {
-			Profile, Hostname, IP string
-			Identity              plan.Identity
-			Labels                map[string]string
-			Reprovision           int
-		}{n.Profile, n.Hostname, n.IP, n.Identity, n.Labels, n.Reprovision}
+			Profile     string            `json:"profile"`
+			Hostname    string            `json:"hostname"`
+			IP          string            `json:"ip"`
+			IPv6        string            `json:"ipv6"`
+			Identity    plan.Identity     `json:"identity"`
+			Labels      map[string]string `json:"labels"`
+			Reprovision int               `json:"reprovision"`
+		}{n.Profile, n.Hostname, n.IP, n.IPv6, n.Identity, n.Labels, n.Reprovision}
 	}
-	out := fieldDiff(own(b), own(h))
-	for i := range out {
-		out[i].Field = lowerFirst(out[i].Field)
-	}
-	return out
+	return fieldDiff(own(b), own(h))
 }
 
 func identityFields(n *plan.Node) []FieldChange {
@@ -320,13 +319,6 @@ func identityFields(n *plan.Node) []FieldChange {
 		}
 	}
 	return out
-}
-
-func lowerFirst(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToLower(s[:1]) + s[1:]
 }
 
 // artifactDiff names the rendered files that differ.

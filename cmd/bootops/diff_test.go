@@ -287,3 +287,45 @@ func TestDiffOutOfDate(t *testing.T) {
 		t.Errorf("--server:\n%s", out)
 	}
 }
+
+// IPv6: a site gaining IPv6, then its prefix and a node's reservation
+// changing, each shown field by field.
+func TestDiffIPv6(t *testing.T) {
+	dir := gitRepo(t)
+	site, node := "sites/warehouse/site.yaml", "sites/warehouse/nodes/rack1-03.yaml"
+	git(t, dir, "checkout", "-q", "-b", "v6")
+	edit(t, dir, site, "  dhcp: proxy\n", "  dhcp: proxy\n  ipv6: {serverAddress: \"2001:db8:1::1\", prefix: \"2001:db8:1::/64\", dhcp: reservation}\n")
+	b, _ := os.ReadFile(filepath.Join(dir, node))
+	os.WriteFile(filepath.Join(dir, node), append(b, "ipv6: 2001:db8:1::13\n"...), 0o644)
+	git(t, dir, "commit", "-q", "-am", "ipv6")
+	_, out, errs := bootops(t, nil, "diff", dir, "--base", "main", "--head", "v6")
+	for _, w := range []string{
+		"~ site warehouse  network.ipv6.dhcp: reservation, network.ipv6.prefix: 2001:db8:1::/64, network.ipv6.serverAddress: 2001:db8:1::1",
+		"  ~   rack1-03  ipv6: 2001:db8:1::13; renders network-config differently",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("adding IPv6: the diff lacks %q:\n%s%s", w, out, errs)
+		}
+	}
+
+	git(t, dir, "checkout", "-q", "-b", "renumber")
+	edit(t, dir, site, "2001:db8:1::1\", prefix: \"2001:db8:1::/64\"", "2001:db8:2::1\", prefix: \"2001:db8:2::/64\"")
+	edit(t, dir, node, "ipv6: 2001:db8:1::13", "ipv6: 2001:db8:2::13")
+	git(t, dir, "commit", "-q", "-am", "renumber")
+	code, cs, errs := diffJSON(t, dir, "--base", "v6", "--head", "renumber")
+	if code != 0 || len(cs.Objects) != 1 || len(cs.Nodes) != 1 {
+		t.Fatalf("renumbering: exit %d %s %+v", code, errs, cs)
+	}
+	var got []string
+	for _, f := range append(cs.Objects[0].Fields, cs.Nodes[0].Fields...) {
+		got = append(got, f.String())
+	}
+	want := []string{
+		"network.ipv6.prefix: 2001:db8:1::/64 → 2001:db8:2::/64",
+		"network.ipv6.serverAddress: 2001:db8:1::1 → 2001:db8:2::1",
+		"ipv6: 2001:db8:1::13 → 2001:db8:2::13",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("renumbering: fields\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -85,6 +85,7 @@ func printDecision(e *env, p *plan.Plan, d plan.Decision) {
 		pr := p.Profile(d.Profile)
 		fmt.Fprintf(w, "match: node %s (site %s) installs profile %s with micro-os %s\n", d.Node.Name, d.Node.Site, d.Profile, pr.MicroOS)
 		printProof(w, p, d.Node, pr.MicroOS)
+		printAddresses(w, d.Site, d.Node)
 	case plan.Mismatch:
 		fmt.Fprintf(w, "mismatch: refused; the machine gets a script that prints the reason and stops\n")
 		for _, c := range d.Conflicts {
@@ -100,8 +101,10 @@ func printDecision(e *env, p *plan.Plan, d plan.Decision) {
 			fmt.Fprintf(w, "unknown: not answered (policy ignore)\n")
 		case d.Policy == plan.PolicyProvision:
 			fmt.Fprintf(w, "unknown: installs site %s's default profile %s\n", d.Site.Name, d.Profile)
+			printAddresses(w, d.Site, nil)
 		case d.Policy == plan.PolicyHold:
 			fmt.Fprintf(w, "unknown: held in the micro-os on site %s until a Node is committed\n", d.Site.Name)
+			printAddresses(w, d.Site, nil)
 		}
 	}
 	fmt.Fprintf(w, "why: %s\n", d.Reason)
@@ -116,4 +119,42 @@ func printProof(w io.Writer, p *plan.Plan, n *plan.Node, microOS string) {
 	if a := n.Attestation; a != nil && a.Require {
 		fmt.Fprintf(w, "  attestation: required: secure boot on, PCR 4 shows micro-os %s (PE digest %s)\n", microOS, p.MicroOSNamed(microOS).PEDigest)
 	}
+}
+
+// printAddresses says where a machine's addresses come from on site s (n
+// is nil for an unknown machine) and the boot server's URL in each
+// family: only for sites with IPv6 or a node with a reserved address, so
+// the common IPv4 proxy site's answer stays two lines.
+func printAddresses(w io.Writer, s *plan.Site, n *plan.Node) {
+	nw := s.Network
+	var ip, ipv6 string
+	if n != nil {
+		ip, ipv6 = n.IP, n.IPv6
+	}
+	if nw.IPv6 == nil && ip == "" {
+		return
+	}
+	if nw.ServerAddress != "" {
+		fmt.Fprintf(w, "  ipv4: %s; boot server %s\n", addressSource(nw.DHCP, nw.Pool, ip, "DHCP", "the site's DHCP server"), s.ServerURL())
+	}
+	if v6 := nw.IPv6; v6 != nil {
+		fmt.Fprintf(w, "  ipv6: %s; boot server %s\n", addressSource(v6.DHCP, v6.Pool, ipv6, "DHCPv6", "SLAAC or the site's DHCPv6 server"), s.ServerURLv6())
+	}
+}
+
+// addressSource says where a machine gets its address of one family: its
+// reservation, else the site's pool or its own servers (own), by the
+// site's DHCP mode in the family.
+func addressSource(mode string, pool *plan.Pool, reserved, dhcp, own string) string {
+	switch {
+	case reserved != "":
+		return reserved + " (" + dhcp + " reservation)"
+	case mode == plan.DHCPReservation && pool != nil:
+		return "an address from the pool " + pool.Start + "-" + pool.End + " (" + dhcp + " reservation mode)"
+	case mode == plan.DHCPReservation:
+		return "no address: the site has no pool (" + dhcp + " reservation mode)"
+	case mode == plan.DHCPProxy:
+		return "an address from " + own + " (" + dhcp + " proxy: bootops adds the boot options)"
+	}
+	return "an address from " + own + " (" + dhcp + " off)"
 }

@@ -151,9 +151,10 @@ type index struct {
 	byMAC    map[string]*Node
 	byUUID   map[string]*Node
 	bySerial map[string]*Node
-	// reservations by site/MAC; sites with a node known by serial only.
-	reservations map[string]Reservation
-	// reservationsV6: the same for IPv6 leases.
+	// reservations (DHCPv4) and reservationsV6 (DHCPv6) by site/MAC;
+	// reserved addresses of both families by site/address; sites with a
+	// node known by serial only.
+	reservations   map[string]Reservation
 	reservationsV6 map[string]Reservation
 	reservedIPs    map[string]bool
 	serialOnly     map[string]bool

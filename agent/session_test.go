@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/plan"
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/compiler"
@@ -114,6 +115,15 @@ func TestAgentAgainstServer(t *testing.T) {
 // n1 installs.
 func agentServer(t *testing.T, ctx context.Context, identity string) (string, *status.Durable, []byte) {
 	t.Helper()
+	addr, store, image, _ := agentServerOn(t, ctx, "127.0.0.1:0", identity)
+	return addr, store, image
+}
+
+// agentServerOn is agentServer listening on listen: on [::1], its site is
+// dual-stack (IPv4 127.0.0.1, IPv6 ::1) and scripts are fetched over
+// IPv6. It returns the compiled Plan too.
+func agentServerOn(t *testing.T, ctx context.Context, listen, identity string) (string, *status.Durable, []byte, *plan.Plan) {
+	t.Helper()
 	image := bytes.Repeat([]byte("bootops image block "), 100000)
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
@@ -125,15 +135,21 @@ func agentServer(t *testing.T, ctx context.Context, identity string) (string, *s
 	}))
 	t.Cleanup(images.Close)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
 	}
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	network := "serverAddress: " + host
+	if host == "::1" {
+		// The compiler takes no loopback address for a site: the IPv6
+		// one is set to ::1 once compiled.
+		network = "serverAddress: 127.0.0.1, ipv6: {serverAddress: \"2001:db8::1\", prefix: \"2001:db8::/64\", dhcp: off}"
+	}
 	repo := t.TempDir()
 	write(t, repo, "microos.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {url: \"http://198.18.0.1/k\", sha256: "+strings.Repeat("1a", 32)+"}\ninitrd: {url: \"http://198.18.0.1/i\", sha256: "+strings.Repeat("1a", 32)+"}\n")
 	write(t, repo, "profile.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: base\nos: {type: immutable}\nimage: {url: \""+images.URL+"/img.raw.gz\", sha256: "+hex.EncodeToString(sum[:])+", compression: gz}\ncloudInit: {hostname: n1}\n")
-	write(t, repo, "sites/lab/site.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {serverAddress: "+host+", httpPort: "+port+", dhcp: off}\ndefaultProfile: base\n")
+	write(t, repo, "sites/lab/site.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {"+network+", httpPort: "+port+", dhcp: off}\ndefaultProfile: base\n")
 	write(t, repo, "sites/lab/nodes/n1.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n1\nidentity: "+identity+"\nreprovision: 3\n")
 	c, err := compiler.New()
 	if err != nil {
@@ -142,6 +158,9 @@ func agentServer(t *testing.T, ctx context.Context, identity string) (string, *s
 	p, err := c.Compile(os.DirFS(repo))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if host == "::1" {
+		p.Sites[0].Network.IPv6.ServerAddress = "::1"
 	}
 	live := &boot.Live{}
 	live.Swap(p)
@@ -157,7 +176,7 @@ func agentServer(t *testing.T, ctx context.Context, identity string) (string, *s
 	srv := &bhttp.Server{Plans: live, Events: store, Status: store, Store: store, Sessions: store, Secret: secret}
 	go srv.Serve(ctx, ln)
 
-	return ln.Addr().String(), store, image
+	return ln.Addr().String(), store, image, p
 }
 
 // bootArgs fetches a machine's script as iPXE would and reads its kernel

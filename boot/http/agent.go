@@ -403,9 +403,9 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			reply.Node, reply.Machine = c.Node, c.Machine
 		}
 		if seedOf != nil {
-			reply.CloudInit = seed(*seedOf, reply.Session)
+			reply.CloudInit = seed(*seedOf, reply.Session, forFamily(site, ev.IP))
 			if n != nil && reply.CloudInit != nil {
-				reply.CloudInit.Report = s.report(site, n, n.Install.Digest)
+				reply.CloudInit.Report = forFamily(site, ev.IP)(s.report(site, n, n.Install.Digest))
 				if mac := plan.NormalizeMAC(first(c.Identity.MACs)); mac != "" {
 					reply.CloudInit.NetworkConfig = strings.Replace(reply.CloudInit.NetworkConfig, plan.NetworkMatchAny,
 						fmt.Sprintf("    match:\n      macaddress: %q\n", mac), 1)
@@ -604,12 +604,12 @@ func (s *Server) record(evs ...status.Event) error {
 }
 
 // seed is the rendered cloud-init of a node (or of a site's unknown
-// machines), the token in place.
-func seed(a plan.Artifacts, token string) *plan.CloudInitSeed {
+// machines), the token in place and its URLs in the agent's family.
+func seed(a plan.Artifacts, token string, family func(string) string) *plan.CloudInitSeed {
 	if a.UserData == "" && a.MetaData == "" {
 		return nil
 	}
-	fill := func(s string) string { return strings.ReplaceAll(s, plan.TokenPlaceholder, token) }
+	fill := func(s string) string { return family(strings.ReplaceAll(s, plan.TokenPlaceholder, token)) }
 	return &plan.CloudInitSeed{UserData: fill(a.UserData), MetaData: fill(a.MetaData), NetworkConfig: fill(a.NetworkConfig)}
 }
 

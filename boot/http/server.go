@@ -452,7 +452,7 @@ func (s *Server) decideScript(q url.Values, ip string, f flavor) (string, int) {
 	}
 	s.Events.Record(ev)
 	s.logger().Info("script", "loader", f.name, "site", ev.Site, "node", ev.Node, "mac", ev.MAC, "uuid", ev.UUID, "serial", ev.Serial, "outcome", string(d.Outcome), "message", ev.Message)
-	return body, http.StatusOK
+	return forFamily(p.Site(ev.Site), ip)(body), http.StatusOK
 }
 
 // binary serves an iPXE build to a UEFI HTTP-boot client.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/bootops/bootops/boot"
@@ -128,10 +129,14 @@ func (s *Server) swarmReport(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "swarm report: "+err.Error(), code)
 		return
 	}
-	server := st.ServerURL()
+	// The server's chunks, at its address in the machine's family.
+	ip := clientIP(r)
+	server := baseURL(st, ip)
 	if s.Swarm.Port != 0 {
-		server = "http://" + net.JoinHostPort(st.Network.ServerAddress, strconv.Itoa(s.Swarm.Port))
+		u, _ := url.Parse(server)
+		u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(s.Swarm.Port))
+		server = u.String()
 	}
-	who := swarm.Member{Name: key, IP: clientIP(r), Server: server, Peers: st.Peers.PerMachine}
+	who := swarm.Member{Name: key, IP: ip, Server: server, Peers: st.Peers.PerMachine}
 	writeJSON(w, s.Swarm.Scheduler.Report(im.Manifest, who, rep))
 }

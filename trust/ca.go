@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -96,6 +97,7 @@ func InitCA(dir string, opt CAOptions) error {
 		BasicConstraintsValid: true,
 	}
 	for _, h := range opt.Hosts {
+		h = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(h), "["), "]") // [2001:db8::1] as in a URL
 		if ip := net.ParseIP(h); ip != nil {
 			srv.IPAddresses = append(srv.IPAddresses, ip)
 		} else {

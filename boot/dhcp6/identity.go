@@ -65,8 +65,8 @@ func ethernet(hw net.HardwareAddr) (string, bool) {
 // Client is who sent a message, as far as it says or its relay saw.
 type Client struct {
 	// MAC is the client's Ethernet address: from the relay's client
-	// link-layer address option (79), else from a modified EUI-64
-	// link-local source, else from a DUID-LL/LLT. "" when none says.
+	// link-layer address option (79), else a DUID-LL, else a modified
+	// EUI-64 link-local source, else a DUID-LLT. "" when none says.
 	MAC string
 	// MACFrom says which of "relay", "link-local" or "duid" MAC came from.
 	MACFrom string
@@ -95,15 +95,19 @@ func identify(msg *dhcpv6.Message, relay *dhcpv6.RelayMessage, peer netip.Addr) 
 			peer = a
 		}
 	}
+	// A DUID-LL says "my NIC's address" (RFC 8415 §11.4: devices with no
+	// storage to keep a DUID in, like firmware); a DUID-LLT is made once and
+	// kept, so it may name another NIC, a replaced one, or be a clone's.
+	if _, ll := duid.(*dhcpv6.DUIDLL); c.MAC == "" && ll {
+		c.MAC, c.MACFrom = macOf(duid, "duid")
+	}
 	if c.MAC == "" {
 		if mac, ok := MACFromLinkLocal(peer.WithZone("")); ok {
 			c.MAC, c.MACFrom = mac, "link-local"
 		}
 	}
 	if c.MAC == "" && duid != nil {
-		if mac, ok := MACFromDUID(duid); ok {
-			c.MAC, c.MACFrom = mac, "duid"
-		}
+		c.MAC, c.MACFrom = macOf(duid, "duid")
 	}
 	if u, ok := duid.(*dhcpv6.DUIDUUID); ok && u.UUID != [16]byte{} && u.UUID != [16]byte{255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255} {
 		b := u.UUID
@@ -118,6 +122,14 @@ func identify(msg *dhcpv6.Message, relay *dhcpv6.RelayMessage, peer netip.Addr) 
 		c.Key = fmt.Sprintf("duid:%x", duid.ToBytes())
 	}
 	return c
+}
+
+// macOf is MACFromDUID's MAC, and from when there is one.
+func macOf(d dhcpv6.DUID, from string) (string, string) {
+	if mac, ok := MACFromDUID(d); ok {
+		return mac, from
+	}
+	return "", ""
 }
 
 // decide is the plan's decision for c, by MAC and, for a DUID-UUID, by

@@ -64,7 +64,7 @@ func TestIdentifyOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The source's EUI-64 beats the DUID (which may name another NIC).
+	// The source's EUI-64 beats a DUID-LLT (which may name another NIC).
 	c := identify(sol, nil, netip.MustParseAddr("fe80::5054:ff:fe00:e"))
 	if c.MAC != "52:54:00:00:00:0e" || c.MACFrom != "link-local" || c.Key != c.MAC {
 		t.Errorf("link-local: %+v", c)
@@ -72,6 +72,13 @@ func TestIdentifyOrder(t *testing.T) {
 	c = identify(sol, nil, netip.MustParseAddr("fe80::1234:5678:9abc:def0"))
 	if c.MAC != "52:54:00:00:00:0d" || c.MACFrom != "duid" {
 		t.Errorf("duid: %+v", c)
+	}
+	// A DUID-LL names the NIC itself: it beats the source (perfdhcp's
+	// clients, or a relay's, all share one).
+	ll, _ := dhcpv6.NewMessage(dhcpv6.WithClientID(&dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0x0f}}))
+	c = identify(ll, nil, netip.MustParseAddr("fe80::5054:ff:fe00:e"))
+	if c.MAC != "52:54:00:00:00:0f" || c.MACFrom != "duid" {
+		t.Errorf("duid-ll: %+v", c)
 	}
 	// A DUID-EN from an opaque source: no MAC, leased by DUID.
 	en, _ := dhcpv6.NewMessage(dhcpv6.WithClientID(&dhcpv6.DUIDEN{EnterpriseNumber: 43793, EnterpriseIdentifier: []byte{9, 9}}))

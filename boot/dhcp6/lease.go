@@ -61,9 +61,7 @@ func reservation(p *plan.Plan, site *plan.Site, cfg Config, msg *dhcpv6.Message,
 		if ia != nil && cfg.Leases != nil && a.Client.Key != "" {
 			for _, ad := range ia.Options.Addresses() {
 				if x, ok := netip.AddrFromSlice(ad.IPv6Addr); ok {
-					// A lease confirmed to expire now: the pool keeps the
-					// machine's address for it until another one needs it.
-					if _, err := cfg.Leases.Confirm(a.Client.Key, x, poolRange(p, site, cfg), time.Nanosecond); err == nil {
+					if cfg.Leases.Release(a.Client.Key, x) == nil {
 						a.Addr = x
 					}
 				}

@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bootops/bootops/boot"
-	"github.com/bootops/bootops/boot/dhcp"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
@@ -66,7 +65,7 @@ func TestDhclient(t *testing.T) {
 	cfg := Config{ServerIP: netip.MustParseAddr("2001:db8:6::1"), Prefix: netip.MustParsePrefix("2001:db8:6::/64"),
 		PoolFirst: netip.MustParseAddr("2001:db8:6::100"), PoolLast: netip.MustParseAddr("2001:db8:6::1ff"),
 		LeaseTime: 10 * time.Minute, Mode: plan.DHCPReservation, HTTPPort: 8080, TFTP: true,
-		Leases: &dhcp.Pool{Path: leases}}
+		Leases: &Pool{Path: leases}}
 	events := &recorder{}
 	serve := func(cfg Config) (stop func()) {
 		return serveIn(t, srv, &Server{Plans: plans, Site: "lab", Config: cfg, Interface: "vsrv", Events: events,
@@ -116,7 +115,7 @@ func TestDhclient(t *testing.T) {
 
 	// Restart: a new server and pool on the same file; a fresh dhclient
 	// (no lease file: a new Solicit) gets the same address.
-	cfg.Leases = &dhcp.Pool{Path: leases}
+	cfg.Leases = &Pool{Path: leases}
 	stop = serve(cfg)
 	lease, _ = dhclient("second")
 	if m := iaaddr.FindStringSubmatch(lease); m == nil || m[1] != addr.String() {
@@ -124,7 +123,7 @@ func TestDhclient(t *testing.T) {
 	}
 	// Release.
 	run(t, "ip", "netns", "exec", cli, "timeout", "20", "dhclient", "-6", "-r", "-cf", conf, "-lf", filepath.Join(dir, "second.leases"), "-pf", filepath.Join(dir, "second.pid"), "-sf", "/bin/true", "vcli")
-	if mac := cfg.Leases.(*dhcp.Pool).MACOf(addr.String()); mac != "" {
+	if mac := cfg.Leases.(*Pool).MACOf(addr.String()); mac != "" {
 		t.Errorf("after Release %v is still leased to %s", addr, mac)
 	}
 	stop()

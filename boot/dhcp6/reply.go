@@ -53,9 +53,9 @@ type Config struct {
 	TFTP bool
 	// DNS servers told to every client that asks (option 23).
 	DNS []netip.Addr
-	// Leases keeps the pool's leases (nil: no pool). A *dhcp.Pool serves:
-	// keys are MACs (or "duid:…" for a client with none), addresses IPv6.
-	Leases dhcp.Leaser
+	// Leases keeps the pool's leases (nil: no pool), keyed by MAC (or
+	// "duid:…" for a client with none): a *Pool.
+	Leases Leaser
 	// Reservation is a MAC's fixed IPv6 address on the site in the plan
 	// (nil: none has one).
 	Reservation func(p *plan.Plan, site, mac string) (Reservation, bool)

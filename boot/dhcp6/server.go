@@ -171,7 +171,9 @@ func (s *Server) loop(ctx context.Context, conn *net.UDPConn) error {
 		go func() {
 			defer wg.Done()
 			for p := range work {
-				s.answer(conn, p.buf, p.peer, log)
+				if ctx.Err() == nil { // stopping: what is queued goes unanswered
+					s.answer(conn, p.buf, p.peer, log)
+				}
 				b := p.buf[:cap(p.buf)]
 				pool.Put(&b)
 			}

@@ -1,0 +1,203 @@
+package dhcp6
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bootops/bootops/boot/dhcp"
+)
+
+// clock is a settable time.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func testPool(t *testing.T) (*Pool, *clock) {
+	c := &clock{time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	return &Pool{Path: filepath.Join(t.TempDir(), "leases6.json"), Now: c.now}, c
+}
+
+func rng(first, last string, taken ...string) dhcp.Range {
+	r := dhcp.Range{First: netip.MustParseAddr(first), Last: netip.MustParseAddr(last)}
+	r.Taken = func(a netip.Addr) bool {
+		for _, x := range taken {
+			if a == netip.MustParseAddr(x) {
+				return true
+			}
+		}
+		return false
+	}
+	return r
+}
+
+func TestPoolDistinctAndStable(t *testing.T) {
+	p, _ := testPool(t)
+	r := rng("2001:db8::1:0", "2001:db8::1:ffff")
+	seen := map[netip.Addr]string{}
+	for i := range 2000 {
+		key := fmt.Sprintf("52:54:00:00:%02x:%02x", i>>8, i&0xff)
+		a, err := p.Offer(key, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k, dup := seen[a]; dup {
+			t.Fatalf("%v offered to %s and %s", a, k, key)
+		}
+		seen[a] = key
+		if again, _ := p.Offer(key, r); again != a {
+			t.Fatalf("%s: offered %v, then %v", key, a, again)
+		}
+	}
+}
+
+func TestPoolExhaustionStealAndReclaim(t *testing.T) {
+	p, c := testPool(t)
+	r := rng("2001:db8::10", "2001:db8::13", "2001:db8::11") // three free
+	lease := func(key string) (netip.Addr, error) {
+		a, err := p.Offer(key, r)
+		if err != nil {
+			return a, err
+		}
+		return p.Confirm(key, a, r, time.Hour)
+	}
+	got := map[netip.Addr]bool{}
+	for _, k := range []string{"a", "b", "c"} {
+		a, err := lease(k)
+		if err != nil || a == netip.MustParseAddr("2001:db8::11") || got[a] {
+			t.Fatalf("%s: %v %v (have %v)", k, a, err, got)
+		}
+		got[a] = true
+	}
+	if _, err := p.Offer("d", r); !errors.Is(err, dhcp.ErrPoolFull) {
+		t.Fatalf("fourth machine: %v, want ErrPoolFull", err)
+	}
+	// An address asked for by name is refused while leased.
+	for a := range got {
+		if _, err := p.Confirm("d", a, r, time.Hour); !errors.Is(err, dhcp.ErrUnavailable) {
+			t.Fatalf("Confirm of a's address for d: %v", err)
+		}
+		break
+	}
+	// b releases: d gets b's address; b coming back finds the pool full.
+	bAddr := netip.Addr{}
+	for a := range got {
+		if p.MACOf(a.String()) == "b" {
+			bAddr = a
+		}
+	}
+	if err := p.Release("b", bAddr); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release("b", netip.MustParseAddr("2001:db8::99")); !errors.Is(err, dhcp.ErrUnavailable) {
+		t.Fatalf("release of an address not b's: %v", err)
+	}
+	if a, err := lease("d"); err != nil || a != bAddr {
+		t.Fatalf("d after b's release: %v %v, want %v", a, err, bAddr)
+	}
+	// Offers: with the pool full of leases that expired, a newcomer takes
+	// the one that expired first; a pending offer is taken over only when
+	// nothing else is left.
+	c.t = c.t.Add(2 * time.Hour)
+	e, err := p.Offer("e", r)
+	if err != nil || e == netip.MustParseAddr("2001:db8::11") {
+		t.Fatalf("e: %v %v", e, err)
+	}
+	c.t = c.t.Add(time.Second)
+	f, err := p.Offer("f", r)
+	if err != nil || f == e {
+		t.Fatalf("f: %v %v (e has %v)", f, err, e)
+	}
+	c.t = c.t.Add(time.Second)
+	g, _ := p.Offer("g", r)
+	c.t = c.t.Add(time.Second)
+	h, err := p.Offer("h", r)
+	if err != nil || h != e {
+		t.Fatalf("h: %v %v: want e's offer %v, the oldest", h, err, e)
+	}
+	if g == e || g == f {
+		t.Fatalf("g took a pending offer %v while an expired lease was free", g)
+	}
+}
+
+func TestPoolRestart(t *testing.T) {
+	p, c := testPool(t)
+	r := rng("2001:db8::100", "2001:db8::1ff")
+	a, _ := p.Offer("52:54:00:00:00:01", r)
+	if _, err := p.Confirm("52:54:00:00:00:01", a, r, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	o, _ := p.Offer("52:54:00:00:00:02", r) // offers are not kept
+	p2 := &Pool{Path: p.Path, Now: c.now}
+	if got := p2.MACOf(a.String()); got != "52:54:00:00:00:01" {
+		t.Fatalf("after restart %v is leased to %q", a, got)
+	}
+	if got, _ := p2.Offer("52:54:00:00:00:01", r); got != a {
+		t.Fatalf("after restart: %v, want %v", got, a)
+	}
+	if _, err := p2.Confirm("52:54:00:00:00:03", a, r, time.Hour); !errors.Is(err, dhcp.ErrUnavailable) {
+		t.Fatalf("after restart another machine leased %v: %v", a, err)
+	}
+	if got := p2.MACOf(o.String()); got != "" {
+		t.Fatalf("an offer was written down: %v → %q", o, got)
+	}
+	// Past the lease the address is nobody's for MACOf, still the
+	// machine's for Offer.
+	c.t = c.t.Add(2 * time.Hour)
+	if got := p2.MACOf(a.String()); got != "" {
+		t.Fatalf("expired lease still names %q", got)
+	}
+	if got, _ := p2.Offer("52:54:00:00:00:01", r); got != a {
+		t.Fatalf("expired lease: %v, want %v again", got, a)
+	}
+}
+
+func TestPoolBadFile(t *testing.T) {
+	dir := t.TempDir()
+	r := rng("2001:db8::100", "2001:db8::1ff")
+	for name, body := range map[string]string{
+		"not json":  "{",
+		"bad ip":    `{"a": {"ip": "nope", "expires": "2026-01-01T00:00:00Z"}}`,
+		"duplicate": `{"a": {"ip": "2001:db8::100", "expires": "2026-01-01T00:00:00Z"}, "b": {"ip": "2001:db8::100", "expires": "2026-01-01T00:00:00Z"}}`,
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".json")
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := (&Pool{Path: path}).Offer("x", r)
+		if err == nil || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: %v, want an error naming %s", name, err, path)
+		}
+	}
+}
+
+func TestRangeArithmetic(t *testing.T) {
+	for _, c := range []struct {
+		first, last string
+		size        uint64
+	}{
+		{"2001:db8::1", "2001:db8::1", 1},
+		{"2001:db8::", "2001:db8::ffff", 65536},
+		{"2001:db8::", "2001:db8::ffff:ffff:ffff:ffff", math.MaxUint64},
+		{"2001:db8::", "2001:db8:0:1::", math.MaxUint64},
+		{"2001:db8::2", "2001:db8::1", 0},
+		{"198.18.0.10", "198.18.0.19", 10},
+		{"198.18.0.10", "2001:db8::1", 0},
+	} {
+		if got := rangeSize(rng(c.first, c.last)); got != c.size {
+			t.Errorf("%s-%s: size %d, want %d", c.first, c.last, got, c.size)
+		}
+	}
+	if got := addOffset(netip.MustParseAddr("2001:db8::ffff:ffff:ffff:ffff"), 2); got != netip.MustParseAddr("2001:db8:0:1::1") {
+		t.Errorf("carry: %v", got)
+	}
+	if got := addOffset(netip.MustParseAddr("198.18.0.250"), 10); got != netip.MustParseAddr("198.18.1.4") {
+		t.Errorf("IPv4: %v", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -87,5 +88,30 @@ func TestForFamily(t *testing.T) {
 		if got := baseURL(c.site, c.ip); got != c.want {
 			t.Errorf("site %s, machine %q: %s, want %s", c.site.Name, c.ip, got, c.want)
 		}
+	}
+}
+
+// An unknown machine that reports no identifier and came over IPv6 is
+// keyed by its IPv6 address: on its kernel command line, and in the
+// status API.
+func TestUnknownMachineKeyedByIPv6Address(t *testing.T) {
+	s, _, _ := newServer(t, testPlan("", ""))
+	base := serveOn(t, "[::1]:0", s.Handler())
+	resp, err := http.Get(base + "/ipxe?site=lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := body(t, resp); !strings.Contains(got, " bootops.machine=ip:::1\n") {
+		t.Fatalf("script:\n%s", got)
+	}
+	if !validMachineKey("ip:::1") || !validMachineKey("ip:2001:db8::5") || validMachineKey("ip:2001:DB8::5") {
+		t.Error("validMachineKey: IPv6 keys in canonical form only")
+	}
+	resp, err = http.Get(base + "/api/v1/events?key=" + url.QueryEscape("ip:::1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := body(t, resp); !strings.Contains(got, `"ip": "::1"`) || !strings.Contains(got, "unknown machine") {
+		t.Errorf("events of ip:::1: %s", got)
 	}
 }

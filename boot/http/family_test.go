@@ -115,3 +115,21 @@ func TestUnknownMachineKeyedByIPv6Address(t *testing.T) {
 		t.Errorf("events of ip:::1: %s", got)
 	}
 }
+
+func TestChunkServerFollowsTheFamily(t *testing.T) {
+	dual := dualStack(0).Sites[0]
+	for _, c := range []struct {
+		ip   string
+		port int
+		want string
+	}{
+		{"127.0.0.1", 0, "http://127.0.0.1:8080"},
+		{"127.0.0.1", 7070, "http://127.0.0.1:7070"},
+		{"::1", 0, "http://[::1]:8080"},
+		{"::1", 7070, "http://[::1]:7070"},
+	} {
+		if got := chunkServer(dual, c.ip, c.port); got != c.want {
+			t.Errorf("machine %s, swarm port %d: %s, want %s", c.ip, c.port, got, c.want)
+		}
+	}
+}

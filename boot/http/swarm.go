@@ -129,14 +129,23 @@ func (s *Server) swarmReport(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "swarm report: "+err.Error(), code)
 		return
 	}
-	// The server's chunks, at its address in the machine's family.
 	ip := clientIP(r)
-	server := baseURL(st, ip)
-	if s.Swarm.Port != 0 {
-		u, _ := url.Parse(server)
-		u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(s.Swarm.Port))
-		server = u.String()
-	}
-	who := swarm.Member{Name: key, IP: ip, Server: server, Peers: st.Peers.PerMachine}
+	who := swarm.Member{Name: key, IP: ip, Server: chunkServer(st, ip, s.Swarm.Port), Peers: st.Peers.PerMachine}
 	writeJSON(w, s.Swarm.Scheduler.Report(im.Manifest, who, rep))
+}
+
+// chunkServer is the URL of the server's image chunks for a machine at
+// ip: the site's address in the machine's family, on the swarm's own port
+// when it has one (0: the HTTP listener).
+func chunkServer(st *plan.Site, ip string, port int) string {
+	server := baseURL(st, ip)
+	if port == 0 {
+		return server
+	}
+	u, err := url.Parse(server)
+	if err != nil {
+		return server
+	}
+	u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(port))
+	return u.String()
 }

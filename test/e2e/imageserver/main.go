@@ -4,6 +4,9 @@
 // agent's resume is exercised. It runs inside the test's namespace.
 //
 //	imageserver -dir DIR -addr 198.18.0.1:8081 [-drop-after 1048576]
+//	imageserver -dir DIR -addr [2001:db8:1::1]:8080
+//
+// Each request's line in its log ends with the client's address (from=).
 package main
 
 import (
@@ -43,7 +46,7 @@ func main() {
 		}
 		defer f.Close()
 		st, _ := f.Stat()
-		log.Printf("%s %s range=%q", r.Method, r.URL.Path, r.Header.Get("Range"))
+		log.Printf("%s %s range=%q from=%s", r.Method, r.URL.Path, r.Header.Get("Range"), r.RemoteAddr)
 		mu.Lock()
 		drop := *dropAfter > 0 && !dropped[name] && r.Header.Get("Range") == ""
 		dropped[name] = true

@@ -1,0 +1,226 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// IPv6 in the lab. The link's prefix is prefix6 (documentation space); the
+// server, on br0 in namespace lan, is server6. Router Advertisements come
+// from radvd in namespace lan, as they come from a site's router: bootops
+// never sends them.
+//
+// The IPv6 scenarios of issue 31 build on these helpers:
+//   - TestIPv6Reference (ipv6_test.go): dnsmasq as the reference DHCPv6 and
+//     TFTP server; an OVMF VM on an IPv6-only link goes PXEv6 → ipxe.efi →
+//     iPXE's own DHCPv6 → an http://[…] script; dhclient -6 takes a lease.
+//   - Still to come, against bootops' own DHCPv6 (boot/dhcp6):
+//     an IPv6-only PXE boot through to `running` (newLab6(t, false, managed));
+//     UEFI HTTP boot over IPv6 (uefiVM with httpBootV6); a dual-stack site,
+//     a BIOS VM over IPv4 beside a UEFI VM over IPv6 (newLab6(t, true, …));
+//     dhclient -6 and dhcpcd leases from the reservation pool (l.dhclient6).
+const (
+	prefix6 = "2001:db8:1::/64"
+	server6 = "2001:db8:1::1"
+)
+
+// raFlags are the flags of the Router Advertisements radvd sends. Managed
+// (M): addresses come from DHCPv6; other (O): other configuration (DNS,
+// boot options) does; autonomous: hosts may also form SLAAC addresses in
+// the prefix.
+type raFlags struct {
+	managed, other, autonomous bool
+}
+
+var (
+	// managed: addresses and options from DHCPv6 (M and O, no SLAAC).
+	managed = raFlags{managed: true, other: true}
+	// stateless: SLAAC addresses, options from DHCPv6 (O only).
+	stateless = raFlags{other: true, autonomous: true}
+)
+
+// OVMF's network boot limited to one kind (opt/org.tianocore/* fw_cfg
+// knobs): PXE over IPv6 only, or UEFI HTTP boot over IPv6 only.
+var (
+	pxeV6Only  = []string{"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=y", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=y"}
+	httpBootV6 = []string{"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=y"}
+)
+
+// newLab6 is a lab whose bridge has IPv6: br0 holds server6/64 and radvd
+// advertises prefix6 with ra. With ipv4 the link is dual-stack: it is
+// newLab's LAN unchanged (198.18.0.1 on br0, dnsmasq handing out IPv4
+// addresses in namespace dhcp) plus IPv6. Without, it is IPv6-only: no
+// IPv4 address anywhere and no IPv4 DHCP server, and namespace dhcp's eth0
+// (a port of br0) is free for a client such as dhclient -6.
+func newLab6(t *testing.T, ipv4 bool, ra raFlags) *lab {
+	t.Helper()
+	for bin, pkg := range map[string]string{"radvd": "radvd", "dhclient": "isc-dhcp-client"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s is missing: run `make e2e`, which installs %s", bin, pkg)
+		}
+	}
+	var l *lab
+	if ipv4 {
+		l = newLab(t, true)
+	} else {
+		l = newLabNS(t, true)
+		run(t, "ip", "-n", l.lan, "addr", "del", "198.18.0.1/24", "dev", "br0")
+		run(t, "ip", "-n", l.dhc, "addr", "del", "198.18.0.2/24", "dev", "eth0")
+	}
+	l.ipv6()
+	l.startRadvd(ra)
+	return l
+}
+
+// ipv6 gives br0 server6/64 and makes namespace lan an IPv6 router (the
+// one that radvd speaks for). Duplicate address detection is off on the
+// lab's interfaces, so addresses are usable at once; the namespaces are
+// the test's own, nothing outside changes.
+func (l *lab) ipv6() {
+	l.t.Helper()
+	for _, ns := range []string{l.lan, l.dhc} {
+		if err := exec.Command("ip", "netns", "exec", ns, "true").Run(); err != nil {
+			continue // no namespace dhcp in this lab
+		}
+		run(l.t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
+	}
+	run(l.t, "ip", "netns", "exec", l.lan, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1", "net.ipv6.conf.br0.accept_dad=0")
+	run(l.t, "ip", "-n", l.lan, "addr", "add", server6+"/64", "dev", "br0", "nodad")
+}
+
+// startRadvd runs radvd on br0 in namespace lan, advertising prefix6 every
+// 3 to 10 s with flags ra; its log is radvd.log, and the lab's cleanup
+// ends it with the namespace.
+func (l *lab) startRadvd(ra raFlags) {
+	l.t.Helper()
+	onOff := func(b bool) string {
+		if b {
+			return "on"
+		}
+		return "off"
+	}
+	conf := filepath.Join(l.dir, "radvd.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf(`interface br0 {
+	AdvSendAdvert on;
+	MinRtrAdvInterval 3;
+	MaxRtrAdvInterval 10;
+	AdvManagedFlag %s;
+	AdvOtherConfigFlag %s;
+	prefix %s { AdvOnLink on; AdvAutonomous %s; };
+};
+`, onOff(ra.managed), onOff(ra.other), prefix6, onOff(ra.autonomous))), 0o644)
+	l.start("radvd", "ip", "netns", "exec", l.lan, "radvd", "--nodaemon", "--logmethod", "stderr", "--config", conf,
+		"--pidfile", filepath.Join(l.dir, "radvd.pid"))
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if strings.Contains(l.log("radvd"), "started") {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	l.t.Fatalf("radvd did not start:\n%s", l.log("radvd"))
+}
+
+// dhclient6 runs ISC dhclient -6 (stateful: IA_NA) on iface in namespace
+// dhcp until it is bound (at most 60 s) and returns its address. Its
+// script only writes down what it is told.
+func (l *lab) dhclient6(iface string) string {
+	l.t.Helper()
+	out := filepath.Join(l.dir, "dhclient6.events")
+	script := filepath.Join(l.dir, "dhclient6-script")
+	os.WriteFile(script, []byte("#!/bin/sh\necho \"$reason $new_ip6_address\" >> "+out+"\n"), 0o755)
+	conf := filepath.Join(l.dir, "dhclient6.conf")
+	os.WriteFile(conf, []byte("timeout 60;\n"), 0o644)
+	l.linkLocal(l.dhc, iface)
+	l.start("dhclient6", "ip", "netns", "exec", l.dhc, "dhclient", "-6", "-d", "-1", "-v", "-cf", conf, "-sf", script,
+		"-lf", filepath.Join(l.dir, "dhclient6.leases"), "-pf", filepath.Join(l.dir, "dhclient6.pid"), iface)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(out)
+		if m := regexp.MustCompile(`(?m)^BOUND6 (\S+)$`).FindSubmatch(b); m != nil {
+			return string(m[1])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(out)
+	l.t.Errorf("dhclient -6 got no address in 60 s; script saw:\n%s\nlog:\n%s", b, tail(l.log("dhclient6"), 30))
+	return ""
+}
+
+// dnsmasq6 runs dnsmasq in namespace lan as the reference DHCPv6 and TFTP
+// server on br0 (no DNS, no IPv4): addresses 2001:db8:1::100–1ff (IA_NA,
+// 10 minutes), TFTP over IPv6 from a folder holding Debian's ipxe.efi and
+// snponly.efi, and a boot file URL (option 59) for each kind of client:
+// tftp://[server6]/ipxe.efi for PXE, http://[server6]:8080/ipxe.efi for UEFI
+// HTTP boot (vendor class HTTPClient), script for iPXE (user class iPXE).
+// Its log (every option it sends) is dnsmasq6.log.
+func (l *lab) dnsmasq6(script string) {
+	l.t.Helper()
+	tftp := filepath.Join(l.dir, "tftp6")
+	os.MkdirAll(tftp, 0o755)
+	for _, f := range []string{"ipxe.efi", "snponly.efi"} {
+		b, err := os.ReadFile(filepath.Join("/usr/lib/ipxe", f))
+		if err != nil {
+			l.t.Fatalf("%v (Debian package ipxe)", err)
+		}
+		os.WriteFile(filepath.Join(tftp, f), b, 0o644)
+	}
+	l.start("dnsmasq6", "ip", "netns", "exec", l.lan, "dnsmasq", "--keep-in-foreground", "--no-daemon", "--port=0",
+		"--interface=br0", "--bind-interfaces", "--dhcp-range=2001:db8:1::100,2001:db8:1::1ff,64,10m",
+		"--dhcp-leasefile="+filepath.Join(l.dir, "leases6"), "--log-dhcp", "--pid-file="+filepath.Join(l.dir, "dnsmasq6.pid"),
+		"--enable-tftp", "--tftp-root="+tftp,
+		"--dhcp-userclass=set:ipxe,iPXE", "--dhcp-vendorclass=set:http,enterprise:343,HTTPClient",
+		"--dhcp-option=tag:ipxe,option6:bootfile-url,"+script,
+		"--dhcp-option=tag:!ipxe,tag:http,option6:bootfile-url,http://["+server6+"]:8080/ipxe.efi",
+		"--dhcp-option=tag:!ipxe,tag:!http,option6:bootfile-url,tftp://["+server6+"]/ipxe.efi")
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if strings.Contains(l.log("dnsmasq6"), "TFTP root is") {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	l.t.Fatalf("dnsmasq (DHCPv6) did not start:\n%s", l.log("dnsmasq6"))
+}
+
+// imageServer6 serves dir over HTTP at [server6]:8080 from namespace lan
+// (test/e2e/imageserver); its log, images6.log, names each request's
+// client address.
+func (l *lab) imageServer6(dir string) {
+	l.t.Helper()
+	l.start("images6", "ip", "netns", "exec", l.lan, imageServer, "-dir", dir, "-addr", "["+server6+"]:8080")
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if exec.Command("ip", "netns", "exec", l.lan, "busybox", "wget", "-q", "-O", "/dev/null", "http://["+server6+"]:8080/").Run() == nil ||
+			strings.Contains(l.log("images6"), "GET /") {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	l.t.Fatalf("imageserver on [%s]:8080 did not answer:\n%s", server6, l.log("images6"))
+}
+
+// linkLocal waits (at most 10 s) until iface in namespace ns has a usable
+// link-local address: DHCPv6 clients send from it, and fail to bind
+// while it is tentative.
+func (l *lab) linkLocal(ns, iface string) {
+	l.t.Helper()
+	var out []byte
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		out, _ = exec.Command("ip", "-n", ns, "-6", "addr", "show", "dev", iface, "scope", "link").Output()
+		if strings.Contains(string(out), "fe80::") && !strings.Contains(string(out), "tentative") {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	l.t.Fatalf("%s in %s has no usable link-local address after 10 s:\n%s", iface, ns, out)
+}

@@ -1,0 +1,77 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The IPv6 boot path against a reference server (dnsmasq for DHCPv6 and
+// TFTP, radvd for Router Advertisements with M and O), before bootops
+// serves it: on an IPv6-only link, ISC dhclient -6 takes a lease, and an
+// OVMF VM with only PXE over IPv6 loads ipxe.efi over TFTP from the URL in
+// option 59, whose iPXE then does DHCPv6 itself and fetches its script
+// over HTTP from [2001:db8:1::1]:8080. What the firmware sent and accepted
+// is written down in docs/serving.md ("IPv6: what firmware needs").
+func TestIPv6Reference(t *testing.T) {
+	t.Parallel()
+	l := newLab6(t, false, managed)
+	www := filepath.Join(l.dir, "www")
+	os.MkdirAll(www, 0o755)
+	os.WriteFile(filepath.Join(www, "boot.ipxe"), []byte("#!ipxe\necho IPV6-SCRIPT ip6=${net0/ip6}\nshell\n"), 0o644)
+	l.imageServer6(www)
+	l.dnsmasq6("http://[" + server6 + "]:8080/boot.ipxe")
+
+	// Namespace dhcp's eth0 is a client of the link: a stateful lease.
+	start := time.Now()
+	addr := l.dhclient6("eth0")
+	if !regexp.MustCompile(`^2001:db8:1::1[0-9a-f]{2}$`).MatchString(addr) {
+		t.Errorf("dhclient -6 got %q, want an address of 2001:db8:1::100-1ff", addr)
+	}
+	t.Logf("dhclient -6: %s in %s", addr, time.Since(start).Round(100*time.Millisecond))
+
+	start = time.Now()
+	v := l.uefiVM("v6", "52:54:00:e2:60:01", append(pxeV6Only, "-smbios", "type=1,uuid=e2e00006-0000-4000-8000-000000000601")...)
+	out := v.wait(t, "IPV6-SCRIPT", 4*time.Minute)
+	t.Logf("OVMF PXEv6 → iPXE → script: %s", time.Since(start).Round(time.Second))
+	for _, want := range []string{
+		">>Start PXE over IPv6",
+		"Station IP address is 2001:DB8:1:0:0:0:0:1", // OVMF's leased address (pool ::100-1ff), its own notation
+		"Server IP address is 2001:DB8:1:0:0:0:0:1\r\n",
+		"NBP filename is ipxe.efi",
+		"NBP file downloaded successfully.",
+		"Filename: http://[2001:db8:1::1]:8080/boot.ipxe",
+		"IPV6-SCRIPT ip6=2001:db8:1::1", // iPXE's own DHCPv6 lease
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("console lacks %q:\n%s", want, tail(out, 30))
+		}
+	}
+	if !regexp.MustCompile(`(?m)^dnsmasq-tftp: sent \S+/ipxe\.efi to 2001:db8:1::1[0-9a-f]{2}$`).MatchString(l.log("dnsmasq6")) {
+		t.Errorf("no TFTP transfer of ipxe.efi over IPv6 in dnsmasq's log:\n%s", grepLines(l.log("dnsmasq6"), "tftp"))
+	}
+	if !regexp.MustCompile(`GET /boot\.ipxe range="" from=\[2001:db8:1::1[0-9a-f]{2}\]:\d+`).MatchString(l.log("images6")) {
+		t.Errorf("the script was not fetched over IPv6 from the pool:\n%s", l.log("images6"))
+	}
+	// Who asked, as dnsmasq saw it: the client DUIDs (OVMF's and iPXE's)
+	// and iPXE's user class.
+	log := l.log("dnsmasq6")
+	t.Logf("DHCPv6 clients:\n%s", grepLines(log, "DHCPSOLICIT"))
+	for _, want := range []string{
+		// Both send a DUID-UUID (type 4) of the SMBIOS UUID, but OVMF in
+		// SMBIOS byte order (the first three fields little-endian) and
+		// iPXE in the UUID's text order: one machine, two DUIDs.
+		"DHCPSOLICIT(br0) 00:04:06:00:e0:e2:00:00:00:40:80:00:00:00:00:00:06:01",
+		"DHCPREQUEST(br0) 00:04:e2:e0:00:06:00:00:40:00:80:00:00:00:00:00:06:01",
+		"tags: ipxe, dhcpv6, br0",
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("dnsmasq's log lacks %q:\n%s", want, tail(log, 40))
+		}
+	}
+}

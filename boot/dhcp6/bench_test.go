@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
 
 	"github.com/bootops/bootops/plan"
@@ -35,5 +34,3 @@ func BenchmarkSolicit(b *testing.B) {
 		_ = a.Reply.ToBytes()
 	}
 }
-
-var _ = dhcpv6.MessageTypeSolicit

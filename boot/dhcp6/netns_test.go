@@ -246,12 +246,16 @@ func (r *recorder) all() []status.Event {
 	return append([]status.Event(nil), r.events...)
 }
 
-// find is the first event giving ip.
+// find is the first event giving ip, waiting a little for it: the server
+// records a reply after sending it.
 func (r *recorder) find(ip string) (status.Event, bool) {
-	for _, e := range r.all() {
-		if e.IP == ip {
-			return e, true
+	for range 50 {
+		for _, e := range r.all() {
+			if e.IP == ip {
+				return e, true
+			}
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	return status.Event{}, false
 }

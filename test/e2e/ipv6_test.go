@@ -75,3 +75,31 @@ func TestIPv6Reference(t *testing.T) {
 		}
 	}
 }
+
+// The dual-stack lab without a VM: radvd's Router Advertisements (stateless:
+// O and A flags) give namespace dhcp's eth0 a SLAAC address in prefix6 and
+// a default route through the server's link-local address, while IPv4 is
+// there as before (dnsmasq at 198.18.0.2 reaches 198.18.0.1) and the server
+// answers on server6.
+func TestIPv6DualStackLab(t *testing.T) {
+	t.Parallel()
+	l := newLab6(t, true, stateless)
+	var addr, route string
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		addr = run(t, "ip", "-n", l.dhc, "-6", "addr", "show", "dev", "eth0", "scope", "global")
+		route = run(t, "ip", "-n", l.dhc, "-6", "route", "show", "default")
+		if strings.Contains(addr, "inet6 2001:db8:1:") && !strings.Contains(addr, "tentative") && strings.Contains(route, "via fe80::") {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !regexp.MustCompile(`inet6 2001:db8:1:0:[0-9a-f:]+/64 scope global dynamic`).MatchString(addr) || !strings.Contains(route, "proto ra") {
+		t.Fatalf("no SLAAC address or default route from radvd in 30 s:\n%s\n%s\nradvd:\n%s", addr, route, l.log("radvd"))
+	}
+	run(t, "ip", "netns", "exec", l.dhc, "busybox", "ping", "-6", "-c", "1", "-W", "5", server6)
+	run(t, "ip", "netns", "exec", l.dhc, "busybox", "ping", "-4", "-c", "1", "-W", "5", "198.18.0.1")
+	if out := run(t, "ip", "-n", l.lan, "-4", "addr", "show", "dev", "br0"); !strings.Contains(out, "198.18.0.1/24") {
+		t.Errorf("the dual-stack bridge lost its IPv4 address:\n%s", out)
+	}
+}

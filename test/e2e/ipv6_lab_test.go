@@ -24,7 +24,10 @@ import (
 //     iPXE's own DHCPv6 → an http://[…] script; dhclient -6 takes a lease.
 //   - Still to come, against bootops' own DHCPv6 (boot/dhcp6):
 //     an IPv6-only PXE boot through to `running` (newLab6(t, false, managed));
-//     UEFI HTTP boot over IPv6 (uefiVM with httpBootV6); a dual-stack site,
+//     UEFI HTTP boot over IPv6 (uefiVM with IPv6PXESupport=n and
+//     IPv6Support=y: OVMF first tries HTTP over IPv4 for about two
+//     minutes, then over IPv6; its offer needs vendor class HTTPClient, so
+//     the reference is Kea, not dnsmasq); a dual-stack site,
 //     a BIOS VM over IPv4 beside a UEFI VM over IPv6 (newLab6(t, true, …));
 //     dhclient -6 and dhcpcd leases from the reservation pool (l.dhclient6).
 const (
@@ -47,12 +50,10 @@ var (
 	stateless = raFlags{other: true, autonomous: true}
 )
 
-// OVMF's network boot limited to one kind (opt/org.tianocore/* fw_cfg
-// knobs): PXE over IPv6 only, or UEFI HTTP boot over IPv6 only.
-var (
-	pxeV6Only  = []string{"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=y", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=y"}
-	httpBootV6 = []string{"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=y"}
-)
+// pxeV6Only makes PXE over IPv6 OVMF's first network boot (its fw_cfg
+// knobs, opt/org.tianocore/*): PXE over IPv4 off, IPv6 on; its UEFI HTTP
+// boot options come after PXE in the boot order.
+var pxeV6Only = []string{"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=y", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=y"}
 
 // newLab6 is a lab whose bridge has IPv6: br0 holds server6/64 and radvd
 // advertises prefix6 with ra. With ipv4 the link is dual-stack: it is

@@ -124,10 +124,15 @@ func Handle(p *plan.Plan, site *plan.Site, cfg Config, pkt []byte, peer netip.Ad
 // What DHCPv6 allows in place of proxyDHCP (proxy mode): an Advertise with
 // the boot options and no IA, and a Reply to an Information-Request.
 // RFC 8415 §18.2.9 has clients ignore an Advertise without addresses, and
-// dhclient and iPXE do; EDK2's PXE and HTTP boot drivers (OVMF) instead
-// keep it as a "proxy" offer and take the boot file URL from it beside the
-// site server's address. iPXE in a stateless (SLAAC, O flag) network sends
-// an Information-Request, which is answered.
+// ISC dhclient does (tested); iPXE's DHCPv6 client, from its source, too.
+// EDK2's drivers (OVMF), from their source, keep it as a "proxy" offer
+// beside the site server's address offer: UEFI HTTP boot takes the URL
+// from it (vendor class "HTTPClient", an IP-literal URL); UEFI PXE, with
+// vendor class "PXEClient", sends its Request again, unicast, to the URL's
+// host port 4011 and boots the URL of that Reply (Server listens on 4011
+// in proxy mode). A client in a stateless network (SLAAC, O flag), iPXE
+// included, sends an Information-Request, which is answered with the boot
+// options.
 func Reply(p *plan.Plan, site *plan.Site, cfg Config, d dhcpv6.DHCPv6, peer netip.Addr) Answer {
 	msg, relay, outer, err := unwrap(d)
 	if err != nil {
@@ -341,12 +346,18 @@ func bootOptions(reply *dhcpv6.Message, cfg Config, site *plan.Site, m *plan.Mic
 		return
 	}
 	reply.AddOption(dhcpv6.OptBootFileURL(url))
-	class := "PXEClient"
-	if b.http || isHTTPArch(b.arch) {
-		class = "HTTPClient"
-	}
-	if b.pxe || b.http {
-		reply.AddOption(&dhcpv6.OptVendorClass{EnterpriseNumber: b.vendorEN, Data: [][]byte{[]byte(class)}})
+	// What EDK2 (NetworkPkg PxeBcDhcp6.c, HttpBootDhcp6.c) does with the
+	// vendor class: "HTTPClient" makes an offer an HTTP-boot one, needed
+	// with or without an address. "PXEClient" (enterprise 343) makes it a
+	// BINL offer, after which the firmware asks again, unicast, at the
+	// URL's host port 4011: needed for an offer without an address (proxy
+	// mode, where Server answers on 4011), and left out beside an address,
+	// where the URL alone boots.
+	switch {
+	case b.http || isHTTPArch(b.arch):
+		reply.AddOption(&dhcpv6.OptVendorClass{EnterpriseNumber: b.vendorEN, Data: [][]byte{[]byte("HTTPClient")}})
+	case b.pxe && cfg.Mode == plan.DHCPProxy:
+		reply.AddOption(&dhcpv6.OptVendorClass{EnterpriseNumber: b.vendorEN, Data: [][]byte{[]byte("PXEClient")}})
 	}
 	a.Boot = url
 	a.Why += ": " + url

@@ -178,8 +178,14 @@ func TestBootOptions(t *testing.T) {
 				if got := m.Options.BootFileURL(); got != c.url {
 					t.Errorf("boot file URL %q, want %q (%s)", got, c.url, a.Why)
 				}
-				if got := vendorClassOf(m); got != c.class {
-					t.Errorf("vendor class %q, want %q", got, c.class)
+				// EDK2 takes "PXEClient" as a BINL offer, to ask again on
+				// port 4011: only a proxy Advertise says it.
+				class := c.class
+				if mode == plan.DHCPReservation && class == "PXEClient" {
+					class = ""
+				}
+				if got := vendorClassOf(m); got != class {
+					t.Errorf("vendor class %q, want %q", got, class)
 				}
 				if !m.Options.ServerID().Equal(serverID) {
 					t.Errorf("server ID %v", m.Options.ServerID())

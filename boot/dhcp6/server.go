@@ -16,6 +16,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv6/server6"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/ipv6"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/status"
@@ -31,9 +32,12 @@ type Server struct {
 	Config    Config
 	Interface string // "" binds to no interface and joins no group (tests: unicast only)
 	// Addr is where to listen (zero: [::]:547; tests: [::1] and a free port).
-	Addr   netip.AddrPort
-	Events status.Recorder
-	Log    *slog.Logger
+	Addr netip.AddrPort
+	// BootServiceAddr is where, in proxy mode, UEFI PXE asks again for its
+	// boot file after a proxy Advertise (zero: [::]:4011).
+	BootServiceAddr netip.AddrPort
+	Events          status.Recorder
+	Log             *slog.Logger
 	// Metrics counts what is dropped and when the pool runs out (nil:
 	// nothing counted).
 	Metrics *Metrics
@@ -142,16 +146,38 @@ func (s *Server) Serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dhcp6: listen on %s: %w", addr, err)
 	}
-	defer conn.Close()
+	conns := []*net.UDPConn{conn}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
 	if ifi != nil {
 		group := &net.UDPAddr{IP: dhcpv6.AllDHCPRelayAgentsAndServers}
 		if err := ipv6.NewPacketConn(conn).JoinGroup(ifi, group); err != nil {
 			return fmt.Errorf("dhcp6: join %s on %s: %w", group.IP, s.Interface, err)
 		}
 	}
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	return s.loop(ctx, conn)
+	if s.Config.Mode == plan.DHCPProxy {
+		bs := s.BootServiceAddr
+		if !bs.IsValid() {
+			bs = netip.AddrPortFrom(netip.IPv6Unspecified(), 4011)
+		}
+		c, err := server6.NewIPv6UDPConn(s.Interface, net.UDPAddrFromAddrPort(bs))
+		if err != nil {
+			return fmt.Errorf("dhcp6: listen on %s: %w", bs, err)
+		}
+		conns = append(conns, c)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	for _, c := range conns {
+		g.Go(func() error {
+			<-ctx.Done()
+			return c.Close()
+		})
+		g.Go(func() error { return s.loop(ctx, c) })
+	}
+	return g.Wait()
 }
 
 // loop reads packets and hands them to a worker per core, dropping what

@@ -71,9 +71,10 @@ type Client struct {
 	// MACFrom says which of "relay", "link-local" or "duid" MAC came from.
 	MACFrom string
 	// UUIDs are the SMBIOS UUID candidates of a DUID-UUID, in the order to
-	// try: firmware writes the GUID as SMBIOS stores it (the first three
-	// fields little-endian, like DHCPv4 option 97) or, as RFC 6355 says, in
-	// network order; the two readings are both tried.
+	// try: EDK2 (OVMF) copies the GUID as SMBIOS stores it (the first three
+	// fields little-endian, like DHCPv4 option 97), iPXE writes it in
+	// network order as RFC 6355 says; both readings are tried. Both send a
+	// DUID-UUID, so their MAC comes from the EUI-64 link-local source.
 	UUIDs []string
 	// Key names the client in the lease file: its MAC, else "duid:" and
 	// the DUID in hex.

@@ -139,6 +139,10 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, d dhcpv6.DHCPv6, peer neti
 		return Answer{Dropped: DropMalformed, Why: err.Error()}
 	}
 	a := Answer{Type: msg.Type()}
+	if cfg.Mode != plan.DHCPProxy && cfg.Mode != plan.DHCPReservation {
+		a.Why = fmt.Sprintf("DHCPv6 mode %q answers nothing", cfg.Mode)
+		return a
+	}
 	if reason, why := invalid(msg, relay); reason != "" {
 		a.Dropped, a.Why = reason, why
 		return a
@@ -207,6 +211,11 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, d dhcpv6.DHCPv6, peer neti
 		if b.boot() {
 			bootOptions(reply, cfg, site, p.MicroOSOf(dec), b, &a)
 		}
+	}
+	if cfg.Mode == plan.DHCPProxy && a.Boot == "" {
+		// No address and no boot file: nothing worth sending.
+		a.Why = "DHCPv6 proxy: no answer" + strings.TrimPrefix(a.Why, "DHCPv6 "+reply.Type().String())
+		return a
 	}
 	if reply.Type() == dhcpv6.MessageTypeAdvertise && cfg.Mode == plan.DHCPReservation {
 		// The link's only DHCPv6 server: the client need not wait for

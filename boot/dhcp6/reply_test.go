@@ -150,9 +150,9 @@ func TestBootOptions(t *testing.T) {
 			"efi arm64 http":       {httpBoot(iana.EFI_ARM64_HTTP), "http://[2001:db8::1]:8080/tftp/snp.efi", "HTTPClient", true},
 			"ipxe":                 {cat(pxe(iana.EFI_X86_64), []dhcpv6.Modifier{ipxeUC}), "http://[2001:db8::1]:8080/boot.ipxe?site=lab", "PXEClient", true},
 			"ipxe, no vendor":      {[]dhcpv6.Modifier{ipxeUC}, "http://[2001:db8::1]:8080/boot.ipxe?site=lab", "", true},
-			"bios arch":            {pxe(iana.INTEL_X86PC), "", "", true},
-			"unknown arch":         {pxe(iana.Arch(0x7777)), "", "", true},
-			"pxe without arch":     {[]dhcpv6.Modifier{vendorClass("PXEClient")}, "", "", true},
+			"bios arch":            {pxe(iana.INTEL_X86PC), "", "", mode == plan.DHCPReservation},
+			"unknown arch":         {pxe(iana.Arch(0x7777)), "", "", mode == plan.DHCPReservation},
+			"pxe without arch":     {[]dhcpv6.Modifier{vendorClass("PXEClient")}, "", "", mode == plan.DHCPReservation},
 			"not a boot client":    {nil, "", "", mode == plan.DHCPReservation},
 			"other vendor class":   {[]dhcpv6.Modifier{vendorClass("MSFT 5.0")}, "", "", mode == plan.DHCPReservation},
 			"arch but no vendor":   {[]dhcpv6.Modifier{dhcpv6.WithArchType(iana.EFI_X86_64)}, "", "", mode == plan.DHCPReservation},
@@ -209,12 +209,25 @@ func TestBootOptions(t *testing.T) {
 	}
 }
 
+func TestOff(t *testing.T) {
+	p := testPlan(plan.PolicyProvision)
+	cfg := testConfig(t, plan.DHCPReservation)
+	cfg.Mode = plan.DHCPOff
+	if a := Reply(p, p.Site("lab"), cfg, solicit(t, "52:54:00:00:00:01", pxe(iana.EFI_X86_64)...), opaquePeer); a.Reply != nil || a.Dropped != "" {
+		t.Fatalf("mode off answered: %s", a.Why)
+	}
+	s := &Server{Plans: nil, Config: cfg, Addr: freePort(t)}
+	if err := s.Serve(t.Context()); err == nil || !strings.Contains(err.Error(), "mode") {
+		t.Fatalf("Serve in mode off: %v", err)
+	}
+}
+
 func TestNoTFTP(t *testing.T) {
 	p := testPlan(plan.PolicyProvision)
 	cfg := testConfig(t, plan.DHCPProxy)
 	cfg.TFTP = false
 	a := Reply(p, p.Site("lab"), cfg, solicit(t, "52:54:00:00:00:09", pxe(iana.EFI_X86_64)...), opaquePeer)
-	if a.Reply == nil || inner(t, a.Reply).Options.BootFileURL() != "" || !strings.Contains(a.Why, "TFTP") {
+	if a.Reply != nil || !strings.Contains(a.Why, "TFTP") {
 		t.Fatalf("PXE without TFTP: %v, %q", a.Reply, a.Why)
 	}
 	// HTTP boot needs no TFTP.

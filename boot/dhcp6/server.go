@@ -139,6 +139,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.Config.ServerID == nil {
 		return errors.New("dhcp6: no server identifier: give Config.ServerID or an Interface")
 	}
+	if s.Config.Mode != plan.DHCPProxy && s.Config.Mode != plan.DHCPReservation {
+		return fmt.Errorf("dhcp6: mode %q: want proxy or reservation (off: start no server)", s.Config.Mode)
+	}
 	if s.Config.Mode == plan.DHCPReservation {
 		s.Metrics.Site(s.Site)
 	}

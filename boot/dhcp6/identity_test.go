@@ -80,6 +80,13 @@ func TestIdentifyOrder(t *testing.T) {
 	if c.MAC != "52:54:00:00:00:0f" || c.MACFrom != "duid" {
 		t.Errorf("duid-ll: %+v", c)
 	}
+	// iPXE on a machine without an SMBIOS UUID sends a DUID-UUID of zeros:
+	// no UUID, the MAC from its EUI-64 source.
+	zero, _ := dhcpv6.NewMessage(dhcpv6.WithClientID(&dhcpv6.DUIDUUID{}))
+	c = identify(zero, nil, netip.MustParseAddr("fe80::5054:ff:fee2:6001"))
+	if c.MAC != "52:54:00:e2:60:01" || len(c.UUIDs) != 0 || c.Key != c.MAC {
+		t.Errorf("zero duid-uuid: %+v", c)
+	}
 	// A DUID-EN from an opaque source: no MAC, leased by DUID.
 	en, _ := dhcpv6.NewMessage(dhcpv6.WithClientID(&dhcpv6.DUIDEN{EnterpriseNumber: 43793, EnterpriseIdentifier: []byte{9, 9}}))
 	c = identify(en, nil, netip.MustParseAddr("fe80::1234:5678:9abc:def0"))

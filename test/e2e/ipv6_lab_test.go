@@ -22,6 +22,8 @@ import (
 //   - TestIPv6Reference (ipv6_test.go): dnsmasq as the reference DHCPv6 and
 //     TFTP server; an OVMF VM on an IPv6-only link goes PXEv6 → ipxe.efi →
 //     iPXE's own DHCPv6 → an http://[…] script; dhclient -6 takes a lease.
+//     TestIPv6ReferenceStateless: the same with SLAAC and snponly.efi.
+//     TestIPv6DualStackLab: radvd's RAs beside IPv4, no VM.
 //   - Still to come, against bootops' own DHCPv6 (boot/dhcp6):
 //     an IPv6-only PXE boot through to `running` (newLab6(t, false, managed));
 //     UEFI HTTP boot over IPv6 (uefiVM with IPv6PXESupport=n and
@@ -158,11 +160,11 @@ func (l *lab) dhclient6(iface string) string {
 // server on br0 (no DNS, no IPv4): addresses 2001:db8:1::100–1ff (IA_NA,
 // 10 minutes), TFTP over IPv6 from a folder holding Debian's ipxe.efi and
 // snponly.efi, and a boot file URL (option 59): script for iPXE (user
-// class iPXE), tftp://[server6]/ipxe.efi for the others. Its log (every
+// class iPXE), tftp://[server6]/nbp for the others. Its log (every
 // option it sends) is dnsmasq6.log. It is no reference for UEFI HTTP boot:
 // OVMF takes an HTTP offer only with vendor class HTTPClient (option 16)
 // in it, which dnsmasq 2.90 cannot send (docs/serving.md).
-func (l *lab) dnsmasq6(script string) {
+func (l *lab) dnsmasq6(nbp, script string) {
 	l.t.Helper()
 	tftp := filepath.Join(l.dir, "tftp6")
 	os.MkdirAll(tftp, 0o755)
@@ -179,7 +181,7 @@ func (l *lab) dnsmasq6(script string) {
 		"--enable-tftp", "--tftp-root="+tftp,
 		"--dhcp-userclass=set:ipxe,iPXE",
 		"--dhcp-option=tag:ipxe,option6:bootfile-url,"+script,
-		"--dhcp-option=tag:!ipxe,option6:bootfile-url,tftp://["+server6+"]/ipxe.efi")
+		"--dhcp-option=tag:!ipxe,option6:bootfile-url,tftp://["+server6+"]/"+nbp)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if strings.Contains(l.log("dnsmasq6"), "TFTP root is") {

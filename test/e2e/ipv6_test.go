@@ -20,12 +20,7 @@ import (
 // is written down in docs/serving.md ("IPv6: what firmware needs").
 func TestIPv6Reference(t *testing.T) {
 	t.Parallel()
-	l := newLab6(t, false, managed)
-	www := filepath.Join(l.dir, "www")
-	os.MkdirAll(www, 0o755)
-	os.WriteFile(filepath.Join(www, "boot.ipxe"), []byte("#!ipxe\necho IPV6-SCRIPT ip6=${net0/ip6}\nshell\n"), 0o644)
-	l.imageServer6(www)
-	l.dnsmasq6("http://[" + server6 + "]:8080/boot.ipxe")
+	l := referenceLab(t, managed, "ipxe.efi")
 
 	// Namespace dhcp's eth0 is a client of the link: a stateful lease.
 	start := time.Now()
@@ -74,6 +69,56 @@ func TestIPv6Reference(t *testing.T) {
 			t.Errorf("dnsmasq's log lacks %q:\n%s", want, tail(log, 40))
 		}
 	}
+}
+
+// The same path with stateless Router Advertisements (O and A, no M) and
+// snponly.efi: OVMF's PXE still asks for an address (IA_NA) and gets one,
+// while iPXE forms its address by SLAAC and takes option 59 from the
+// Reply to an Information-Request, which carries no address: for iPXE, an
+// answer with boot options only is enough on such a link.
+func TestIPv6ReferenceStateless(t *testing.T) {
+	t.Parallel()
+	l := referenceLab(t, stateless, "snponly.efi")
+	start := time.Now()
+	v := l.uefiVM("v6sl", "52:54:00:e2:60:02", pxeV6Only...)
+	out := v.wait(t, "IPV6-SCRIPT", 4*time.Minute)
+	t.Logf("OVMF PXEv6 → snponly.efi → script: %s", time.Since(start).Round(time.Second))
+	slaac := "2001:db8:1:0:5054:ff:fee2:6002" // EUI-64 of the MAC
+	for _, want := range []string{
+		"Station IP address is 2001:DB8:1:0:0:0:0:1", // PXE's leased address, from the pool
+		"NBP filename is snponly.efi",
+		"NBP file downloaded successfully.",
+		"IPV6-SCRIPT ip6=" + slaac + "\r\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("console lacks %q:\n%s", want, tail(out, 30))
+		}
+	}
+	log := l.log("dnsmasq6")
+	if !regexp.MustCompile(`(?m)^dnsmasq-tftp: sent \S+/snponly\.efi to 2001:db8:1::1[0-9a-f]{2}$`).MatchString(log) {
+		t.Errorf("no TFTP transfer of snponly.efi over IPv6 in dnsmasq's log:\n%s", grepLines(log, "tftp"))
+	}
+	// iPXE (DUID-UUID of zeros: no SMBIOS UUID here) asked without an IA_NA.
+	ipxe := "DHCPINFORMATION-REQUEST(br0) 00:04:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00"
+	if !strings.Contains(log, ipxe) || strings.Contains(log, "DHCPSOLICIT(br0) 00:04:") {
+		t.Errorf("iPXE did not take its options from an Information-Request alone:\n%s", grepLines(log, "(br0)"))
+	}
+	if !strings.Contains(l.log("images6"), "GET /boot.ipxe range=\"\" from=["+slaac+"]:") {
+		t.Errorf("the script was not fetched from iPXE's SLAAC address:\n%s", l.log("images6"))
+	}
+}
+
+// referenceLab is an IPv6-only lab with radvd sending ra, dnsmasq6 giving
+// PXE clients tftp://[server6]/nbp and iPXE the script boot.ipxe, which
+// prints "IPV6-SCRIPT ip6=<iPXE's address>", served by imageServer6.
+func referenceLab(t *testing.T, ra raFlags, nbp string) *lab {
+	l := newLab6(t, false, ra)
+	www := filepath.Join(l.dir, "www")
+	os.MkdirAll(www, 0o755)
+	os.WriteFile(filepath.Join(www, "boot.ipxe"), []byte("#!ipxe\necho IPV6-SCRIPT ip6=${net0/ip6}\nshell\n"), 0o644)
+	l.imageServer6(www)
+	l.dnsmasq6(nbp, "http://["+server6+"]:8080/boot.ipxe")
+	return l
 }
 
 // The dual-stack lab without a VM: radvd's Router Advertisements (stateless:

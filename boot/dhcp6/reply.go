@@ -64,11 +64,10 @@ type Config struct {
 	Reserved func(p *plan.Plan, site string, a netip.Addr) bool
 }
 
-// Reservation is a machine's fixed IPv6 address.
+// Reservation is a machine's fixed IPv6 address, and whose it is.
 type Reservation struct {
-	Addr     netip.Addr
-	Node     string
-	Hostname string
+	Addr netip.Addr
+	Node string
 }
 
 // NewServerID is the DUID-LL of an interface's hardware address.

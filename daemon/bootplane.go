@@ -14,6 +14,7 @@ import (
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/dhcp"
+	"github.com/bootops/bootops/boot/dhcp6"
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/boot/tftp"
@@ -27,8 +28,12 @@ type bootPlane struct {
 	httpSrv  *bhttp.Server
 	httpAddr string
 	metrics  *dhcp.Metrics
+	metrics6 *dhcp6.Metrics
 	pools    *dhcp.Pools
 	log      *slog.Logger
+	// tftp6: a TFTP listener takes IPv6 (DHCPv6 then hands PXE clients a
+	// tftp:// URL).
+	tftp6 bool
 }
 
 // servedSites are the first Plan's sites this daemon serves.
@@ -76,6 +81,7 @@ func (b *bootPlane) start(ctx context.Context, g *errgroup.Group, cfg Config, p 
 		g.Go(func() error { return ts.Serve(ctx, conn) })
 	}
 	tftpAddr := strings.Join(tftpAddrs, ",")
+	b.tftp6 = servesIPv6(tftpAddrs)
 	// DHCP's sightings of machines new to the store: a whole link (or
 	// relay) shares one budget, so it is 50 times an address's.
 	newcomers := &status.Newcomers{Burst: 50 * cfg.HTTP.NewBurst, Every: cfg.HTTP.NewEvery / 50}
@@ -103,10 +109,13 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 	if iface == "" {
 		iface = site.Network.Interface
 	}
-	if m != plan.DHCPOff {
+	if m != plan.DHCPOff && site.Network.ServerAddress == "" {
+		// An IPv6-only site: nothing to answer over DHCPv4.
+		b.log.Warn("site has no IPv4 serverAddress: no DHCPv4 for it", "site", site.Name, "dhcp", m)
+	} else if m != plan.DHCPOff {
 		serverIP, err := netip.ParseAddr(site.Network.ServerAddress)
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("site %s: network.serverAddress: %w", site.Name, err)
 		}
 		pool := &dhcp.Pool{Path: filepath.Join(cfg.StateDir, "leases-"+site.Name+".json")}
 		b.pools.Add(pool)
@@ -114,6 +123,19 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 			Newcomers: newcomers, Known: b.httpSrv.Known,
 			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m, Leases: pool}}
 		g.Go(func() error { return ds.Serve(ctx) })
+	}
+	if n := site.Network.IPv6; n != nil && (n.DHCP == plan.DHCPProxy || n.DHCP == plan.DHCPReservation) && cfg.DHCP.Mode != plan.DHCPOff {
+		pool6 := &dhcp6.Pool{Path: filepath.Join(cfg.StateDir, "leases6-"+site.Name+".json")}
+		c6, err := dhcp6.SiteConfig(site, b.tftp6, pool6)
+		if err != nil {
+			return "", err
+		}
+		b.pools.Add(pool6)
+		b.metrics6.Site(site.Name)
+		ds6 := &dhcp6.Server{Plans: b.plans, Site: site.Name, Interface: iface, Config: c6, Events: b.events, Log: b.log,
+			Metrics: b.metrics6, Newcomers: newcomers, Known: b.httpSrv.Known}
+		g.Go(func() error { return ds6.Serve(ctx) })
+		b.log.Info("serving DHCPv6", "site", site.Name, "dhcp6", n.DHCP, "server", n.ServerAddress, "tftp", b.tftp6)
 	}
 	if site.TLS() && !httpsPortServed(cfg.HTTP.HTTPSAddr, site.Network.HTTPSPort) {
 		b.log.Warn("site wants TLS, and no --https-addr serves its port: its agents cannot check in", "site", site.Name, "https_port", site.Network.HTTPSPort, "https_addr", cfg.HTTP.HTTPSAddr)
@@ -143,4 +165,14 @@ func mode(cfg DHCPConfig, s *plan.Site) string {
 		return cfg.Mode
 	}
 	return s.Network.DHCP
+}
+
+// servesIPv6 says whether one of the listeners' addresses takes IPv6.
+func servesIPv6(addrs []string) bool {
+	for _, a := range addrs {
+		if ap, err := netip.ParseAddrPort(a); err == nil && ap.Addr().Is6() && !ap.Addr().Is4In6() {
+			return true
+		}
+	}
+	return false
 }

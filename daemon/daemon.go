@@ -16,6 +16,7 @@ import (
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/dhcp"
+	"github.com/bootops/bootops/boot/dhcp6"
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/boot/ui"
@@ -207,7 +208,7 @@ func (d *daemon) newHTTP() {
 	hook := newWebhook(func() []byte { return d.settings.Load().webhookSecret }, d.src.follower, d.rec.Metrics, d.log)
 	d.http = newHTTP(d.cfg, httpDeps{plans: d.overlays.live, events: d.events, rec: d.rec, secret: d.secret, root: d.root,
 		pools: pools, hook: hook, reg: d.reg, log: d.log})
-	d.boot = &bootPlane{plans: d.overlays.live, events: d.events, httpSrv: d.http, metrics: metrics, pools: pools, log: d.log}
+	d.boot = &bootPlane{plans: d.overlays.live, events: d.events, httpSrv: d.http, metrics: metrics, metrics6: dhcp6.NewMetrics(d.reg), pools: pools, log: d.log}
 }
 
 // onPlanChange makes every new Plan poke the power manager (a raised

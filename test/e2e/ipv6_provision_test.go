@@ -1,0 +1,151 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// slaac: RA flags M, O and A. OVMF's PXE takes its address from DHCPv6
+// (IA_NA) and the Micro-OS, which has no DHCPv6 client, forms one by SLAAC.
+var slaac = raFlags{managed: true, other: true, autonomous: true}
+
+// url6 is the server's HTTP URL over IPv6.
+const url6 = "http://[" + server6 + "]:8080"
+
+// site6 is an IPv6-only site whose DHCPv6 is bootops' own (reservation).
+const site6 = "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\n" +
+	"network: {interface: br0, ipv6: {serverAddress: \"" + server6 + "\", prefix: \"" + prefix6 + "\", dhcp: reservation, " +
+	"pool: {start: \"2001:db8:1::1000\", end: \"2001:db8:1::1fff\"}}}\ndefaultProfile: test-os\nunknownNodes: ignore\n"
+
+// provisionRepo6 is provisionRepo for site (its image at [server6]:8081).
+func provisionRepo6(t *testing.T, imageSHA, site string, nodes ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "repo")
+	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "-o", filepath.Join(dir, "microos"))
+	writeRepo(dir, map[string]string{
+		"microos/default.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\ncmdline: console=ttyS0,115200 panic=-1 no_timer_check\n",
+		"profiles/test-os.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os\nos: {type: immutable}\n" +
+			"image: {url: \"http://[" + server6 + "]:8081/test.raw.gz\", sha256: " + imageSHA + ", compression: gz}\n" +
+			"cloudInit: {hostname: e2e}\n",
+		"sites/lab/site.yaml": site,
+	}, nodes)
+	return dir
+}
+
+// serveOn starts bootops in the lab with HTTP and TFTP on the given
+// listener lists (comma-separated, as --http-addr and --tftp-addr take).
+func (l *lab) serveOn(repo, httpAddr, tftpAddr string, flags ...string) {
+	l.t.Helper()
+	args := []string{"ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
+		"--http-addr", httpAddr, "--tftp-addr", tftpAddr, "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text"}
+	l.start("bootops", append(args, flags...)...)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if strings.Contains(l.log("bootops"), "msg=serving") {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	l.t.Fatalf("bootops did not start:\n%s", l.log("bootops"))
+}
+
+// stateAt reads a machine's state from `bootops status -o json` asked at
+// server (a URL).
+func stateAt(t *testing.T, l *lab, server, key string) (state, msg string) {
+	t.Helper()
+	out := run(t, "ip", "netns", "exec", l.lan, bootops, "status", "--server", server, "-o", "json")
+	var doc struct {
+		Nodes []struct {
+			Key, State string
+			Last       struct{ Message string }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	for _, n := range doc.Nodes {
+		if n.Key == key {
+			return n.State, n.Last.Message
+		}
+	}
+	return "", ""
+}
+
+// An OVMF VM on an IPv6-only link, registered by MAC with an IPv6
+// reservation, provisioned through bootops alone: its DHCPv6 (the reserved
+// address for OVMF's PXE, a tftp:// boot file), TFTP over IPv6 (ipxe.efi),
+// iPXE's own DHCPv6 and the script from http://[server6]:8080, the
+// Micro-OS on its SLAAC address, the agent's check-in and the image from
+// [server6]:8081.
+func TestIPv6Provision(t *testing.T) {
+	t.Parallel()
+	l := newLab6(t, false, slaac)
+	imgDir := t.TempDir()
+	gzSHA, rawSHA := osImage(t, imgDir)
+	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")
+	const mac, reserved = "52:54:00:e2:60:21", "2001:db8:1::21"
+	l.serveOn(provisionRepo6(t, gzSHA, site6, node("vm6", `mac: "`+mac+`"`)+"ipv6: "+reserved+"\n"),
+		"["+server6+"]:8080", "["+server6+"]:69")
+
+	d := disk(t, l, "v6prov")
+	start := time.Now()
+	v := l.uefiVM("v6prov", mac, append(append(withDisk(d), pxeV6Only...), "-smbios", "type=1,serial=E2E-V6")...)
+	done := make(chan error, 1)
+	go func() { done <- v.cmd.Wait() }()
+	select {
+	case <-done: // the agent's reboot ends QEMU (-no-reboot)
+	case <-time.After(10 * time.Minute):
+		v.cmd.Process.Kill()
+		t.Fatalf("the VM did not provision and reboot in 10 minutes; console:\n%s", tail(mustRead(v.console), 40))
+	}
+	t.Logf("timing: IPv6-only, OVMF PXEv6 → TFTP ipxe.efi → iPXE DHCPv6 → HTTP over IPv6 → Micro-OS (SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
+
+	deadline := time.Now().Add(30 * time.Second)
+	state, msg := stateAt(t, l, url6, "lab/vm6")
+	for state != "provisioned" && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Second)
+		state, msg = stateAt(t, l, url6, "lab/vm6")
+	}
+	if state != "provisioned" {
+		t.Fatalf("lab/vm6: state %q (%s), want provisioned; console:\n%s", state, msg, tail(mustRead(v.console), 40))
+	}
+	checkDisk(t, d, rawSHA)
+
+	out := mustRead(v.console)
+	for _, want := range []string{">>Start PXE over IPv6", "Station IP address is 2001:DB8:1:0:0:0:0:21", "NBP filename is ipxe.efi"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("console lacks %q:\n%s", want, tail(out, 40))
+		}
+	}
+	var evs []struct{ Kind, Message, IP string }
+	js := run(t, "ip", "netns", "exec", l.lan, bootops, "logs", "lab/vm6", "-o", "json", "--server", url6)
+	if err := json.Unmarshal([]byte(js), &evs); err != nil {
+		t.Fatalf("logs: %v\n%s", err, js)
+	}
+	var dhcp6, checkin bool
+	for _, e := range evs {
+		if strings.HasPrefix(e.Message, "DHCPv6") {
+			dhcp6 = true
+			t.Logf("event: %s", e.Message)
+		}
+		if strings.Contains(e.Message, "agent checked in") && strings.HasPrefix(e.IP, "2001:db8:1:") {
+			checkin = true
+			t.Logf("check-in from %s", e.IP)
+		}
+	}
+	if !dhcp6 || !checkin {
+		t.Errorf("the timeline lacks DHCPv6 events (%v) or a check-in from an IPv6 address (%v):\n%s", dhcp6, checkin, js)
+	}
+	if !regexp.MustCompile(`file=ipxe\.efi`).MatchString(l.log("bootops")) {
+		t.Errorf("ipxe.efi was not fetched over TFTP from bootops:\n%s", grepLines(l.log("bootops"), "tftp"))
+	}
+	if log := l.log("images"); !strings.Contains(log, "from=[2001:db8:1:") {
+		t.Errorf("the image was not fetched over IPv6:\n%s", log)
+	}
+}

@@ -1,7 +1,9 @@
 package dhcp
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -26,14 +28,19 @@ func TestNewcomersNotRecorded(t *testing.T) {
 	buf := make([]byte, 1500)
 	for i := range 10 {
 		req := pxeDiscover(t, fmt.Sprintf("52:54:00:77:00:%02x", i), iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001")
-		for range 10 { // the server may not be listening yet; a busy machine may be slow
+		for range 50 { // the server may not be listening yet; a busy machine may be slow
 			client.Write(req.ToBytes())
 			client.SetReadDeadline(time.Now().Add(2 * time.Second))
-			if n, err := client.Read(buf); err == nil {
+			n, err := client.Read(buf)
+			if err == nil {
 				if r, err := dhcpv4.FromBytes(buf[:n]); err == nil && r.MessageType() == dhcpv4.MessageTypeOffer {
 					answered++
 					break
 				}
+			} else if !errors.Is(err, os.ErrDeadlineExceeded) {
+				// Refused at once (ICMP port unreachable): the server
+				// does not listen yet, and nothing was counted.
+				time.Sleep(50 * time.Millisecond)
 			}
 		}
 	}

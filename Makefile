@@ -60,10 +60,12 @@ test: go-check lab-deps
 	$(GO) vet -tags image ./packaging/image
 	$(GO) vet -tags package ./test/package
 	$(GO) vet -tags swtpm ./tpm
+	$(GO) vet -tags e2e ./boot/dhcp6
 	$(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -E '^github.com/bootops/bootops/(agent|boot|daemon|hub|power|reconciler|swarm)(/|$$)')
 	$(GO) test -count=1 -tags browser -timeout 20m ./test/browser
 	$(GO) test -count=1 -tags swtpm -timeout 10m -run Swtpm ./tpm
+	$(GO) test -count=1 -tags e2e -timeout 10m -run Dhclient ./boot/dhcp6
 	@$(MAKE) --no-print-directory package-test
 	@$(MAKE) --no-print-directory image-test
 	@$(MAKE) --no-print-directory e2e-run

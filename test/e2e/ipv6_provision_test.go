@@ -77,6 +77,20 @@ func stateAt(t *testing.T, l *lab, server, key string) (state, msg string) {
 	return "", ""
 }
 
+// ended waits (at most d) for the VM's QEMU to end: with -no-reboot, the
+// agent's reboot after provisioning ends it.
+func (v *vm) ended(t *testing.T, d time.Duration) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- v.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		v.cmd.Process.Kill()
+		t.Fatalf("%s did not provision and reboot in %s; console:\n%s", v.name, d, tail(mustRead(v.console), 40))
+	}
+}
+
 // An OVMF VM on an IPv6-only link, registered by MAC with an IPv6
 // reservation, provisioned through bootops alone: its DHCPv6 (the reserved
 // address for OVMF's PXE, a tftp:// boot file), TFTP over IPv6 (ipxe.efi),
@@ -96,14 +110,7 @@ func TestIPv6Provision(t *testing.T) {
 	d := disk(t, l, "v6prov")
 	start := time.Now()
 	v := l.uefiVM("v6prov", mac, append(append(withDisk(d), pxeV6Only...), "-smbios", "type=1,serial=E2E-V6")...)
-	done := make(chan error, 1)
-	go func() { done <- v.cmd.Wait() }()
-	select {
-	case <-done: // the agent's reboot ends QEMU (-no-reboot)
-	case <-time.After(10 * time.Minute):
-		v.cmd.Process.Kill()
-		t.Fatalf("the VM did not provision and reboot in 10 minutes; console:\n%s", tail(mustRead(v.console), 40))
-	}
+	v.ended(t, 10*time.Minute)
 	t.Logf("timing: IPv6-only, OVMF PXEv6 → TFTP ipxe.efi → iPXE DHCPv6 → HTTP over IPv6 → Micro-OS (SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
 
 	deadline := time.Now().Add(30 * time.Second)
@@ -147,5 +154,86 @@ func TestIPv6Provision(t *testing.T) {
 	}
 	if log := l.log("images"); !strings.Contains(log, "from=[2001:db8:1:") {
 		t.Errorf("the image was not fetched over IPv6:\n%s", log)
+	}
+}
+
+// A dual-stack site served by one daemon: IPv4 in proxy mode beside the
+// lab's dnsmasq, IPv6 in reservation mode, HTTP and TFTP on both families,
+// RAs with M, O and A. A BIOS VM (SeaBIOS, iPXE in the NIC's ROM) boots
+// over IPv4, then an OVMF VM with only PXE over IPv6 boots over IPv6 (one
+// VM at a time: the lab's machine has two cores; the daemon serves both
+// families all along). Each profile's image URL is in its machine's
+// firmware family. What iPXE does next is its own choice: told by the RA
+// to run DHCPv6, it asks both families and takes the DHCPv6 boot URL over
+// the DHCPv4 one, so both machines fetch their scripts, and their agents
+// check in, over IPv6; the BIOS VM's agent still fetches its image over
+// IPv4 (the Micro-OS has both).
+func TestIPv6DualStack(t *testing.T) {
+	t.Parallel()
+	l := newLab6(t, true, slaac)
+	imgDir := t.TempDir()
+	gzSHA, rawSHA := osImage(t, imgDir)
+	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
+	l.start("images6", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")
+	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\n" +
+		"network: {interface: br0, serverAddress: 198.18.0.1, dhcp: proxy, ipv6: {serverAddress: \"" + server6 + "\", prefix: \"" + prefix6 + "\", dhcp: reservation, " +
+		"pool: {start: \"2001:db8:1::1000\", end: \"2001:db8:1::1fff\"}}}\ndefaultProfile: test-os\nunknownNodes: ignore\n"
+	const mac4, mac6, reserved = "52:54:00:e2:60:31", "52:54:00:e2:60:32", "2001:db8:1::32"
+	repo := provisionRepo6(t, gzSHA, site,
+		strings.Replace(node("vm4", `mac: "`+mac4+`"`), "profile: test-os", "profile: test-os4", 1),
+		node("vm6", `mac: "`+mac6+`"`)+"ipv6: "+reserved+"\n")
+	writeRepo(repo, map[string]string{"profiles/test-os4.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os4\nos: {type: immutable}\n" +
+		"image: {url: \"http://198.18.0.1:8081/test.raw.gz\", sha256: " + gzSHA + ", compression: gz}\ncloudInit: {hostname: e2e}\n"}, nil)
+	l.serveOn(repo, "198.18.0.1:8080,["+server6+"]:8080", "198.18.0.1:69,["+server6+"]:69")
+
+	d4, d6 := disk(t, l, "ds4"), disk(t, l, "ds6")
+	start := time.Now()
+	v4 := l.vm("ds4", mac4, append(withDisk(d4), "-smbios", "type=1,serial=E2E-DS4")...)
+	v4.ended(t, 8*time.Minute)
+	t.Logf("timing: dual-stack site, BIOS VM (DHCPv4), VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
+	start = time.Now()
+	v6 := l.uefiVM("ds6", mac6, append(append(withDisk(d6), pxeV6Only...), "-smbios", "type=1,serial=E2E-DS6")...)
+	v6.ended(t, 10*time.Minute)
+	t.Logf("timing: dual-stack site, OVMF VM with PXE over IPv6 only, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
+
+	for _, c := range []struct {
+		key, server, disk, firmware string
+		console                     *vm
+	}{
+		// The firmware's first answer: a DHCPv4 proxy offer of the
+		// IPv4 script URL; the reserved address and a tftp:// boot file.
+		{"lab/vm4", "http://198.18.0.1:8080", d4, "proxy OFFER: http://198.18.0.1:8080/", v4},
+		{"lab/vm6", url6, d6, "DHCPv6 REPLY " + reserved + " to vm6: tftp://[" + server6 + "]", v6},
+	} {
+		if state, msg := stateAt(t, l, c.server, c.key); state != "provisioned" {
+			t.Errorf("%s: state %q (%s), want provisioned", c.key, state, msg)
+		}
+		checkDisk(t, c.disk, rawSHA)
+		var evs []struct{ Kind, Message, IP string }
+		js := run(t, "ip", "netns", "exec", l.lan, bootops, "logs", c.key, "-o", "json", "--server", c.server)
+		if err := json.Unmarshal([]byte(js), &evs); err != nil {
+			t.Fatalf("logs: %v\n%s", err, js)
+		}
+		var firmware bool
+		var checkin string
+		for _, e := range evs {
+			firmware = firmware || strings.HasPrefix(e.Message, c.firmware)
+			if strings.Contains(e.Message, "agent checked in") {
+				checkin = e.IP
+			}
+		}
+		if !firmware {
+			t.Errorf("%s: no %q in its timeline:\n%s", c.key, c.firmware, js)
+		}
+		if !strings.HasPrefix(checkin, "2001:db8:1:") {
+			t.Errorf("%s: agent checked in from %q, want its SLAAC address:\n%s", c.key, checkin, js)
+		}
+		t.Logf("%s: agent checked in from %s; iPXE:\n%s", c.key, checkin, grepLines(mustRead(c.console.console), "http://["))
+	}
+	if out := mustRead(v6.console); !strings.Contains(out, "Station IP address is 2001:DB8:1:0:0:0:0:32") || !strings.Contains(out, "NBP filename is ipxe.efi") {
+		t.Errorf("OVMF did not get vm6's reserved address and ipxe.efi:\n%s", tail(out, 40))
+	}
+	if !strings.Contains(l.log("images"), "from=198.18.0.") || !strings.Contains(l.log("images6"), "from=[2001:db8:1:") {
+		t.Errorf("the image was not fetched once over each family:\nIPv4: %s\nIPv6: %s", l.log("images"), l.log("images6"))
 	}
 }

@@ -149,6 +149,16 @@ func TestIPv6Provision(t *testing.T) {
 	if !dhcp6 || !checkin {
 		t.Errorf("the timeline lacks DHCPv6 events (%v) or a check-in from an IPv6 address (%v):\n%s", dhcp6, checkin, js)
 	}
+	// OVMF's PXE got ipxe.efi over TFTP, iPXE the script, both with the
+	// reserved address.
+	for _, want := range []string{
+		"DHCPv6 REPLY " + reserved + " to vm6: tftp://[" + server6 + "]/ipxe.efi",
+		"DHCPv6 REPLY " + reserved + " to vm6: " + url6 + "/boot.ipxe",
+	} {
+		if !strings.Contains(js, want) {
+			t.Errorf("the timeline lacks %q", want)
+		}
+	}
 	if !regexp.MustCompile(`file=ipxe\.efi`).MatchString(l.log("bootops")) {
 		t.Errorf("ipxe.efi was not fetched over TFTP from bootops:\n%s", grepLines(l.log("bootops"), "tftp"))
 	}

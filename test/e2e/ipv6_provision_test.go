@@ -5,7 +5,6 @@ package e2e
 import (
 	"encoding/json"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -40,11 +39,11 @@ func provisionRepo6(t *testing.T, imageSHA, site string, nodes ...string) string
 
 // serveOn starts bootops in the lab with HTTP and TFTP on the given
 // listener lists (comma-separated, as --http-addr and --tftp-addr take).
-func (l *lab) serveOn(repo, httpAddr, tftpAddr string, flags ...string) {
+func (l *lab) serveOn(repo, httpAddr, tftpAddr string) {
 	l.t.Helper()
 	args := []string{"ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
 		"--http-addr", httpAddr, "--tftp-addr", tftpAddr, "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text"}
-	l.start("bootops", append(args, flags...)...)
+	l.start("bootops", args...)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		if strings.Contains(l.log("bootops"), "msg=serving") {
@@ -159,8 +158,8 @@ func TestIPv6Provision(t *testing.T) {
 			t.Errorf("the timeline lacks %q", want)
 		}
 	}
-	if !regexp.MustCompile(`file=ipxe\.efi`).MatchString(l.log("bootops")) {
-		t.Errorf("ipxe.efi was not fetched over TFTP from bootops:\n%s", grepLines(l.log("bootops"), "tftp"))
+	if !strings.Contains(l.log("bootops"), "msg=tftp file=ipxe.efi peer="+reserved+" ") {
+		t.Errorf("ipxe.efi was not fetched over TFTP from the reserved address:\n%s", grepLines(l.log("bootops"), "tftp"))
 	}
 	if log := l.log("images"); !strings.Contains(log, "from=[2001:db8:1:") {
 		t.Errorf("the image was not fetched over IPv6:\n%s", log)

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -245,4 +246,65 @@ func TestIPv6DualStack(t *testing.T) {
 	if !strings.Contains(l.log("images"), "from=198.18.0.") || !strings.Contains(l.log("images6"), "from=[2001:db8:1:") {
 		t.Errorf("the image was not fetched once over each family:\nIPv4: %s\nIPv6: %s", l.log("images"), l.log("images6"))
 	}
+}
+
+// The IPv6-only path to running: an OVMF VM installs the real Debian image
+// over IPv6 (as in TestIPv6Provision), and the installed OS, given the
+// node's reserved address by its cloud-init network-config, reports to
+// http://[server6]:8080: running. Its second power-on starts from the
+// disk. Network first, as TestRunning does over IPv4, did not reach it:
+// when iPXE, loaded by PXE over IPv6 and told by bootops' local-disk
+// script to hand back, returned, the VM ended at once (-no-reboot: the
+// guest reset) before OVMF started any other boot option.
+func TestIPv6Running(t *testing.T) {
+	t.Parallel()
+	imgDir, gzSHA := debianImage(t)
+	l := newLab6(t, false, slaac)
+	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")
+	const mac, reserved = "52:54:00:e2:60:41", "2001:db8:1::41"
+	repo := provisionRepo6(t, gzSHA, site6, strings.Replace(node("vm6", `mac: "`+mac+`"`), "test-os", "debian", 1)+"ipv6: "+reserved+"\nhostname: e2e-v6\n")
+	writeRepo(repo, map[string]string{"profiles/debian.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: debian\nos: {type: mutable}\n" +
+		"image: {url: \"http://[" + server6 + "]:8081/debian.raw.gz\", sha256: " + gzSHA + ", compression: gz}\n" +
+		"workflow:\n  - {action: wipe-disk}\n  - {action: image-to-disk}\n  - {action: cloud-init, partition: 2}\n  - {action: reboot}\n"}, nil)
+	l.serveOn(repo, "["+server6+"]:8080", "["+server6+"]:69")
+
+	d := filepath.Join(l.dir, "v6run.disk")
+	f, err := os.Create(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(3 << 30)
+	f.Close()
+	// The first power-on: OVMF's PXE over IPv6 first, then the disk; the
+	// second: the disk first.
+	start := time.Now()
+	l.uefiBoot("v6run1", mac, ",romfile=,bootindex=1", append(append([]string{}, pxeV6Only...), bootDisk(d)...)...).ended(t, 20*time.Minute)
+	t.Logf("timing: IPv6-only, power-on → Debian installed and rebooted: %s", time.Since(start).Round(time.Second))
+	if state, msg := stateAt(t, l, url6, "lab/vm6"); state != "provisioned" {
+		t.Fatalf("lab/vm6: state %q (%s), want provisioned", state, msg)
+	}
+	v := l.uefiBoot("v6run2", mac, ",romfile=,bootindex=2", append(append([]string{}, pxeV6Only...),
+		"-drive", "file="+d+",if=none,id=d0,format=raw", "-device", "virtio-blk-pci,drive=d0,bootindex=1")...)
+	waitFor(t, "lab/vm6 running", 15*time.Minute, func() bool {
+		s, _ := stateAt(t, l, url6, "lab/vm6")
+		return s == "running"
+	})
+	t.Logf("timing: IPv6-only, power-on → running (install, reboot, first boot of Debian): %s", time.Since(start).Round(time.Second))
+	v.wait(t, "e2e-v6 login:", 5*time.Minute)
+	var evs []struct{ Kind, Message, IP string }
+	js := run(t, "ip", "netns", "exec", l.lan, bootops, "logs", "lab/vm6", "-o", "json", "--server", url6)
+	if err := json.Unmarshal([]byte(js), &evs); err != nil {
+		t.Fatalf("logs: %v\n%s", err, js)
+	}
+	var report, from string
+	for _, e := range evs {
+		if strings.HasPrefix(e.Message, "running: hostname e2e-v6") {
+			report, from = e.Message, e.IP
+		}
+	}
+	t.Logf("report from %s: %s", from, report)
+	if !strings.HasPrefix(from, "2001:db8:1:") || !strings.Contains(report, reserved) {
+		t.Errorf("the installed OS reported from %q with %q; want an address of %s and its reserved one, %s, among its addresses:\n%s", from, report, prefix6, reserved, js)
+	}
+	v.cmd.Process.Kill()
 }

@@ -57,7 +57,7 @@ func wantsImage() bool {
 		return true
 	}
 	re, err := regexp.Compile(f.Value.String())
-	return err != nil || re.MatchString("TestRunning") || re.MatchString("TestRollout")
+	return err != nil || re.MatchString("TestRunning") || re.MatchString("TestRollout") || re.MatchString("TestIPv6Running")
 }
 
 // repo writes a repository whose Micro-OS is the Debian kernel and the

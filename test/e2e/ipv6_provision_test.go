@@ -285,7 +285,7 @@ func TestIPv6Running(t *testing.T) {
 	}
 	v := l.uefiBoot("v6run2", mac, ",romfile=,bootindex=2", append(append([]string{}, pxeV6Only...),
 		"-drive", "file="+d+",if=none,id=d0,format=raw", "-device", "virtio-blk-pci,drive=d0,bootindex=1")...)
-	waitFor(t, "lab/vm6 running", 15*time.Minute, func() bool {
+	waitFor(t, "lab/vm6 running", 25*time.Minute, func() bool {
 		s, _ := stateAt(t, l, url6, "lab/vm6")
 		return s == "running"
 	})

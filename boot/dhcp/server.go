@@ -48,11 +48,11 @@ type Server struct {
 	// ns), refused how many machines went without an address since.
 	lastFull, refused atomic.Int64
 	gateOnce          sync.Once
-	gate              *eventGate
+	gate              *status.EventGate
 }
 
-func (s *Server) events() *eventGate {
-	s.gateOnce.Do(func() { s.gate = newEventGate() })
+func (s *Server) events() *status.EventGate {
+	s.gateOnce.Do(func() { s.gate = status.NewEventGate() })
 	return s.gate
 }
 
@@ -246,7 +246,7 @@ func (s *Server) answer(conn *net.UDPConn, port int, pkt []byte, peer netip.Addr
 			if s.Metrics != nil {
 				s.Metrics.suppressed.Inc()
 			}
-		} else if s.events().allow(ev.MAC+"|"+strconv.Itoa(port), ev.Message, time.Now()) {
+		} else if s.events().Allow(ev.MAC+"|"+strconv.Itoa(port), ev.Message, time.Now()) {
 			s.Events.Record(ev)
 		} else if s.Metrics != nil {
 			s.Metrics.suppressed.Inc()

@@ -2,7 +2,6 @@ package dhcp
 
 import (
 	"testing"
-	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 )
@@ -39,37 +38,5 @@ func TestBootClientPrefilter(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { bootClient(p) }); n != 0 {
 		t.Errorf("bootClient allocates: %v", n)
-	}
-}
-
-func TestEventGate(t *testing.T) {
-	g := newEventGate()
-	now := time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)
-	if !g.allow("a", "offer", now) || g.allow("a", "offer", now.Add(time.Second)) {
-		t.Error("a repeat within 5 s was recorded")
-	}
-	if !g.allow("a", "another answer", now.Add(2*time.Second)) || !g.allow("a", "another answer", now.Add(8*time.Second)) {
-		t.Error("a new answer, or the same after 5 s, was not recorded")
-	}
-	// 10,000 distinct machines in one second: the burst (4,000), no more.
-	g = newEventGate()
-	n := 0
-	for i := range 10000 {
-		if g.allow(string(rune(i+1000)), "offer", now) {
-			n++
-		}
-	}
-	if n != 4000 || g.Suppressed() != 6000 {
-		t.Errorf("recorded %d, suppressed %d", n, g.Suppressed())
-	}
-	// A second later the bucket holds 2,000 more.
-	n = 0
-	for i := range 5000 {
-		if g.allow(string(rune(i+20000)), "offer", now.Add(time.Second)) {
-			n++
-		}
-	}
-	if n != 2000 {
-		t.Errorf("after a second: %d recorded", n)
 	}
 }

@@ -49,7 +49,7 @@ type Server struct {
 
 	lastFull, refused atomic.Int64
 	gateOnce          sync.Once
-	gate              *eventGate
+	gate              *status.EventGate
 }
 
 // Metrics are the DHCPv6 server's Prometheus series. A nil *Metrics counts
@@ -111,8 +111,8 @@ func (m *Metrics) suppress() {
 // fullEvery is the least time between two pool-exhausted events.
 const fullEvery = 10 * time.Second
 
-func (s *Server) events() *eventGate {
-	s.gateOnce.Do(func() { s.gate = newEventGate() })
+func (s *Server) events() *status.EventGate {
+	s.gateOnce.Do(func() { s.gate = status.NewEventGate() })
 	return s.gate
 }
 
@@ -292,7 +292,7 @@ func (s *Server) record(site string, a Answer, peer netip.AddrPort, log *slog.Lo
 	switch {
 	case ev.Node == "" && s.Newcomers != nil && (s.Known == nil || !s.Known(ev.Key())) && !s.Newcomers.Allow(src):
 		s.Metrics.suppress()
-	case s.events().allow(a.Client.Key, ev.Message, time.Now()):
+	case s.events().Allow(a.Client.Key, ev.Message, time.Now()):
 		s.Events.Record(ev)
 	default:
 		s.Metrics.suppress()

@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/boot"
-	"github.com/bootops/bootops/plan"
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/compiler"
+	"github.com/bootops/bootops/plan"
 )
 
 func write(t *testing.T, dir, name, body string) {

@@ -33,11 +33,12 @@ const (
 	AgentThrottled    = "throttled" // a machine new to the server, past its address's budget: 429
 )
 
-// What each route reads of a body at most: a check-in's identity and
-// disks, a batch of events (at most plan.MaxEventBatch, each message
+// What each route reads of a body at most: a check-in's identity, disks,
+// inventory and TPM proof (a server's firmware event log runs to tens of
+// KiB, base64 in JSON), a batch of events (at most plan.MaxEventBatch, each message
 // within plan.MaxEventMessage), an installed OS's report, a swarm report.
 const (
-	maxCheckInBody = 64 << 10
+	maxCheckInBody = 512 << 10
 	maxEventsBody  = 512 << 10
 	maxReportBody  = 16 << 10
 	maxSwarmBody   = 64 << 10

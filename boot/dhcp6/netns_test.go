@@ -4,6 +4,7 @@ package dhcp6
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -14,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,7 +28,7 @@ import (
 
 // The real server in a network namespace, against ISC dhclient -6 in
 // another one over a veth pair (2001:db8:6::/64; both removed
-// afterwards). Needs root, ip and dhclient: it fails without them.
+// afterwards; see lab). Needs root, ip and dhclient: it fails without them.
 //
 // Reservation mode: dhclient, looking like iPXE (user class "iPXE"), gets
 // an address of the pool and the script URL; the lease survives a
@@ -34,53 +36,19 @@ import (
 // ignores an Advertise without an address (RFC 8415 §18.2.9) and takes a
 // Reply to its Information-Request, boot file URL included.
 func TestDhclient(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root (network namespaces)")
-	}
-	for _, bin := range []string{"ip", "dhclient"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("needs %s: %v", bin, err)
-		}
-	}
-	srv, cli := fmt.Sprintf("bo-d6s-%d", os.Getpid()), fmt.Sprintf("bo-d6c-%d", os.Getpid())
-	for _, ns := range []string{srv, cli} {
-		run(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-		run(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
-		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-	run(t, "ip", "-n", srv, "link", "add", "vsrv", "address", "52:54:00:d6:00:01", "type", "veth", "peer", "name", "vcli", "address", "52:54:00:d6:00:02", "netns", cli)
-	run(t, "ip", "-n", srv, "addr", "add", "2001:db8:6::1/64", "dev", "vsrv", "nodad")
-	run(t, "ip", "-n", srv, "link", "set", "vsrv", "up")
-	run(t, "ip", "-n", cli, "link", "set", "vcli", "up")
-	waitLinkLocal(t, srv, "vsrv")
-	waitLinkLocal(t, cli, "vcli")
+	needs(t, "ip", "iproute2", "dhclient", "isc-dhcp-client")
+	l := newLab(t, "d6")
+	cfg := l.cfg
 
-	dir := t.TempDir()
-	leases := filepath.Join(dir, "leases6-lab.json")
-	p := &plan.Plan{Sites: []*plan.Site{{Name: "lab", UnknownNodes: plan.PolicyProvision,
-		Nodes: []*plan.Node{{Name: "n9", Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:d6:00:02"}}}}}}}
-	plans := &boot.Live{}
-	plans.Swap(p)
-	cfg := Config{ServerIP: netip.MustParseAddr("2001:db8:6::1"), Prefix: netip.MustParsePrefix("2001:db8:6::/64"),
-		PoolFirst: netip.MustParseAddr("2001:db8:6::100"), PoolLast: netip.MustParseAddr("2001:db8:6::1ff"),
-		LeaseTime: 10 * time.Minute, Mode: plan.DHCPReservation, HTTPPort: 8080, TFTP: true,
-		Leases: &Pool{Path: leases}}
-	events := &recorder{}
-	serve := func(cfg Config) (stop func()) {
-		return serveIn(t, srv, &Server{Plans: plans, Site: "lab", Config: cfg, Interface: "vsrv", Events: events,
-			Log: slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	}
-
-	conf := filepath.Join(dir, "dhclient.conf")
+	conf := filepath.Join(l.dir, "dhclient.conf")
 	if err := os.WriteFile(conf, []byte(dhclientConf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// dhclient runs /bin/true instead of its script (it configures
 	// nothing) and goes to the background once bound.
 	dhclient := func(name string, args ...string) (lease string, ok bool) {
-		lf, pf := filepath.Join(dir, name+".leases"), filepath.Join(dir, name+".pid")
-		base := []string{"netns", "exec", cli, "timeout", "40", "dhclient", "-6", "-1", "-cf", conf, "-lf", lf, "-pf", pf, "-sf", "/bin/true"}
+		lf, pf := filepath.Join(l.dir, name+".leases"), filepath.Join(l.dir, name+".pid")
+		base := []string{"netns", "exec", l.cli, "timeout", "40", "dhclient", "-6", "-1", "-cf", conf, "-lf", lf, "-pf", pf, "-sf", "/bin/true"}
 		out, err := exec.Command("ip", append(append(base, args...), "vcli")...).CombinedOutput()
 		t.Cleanup(func() {
 			if b, err := os.ReadFile(pf); err == nil {
@@ -93,7 +61,7 @@ func TestDhclient(t *testing.T) {
 	}
 	iaaddr := regexp.MustCompile(`iaaddr (2001:db8:6::[0-9a-f]+) \{`)
 
-	stop := serve(cfg)
+	stop := l.serve(cfg)
 	lease, ok := dhclient("first")
 	m := iaaddr.FindStringSubmatch(lease)
 	if !ok || m == nil {
@@ -106,23 +74,23 @@ func TestDhclient(t *testing.T) {
 	if !strings.Contains(lease, `option dhcp6.bootfile-url "http://[2001:db8:6::1]:8080/boot.ipxe?site=lab"`) {
 		t.Errorf("lease lacks the script URL:\n%s", lease)
 	}
-	ev, ok := events.find(addr.String())
-	if !ok || ev.Kind != status.KindDHCP || ev.Node != "n9" || ev.MAC != "52:54:00:d6:00:02" || !strings.Contains(ev.Message, "DHCPv6") {
-		t.Errorf("no event for the lease: %+v (all: %+v)", ev, events.all())
+	ev, ok := l.events.find(addr.String())
+	if !ok || ev.Kind != status.KindDHCP || ev.Node != "n9" || ev.MAC != cliMAC || !strings.Contains(ev.Message, "DHCPv6") {
+		t.Errorf("no event for the lease: %+v (all: %+v)", ev, l.events.all())
 	}
 	stop()
-	exec.Command("ip", "netns", "exec", cli, "dhclient", "-6", "-x", "-pf", filepath.Join(dir, "first.pid")).Run()
+	exec.Command("ip", "netns", "exec", l.cli, "dhclient", "-6", "-x", "-pf", filepath.Join(l.dir, "first.pid")).Run()
 
 	// Restart: a new server and pool on the same file; a fresh dhclient
 	// (no lease file: a new Solicit) gets the same address.
-	cfg.Leases = &Pool{Path: leases}
-	stop = serve(cfg)
+	cfg.Leases = &Pool{Path: l.leases}
+	stop = l.serve(cfg)
 	lease, _ = dhclient("second")
 	if m := iaaddr.FindStringSubmatch(lease); m == nil || m[1] != addr.String() {
 		t.Fatalf("after restart: %v, want %v:\n%s", m, addr, lease)
 	}
 	// Release.
-	run(t, "ip", "netns", "exec", cli, "timeout", "20", "dhclient", "-6", "-r", "-cf", conf, "-lf", filepath.Join(dir, "second.leases"), "-pf", filepath.Join(dir, "second.pid"), "-sf", "/bin/true", "vcli")
+	run(t, "ip", "netns", "exec", l.cli, "timeout", "20", "dhclient", "-6", "-r", "-cf", conf, "-lf", filepath.Join(l.dir, "second.leases"), "-pf", filepath.Join(l.dir, "second.pid"), "-sf", "/bin/true", "vcli")
 	if mac := cfg.Leases.(*Pool).MACOf(addr.String()); mac != "" {
 		t.Errorf("after Release %v is still leased to %s", addr, mac)
 	}
@@ -131,7 +99,7 @@ func TestDhclient(t *testing.T) {
 	// Proxy mode: no address in the Advertise, so dhclient -6 takes none
 	// (it gives up after its timeout); an Information-Request is answered.
 	cfg.Mode, cfg.Leases = plan.DHCPProxy, nil
-	stop = serve(cfg)
+	stop = l.serve(cfg)
 	defer stop()
 	if err := os.WriteFile(conf, []byte("timeout 8;\n"+dhclientConf), 0o644); err != nil {
 		t.Fatal(err)
@@ -140,7 +108,7 @@ func TestDhclient(t *testing.T) {
 		t.Errorf("dhclient took an Advertise without an address:\n%s", lease)
 	}
 	// A stateless client writes no lease: its script is given the options.
-	env, script := filepath.Join(dir, "info.env"), filepath.Join(dir, "env.sh")
+	env, script := filepath.Join(l.dir, "info.env"), filepath.Join(l.dir, "env.sh")
 	if err := os.WriteFile(script, []byte("#!/bin/sh\nenv >> "+env+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +126,389 @@ option dhcp6.bootfile-url code 59 = text;
 send dhcp6.user-class 00:04:69:50:58:45;
 request dhcp6.bootfile-url;
 `
+
+// dhcpcd (Debian's dhcpcd-base), IPv6 only, in the client namespace:
+// it solicits an IA_NA without waiting for a router advertisement (ia_na
+// in its config), gets an address of the pool, renews or rebinds it with a
+// restarted server and keeps it, and its release frees it in the lease
+// file. Needs root, ip and dhcpcd: it fails without them.
+//
+// dhcpcd names itself with a DUID-LLT of vcli's MAC (the type it makes
+// when the machine has no SMBIOS UUID; asked for explicitly here, as on a
+// host with one it makes a DUID-UUID). vcli's link-local address is random
+// (addr_gen_mode 3, as hosts with stable-privacy or random addresses have),
+// so bootops can tell the machine only from the DUID-LLT: the events must
+// name node n9 and the lease be kept under its MAC.
+func TestDhcpcd(t *testing.T) {
+	needs(t, "ip", "iproute2", "dhcpcd", "dhcpcd-base")
+	l := newLab(t, "dc", "addr_gen_mode=3")
+	ll := run(t, "ip", "-n", l.cli, "-6", "-o", "addr", "show", "dev", "vcli", "scope", "link")
+	if m := regexp.MustCompile(`inet6 (fe80::[0-9a-f:]+)/`).FindStringSubmatch(ll); m == nil {
+		t.Fatalf("vcli has no link-local address: %s", ll)
+	} else if mac, ok := MACFromLinkLocal(netip.MustParseAddr(m[1])); ok {
+		t.Fatalf("vcli's link-local %s carries MAC %s: the DUID would not be what identifies dhcpcd", m[1], mac)
+	}
+	d := newDhcpcd(t, l)
+	cfg := l.cfg
+	// T1 10 s and T2 16 s: dhcpcd renews, or rebinds, within the test.
+	cfg.LeaseTime = 20 * time.Second
+	stop := l.serve(cfg)
+
+	start := time.Now()
+	d.start()
+	bound := d.wait("bound", func(r map[string]string) bool { return r["reason"] == "BOUND6" })
+	addr, err := netip.ParseAddr(bound[d6addr])
+	if err != nil {
+		t.Fatalf("BOUND6 without an address (%v): %v", err, bound)
+	}
+	t.Logf("figure: dhcpcd bound to %v in %v", addr, time.Since(start).Round(10*time.Millisecond))
+	boundAt := time.Now()
+	if addr.Less(cfg.PoolFirst) || cfg.PoolLast.Less(addr) {
+		t.Fatalf("address %v outside the pool", addr)
+	}
+	if out := run(t, "ip", "-n", l.cli, "-6", "addr", "show", "dev", "vcli"); !strings.Contains(out, addr.String()+"/") {
+		t.Errorf("vcli lacks %v:\n%s", addr, out)
+	}
+	duid, err := os.ReadFile(filepath.Join(d.db, "duid"))
+	if err != nil || !strings.HasPrefix(string(duid), "00:01:00:01:") || !strings.Contains(string(duid), cliMAC) {
+		t.Errorf("dhcpcd's DUID is not a DUID-LLT of %s: %q (%v)", cliMAC, duid, err)
+	}
+	ev, ok := l.events.find(addr.String())
+	if !ok || ev.Kind != status.KindDHCP || ev.Node != "n9" || ev.MAC != cliMAC || !strings.Contains(ev.Message, "DHCPv6") {
+		t.Errorf("no event naming n9 for the lease: %+v (all: %+v)", ev, l.events.all())
+	}
+	first := leaseOf(t, l.leases, cliMAC)
+	if first.IP != addr.String() || !first.Expires.After(time.Now()) {
+		t.Fatalf("lease file: %s has %+v, want %v, live", cliMAC, first, addr)
+	}
+
+	// Restart: the server is away past T1, so dhcpcd's Renew goes
+	// unanswered at first; a new server and pool on the same file then
+	// answer its Renew or Rebind with the same address.
+	stop()
+	time.Sleep(time.Until(boundAt.Add(cfg.LeaseTime/2 + 2*time.Second)))
+	cfg.Leases = &Pool{Path: l.leases}
+	stop = l.serve(cfg)
+	defer stop()
+	again := d.wait("renewed or rebound", func(r map[string]string) bool {
+		return r["reason"] == "RENEW6" || r["reason"] == "REBIND6"
+	})
+	if again[d6addr] != addr.String() {
+		t.Fatalf("after the restart, %s gave %s, want %v: %v", again["reason"], again[d6addr], addr, again)
+	}
+	t.Logf("figure: %s kept %v %v after it was bound", again["reason"], addr, time.Since(boundAt).Round(10*time.Millisecond))
+	if lf := leaseOf(t, l.leases, cliMAC); lf.IP != addr.String() || !lf.Expires.After(first.Expires) {
+		t.Errorf("lease file after the renewal: %+v, want %v later than %v", lf, addr, first.Expires)
+	}
+
+	// Release: dhcpcd -k tells the running dhcpcd to release and stop.
+	if out, err := d.command("-f", d.conf, "-k", "vcli").CombinedOutput(); err != nil {
+		t.Fatalf("dhcpcd -k: %v\n%s\n%s: %v", err, out, d.rundir, entries(t, d.rundir))
+	}
+	d.wait("released", func(r map[string]string) bool { return r["reason"] == "RELEASE6" })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		lf := leaseOf(t, l.leases, cliMAC)
+		if lf.IP == addr.String() && !lf.Expires.After(time.Now()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after dhcpcd's release, the lease file still has %+v", lf)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if k := cfg.Leases.(*Pool).MACOf(addr.String()); k != "" {
+		t.Errorf("after the release %v is still leased to %s", addr, k)
+	}
+	d.stop()
+	d.checkHost()
+}
+
+// d6addr is the variable dhcpcd gives its script the first address of its
+// first IA_NA in.
+const d6addr = "new_dhcp6_ia_na1_ia_addr1"
+
+// dhcpcdConf is dhcpcd's config: IPv6 only, DHCPv6 at once for an IA_NA
+// (no router advertisement needed, none asked for), a DUID-LLT, no device
+// manager (udev does not see inside a network namespace).
+const dhcpcdConf = `ipv6only
+noipv6rs
+nodev
+duid lt
+interface vcli
+ia_na 1
+`
+
+// dhcpcdScript, given the record file's path, appends each call's reason
+// and variables to it, a blank line after each: it configures nothing (no
+// resolv.conf, no hostname, no NTP, which Debian's hooks would touch).
+const dhcpcdScript = `#!/bin/sh
+{ env | grep -E '^(reason|interface|protocol|new_|old_)' | sort; echo; } >> %q
+`
+
+// leaseOf is key's lease in the pool's file (zero if none).
+func leaseOf(t *testing.T, path, key string) leaseFile {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("lease file: %v", err)
+	}
+	var m map[string]leaseFile
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("lease file %s: %v", path, err)
+	}
+	return m[key]
+}
+
+// dhcpcdRun runs dhcpcd in the lab's client namespace with folders of its
+// own: ip netns exec gives each command a mount namespace (a slave of the
+// host's, so its mounts stay its own) in which db is bound over
+// /var/lib/dhcpcd and rundir over /run/dhcpcd, dhcpcd's compiled-in
+// folders. Its DUID, lease, pid file and control socket stay in the
+// test's folder, and a dhcpcd -k finds the daemon's socket.
+type dhcpcdRun struct {
+	t                        *testing.T
+	l                        *lab
+	db, rundir, conf, script string
+	record, log              string
+	host                     map[string][]string // the host's folders' entries before
+	cmd                      *exec.Cmd
+	exited                   chan error
+}
+
+// hostDirs are dhcpcd's compiled-in folders.
+var hostDirs = []string{"/var/lib/dhcpcd", "/run/dhcpcd"}
+
+func newDhcpcd(t *testing.T, l *lab) *dhcpcdRun {
+	t.Helper()
+	d := &dhcpcdRun{t: t, l: l, db: filepath.Join(l.dir, "db"), rundir: filepath.Join(l.dir, "run"),
+		conf: filepath.Join(l.dir, "dhcpcd.conf"), script: filepath.Join(l.dir, "record.sh"),
+		record: filepath.Join(l.dir, "record"), log: filepath.Join(l.dir, "dhcpcd.log"), host: map[string][]string{}}
+	for _, dir := range []string{d.db, d.rundir} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(d.conf, []byte(dhcpcdConf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(d.script, []byte(fmt.Sprintf(dhcpcdScript, d.record)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The mount points: created (empty) where the host has none, and
+	// removed afterwards.
+	for _, dir := range hostDirs {
+		if _, err := os.Stat(dir); err == nil {
+			d.host[dir] = entries(t, dir)
+			continue
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatalf("mount point: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := os.Remove(dir); err != nil {
+				t.Errorf("mount point: %v", err)
+			}
+		})
+		d.host[dir] = nil
+	}
+	return d
+}
+
+// command is dhcpcd with args in the client namespace and its folders.
+func (d *dhcpcdRun) command(args ...string) *exec.Cmd {
+	sh := `mount --bind "$1" /var/lib/dhcpcd && mount --bind "$2" /run/dhcpcd && shift 2 && exec timeout 120 dhcpcd "$@"`
+	return exec.Command("ip", append([]string{"netns", "exec", d.l.cli, "sh", "-c", sh, "sh", d.db, d.rundir}, args...)...)
+}
+
+// start runs dhcpcd in the foreground, its debug log in d.log.
+func (d *dhcpcdRun) start() {
+	d.t.Helper()
+	f, err := os.Create(d.log)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer f.Close()
+	d.cmd = d.command("-B", "-d", "-f", d.conf, "-c", d.script, "vcli")
+	d.cmd.Stdout, d.cmd.Stderr = f, f
+	// Its own process group (timeout, which ip and sh exec, makes one
+	// too), so that a kill reaches dhcpcd's helpers.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.exited = make(chan error, 1)
+	go func() { d.exited <- d.cmd.Wait() }()
+	d.t.Cleanup(d.stop)
+}
+
+// stop ends dhcpcd if it still runs (SIGTERM, then SIGKILL to its
+// process group after 10 s) and logs what it wrote.
+func (d *dhcpcdRun) stop() {
+	if d.cmd == nil {
+		return
+	}
+	select {
+	case <-d.exited:
+	default:
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.exited:
+		case <-time.After(10 * time.Second):
+			syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+			<-d.exited
+		}
+	}
+	d.cmd = nil
+	b, _ := os.ReadFile(d.log)
+	d.t.Logf("dhcpcd's log:\n%s", b)
+}
+
+// reports are the script's calls so far, each a map of its variables.
+func (d *dhcpcdRun) reports() []map[string]string {
+	b, _ := os.ReadFile(d.record)
+	blocks := strings.Split(string(b), "\n\n")
+	var rs []map[string]string
+	for _, blk := range blocks[:len(blocks)-1] { // the last one is not finished
+		r := map[string]string{}
+		for _, line := range strings.Split(blk, "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				r[k] = v
+			}
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// wait returns the first report matching ok, within 60 s; what names it
+// in the failure.
+func (d *dhcpcdRun) wait(what string, ok func(map[string]string) bool) map[string]string {
+	d.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		// Whether it exited is read before its reports: its last
+		// report comes before it exits.
+		var exited bool
+		var err error
+		select {
+		case err = <-d.exited:
+			d.exited <- err
+			exited = true
+		default:
+		}
+		for _, r := range d.reports() {
+			if ok(r) {
+				return r
+			}
+		}
+		switch {
+		case exited:
+			d.t.Fatalf("dhcpcd exited (%v) and was not %s; it reported %v", err, what, d.reports())
+		case time.Now().After(deadline):
+			d.t.Fatalf("dhcpcd not %s within 60 s; it reported %v", what, d.reports())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkHost fails the test if dhcpcd's folders on the host changed.
+func (d *dhcpcdRun) checkHost() {
+	d.t.Helper()
+	for dir, before := range d.host {
+		if after := entries(d.t, dir); strings.Join(after, " ") != strings.Join(before, " ") {
+			d.t.Errorf("dhcpcd wrote to the host's %s: %v, before %v", dir, after, before)
+		}
+	}
+	if b, _ := os.ReadDir(d.db); len(b) == 0 {
+		d.t.Errorf("dhcpcd wrote nothing in its own %s", d.db)
+	}
+}
+
+// entries are the names in dir.
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// cliMAC is the client end of the lab's veth pair: node n9's MAC.
+const cliMAC = "52:54:00:d6:00:02"
+
+// lab is a server namespace and a client one joined by a veth pair (vsrv
+// with 2001:db8:6::1/64, vcli with cliMAC; both namespaces are removed
+// afterwards), a plan whose site "lab" knows node n9 by vcli's MAC, and
+// the server's reservation config (pool 2001:db8:6::100–1ff, its leases in
+// the test's folder).
+type lab struct {
+	t        *testing.T
+	srv, cli string
+	dir      string // the test's temporary folder
+	leases   string // the pool's lease file
+	cfg      Config
+	plans    *boot.Live
+	events   *recorder
+}
+
+// newLab makes the lab; tag keeps its namespaces apart from another
+// test's. cliSysctls ("name=value" of net.ipv6.conf.vcli) are set before
+// vcli comes up.
+func newLab(t *testing.T, tag string, cliSysctls ...string) *lab {
+	t.Helper()
+	l := &lab{t: t, srv: fmt.Sprintf("bo-%ss-%d", tag, os.Getpid()), cli: fmt.Sprintf("bo-%sc-%d", tag, os.Getpid()), dir: t.TempDir(), events: &recorder{}}
+	for _, ns := range []string{l.srv, l.cli} {
+		run(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		run(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
+		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	run(t, "ip", "-n", l.srv, "link", "add", "vsrv", "address", "52:54:00:d6:00:01", "type", "veth", "peer", "name", "vcli", "address", cliMAC, "netns", l.cli)
+	run(t, "ip", "-n", l.srv, "addr", "add", "2001:db8:6::1/64", "dev", "vsrv", "nodad")
+	run(t, "ip", "-n", l.srv, "link", "set", "vsrv", "up")
+	for _, s := range cliSysctls {
+		run(t, "ip", "netns", "exec", l.cli, "sysctl", "-qw", "net.ipv6.conf.vcli."+s)
+	}
+	run(t, "ip", "-n", l.cli, "link", "set", "vcli", "up")
+	waitLinkLocal(t, l.srv, "vsrv")
+	waitLinkLocal(t, l.cli, "vcli")
+
+	l.leases = filepath.Join(l.dir, "leases6-lab.json")
+	l.plans = &boot.Live{}
+	l.plans.Swap(&plan.Plan{Sites: []*plan.Site{{Name: "lab", UnknownNodes: plan.PolicyProvision,
+		Nodes: []*plan.Node{{Name: "n9", Site: "lab", Identity: plan.Identity{MACs: []string{cliMAC}}}}}}})
+	l.cfg = Config{ServerIP: netip.MustParseAddr("2001:db8:6::1"), Prefix: netip.MustParsePrefix("2001:db8:6::/64"),
+		PoolFirst: netip.MustParseAddr("2001:db8:6::100"), PoolLast: netip.MustParseAddr("2001:db8:6::1ff"),
+		LeaseTime: 10 * time.Minute, Mode: plan.DHCPReservation, HTTPPort: 8080, TFTP: true,
+		Leases: &Pool{Path: l.leases}}
+	return l
+}
+
+// serve runs the server with cfg in the server's namespace.
+func (l *lab) serve(cfg Config) (stop func()) {
+	return serveIn(l.t, l.srv, &Server{Plans: l.plans, Site: "lab", Config: cfg, Interface: "vsrv", Events: l.events,
+		Log: slog.New(slog.NewTextHandler(tlog{l.t}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+}
+
+// needs fails t unless it runs as root (network namespaces) and finds
+// each command; pairs of a command and its Debian package.
+func needs(t *testing.T, cmdPkg ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root (network namespaces)")
+	}
+	for i := 0; i+1 < len(cmdPkg); i += 2 {
+		if _, err := exec.LookPath(cmdPkg[i]); err != nil {
+			t.Fatalf("needs %s (Debian package %s): %v", cmdPkg[i], cmdPkg[i+1], err)
+		}
+	}
+}
 
 func run(t *testing.T, name string, args ...string) string {
 	t.Helper()

@@ -62,6 +62,11 @@ type Config struct {
 	// Reserved says a is some machine's fixed address on the site, so the
 	// pool never hands it to another (nil: none is).
 	Reserved func(p *plan.Plan, site string, a netip.Addr) bool
+	// DualStack says the site boots machines over IPv4 too. Its iPXE then
+	// gets a DHCPv6 boot URL only when Firmware saw the machine's
+	// firmware boot over IPv6 (nil Firmware: always).
+	DualStack bool
+	Firmware  *Firmware
 }
 
 // Reservation is a machine's fixed IPv6 address, and whose it is.
@@ -348,10 +353,18 @@ func bootRequest(msg *dhcpv6.Message) bootInfo {
 // vendor class echoed (EDK2 takes an offer as an HTTP one only with
 // "HTTPClient" in it).
 func bootOptions(reply *dhcpv6.Message, cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo, a *Answer) {
+	mac := a.Client.MAC
+	if b.ipxe && cfg.DualStack && cfg.Firmware != nil && mac != "" && !cfg.Firmware.BootedV6(mac) {
+		a.Why += ": no boot URL: dual-stack site, and this machine's firmware did not boot over IPv6 (its iPXE boots over IPv4)"
+		return
+	}
 	url, why := bootURL(cfg, site, m, b)
 	if url == "" {
 		a.Why += ": " + why
 		return
+	}
+	if !b.ipxe && cfg.Firmware != nil && mac != "" {
+		cfg.Firmware.Booted(mac)
 	}
 	reply.AddOption(dhcpv6.OptBootFileURL(url))
 	// What EDK2 (NetworkPkg PxeBcDhcp6.c, HttpBootDhcp6.c) does with the

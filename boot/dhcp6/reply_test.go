@@ -1,6 +1,7 @@
 package dhcp6
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -575,5 +576,59 @@ func TestUUIDIdentity(t *testing.T) {
 		if !strings.HasPrefix(a.Client.Key, "duid:0004") {
 			t.Errorf("%s: lease key %q", name, a.Client.Key)
 		}
+	}
+}
+
+// On a dual-stack site iPXE gets a DHCPv6 boot URL only after the same
+// machine's firmware booted over IPv6 (within the TTL); its address it
+// gets either way. On an IPv6-only site it always gets one.
+func TestDualStackIPXE(t *testing.T) {
+	p := testPlan(plan.PolicyProvision)
+	now := time.Unix(1_800_000_000, 0)
+	fw := &Firmware{TTL: time.Minute, now: func() time.Time { return now }}
+	cfg := testConfig(t, plan.DHCPReservation)
+	cfg.DualStack, cfg.Firmware = true, fw
+	ipxe := append(pxe(iana.EFI_X86_64), ipxeUC)
+	const m1, m2 = "52:54:00:00:00:01", "52:54:00:00:00:02"
+
+	a := Reply(p, p.Site("lab"), cfg, solicit(t, m1, ipxe...), opaquePeer)
+	if a.Boot != "" || !a.Addr.IsValid() || !strings.Contains(a.Why, "dual-stack") {
+		t.Fatalf("iPXE whose firmware did not boot over IPv6: boot %q, addr %v (%s)", a.Boot, a.Addr, a.Why)
+	}
+	if a := Reply(p, p.Site("lab"), cfg, solicit(t, m1, pxe(iana.EFI_X86_64)...), opaquePeer); a.Boot != "tftp://[2001:db8::1]/ipxe.efi" {
+		t.Fatalf("firmware: boot %q (%s)", a.Boot, a.Why)
+	}
+	if a := Reply(p, p.Site("lab"), cfg, solicit(t, m1, ipxe...), opaquePeer); !strings.HasSuffix(a.Boot, "/boot.ipxe?site=lab") {
+		t.Fatalf("iPXE after its firmware booted over IPv6: boot %q (%s)", a.Boot, a.Why)
+	}
+	if a := Reply(p, p.Site("lab"), cfg, solicit(t, m2, ipxe...), opaquePeer); a.Boot != "" {
+		t.Fatalf("another machine's iPXE: boot %q", a.Boot)
+	}
+	now = now.Add(time.Minute)
+	if a := Reply(p, p.Site("lab"), cfg, solicit(t, m1, ipxe...), opaquePeer); a.Boot != "" {
+		t.Fatalf("iPXE a TTL after its firmware: boot %q", a.Boot)
+	}
+	cfg.DualStack = false
+	if a := Reply(p, p.Site("lab"), cfg, solicit(t, m2, ipxe...), opaquePeer); a.Boot == "" {
+		t.Fatalf("IPv6-only site: iPXE got no boot URL (%s)", a.Why)
+	}
+}
+
+// The memory is bounded: past Max the oldest machine is forgotten first,
+// expired ones before it.
+func TestFirmwareBounded(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	f := &Firmware{Max: 3, TTL: time.Hour, now: func() time.Time { return now }}
+	for i := 0; i < 5; i++ {
+		f.Booted(fmt.Sprintf("m%d", i))
+		now = now.Add(time.Second)
+	}
+	if len(f.seen) != 3 || f.BootedV6("m0") || f.BootedV6("m1") || !f.BootedV6("m2") || !f.BootedV6("m4") {
+		t.Fatalf("after 5 of max 3: %v", f.seen)
+	}
+	now = now.Add(time.Hour)
+	f.Booted("m5")
+	if len(f.seen) != 1 || !f.BootedV6("m5") {
+		t.Fatalf("expired entries kept: %v", f.seen)
 	}
 }

@@ -11,7 +11,8 @@ import (
 // SiteConfig maps a site of the plan onto a Config: network.ipv6 (server
 // address, prefix, DHCPv6 mode, DNS, pool), the network's lease time and
 // HTTP(S) ports, and the nodes' IPv6 reservations (read from the plan
-// being served at each packet). tftp says TFTP is served on the IPv6
+// being served at each packet), and on a dual-stack site which machines'
+// firmware booted over IPv6 (Firmware). tftp says TFTP is served on the IPv6
 // address; leases keeps the pool (nil: no pool). ServerID is left for
 // Server.Serve to take from its interface.
 func SiteConfig(site *plan.Site, tftp bool, leases Leaser) (Config, error) {
@@ -29,7 +30,8 @@ func SiteConfig(site *plan.Site, tftp bool, leases Leaser) (Config, error) {
 			a, err := netip.ParseAddr(r.IPv6)
 			return Reservation{Addr: a, Node: r.Node}, err == nil
 		},
-		Reserved: func(p *plan.Plan, site string, a netip.Addr) bool { return p.Reserved(site, a.String()) },
+		Reserved:  func(p *plan.Plan, site string, a netip.Addr) bool { return p.Reserved(site, a.String()) },
+		DualStack: site.Network.ServerAddress != "", Firmware: &Firmware{},
 	}
 	var err error
 	if cfg.ServerIP, err = netip.ParseAddr(n.ServerAddress); err != nil {

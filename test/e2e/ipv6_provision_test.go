@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,7 +44,7 @@ func provisionRepo6(t *testing.T, imageSHA, site string, nodes ...string) string
 func (l *lab) serveOn(repo, httpAddr, tftpAddr string) {
 	l.t.Helper()
 	args := []string{"ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
-		"--http-addr", httpAddr, "--tftp-addr", tftpAddr, "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text"}
+		"--http-addr", httpAddr, "--tftp-addr", tftpAddr, "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text", "--log-level", "debug"}
 	l.start("bootops", args...)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
@@ -169,15 +170,13 @@ func TestIPv6Provision(t *testing.T) {
 
 // A dual-stack site served by one daemon: IPv4 in proxy mode beside the
 // lab's dnsmasq, IPv6 in reservation mode, HTTP and TFTP on both families,
-// RAs with M, O and A. A BIOS VM (SeaBIOS, iPXE in the NIC's ROM) boots
-// over IPv4, then an OVMF VM with only PXE over IPv6 boots over IPv6 (one
-// VM at a time: the lab's machine has two cores; the daemon serves both
-// families all along). Each profile's image URL is in its machine's
-// firmware family. What iPXE does next is its own choice: told by the RA
-// to run DHCPv6, it asks both families and takes the DHCPv6 boot URL over
-// the DHCPv4 one, so both machines fetch their scripts, and their agents
-// check in, over IPv6; the BIOS VM's agent still fetches its image over
-// IPv4 (the Micro-OS has both).
+// RAs with M, O and A. A BIOS VM (SeaBIOS, iPXE in the NIC's ROM) and an
+// OVMF VM with only PXE over IPv6 boot at once, and each goes on in its
+// firmware's family: iPXE, told by the RA to run DHCPv6, asks both
+// families and would boot the DHCPv6 URL; bootops gives that URL only to
+// machines whose firmware booted over IPv6 (boot/dhcp6 Firmware), so the
+// BIOS VM's script, agent and image come over IPv4 and the OVMF VM's over
+// IPv6.
 func TestIPv6DualStack(t *testing.T) {
 	t.Parallel()
 	l := newLab6(t, true, slaac)
@@ -199,21 +198,40 @@ func TestIPv6DualStack(t *testing.T) {
 	d4, d6 := disk(t, l, "ds4"), disk(t, l, "ds6")
 	start := time.Now()
 	v4 := l.vm("ds4", mac4, append(withDisk(d4), "-smbios", "type=1,serial=E2E-DS4")...)
-	v4.ended(t, 8*time.Minute)
-	t.Logf("timing: dual-stack site, BIOS VM (DHCPv4), VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
-	start = time.Now()
 	v6 := l.uefiVM("ds6", mac6, append(append(withDisk(d6), pxeV6Only...), "-smbios", "type=1,serial=E2E-DS6")...)
-	v6.ended(t, 10*time.Minute)
-	t.Logf("timing: dual-stack site, OVMF VM with PXE over IPv6 only, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
+	done := make(chan string, 2)
+	for _, v := range []*vm{v4, v6} {
+		go func(v *vm) {
+			v.cmd.Wait()
+			done <- fmt.Sprintf("%s %s", v.name, time.Since(start).Round(time.Second))
+		}(v)
+	}
+	timeout := time.After(15 * time.Minute)
+	for i := 0; i < 2; i++ {
+		select {
+		case s := <-done:
+			t.Logf("timing: dual-stack site, two VMs at once (BIOS over IPv4, OVMF over IPv6), VM start → provisioned and rebooted: %s", s)
+		case <-timeout:
+			v4.cmd.Process.Kill()
+			v6.cmd.Process.Kill()
+			t.Fatalf("the VMs did not both provision and reboot in 15 min; consoles:\n%s\n%s", tail(mustRead(v4.console), 30), tail(mustRead(v6.console), 30))
+		}
+	}
 
 	for _, c := range []struct {
-		key, server, disk, firmware string
-		console                     *vm
+		key, server, disk string
+		firmware, dhcp6   string // in the timeline
+		from, script      string // the check-in's address; the script iPXE fetched
+		console           *vm
 	}{
-		// The firmware's first answer: a DHCPv4 proxy offer of the
-		// IPv4 script URL; the reserved address and a tftp:// boot file.
-		{"lab/vm4", "http://198.18.0.1:8080", d4, "proxy OFFER: http://198.18.0.1:8080/", v4},
-		{"lab/vm6", url6, d6, "DHCPv6 REPLY " + reserved + " to vm6: tftp://[" + server6 + "]", v6},
+		// The BIOS VM: a DHCPv4 proxy offer of the IPv4 script URL; its
+		// iPXE's DHCPv6 gets an address and no boot URL.
+		{"lab/vm4", "http://198.18.0.1:8080", d4, "proxy OFFER: http://198.18.0.1:8080/", "no boot URL: dual-stack site",
+			"198.18.0.", "http://198.18.0.1:8080/boot.ipxe", v4},
+		// The OVMF VM: its reserved address and a tftp:// boot file, then
+		// iPXE's script URL, over DHCPv6.
+		{"lab/vm6", url6, d6, "DHCPv6 REPLY " + reserved + " to vm6: tftp://[" + server6 + "]", "DHCPv6 REPLY " + reserved + " to vm6: " + url6 + "/boot.ipxe",
+			"2001:db8:1:", url6 + "/boot.ipxe", v6},
 	} {
 		if state, msg := stateAt(t, l, c.server, c.key); state != "provisioned" {
 			t.Errorf("%s: state %q (%s), want provisioned", c.key, state, msg)
@@ -224,21 +242,25 @@ func TestIPv6DualStack(t *testing.T) {
 		if err := json.Unmarshal([]byte(js), &evs); err != nil {
 			t.Fatalf("logs: %v\n%s", err, js)
 		}
-		var firmware bool
+		var firmware, dhcp6 bool
 		var checkin string
 		for _, e := range evs {
 			firmware = firmware || strings.HasPrefix(e.Message, c.firmware)
+			dhcp6 = dhcp6 || strings.Contains(e.Message, c.dhcp6)
 			if strings.Contains(e.Message, "agent checked in") {
 				checkin = e.IP
 			}
 		}
-		if !firmware {
-			t.Errorf("%s: no %q in its timeline:\n%s", c.key, c.firmware, js)
+		if !firmware || !dhcp6 {
+			t.Errorf("%s: %q in its timeline: %v, %q: %v:\n%s", c.key, c.firmware, firmware, c.dhcp6, dhcp6, js)
 		}
-		if !strings.HasPrefix(checkin, "2001:db8:1:") {
-			t.Errorf("%s: agent checked in from %q, want its SLAAC address:\n%s", c.key, checkin, js)
+		if !strings.HasPrefix(checkin, c.from) {
+			t.Errorf("%s: agent checked in from %q, want an address of %s:\n%s", c.key, checkin, c.from, js)
 		}
-		t.Logf("%s: agent checked in from %s; iPXE:\n%s", c.key, checkin, grepLines(mustRead(c.console.console), "http://["))
+		if out := mustRead(c.console.console); !strings.Contains(out, c.script) {
+			t.Errorf("%s: iPXE did not fetch %s:\n%s", c.key, c.script, tail(out, 30))
+		}
+		t.Logf("%s: agent checked in from %s", c.key, checkin)
 	}
 	if out := mustRead(v6.console); !strings.Contains(out, "Station IP address is 2001:DB8:1:0:0:0:0:32") || !strings.Contains(out, "NBP filename is ipxe.efi") {
 		t.Errorf("OVMF did not get vm6's reserved address and ipxe.efi:\n%s", tail(out, 40))

@@ -18,20 +18,16 @@ import (
 // from radvd in namespace lan, as they come from a site's router: bootops
 // never sends them.
 //
-// The IPv6 scenarios of issue 31 build on these helpers:
-//   - TestIPv6Reference (ipv6_test.go): dnsmasq as the reference DHCPv6 and
-//     TFTP server; an OVMF VM on an IPv6-only link goes PXEv6 → ipxe.efi →
-//     iPXE's own DHCPv6 → an http://[…] script; dhclient -6 takes a lease.
-//     TestIPv6ReferenceStateless: the same with SLAAC and snponly.efi.
-//     TestIPv6DualStackLab: radvd's RAs beside IPv4, no VM.
-//   - Still to come, against bootops' own DHCPv6 (boot/dhcp6):
-//     an IPv6-only PXE boot through to `running` (newLab6(t, false, managed));
-//     UEFI HTTP boot over IPv6 (uefiVM with IPv6PXESupport=n and
-//     IPv6Support=y: OVMF first tries HTTP over IPv4 for about two
-//     minutes, then over IPv6; its offer needs vendor class HTTPClient, so
-//     the reference is Kea, not dnsmasq); a dual-stack site,
-//     a BIOS VM over IPv4 beside a UEFI VM over IPv6 (newLab6(t, true, …));
-//     dhclient -6 and dhcpcd leases from the reservation pool (l.dhclient6).
+// The IPv6 tests built on these helpers:
+//   - against reference servers (ipv6_test.go): TestIPv6Reference (dnsmasq's
+//     DHCPv6 and TFTP; OVMF PXEv6 → ipxe.efi → iPXE's DHCPv6 → an http://[…]
+//     script; dhclient -6), TestIPv6ReferenceStateless (SLAAC, snponly.efi),
+//     TestIPv6DualStackLab (radvd beside IPv4, no VM);
+//   - through bootops alone: TestIPv6Provision and TestIPv6Running (PXE over
+//     IPv6 to provisioned and to running), TestIPv6HTTPBoot (UEFI HTTP boot
+//     over IPv6), TestIPv6DualStack (a BIOS VM over IPv4 and an OVMF VM over
+//     IPv6 at once), and OVMF against bootops' DHCPv6 proxy mode
+//     (ipv6_proxy_test.go).
 const (
 	prefix6 = "2001:db8:1::/64"
 	server6 = "2001:db8:1::1"

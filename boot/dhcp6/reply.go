@@ -129,7 +129,8 @@ func Handle(p *plan.Plan, site *plan.Site, cfg Config, pkt []byte, peer netip.Ad
 // the boot options and no IA, and a Reply to an Information-Request.
 // RFC 8415 §18.2.9 has clients ignore an Advertise without addresses, and
 // ISC dhclient does (tested); iPXE's DHCPv6 client, from its source, too.
-// EDK2's drivers (OVMF), from their source, keep it as a "proxy" offer
+// EDK2's drivers (OVMF) keep it as a "proxy" offer (their source, and
+// TestIPv6Proxy with OVMF 2022.11)
 // beside the site server's address offer: UEFI HTTP boot takes the URL
 // from it (vendor class "HTTPClient", an IP-literal URL); UEFI PXE, with
 // vendor class "PXEClient", sends its Request again, unicast, to the URL's

@@ -26,8 +26,8 @@ import (
 //   - through bootops alone: TestIPv6Provision and TestIPv6Running (PXE over
 //     IPv6 to provisioned and to running), TestIPv6HTTPBoot (UEFI HTTP boot
 //     over IPv6), TestIPv6DualStack (a BIOS VM over IPv4 and an OVMF VM over
-//     IPv6 at once), and OVMF against bootops' DHCPv6 proxy mode
-//     (ipv6_proxy_test.go).
+//     IPv6 at once), TestIPv6Proxy (OVMF against bootops' DHCPv6 proxy
+//     mode beside the site's DHCPv6 server, ipv6_proxy_test.go).
 const (
 	prefix6 = "2001:db8:1::/64"
 	server6 = "2001:db8:1::1"

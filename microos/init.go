@@ -17,7 +17,7 @@ const ConsolePrefix = "bootops-microos: "
 const initTemplate = `#!/bin/busybox sh
 # /init of the bootops Micro-OS, written by 'bootops microos build': load the
 # kernel modules, get an address by DHCP (or, when the server is IPv6, by
-# SLAAC), run bootops-agent.
+# SLAAC or DHCPv6), run bootops-agent.
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root
 /bin/busybox mount -t proc proc /proc
 # --install finds busybox through /proc/self/exe.
@@ -114,16 +114,26 @@ global6() {
 lease=
 if [ -n "$ipv6" ]; then
 	# SLAAC: the kernel takes the prefix of the link's router
-	# advertisements (Debian's busybox has no DHCPv6 client: the router
-	# must advertise the prefix as autonomous).
+	# advertisements. A managed link (the RA's M flag, no autonomous
+	# prefix) gives addresses by DHCPv6 only: busybox has no DHCPv6
+	# client, the agent asks (bootops-agent dhcp6) when no SLAAC address
+	# came in 8 s, and again every 10 s.
 	for n in $all; do
 		echo 1 >"/proc/sys/net/ipv6/conf/$n/accept_ra"
 		echo 1 >"/proc/sys/net/ipv6/conf/$n/autoconf"
 	done
 	i=0
 	while [ -z "$(global6)" ]; do
-		[ "$i" -ge 30 ] && fail "no global IPv6 address on $all after $i s: does the link's router advertise an autonomous prefix (SLAAC)?"
+		[ "$i" -ge 45 ] && fail "no global IPv6 address on $all after $i s: neither SLAAC (an autonomous prefix in the router's advertisements) nor DHCPv6 gave one"
 		[ $((i % 5)) = 0 ] && say "waiting for a global IPv6 address (router advertisement) on $all"
+		if [ "$i" -ge 8 ] && [ $((i % 10)) = 8 ]; then
+			for n in $all; do
+				if a=$(/bin/bootops-agent dhcp6 "$n"); then
+					# /64 as dhclient does: DHCPv6 says nothing of the prefix.
+					ip -6 addr add "$a/64" dev "$n" && say "dhcpv6 on $n: $a" && break
+				fi
+			done
+		fi
 		sleep 1
 		i=$((i + 1))
 	done

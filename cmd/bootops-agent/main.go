@@ -9,12 +9,17 @@
 // Micro-OS built with settings (bootops microos build --server --ca, a
 // UKI) or a signed site overlay takes them from there; over TLS it checks
 // in by the machine's identity, with no token.
+//
+// `bootops-agent dhcp6 IFACE` asks the link's DHCPv6 server for an
+// address: the Micro-OS's /init runs it when an IPv6 link gives no SLAAC
+// address.
 package main
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/bootops/bootops/agent"
 )
@@ -25,6 +30,18 @@ var version = "dev"
 func main() {
 	if len(os.Args) > 1 && (os.Args[1] == "-h" || os.Args[1] == "--help") {
 		fmt.Println("bootops-agent runs in the bootops Micro-OS; it takes its settings from /proc/cmdline (bootops.server, bootops.site, bootops.node, bootops.token).")
+		fmt.Println("bootops-agent dhcp6 IFACE asks the link's DHCPv6 server for an address and prints it (the Micro-OS's /init, on a link without SLAAC).")
+		return
+	}
+	if len(os.Args) == 3 && os.Args[1] == "dhcp6" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		a, err := agent.LeaseV6(ctx, os.Args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bootops-agent:", err)
+			os.Exit(1)
+		}
+		fmt.Println(a)
 		return
 	}
 	cmdline, err := os.ReadFile("/proc/cmdline")

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -23,10 +24,13 @@ var httpBootV6 = []string{"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,stri
 // class HTTPClient; bootops' DHCPv6 gives the node's reserved address and
 // http://[server6]:8080/tftp/ipxe.efi with HTTPClient echoed; OVMF fetches
 // iPXE over HTTP, iPXE does DHCPv6 itself and fetches its script, and the
-// Micro-OS installs the image over IPv6.
+// Micro-OS installs the image over IPv6. The link is managed (RA with M
+// and O, no autonomous prefix): no machine gets a SLAAC address, and the
+// Micro-OS takes the node's reserved address by DHCPv6 (bootops-agent
+// dhcp6).
 func TestIPv6HTTPBoot(t *testing.T) {
 	t.Parallel()
-	l := newLab6(t, false, slaac)
+	l := newLab6(t, false, managed)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")
@@ -38,7 +42,7 @@ func TestIPv6HTTPBoot(t *testing.T) {
 	start := time.Now()
 	v := l.uefiVM("v6http", mac, append(append(withDisk(d), httpBootV6...), "-smbios", "type=1,serial=E2E-V6H")...)
 	v.ended(t, 14*time.Minute)
-	t.Logf("timing: IPv6-only, OVMF HTTP boot → ipxe.efi over HTTP → iPXE DHCPv6 → script → Micro-OS (SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
+	t.Logf("timing: IPv6-only, OVMF HTTP boot → ipxe.efi over HTTP → iPXE DHCPv6 → script → Micro-OS (DHCPv6, no SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
 
 	waitFor(t, "lab/vm6h provisioned", time.Minute, func() bool {
 		s, _ := stateAt(t, l, url6, "lab/vm6h")
@@ -50,6 +54,7 @@ func TestIPv6HTTPBoot(t *testing.T) {
 		">>Start HTTP Boot over IPv6",
 		"Station IPv6 address is 2001:DB8:1:0:0:0:0:51", // the reservation, in OVMF's notation
 		"URI: " + url6 + "/tftp/ipxe.efi",
+		"bootops-microos: dhcpv6 on eth0: " + reserved,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("console lacks %q:\n%s", want, tail(out, 40))
@@ -66,6 +71,19 @@ func TestIPv6HTTPBoot(t *testing.T) {
 		if !strings.Contains(js, want) {
 			t.Errorf("the timeline lacks %q:\n%s", want, js)
 		}
+	}
+	var evs []struct{ Message, IP string }
+	if err := json.Unmarshal([]byte(js), &evs); err != nil {
+		t.Fatalf("logs: %v\n%s", err, js)
+	}
+	checkin := ""
+	for _, e := range evs {
+		if strings.Contains(e.Message, "agent checked in") {
+			checkin = e.IP
+		}
+	}
+	if checkin != reserved {
+		t.Errorf("the agent checked in from %q, want the reserved address %s (by DHCPv6):\n%s", checkin, reserved, js)
 	}
 	if log := l.log("bootops"); strings.Contains(log, "msg=tftp ") {
 		t.Errorf("something was fetched over TFTP:\n%s", grepLines(log, "tftp"))

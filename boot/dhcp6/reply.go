@@ -20,7 +20,6 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
 
-	"github.com/bootops/bootops/boot/dhcp"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -405,10 +404,11 @@ func bootURL(cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo) (string, 
 	if b.arch == iana.EFI_X86_64 || b.arch == iana.EFI_BC || b.arch == iana.EFI_X86_64_HTTP {
 		switch m.UEFIChain() {
 		case plan.ChainShim:
-			if httpBoot {
-				return "", "micro-os " + m.Name + " boots through shim and GRUB, which read TFTP only"
-			}
-			file = dhcp.ShimFile
+			// GRUB's config names the server's IPv4 address, and GRUB
+			// over IPv6 was never tried: better no offer (the firmware
+			// goes on to PXE over IPv4, where there is one) and a reason
+			// on the timeline than a machine stuck in GRUB.
+			return "", "micro-os " + m.Name + " boots through shim and GRUB, which bootops serves over IPv4 only: use chain uki (UEFI HTTP boot) on IPv6"
 		case plan.ChainUKI:
 			if !httpBoot {
 				return "", "micro-os " + m.Name + " boots as a UKI by UEFI HTTP boot only"

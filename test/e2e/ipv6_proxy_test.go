@@ -161,10 +161,17 @@ func TestIPv6Proxy(t *testing.T) {
 			t.Fatalf("lab/prov: state %q (%s), want provisioned; console:\n%s", state, msg, tail(mustRead(v.console), 40))
 		}
 		checkDisk(t, d, rawSHA)
+		// The firmware's path is the PXE step's (asserted there): once,
+		// under a loaded make test, it took 2 minutes and its console
+		// lacked the pool's station address, having gone on to UEFI HTTP
+		// boot (after PXE, in pxeV6Only's boot order), which proxy mode
+		// serves too. Either way bootops gave the boot file; what this
+		// step asserts is the rest: iPXE's script from the site's server
+		// and the install.
 		out := mustRead(v.console)
+		t.Logf("firmware:\n%s", strings.Join(regexp.MustCompile(`(?m)^.*(Start (PXE|HTTP)|Station IP|Server IP|NBP file|URI:|PXE-E|Error:).*$`).FindAllString(out, -1), "\n"))
 		for _, re := range []string{
-			`Station IP address is 2001:DB8:1:0:0:0:0:1[0-9A-F]{2}\r?\n`,
-			`NBP filename is ipxe\.efi`,
+			`NBP filename is ipxe\.efi|URI: ` + regexp.QuoteMeta(url6+"/tftp/ipxe.efi"),
 			`net0: ` + pool + `/64`,
 			regexp.QuoteMeta("Filename: " + script),
 		} {
@@ -173,8 +180,8 @@ func TestIPv6Proxy(t *testing.T) {
 			}
 		}
 		js := timeline6(t, l, "lab/prov")
-		if !strings.Contains(js, "DHCPv6 REPLY: tftp://["+server6+"]/ipxe.efi") || !strings.Contains(js, "agent checked in") {
-			t.Errorf("lab/prov's timeline lacks the Reply on port 4011 or the agent's check-in:\n%s", js)
+		if !strings.Contains(js, "/tftp/ipxe.efi") && !strings.Contains(js, "DHCPv6 REPLY: tftp://["+server6+"]/ipxe.efi") || !strings.Contains(js, "agent checked in") {
+			t.Errorf("lab/prov's timeline lacks bootops' boot file offer or the agent's check-in:\n%s", js)
 		}
 		if log := l.log("dnsmasq-ipxe"); !strings.Contains(log, "tags: ipxe") {
 			t.Errorf("dnsmasq did not tell iPXE the script URL:\n%s", tail(log, 40))

@@ -161,13 +161,14 @@ func TestIPv6Proxy(t *testing.T) {
 			t.Fatalf("lab/prov: state %q (%s), want provisioned; console:\n%s", state, msg, tail(mustRead(v.console), 40))
 		}
 		checkDisk(t, d, rawSHA)
-		// The firmware's path is the PXE step's (asserted there): once,
-		// under a loaded make test, it took 2 minutes and its console
-		// lacked the pool's station address, having gone on to UEFI HTTP
-		// boot (after PXE, in pxeV6Only's boot order), which proxy mode
-		// serves too. Either way bootops gave the boot file; what this
-		// step asserts is the rest: iPXE's script from the site's server
-		// and the install.
+		// The firmware's path is the PXE step's (asserted there). Once,
+		// under a loaded make test, this VM took 2 minutes, and its
+		// console named the boot file but no station address of the
+		// pool: most likely its PXE failed and it went on to UEFI HTTP
+		// boot (after PXE in pxeV6Only's boot order, IPv4 first), which
+		// proxy mode serves too. Either way bootops gave the boot file;
+		// this step asserts the rest: iPXE's script from the site's
+		// server and the install.
 		out := mustRead(v.console)
 		t.Logf("firmware:\n%s", strings.Join(regexp.MustCompile(`(?m)^.*(Start (PXE|HTTP)|Station IP|Server IP|NBP file|URI:|PXE-E|Error:).*$`).FindAllString(out, -1), "\n"))
 		for _, re := range []string{

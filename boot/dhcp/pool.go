@@ -1,13 +1,9 @@
 package dhcp
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 )
@@ -31,7 +27,8 @@ type Range struct {
 	Taken       func(netip.Addr) bool
 }
 
-func (r Range) has(a netip.Addr) bool {
+// Has says a is one of r's addresses and not taken.
+func (r Range) Has(a netip.Addr) bool {
 	return a.IsValid() && !a.Less(r.First) && !r.Last.Less(a) && (r.Taken == nil || !r.Taken(a))
 }
 
@@ -125,7 +122,7 @@ func (p *Pool) Offer(mac string, r Range) (netip.Addr, error) {
 	}
 	free := func(a netip.Addr) bool {
 		l, ok := leased[a]
-		return r.has(a) && !offered[a] && (!ok || !now.Before(l.expires))
+		return r.Has(a) && !offered[a] && (!ok || !now.Before(l.expires))
 	}
 	pick := netip.Addr{}
 	if o, ok := p.offers[mac]; ok && free(o.ip) {
@@ -155,7 +152,7 @@ func (p *Pool) Offer(mac string, r Range) (netip.Addr, error) {
 		// address with a REQUEST, first come first served.
 		var victim string
 		for m, o := range p.offers {
-			if l, ok := leased[o.ip]; m == mac || !r.has(o.ip) || ok && now.Before(l.expires) {
+			if l, ok := leased[o.ip]; m == mac || !r.Has(o.ip) || ok && now.Before(l.expires) {
 				continue
 			}
 			if victim == "" || o.until.Before(p.offers[victim].until) {
@@ -201,7 +198,7 @@ func (p *Pool) Confirm(mac string, want netip.Addr, r Range, d time.Duration) (n
 			return netip.Addr{}, ErrNothingOffered
 		}
 	}
-	if !r.has(want) {
+	if !r.Has(want) {
 		return netip.Addr{}, ErrUnavailable
 	}
 	var reclaimed []string
@@ -248,65 +245,28 @@ func (p *Pool) sweep(now time.Time) {
 	}
 }
 
-// leaseFile is one lease as the file has it.
-type leaseFile struct {
-	IP      string    `json:"ip"`
-	Expires time.Time `json:"expires"`
-}
-
 func (p *Pool) load() error {
 	if p.loaded {
 		return nil
 	}
-	p.leases = map[string]lease{}
-	b, err := os.ReadFile(p.Path)
-	if errors.Is(err, fs.ErrNotExist) {
-		p.loaded = true
-		return nil
-	}
+	recs, err := ReadLeases(p.Path)
 	if err != nil {
-		return fmt.Errorf("dhcp: leases: %w", err)
+		return fmt.Errorf("dhcp: %w", err)
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("dhcp: leases %s: %w", p.Path, err)
-	}
-	for mac, raw := range m {
-		var f leaseFile
-		// Files written before leases expired map a MAC to its address:
-		// such a lease counts as expired, kept until the pool needs it.
-		if err := json.Unmarshal(raw, &f.IP); err != nil {
-			if err := json.Unmarshal(raw, &f); err != nil {
-				return fmt.Errorf("dhcp: leases %s: %s: %w", p.Path, mac, err)
-			}
-		}
-		a, err := netip.ParseAddr(f.IP)
-		if err != nil {
-			return fmt.Errorf("dhcp: leases %s: %s: %w", p.Path, mac, err)
-		}
-		p.leases[mac] = lease{a, f.Expires}
+	p.leases = make(map[string]lease, len(recs))
+	for mac, r := range recs {
+		p.leases[mac] = lease{r.IP, r.Expires}
 	}
 	p.loaded = true
 	return nil
 }
 
 func (p *Pool) save() error {
-	m := make(map[string]leaseFile, len(p.leases))
+	recs := make(map[string]LeaseRecord, len(p.leases))
 	for mac, l := range p.leases {
-		m[mac] = leaseFile{l.ip.String(), l.expires.UTC()}
+		recs[mac] = LeaseRecord{l.ip, l.expires}
 	}
-	b, err := json.MarshalIndent(m, "", "  ") // keys sorted: a stable, readable file
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(p.Path), 0o755); err != nil {
-		return err
-	}
-	tmp := p.Path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p.Path)
+	return WriteLeases(p.Path, recs)
 }
 
 // MACOf returns the MAC whose live lease is ip ("" if none): how the HTTP

@@ -2,15 +2,10 @@ package dhcp6
 
 import (
 	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
-	"io/fs"
 	"math"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -112,7 +107,7 @@ func (p *Pool) Offer(key string, r dhcp.Range) (netip.Addr, error) {
 // free says a is key's to take: in r, not offered to another client, not
 // leased to another one (or that lease expired).
 func (p *Pool) free(key string, a netip.Addr, r dhcp.Range, now time.Time) bool {
-	if !inRange(r, a) {
+	if !r.Has(a) {
 		return false
 	}
 	if k, ok := p.offeredTo[a]; ok && k != key && now.Before(p.offers[k].until) {
@@ -143,7 +138,7 @@ func (p *Pool) search(key string, r dhcp.Range, now time.Time) netip.Addr {
 	var expiredAt, stolenAt time.Time
 	for i := range n {
 		a := addOffset(r.First, (start+i)%size)
-		if !inRange(r, a) {
+		if !r.Has(a) {
 			continue
 		}
 		lk, leased := p.leasedBy[a]
@@ -207,7 +202,7 @@ func (p *Pool) Confirm(key string, want netip.Addr, r dhcp.Range, d time.Duratio
 			return netip.Addr{}, dhcp.ErrNothingOffered
 		}
 	}
-	if !inRange(r, want) {
+	if !r.Has(want) {
 		return netip.Addr{}, dhcp.ErrUnavailable
 	}
 	if k, ok := p.leasedBy[want]; ok && k != key && now.Before(p.leases[k].until) {
@@ -319,67 +314,33 @@ func (p *Pool) sweep(now time.Time) {
 	}
 }
 
-// leaseFile is one lease as the file has it (as the DHCPv4 pool's).
-type leaseFile struct {
-	IP      string    `json:"ip"`
-	Expires time.Time `json:"expires"`
-}
-
 func (p *Pool) load() error {
 	if p.loaded {
 		return nil
 	}
-	p.leases, p.leasedBy = map[string]held{}, map[netip.Addr]string{}
-	p.offers, p.offeredTo = map[string]held{}, map[netip.Addr]string{}
-	b, err := os.ReadFile(p.Path)
-	if errors.Is(err, fs.ErrNotExist) {
-		p.loaded = true
-		return nil
-	}
+	recs, err := dhcp.ReadLeases(p.Path)
 	if err != nil {
-		return fmt.Errorf("dhcp6: leases: %w", err)
+		return fmt.Errorf("dhcp6: %w", err)
 	}
-	var m map[string]leaseFile
-	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("dhcp6: leases %s: %w", p.Path, err)
-	}
-	for key, f := range m {
-		a, err := netip.ParseAddr(f.IP)
-		if err != nil {
-			return fmt.Errorf("dhcp6: leases %s: %s: %w", p.Path, key, err)
+	p.leases, p.leasedBy = make(map[string]held, len(recs)), make(map[netip.Addr]string, len(recs))
+	p.offers, p.offeredTo = map[string]held{}, map[netip.Addr]string{}
+	for key, r := range recs {
+		if k, dup := p.leasedBy[r.IP]; dup {
+			return fmt.Errorf("dhcp6: leases %s: %s leased to both %s and %s", p.Path, r.IP, k, key)
 		}
-		if k, dup := p.leasedBy[a]; dup {
-			return fmt.Errorf("dhcp6: leases %s: %s leased to both %s and %s", p.Path, a, k, key)
-		}
-		p.leases[key] = held{a, f.Expires}
-		p.leasedBy[a] = key
+		p.leases[key] = held{r.IP, r.Expires}
+		p.leasedBy[r.IP] = key
 	}
 	p.loaded = true
 	return nil
 }
 
 func (p *Pool) save() error {
-	m := make(map[string]leaseFile, len(p.leases))
+	recs := make(map[string]dhcp.LeaseRecord, len(p.leases))
 	for key, l := range p.leases {
-		m[key] = leaseFile{l.ip.String(), l.until.UTC()}
+		recs[key] = dhcp.LeaseRecord{IP: l.ip, Expires: l.until}
 	}
-	b, err := json.MarshalIndent(m, "", "  ") // keys sorted: a stable, readable file
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(p.Path), 0o755); err != nil {
-		return err
-	}
-	tmp := p.Path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p.Path)
-}
-
-// inRange says a is one of r's addresses and not taken.
-func inRange(r dhcp.Range, a netip.Addr) bool {
-	return a.IsValid() && !a.Less(r.First) && !r.Last.Less(a) && (r.Taken == nil || !r.Taken(a))
+	return dhcp.WriteLeases(p.Path, recs)
 }
 
 // rangeSize is how many addresses r has (capped at MaxUint64); 0 for an

@@ -461,20 +461,27 @@ func (r *repo) checkAddresses() {
 				r.errorf(pos, "ip", "%s is the site's %s", ip, f)
 			}
 		}
-		if pool := nw.get("pool"); pool != nil {
-			start, _ := netip.ParseAddr(pool.get("start").str)
-			end, _ := netip.ParseAddr(pool.get("end").str)
-			if !ip.Less(start) && !end.Less(ip) {
-				r.errorf(pos, "ip", "%s is inside the pool %s-%s for unknown machines", ip, start, end)
-			}
-		}
-		key := n.site + "/" + ip.String()
-		if first, dup := seen[key]; dup {
-			r.errorf(pos, "ip", "%s is also node %s's (at %s)", ip, first.name, first.pos)
-			continue
-		}
-		seen[key] = owner{n.name, pos}
+		r.claimAddress(n, pos, "ip", ip, nw.get("pool"), seen)
 	}
+}
+
+// claimAddress records ip, node n's field at pos, as n's on its site:
+// refused inside the site's pool for unknown machines (pool, may be nil)
+// and when another node of the site has it (seen, by site/address).
+func (r *repo) claimAddress(n *nodeObj, pos Pos, field string, ip netip.Addr, pool *value, seen map[string]owner) {
+	if pool != nil {
+		start, _ := netip.ParseAddr(pool.get("start").str)
+		end, _ := netip.ParseAddr(pool.get("end").str)
+		if !ip.Less(start) && !end.Less(ip) {
+			r.errorf(pos, field, "%s is inside the pool %s-%s for unknown machines", ip, start, end)
+		}
+	}
+	key := n.site + "/" + ip.String()
+	if first, dup := seen[key]; dup {
+		r.errorf(pos, field, "%s is also node %s's (at %s)", ip, first.name, first.pos)
+		return
+	}
+	seen[key] = owner{n.name, pos}
 }
 
 // checkAddressV6: a node's ipv6 inside its site's prefix, not the
@@ -518,19 +525,7 @@ func (r *repo) checkAddressV6(n *nodeObj, seen map[string]owner) {
 	if server, err := netip.ParseAddr(v6.get("serverAddress").str); err == nil && server == ip {
 		r.errorf(pos, "ipv6", "%s is the site's network.ipv6.serverAddress", ip)
 	}
-	if pool := v6.get("pool"); pool != nil {
-		start, _ := netip.ParseAddr(pool.get("start").str)
-		end, _ := netip.ParseAddr(pool.get("end").str)
-		if !ip.Less(start) && !end.Less(ip) {
-			r.errorf(pos, "ipv6", "%s is inside the pool %s-%s for unknown machines", ip, start, end)
-		}
-	}
-	key := n.site + "/" + ip.String()
-	if first, dup := seen[key]; dup {
-		r.errorf(pos, "ipv6", "%s is also node %s's (at %s)", ip, first.name, first.pos)
-		return
-	}
-	seen[key] = owner{n.name, pos}
+	r.claimAddress(n, pos, "ipv6", ip, v6.get("pool"), seen)
 }
 
 func lastAddr(p netip.Prefix) netip.Addr {

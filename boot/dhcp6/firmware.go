@@ -1,6 +1,7 @@
 package dhcp6
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -14,7 +15,7 @@ import (
 // whose iPXE is its firmware: a NIC ROM, a USB stick) gets no DHCPv6 boot
 // URL and boots the DHCPv4 one.
 //
-// It holds at most Max machines for TTL each; past Max the oldest is
+// It holds at most Max machines for TTL each; past Max the oldest are
 // forgotten (a flood of made-up MACs can only make a real machine's iPXE
 // boot over IPv4, which a dual-stack site serves too).
 type Firmware struct {
@@ -49,20 +50,30 @@ func (f *Firmware) BootedV6(mac string) bool {
 	return ok && f.clock().Sub(t) < f.ttl()
 }
 
-// forget drops the expired entries, and the oldest if none was.
+// forget drops the expired entries and, while more than three quarters
+// of Max are left, the oldest: one pass and one sort make room for a
+// quarter of Max newcomers, so a flood of made-up MACs costs no scan per
+// packet.
 func (f *Firmware) forget(now time.Time) {
-	oldest, when := "", now
+	type entry struct {
+		mac string
+		at  time.Time
+	}
+	live := make([]entry, 0, len(f.seen))
 	for mac, t := range f.seen {
 		if now.Sub(t) >= f.ttl() {
 			delete(f.seen, mac)
 			continue
 		}
-		if !t.After(when) {
-			oldest, when = mac, t
-		}
+		live = append(live, entry{mac, t})
 	}
-	if len(f.seen) >= f.max() {
-		delete(f.seen, oldest)
+	keep := f.max() * 3 / 4
+	if len(live) <= keep {
+		return
+	}
+	slices.SortFunc(live, func(a, b entry) int { return a.at.Compare(b.at) })
+	for _, e := range live[:len(live)-keep] {
+		delete(f.seen, e.mac)
 	}
 }
 

@@ -634,4 +634,14 @@ func TestFirmwareBounded(t *testing.T) {
 	if len(f.seen) != 1 || !f.BootedV6("m5") {
 		t.Fatalf("expired entries kept: %v", f.seen)
 	}
+	// A full memory makes room for a quarter of Max at once, the oldest
+	// going first.
+	f = &Firmware{Max: 100, TTL: time.Hour, now: func() time.Time { return now }}
+	for i := 0; i <= 100; i++ {
+		f.Booted(fmt.Sprintf("n%d", i))
+		now = now.Add(time.Second)
+	}
+	if len(f.seen) != 76 || f.BootedV6("n24") || !f.BootedV6("n25") || !f.BootedV6("n100") {
+		t.Fatalf("after 101 of max 100: %d kept, n24 %v, n25 %v", len(f.seen), f.BootedV6("n24"), f.BootedV6("n25"))
+	}
 }

@@ -99,10 +99,18 @@ func node(name, identity string) string {
 	return "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: " + name + "\nidentity: {" + identity + "}\nprofile: test-os\n"
 }
 
+// serve starts bootops in the lab on the IPv4 LAN's address.
 func (l *lab) serve(repo string, flags ...string) {
 	l.t.Helper()
+	l.serveOn(repo, "198.18.0.1:8080", "198.18.0.1:69", flags...)
+}
+
+// serveOn starts bootops in the lab with HTTP and TFTP on the given
+// listener lists (comma-separated, as --http-addr and --tftp-addr take).
+func (l *lab) serveOn(repo, httpAddr, tftpAddr string, flags ...string) {
+	l.t.Helper()
 	args := []string{"ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
-		"--http-addr", "198.18.0.1:8080", "--tftp-addr", "198.18.0.1:69", "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text"}
+		"--http-addr", httpAddr, "--tftp-addr", tftpAddr, "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text"}
 	l.start("bootops", append(args, flags...)...)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
@@ -114,15 +122,47 @@ func (l *lab) serve(repo string, flags ...string) {
 	l.t.Fatalf("bootops did not start:\n%s", l.log("bootops"))
 }
 
-// status asks the daemon, inside the lab, where every machine stands.
-func (l *lab) status() map[string]any {
-	l.t.Helper()
-	out := run(l.t, "ip", "netns", "exec", l.lan, bootops, "status", "--server", "http://198.18.0.1:8080", "-o", "json")
+// url4 is the server's HTTP URL on the IPv4 LAN.
+const url4 = "http://198.18.0.1:8080"
+
+func (l *lab) status() map[string]any { return statusAt(l.t, l, url4) }
+
+// statusAt is `bootops status -o json` asked at server (a URL).
+func statusAt(t *testing.T, l *lab, server string) map[string]any {
+	t.Helper()
+	out := run(t, "ip", "netns", "exec", l.lan, bootops, "status", "--server", server, "-o", "json")
 	var doc map[string]any
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		l.t.Fatalf("status: %v\n%s", err, out)
+		t.Fatalf("status: %v\n%s", err, out)
 	}
 	return doc
+}
+
+// event is a timeline entry as `bootops logs -o json` prints it.
+type event struct {
+	Time    string `json:"time"`
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+	Seq     uint64 `json:"seq"`
+	IP      string `json:"ip"`
+}
+
+// timeline is a machine's timeline on the IPv4 LAN's server.
+func timeline(t *testing.T, l *lab, key string) []event {
+	t.Helper()
+	evs, _ := events(t, l, url4, key)
+	return evs
+}
+
+// events is a machine's timeline asked at server, and its JSON.
+func events(t *testing.T, l *lab, server, key string) ([]event, string) {
+	t.Helper()
+	js := run(t, "ip", "netns", "exec", l.lan, bootops, "logs", key, "-o", "json", "--server", server)
+	var evs []event
+	if err := json.Unmarshal([]byte(js), &evs); err != nil {
+		t.Fatalf("logs %s: %v\n%s", key, err, js)
+	}
+	return evs, js
 }
 
 const proxySite = "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: proxy}\ndefaultProfile: test-os\nunknownNodes: provision\n"

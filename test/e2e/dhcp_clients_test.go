@@ -166,24 +166,40 @@ func (l *lab) serveDHCPOnly(site string) {
 // it is told: nothing outside the namespace changes (no resolv.conf).
 func (l *lab) dhclient(iface string) string {
 	l.t.Helper()
-	out := filepath.Join(l.dir, "dhclient.events")
-	script := filepath.Join(l.dir, "dhclient-script")
-	os.WriteFile(script, []byte("#!/bin/sh\necho \"$reason $new_ip_address\" >> "+out+"\n"), 0o755)
-	conf := filepath.Join(l.dir, "dhclient.conf")
+	return l.runDhclient(iface, "dhclient", "-4", "BOUND", "new_ip_address")
+}
+
+// dhclient6 is dhclient -6 (stateful: IA_NA), once iface has a usable
+// link-local address to send from.
+func (l *lab) dhclient6(iface string) string {
+	l.t.Helper()
+	l.linkLocal(l.dhc, iface)
+	return l.runDhclient(iface, "dhclient6", "-6", "BOUND6", "new_ip6_address")
+}
+
+// runDhclient runs dhclient with family flag (-4, -6) as process name until
+// its script sees reason bound, and returns the script's variable addr.
+func (l *lab) runDhclient(iface, name, family, bound, addr string) string {
+	l.t.Helper()
+	out := filepath.Join(l.dir, name+".events")
+	script := filepath.Join(l.dir, name+"-script")
+	os.WriteFile(script, []byte("#!/bin/sh\necho \"$reason $"+addr+"\" >> "+out+"\n"), 0o755)
+	conf := filepath.Join(l.dir, name+".conf")
 	os.WriteFile(conf, []byte("timeout 60;\nretry 5;\n"), 0o644)
 	// ip netns exec execs dhclient: the lab's cleanup kills it.
-	l.start("dhclient", "ip", "netns", "exec", l.dhc, "dhclient", "-4", "-d", "-1", "-v", "-cf", conf, "-sf", script,
-		"-lf", filepath.Join(l.dir, "dhclient.leases"), "-pf", filepath.Join(l.dir, "dhclient.pid"), iface)
+	l.start(name, "ip", "netns", "exec", l.dhc, "dhclient", family, "-d", "-1", "-v", "-cf", conf, "-sf", script,
+		"-lf", filepath.Join(l.dir, name+".leases"), "-pf", filepath.Join(l.dir, name+".pid"), iface)
+	re := regexp.MustCompile(`(?m)^` + bound + ` (\S+)$`)
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		b, _ := os.ReadFile(out)
-		if m := regexp.MustCompile(`(?m)^BOUND (\S+)$`).FindSubmatch(b); m != nil {
+		if m := re.FindSubmatch(b); m != nil {
 			return string(m[1])
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	b, _ := os.ReadFile(out)
-	l.t.Errorf("dhclient got no address in 60 s; script saw:\n%s\nlog:\n%s", b, tail(l.log("dhclient"), 30))
+	l.t.Errorf("dhclient %s got no address in 60 s; script saw:\n%s\nlog:\n%s", family, b, tail(l.log(name), 30))
 	return ""
 }
 

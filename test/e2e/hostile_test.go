@@ -166,25 +166,6 @@ func TestHostileLAN(t *testing.T) {
 	}
 }
 
-// event is what the timeline test compares of an event.
-type event struct {
-	Time    string `json:"time"`
-	Kind    string `json:"kind"`
-	Message string `json:"message"`
-	Seq     uint64 `json:"seq"`
-	IP      string `json:"ip"`
-}
-
-func timeline(t *testing.T, l *lab, key string) []event {
-	t.Helper()
-	var evs []event
-	out := run(t, "ip", "netns", "exec", l.lan, bootops, "logs", key, "-o", "json", "--server", "http://198.18.0.1:8080")
-	if err := json.Unmarshal([]byte(out), &evs); err != nil {
-		t.Fatalf("logs %s: %v\n%s", key, err, out)
-	}
-	return evs
-}
-
 func messages(evs []event) []string {
 	var out []string
 	for _, e := range evs {

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +44,7 @@ func TestIPv6HTTPBoot(t *testing.T) {
 	t.Logf("timing: IPv6-only, OVMF HTTP boot → ipxe.efi over HTTP → iPXE DHCPv6 → script → Micro-OS (DHCPv6, no SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
 
 	waitFor(t, "lab/vm6h provisioned", time.Minute, func() bool {
-		s, _ := stateAt(t, l, url6, "lab/vm6h")
+		s, _ := nodeStateAt(t, l, url6, "lab/vm6h")
 		return s == "provisioned"
 	})
 	checkDisk(t, d, rawSHA)
@@ -63,7 +62,7 @@ func TestIPv6HTTPBoot(t *testing.T) {
 	if strings.Contains(out, "Start PXE") {
 		t.Errorf("OVMF ran PXE; this test is about HTTP boot:\n%s", tail(out, 40))
 	}
-	js := run(t, "ip", "netns", "exec", l.lan, bootops, "logs", "lab/vm6h", "-o", "json", "--server", url6)
+	evs, js := events(t, l, url6, "lab/vm6h")
 	for _, want := range []string{
 		"DHCPv6 REPLY " + reserved + " to vm6h: " + url6 + "/tftp/ipxe.efi",
 		"DHCPv6 REPLY " + reserved + " to vm6h: " + url6 + "/boot.ipxe",
@@ -71,10 +70,6 @@ func TestIPv6HTTPBoot(t *testing.T) {
 		if !strings.Contains(js, want) {
 			t.Errorf("the timeline lacks %q:\n%s", want, js)
 		}
-	}
-	var evs []struct{ Message, IP string }
-	if err := json.Unmarshal([]byte(js), &evs); err != nil {
-		t.Fatalf("logs: %v\n%s", err, js)
 	}
 	checkin := ""
 	for _, e := range evs {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -124,32 +123,6 @@ func (l *lab) startRadvd(ra raFlags) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	l.t.Fatalf("radvd did not start:\n%s", l.log("radvd"))
-}
-
-// dhclient6 runs ISC dhclient -6 (stateful: IA_NA) on iface in namespace
-// dhcp until it is bound (at most 60 s) and returns its address. Its
-// script only writes down what it is told.
-func (l *lab) dhclient6(iface string) string {
-	l.t.Helper()
-	out := filepath.Join(l.dir, "dhclient6.events")
-	script := filepath.Join(l.dir, "dhclient6-script")
-	os.WriteFile(script, []byte("#!/bin/sh\necho \"$reason $new_ip6_address\" >> "+out+"\n"), 0o755)
-	conf := filepath.Join(l.dir, "dhclient6.conf")
-	os.WriteFile(conf, []byte("timeout 60;\n"), 0o644)
-	l.linkLocal(l.dhc, iface)
-	l.start("dhclient6", "ip", "netns", "exec", l.dhc, "dhclient", "-6", "-d", "-1", "-v", "-cf", conf, "-sf", script,
-		"-lf", filepath.Join(l.dir, "dhclient6.leases"), "-pf", filepath.Join(l.dir, "dhclient6.pid"), iface)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(out)
-		if m := regexp.MustCompile(`(?m)^BOUND6 (\S+)$`).FindSubmatch(b); m != nil {
-			return string(m[1])
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	b, _ := os.ReadFile(out)
-	l.t.Errorf("dhclient -6 got no address in 60 s; script saw:\n%s\nlog:\n%s", b, tail(l.log("dhclient6"), 30))
-	return ""
 }
 
 // dnsmasq6 runs dnsmasq in namespace lan as the reference DHCPv6 and TFTP

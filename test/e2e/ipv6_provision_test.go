@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,45 +36,6 @@ func provisionRepo6(t *testing.T, imageSHA, site string, nodes ...string) string
 		"sites/lab/site.yaml": site,
 	}, nodes)
 	return dir
-}
-
-// serveOn starts bootops in the lab with HTTP and TFTP on the given
-// listener lists (comma-separated, as --http-addr and --tftp-addr take).
-func (l *lab) serveOn(repo, httpAddr, tftpAddr string) {
-	l.t.Helper()
-	args := []string{"ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
-		"--http-addr", httpAddr, "--tftp-addr", tftpAddr, "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text", "--log-level", "debug"}
-	l.start("bootops", args...)
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if strings.Contains(l.log("bootops"), "msg=serving") {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	l.t.Fatalf("bootops did not start:\n%s", l.log("bootops"))
-}
-
-// stateAt reads a machine's state from `bootops status -o json` asked at
-// server (a URL).
-func stateAt(t *testing.T, l *lab, server, key string) (state, msg string) {
-	t.Helper()
-	out := run(t, "ip", "netns", "exec", l.lan, bootops, "status", "--server", server, "-o", "json")
-	var doc struct {
-		Nodes []struct {
-			Key, State string
-			Last       struct{ Message string }
-		}
-	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatalf("status: %v\n%s", err, out)
-	}
-	for _, n := range doc.Nodes {
-		if n.Key == key {
-			return n.State, n.Last.Message
-		}
-	}
-	return "", ""
 }
 
 // ended waits (at most d) for the VM's QEMU to end: with -no-reboot, the
@@ -115,10 +75,10 @@ func TestIPv6Provision(t *testing.T) {
 	t.Logf("timing: IPv6-only, OVMF PXEv6 → TFTP ipxe.efi → iPXE DHCPv6 → HTTP over IPv6 → Micro-OS (SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
 
 	deadline := time.Now().Add(30 * time.Second)
-	state, msg := stateAt(t, l, url6, "lab/vm6")
+	state, msg := nodeStateAt(t, l, url6, "lab/vm6")
 	for state != "provisioned" && time.Now().Before(deadline) {
 		time.Sleep(2 * time.Second)
-		state, msg = stateAt(t, l, url6, "lab/vm6")
+		state, msg = nodeStateAt(t, l, url6, "lab/vm6")
 	}
 	if state != "provisioned" {
 		t.Fatalf("lab/vm6: state %q (%s), want provisioned; console:\n%s", state, msg, tail(mustRead(v.console), 40))
@@ -131,11 +91,7 @@ func TestIPv6Provision(t *testing.T) {
 			t.Errorf("console lacks %q:\n%s", want, tail(out, 40))
 		}
 	}
-	var evs []struct{ Kind, Message, IP string }
-	js := run(t, "ip", "netns", "exec", l.lan, bootops, "logs", "lab/vm6", "-o", "json", "--server", url6)
-	if err := json.Unmarshal([]byte(js), &evs); err != nil {
-		t.Fatalf("logs: %v\n%s", err, js)
-	}
+	evs, js := events(t, l, url6, "lab/vm6")
 	var dhcp6, checkin bool
 	for _, e := range evs {
 		if strings.HasPrefix(e.Message, "DHCPv6") {
@@ -233,15 +189,11 @@ func TestIPv6DualStack(t *testing.T) {
 		{"lab/vm6", url6, d6, "DHCPv6 REPLY " + reserved + " to vm6: tftp://[" + server6 + "]", "DHCPv6 REPLY " + reserved + " to vm6: " + url6 + "/boot.ipxe",
 			"2001:db8:1:", url6 + "/boot.ipxe", v6},
 	} {
-		if state, msg := stateAt(t, l, c.server, c.key); state != "provisioned" {
+		if state, msg := nodeStateAt(t, l, c.server, c.key); state != "provisioned" {
 			t.Errorf("%s: state %q (%s), want provisioned", c.key, state, msg)
 		}
 		checkDisk(t, c.disk, rawSHA)
-		var evs []struct{ Kind, Message, IP string }
-		js := run(t, "ip", "netns", "exec", l.lan, bootops, "logs", c.key, "-o", "json", "--server", c.server)
-		if err := json.Unmarshal([]byte(js), &evs); err != nil {
-			t.Fatalf("logs: %v\n%s", err, js)
-		}
+		evs, js := events(t, l, c.server, c.key)
 		var firmware, dhcp6 bool
 		var checkin string
 		for _, e := range evs {
@@ -302,22 +254,18 @@ func TestIPv6Running(t *testing.T) {
 	start := time.Now()
 	l.uefiBoot("v6run1", mac, ",romfile=,bootindex=1", append(append([]string{}, pxeV6Only...), bootDisk(d)...)...).ended(t, 20*time.Minute)
 	t.Logf("timing: IPv6-only, power-on → Debian installed and rebooted: %s", time.Since(start).Round(time.Second))
-	if state, msg := stateAt(t, l, url6, "lab/vm6"); state != "provisioned" {
+	if state, msg := nodeStateAt(t, l, url6, "lab/vm6"); state != "provisioned" {
 		t.Fatalf("lab/vm6: state %q (%s), want provisioned", state, msg)
 	}
 	v := l.uefiBoot("v6run2", mac, ",romfile=,bootindex=2", append(append([]string{}, pxeV6Only...),
 		"-drive", "file="+d+",if=none,id=d0,format=raw", "-device", "virtio-blk-pci,drive=d0,bootindex=1")...)
 	waitFor(t, "lab/vm6 running", 25*time.Minute, func() bool {
-		s, _ := stateAt(t, l, url6, "lab/vm6")
+		s, _ := nodeStateAt(t, l, url6, "lab/vm6")
 		return s == "running"
 	})
 	t.Logf("timing: IPv6-only, power-on → running (install, reboot, first boot of Debian): %s", time.Since(start).Round(time.Second))
 	v.wait(t, "e2e-v6 login:", 5*time.Minute)
-	var evs []struct{ Kind, Message, IP string }
-	js := run(t, "ip", "netns", "exec", l.lan, bootops, "logs", "lab/vm6", "-o", "json", "--server", url6)
-	if err := json.Unmarshal([]byte(js), &evs); err != nil {
-		t.Fatalf("logs: %v\n%s", err, js)
-	}
+	evs, js := events(t, l, url6, "lab/vm6")
 	var report, from string
 	for _, e := range evs {
 		if strings.HasPrefix(e.Message, "running: hostname e2e-v6") {

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -60,17 +59,6 @@ func proxyLab6(t *testing.T) (l *lab, pcap string) {
 	return l, pcap
 }
 
-// timeline6 is a machine's events, from `bootops logs`, as JSON text.
-func timeline6(t *testing.T, l *lab, key string) string {
-	t.Helper()
-	js := run(t, "ip", "netns", "exec", l.lan, bootops, "logs", key, "-o", "json", "--server", url6)
-	var evs []struct{ Message string }
-	if err := json.Unmarshal([]byte(js), &evs); err != nil {
-		t.Fatalf("logs %s: %v\n%s", key, err, js)
-	}
-	return js
-}
-
 // stop ends a process the lab started, and its group.
 func stop(cmd *exec.Cmd) {
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -125,7 +113,7 @@ func TestIPv6Proxy(t *testing.T) {
 				t.Errorf("console lacks %s:\n%s", re, tail(out, 30))
 			}
 		}
-		js := timeline6(t, l, "lab/pxe")
+		_, js := events(t, l, url6, "lab/pxe")
 		for _, want := range []string{
 			"DHCPv6 ADVERTISE: tftp://[" + server6 + "]/ipxe.efi", // the Advertise without an address
 			"DHCPv6 REPLY: tftp://[" + server6 + "]/ipxe.efi",     // the Reply on port 4011
@@ -157,7 +145,7 @@ func TestIPv6Proxy(t *testing.T) {
 		v := l.uefiVM("v6p2", macProv, append(append(withDisk(d), pxeV6Only...), "-smbios", "type=1,serial=E2E-V6P2")...)
 		v.ended(t, 10*time.Minute)
 		t.Logf("timing: proxy mode, OVMF PXEv6 → ipxe.efi → iPXE (script URL from the site's server) → Micro-OS (SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
-		if state, msg := stateAt(t, l, url6, "lab/prov"); state != "provisioned" {
+		if state, msg := nodeStateAt(t, l, url6, "lab/prov"); state != "provisioned" {
 			t.Fatalf("lab/prov: state %q (%s), want provisioned; console:\n%s", state, msg, tail(mustRead(v.console), 40))
 		}
 		checkDisk(t, d, rawSHA)
@@ -180,7 +168,7 @@ func TestIPv6Proxy(t *testing.T) {
 				t.Errorf("console lacks %s:\n%s", re, tail(out, 40))
 			}
 		}
-		js := timeline6(t, l, "lab/prov")
+		_, js := events(t, l, url6, "lab/prov")
 		if !strings.Contains(js, "/tftp/ipxe.efi") && !strings.Contains(js, "DHCPv6 REPLY: tftp://["+server6+"]/ipxe.efi") || !strings.Contains(js, "agent checked in") {
 			t.Errorf("lab/prov's timeline lacks bootops' boot file offer or the agent's check-in:\n%s", js)
 		}
@@ -207,7 +195,7 @@ func TestIPv6Proxy(t *testing.T) {
 				t.Errorf("console lacks %s:\n%s", re, tail(out, 30))
 			}
 		}
-		if js := timeline6(t, l, "lab/http"); !strings.Contains(js, "DHCPv6 ADVERTISE: "+url6+"/tftp/ipxe.efi") {
+		if _, js := events(t, l, url6, "lab/http"); !strings.Contains(js, "DHCPv6 ADVERTISE: "+url6+"/tftp/ipxe.efi") {
 			t.Errorf("lab/http's timeline lacks the HTTPClient Advertise:\n%s", js)
 		}
 	})

@@ -154,8 +154,11 @@ func checkDisk(t *testing.T, path, rawSHA string) {
 }
 
 // nodeState reads a machine's state from `bootops status -o json`.
-func nodeState(l *lab, key string) (state, msg string) {
-	doc := l.status()
+func nodeState(l *lab, key string) (state, msg string) { return nodeStateAt(l.t, l, url4, key) }
+
+// nodeStateAt is a machine's state and last message, asked at server.
+func nodeStateAt(t *testing.T, l *lab, server, key string) (state, msg string) {
+	doc := statusAt(t, l, server)
 	for _, list := range []string{"nodes", "unknown"} {
 		ms, _ := doc[list].([]any)
 		for _, m := range ms {

@@ -112,14 +112,7 @@ func (l *lab) serveOn(repo, httpAddr, tftpAddr string, flags ...string) {
 	args := []string{"ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
 		"--http-addr", httpAddr, "--tftp-addr", tftpAddr, "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text"}
 	l.start("bootops", append(args, flags...)...)
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if strings.Contains(l.log("bootops"), "msg=serving") {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	l.t.Fatalf("bootops did not start:\n%s", l.log("bootops"))
+	l.started("bootops", "msg=serving", 20*time.Second)
 }
 
 // url4 is the server's HTTP URL on the IPv4 LAN.

@@ -115,14 +115,7 @@ func (l *lab) startRadvd(ra raFlags) {
 `, onOff(ra.managed), onOff(ra.other), prefix6, onOff(ra.autonomous))), 0o644)
 	l.start("radvd", "ip", "netns", "exec", l.lan, "radvd", "--nodaemon", "--logmethod", "stderr", "--config", conf,
 		"--pidfile", filepath.Join(l.dir, "radvd.pid"))
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if strings.Contains(l.log("radvd"), "started") {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	l.t.Fatalf("radvd did not start:\n%s", l.log("radvd"))
+	l.started("radvd", "started", 10*time.Second)
 }
 
 // dnsmasq6 runs dnsmasq in namespace lan as the reference DHCPv6 and TFTP
@@ -151,14 +144,7 @@ func (l *lab) dnsmasq6(nbp, script string) {
 		"--dhcp-userclass=set:ipxe,iPXE",
 		"--dhcp-option=tag:ipxe,option6:bootfile-url,"+script,
 		"--dhcp-option=tag:!ipxe,option6:bootfile-url,tftp://["+server6+"]/"+nbp)
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if strings.Contains(l.log("dnsmasq6"), "TFTP root is") {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	l.t.Fatalf("dnsmasq (DHCPv6) did not start:\n%s", l.log("dnsmasq6"))
+	l.started("dnsmasq6", "TFTP root is", 10*time.Second)
 }
 
 // imageServer6 serves dir over HTTP at [server6]:8080 from namespace lan

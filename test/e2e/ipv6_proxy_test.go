@@ -32,15 +32,8 @@ func (l *lab) siteDHCP6(name, ipxeURL string) *exec.Cmd {
 		args = append(args, "--dhcp-userclass=set:ipxe,iPXE", "--dhcp-option=tag:ipxe,option6:bootfile-url,"+ipxeURL)
 	}
 	cmd := l.start(name, args...)
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if strings.Contains(l.log(name), "DHCPv6, IP range") {
-			return cmd
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	l.t.Fatalf("dnsmasq (the site's DHCPv6) did not start:\n%s", l.log(name))
-	return nil
+	l.started(name, "DHCPv6, IP range", 10*time.Second)
+	return cmd
 }
 
 // proxyLab6 is an IPv6-only lab (RAs with M, O and A) whose site's DHCPv6

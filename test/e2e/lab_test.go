@@ -222,6 +222,19 @@ func (l *lab) uefiBoot(name, mac, nicOpts string, extra ...string) *vm {
 	return l.boot(name, mac, nicOpts, append(fw, extra...)...)
 }
 
+// started waits (at most d) until process name's log says marker, and
+// fails the test with that log when it does not.
+func (l *lab) started(name, marker string, d time.Duration) {
+	l.t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(l.log(name), marker) {
+		if time.Now().After(deadline) {
+			l.t.Fatalf("%s did not start in %s (its log never said %q):\n%s", name, d, marker, l.log(name))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (l *lab) boot(name, mac, nicOpts string, extra ...string) *vm {
 	l.t.Helper()
 	tap := "tap-" + name

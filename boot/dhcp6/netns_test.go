@@ -4,7 +4,6 @@ package dhcp6
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -22,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/dhcp"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
@@ -178,7 +178,7 @@ func TestDhcpcd(t *testing.T) {
 		t.Errorf("no event naming n9 for the lease: %+v (all: %+v)", ev, l.events.all())
 	}
 	first := leaseOf(t, l.leases, cliMAC)
-	if first.IP != addr.String() || !first.Expires.After(time.Now()) {
+	if first.IP.String() != addr.String() || !first.Expires.After(time.Now()) {
 		t.Fatalf("lease file: %s has %+v, want %v, live", cliMAC, first, addr)
 	}
 
@@ -197,7 +197,7 @@ func TestDhcpcd(t *testing.T) {
 		t.Fatalf("after the restart, %s gave %s, want %v: %v", again["reason"], again[d6addr], addr, again)
 	}
 	t.Logf("figure: %s kept %v %v after it was bound", again["reason"], addr, time.Since(boundAt).Round(10*time.Millisecond))
-	if lf := leaseOf(t, l.leases, cliMAC); lf.IP != addr.String() || !lf.Expires.After(first.Expires) {
+	if lf := leaseOf(t, l.leases, cliMAC); lf.IP.String() != addr.String() || !lf.Expires.After(first.Expires) {
 		t.Errorf("lease file after the renewal: %+v, want %v later than %v", lf, addr, first.Expires)
 	}
 
@@ -209,7 +209,7 @@ func TestDhcpcd(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		lf := leaseOf(t, l.leases, cliMAC)
-		if lf.IP == addr.String() && !lf.Expires.After(time.Now()) {
+		if lf.IP.String() == addr.String() && !lf.Expires.After(time.Now()) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -247,15 +247,11 @@ const dhcpcdScript = `#!/bin/sh
 `
 
 // leaseOf is key's lease in the pool's file (zero if none).
-func leaseOf(t *testing.T, path, key string) leaseFile {
+func leaseOf(t *testing.T, path, key string) dhcp.LeaseRecord {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	m, err := dhcp.ReadLeases(path)
 	if err != nil {
 		t.Fatalf("lease file: %v", err)
-	}
-	var m map[string]leaseFile
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("lease file %s: %v", path, err)
 	}
 	return m[key]
 }

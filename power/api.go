@@ -32,7 +32,7 @@ func (m *Manager) Routes(authorized func(*http.Request) bool) map[string]http.Ha
 		}),
 		"POST /api/v1/power/{site}/{node}": m.guard(authorized, func(w http.ResponseWriter, r *http.Request) {
 			var req ActionRequest
-			if !readBody(w, r, &req) {
+			if !readBody(w, r, &req, func() error { return checkAction(req.Action) }) {
 				return
 			}
 			st, err := m.Act(r.Context(), key(r), req.Action)
@@ -40,7 +40,7 @@ func (m *Manager) Routes(authorized func(*http.Request) bool) map[string]http.Ha
 		}),
 		"POST /api/v1/boot-device/{site}/{node}": m.guard(authorized, func(w http.ResponseWriter, r *http.Request) {
 			var req BootDeviceRequest
-			if !readBody(w, r, &req) {
+			if !readBody(w, r, &req, func() error { return checkDevice(req.Device) }) {
 				return
 			}
 			err := m.BootDevice(r.Context(), key(r), req.Device, req.Once)
@@ -80,10 +80,15 @@ func (m *Manager) guard(authorized func(*http.Request) bool, h http.HandlerFunc)
 	})
 }
 
-func readBody(w http.ResponseWriter, r *http.Request, v any) bool {
+// readBody reads a request's JSON body into v and checks it; what does not
+// parse or pass check is a 400 that says why, before any BMC is asked.
+func readBody(w http.ResponseWriter, r *http.Request, v any, check func() error) bool {
 	b, err := io.ReadAll(io.LimitReader(r.Body, 4096))
 	if err == nil {
 		err = json.Unmarshal(b, v)
+	}
+	if err == nil {
+		err = check()
 	}
 	if err != nil {
 		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/bootops/bootops/plan"
@@ -69,5 +70,37 @@ func TestAnonymousPowerReadIsTheLastPoll(t *testing.T) {
 	}
 	if code, _ := get(t, mux, "lab/n9", ""); code != http.StatusNotFound {
 		t.Errorf("no such node: %d", code)
+	}
+}
+
+// An action or boot device the API does not know is the operator's
+// mistake, a 400 that names it, and no BMC is asked.
+func TestUnknownActionIsBadRequest(t *testing.T) {
+	r := newRig(t, "", bmcNode("n1", "10.0.0.1", 0))
+	mux := http.NewServeMux()
+	for pattern, h := range r.m.Routes(func(*http.Request) bool { return true }) {
+		mux.Handle(pattern, h)
+	}
+	b := r.bmcs["10.0.0.1"]
+	calls := func() int { b.mu.Lock(); defer b.mu.Unlock(); return len(b.calls) }
+	for _, c := range []struct{ path, body, want string }{
+		{"/api/v1/power/lab/n1", `{"action":"reboot"}`, `unknown power action "reboot"`},
+		{"/api/v1/boot-device/lab/n1", `{"device":"cdrom"}`, `unknown boot device "cdrom"`},
+		{"/api/v1/power/lab/n1", `{"action":`, "bad request"},
+	} {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest(http.MethodPost, c.path, strings.NewReader(c.body)))
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), c.want) {
+			t.Errorf("POST %s %s: %d %q, want 400 with %q", c.path, c.body, w.Code, w.Body, c.want)
+		}
+	}
+	if n := calls(); n != 0 {
+		t.Errorf("the BMC was asked %d times", n)
+	}
+	// A known action still reaches it.
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/api/v1/power/lab/n1", strings.NewReader(`{"action":"on"}`)))
+	if w.Code != http.StatusOK || calls() == 0 {
+		t.Errorf("POST on: %d %q, %d BMC calls", w.Code, w.Body, calls())
 	}
 }

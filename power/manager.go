@@ -643,13 +643,29 @@ func (m *Manager) Query(ctx context.Context, key string) (Status, error) {
 	return st, err
 }
 
+// checkAction says what is wrong with a power action an operator asked for.
+func checkAction(action string) error {
+	switch action {
+	case "on", "off", "cycle":
+		return nil
+	}
+	return fmt.Errorf("unknown power action %q: want on, off, cycle or status", action)
+}
+
+// checkDevice says what is wrong with a boot device an operator asked for.
+func checkDevice(device string) error {
+	switch device {
+	case "pxe", "disk":
+		return nil
+	}
+	return fmt.Errorf("unknown boot device %q: want pxe or disk", device)
+}
+
 // Act does what an operator asked: "on", "off" or "cycle" (a cycle of a
 // machine that is off powers it on), and records it on the timeline.
 func (m *Manager) Act(ctx context.Context, key, action string) (Status, error) {
-	switch action {
-	case "on", "off", "cycle":
-	default:
-		return Status{}, fmt.Errorf("unknown power action %q: want on, off, cycle or status", action)
+	if err := checkAction(action); err != nil {
+		return Status{}, err
 	}
 	err := m.operator(ctx, key, func(t target, np *nodePower, c Controller) error {
 		said := "power: " + action
@@ -723,10 +739,8 @@ func (m *Manager) settle(ctx context.Context, c Controller, np *nodePower, actio
 // BootDevice sets the node's next boot device ("pxe" or "disk"), for the
 // next boot only when once.
 func (m *Manager) BootDevice(ctx context.Context, key, device string, once bool) error {
-	switch device {
-	case "pxe", "disk":
-	default:
-		return fmt.Errorf("unknown boot device %q: want pxe or disk", device)
+	if err := checkDevice(device); err != nil {
+		return err
 	}
 	how := "persistent"
 	if once {

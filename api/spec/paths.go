@@ -33,7 +33,7 @@ func powerResps() []resp {
 		badRequest,
 		jsonResp(404, "No such node, or it has no BMC.", a),
 		jsonResp(409, "The node has no BMC.", a),
-		jsonResp(502, "The BMC refused or failed (or the action is unknown).", a),
+		jsonResp(502, "The BMC refused or failed.", a),
 		jsonResp(503, "Another power action on the node is under way.", a),
 		jsonResp(504, "The BMC did not answer within --bmc-timeout.", a),
 	}

@@ -48,6 +48,7 @@ type Server struct {
 	Known     func(key string) bool
 
 	lastFull, refused atomic.Int64
+	repeating         atomic.Int64 // boot-service Replies with repeats pending
 	gateOnce          sync.Once
 	gate              *status.EventGate
 }
@@ -173,19 +174,59 @@ func (s *Server) Serve(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	for _, c := range conns {
+	for i, c := range conns {
 		g.Go(func() error {
 			<-ctx.Done()
 			return c.Close()
 		})
-		g.Go(func() error { return s.loop(ctx, c) })
+		g.Go(func() error { return s.loop(ctx, c, i == 1) }) // conns[1]: the boot-service port
 	}
 	return g.Wait()
 }
 
+// bootServiceRepeats are when a Reply on the boot-service port (4011) is
+// sent again after the first. EDK2's PXE over IPv6 (PxeBcRequestBootService)
+// sends its Request and only then opens the socket it reads the Reply on,
+// for 3 s, and never asks again: a Reply that comes back before (a slow
+// or busy machine; OVMF under a loaded host) is lost, and the firmware
+// gives up with "PXE-E16: No valid offer received". The copies are the
+// same message, so a client that got the first drops them; the last is
+// 2 s after the first, so a client that opened its socket up to then
+// still reads one within its 3 s.
+var bootServiceRepeats = []time.Duration{250 * time.Millisecond, time.Second, 2 * time.Second}
+
+// maxRepeating bounds the boot-service Replies whose repeats are pending;
+// past it (a flood of Requests) a Reply is sent once.
+const maxRepeating = 1024
+
+// repeat sends b to dst again at bootServiceRepeats, unless ctx ends.
+func (s *Server) repeat(ctx context.Context, conn *net.UDPConn, b []byte, dst netip.AddrPort) {
+	if s.repeating.Add(1) > maxRepeating {
+		s.repeating.Add(-1)
+		return
+	}
+	go func() {
+		defer s.repeating.Add(-1)
+		start := time.Now()
+		for _, d := range bootServiceRepeats {
+			t := time.NewTimer(time.Until(start.Add(d)))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if _, err := conn.WriteToUDPAddrPort(b, dst); err != nil {
+				return
+			}
+		}
+	}()
+}
+
 // loop reads packets and hands them to a worker per core, dropping what
-// does not fit the queue (the client retransmits).
-func (s *Server) loop(ctx context.Context, conn *net.UDPConn) error {
+// does not fit the queue (the client retransmits). On the boot-service
+// port (bootService) Replies are repeated.
+func (s *Server) loop(ctx context.Context, conn *net.UDPConn, bootService bool) error {
 	log := s.log()
 	_ = conn.SetReadBuffer(8 << 20)
 	type packet struct {
@@ -201,7 +242,7 @@ func (s *Server) loop(ctx context.Context, conn *net.UDPConn) error {
 			defer wg.Done()
 			for p := range work {
 				if ctx.Err() == nil { // stopping: what is queued goes unanswered
-					s.answer(conn, p.buf, p.peer, log)
+					s.answer(ctx, conn, bootService, p.buf, p.peer, log)
 				}
 				b := p.buf[:cap(p.buf)]
 				pool.Put(&b)
@@ -237,7 +278,7 @@ func (s *Server) log() *slog.Logger {
 }
 
 // answer replies to one packet.
-func (s *Server) answer(conn *net.UDPConn, pkt []byte, peer netip.AddrPort, log *slog.Logger) {
+func (s *Server) answer(ctx context.Context, conn *net.UDPConn, bootService bool, pkt []byte, peer netip.AddrPort, log *slog.Logger) {
 	p := s.Plans.Current()
 	if p == nil {
 		return
@@ -264,9 +305,13 @@ func (s *Server) answer(conn *net.UDPConn, pkt []byte, peer netip.AddrPort, log 
 		// RFC 8415 §19.3: Relay-Reply goes to the relay's port 547.
 		dst = netip.AddrPortFrom(peer.Addr(), dhcpv6.DefaultServerPort)
 	}
-	if _, err := conn.WriteToUDPAddrPort(a.Reply.ToBytes(), dst); err != nil {
+	b := a.Reply.ToBytes()
+	if _, err := conn.WriteToUDPAddrPort(b, dst); err != nil {
 		log.Warn("dhcp6: send", "to", dst.String(), "err", err)
 		return
+	}
+	if bootService && !a.Reply.IsRelay() {
+		s.repeat(ctx, conn, b, dst)
 	}
 	s.record(site.Name, a, peer, log)
 }

@@ -94,6 +94,44 @@ func TestServeLoopback(t *testing.T) {
 		t.Fatalf("Reply on 4011: %s", rep.Summary())
 	}
 
+	// EDK2 sends its Request to 4011 and only then opens the socket it
+	// reads on: the Reply comes again, twice, for such a client.
+	from := freePort(t)
+	c4, err := net.ListenUDP("udp6", net.UDPAddrFromAddrPort(from))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c4.WriteToUDPAddrPort(req.ToBytes(), s.BootServiceAddr); err != nil {
+		t.Fatal(err)
+	}
+	c4.Close()
+	time.Sleep(50 * time.Millisecond) // the first Reply finds the port closed
+	if c4, err = net.ListenUDP("udp6", net.UDPAddrFromAddrPort(from)); err != nil {
+		t.Fatal(err)
+	}
+	defer c4.Close()
+	c4.SetReadDeadline(time.Now().Add(3 * time.Second))
+	var copies []string
+	for buf := make([]byte, 1500); ; {
+		n, _, err := c4.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			break
+		}
+		m, err := dhcpv6.MessageFromBytes(buf[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		copies = append(copies, m.Summary())
+	}
+	if len(copies) == 0 || len(copies) > len(bootServiceRepeats) {
+		t.Errorf("a client that reads after sending got %d Replies, want 1 to %d (the repeats)", len(copies), len(bootServiceRepeats))
+	}
+	for _, m := range copies {
+		if m != rep.Summary() {
+			t.Errorf("repeat %s, want the Reply %s", m, rep.Summary())
+		}
+	}
+
 	c, err := net.DialUDP("udp6", nil, net.UDPAddrFromAddrPort(s.Addr))
 	if err != nil {
 		t.Fatal(err)

@@ -79,13 +79,12 @@ e2e: go-check lab-deps
 	@$(MAKE) --no-print-directory e2e-run
 
 # The VM tests, then a table of each one's time (slowest first), so growth
-# shows before it breaks CI; the run's status is the tests'.
+# shows before it breaks CI, and why each failed test failed, so the end of
+# a CI log says it; the run's status is the tests'.
 e2e-run:
 	@mkdir -p .cache; set -o pipefail; \
 	$(GO) test $(E2E_FLAGS) ./test/e2e 2>&1 | tee .cache/e2e.log; status=$$?; \
-	echo; echo "e2e tests by time:"; \
-	grep -E '^\s*--- (PASS|FAIL)' .cache/e2e.log | sed -E 's/^\s*--- (PASS|FAIL): (\S+) \(([0-9.]+)s\)/\3 \1 \2/' | sort -rn | \
-	awk '{ printf "  %8.1f s  %-4s  %s\n", $$1, $$2, $$3 }'; \
+	bash test/e2e/summary.sh .cache/e2e.log; \
 	exit $$status
 
 # The Debian package out/bootops_<version>_amd64.deb (docs/install.md): the

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# summary.sh LOG: what `go test -v ./test/e2e` wrote to LOG, in brief, for
+# the end of a CI log: each test's time, slowest first, then why each
+# failed test failed (its messages, the first lines of each, without the
+# lab's log dumps, which come before in full).
+set -euo pipefail
+log=$1
+
+echo
+echo "e2e tests by time:"
+grep -E '^\s*--- (PASS|FAIL)' "$log" | sed -E 's/^\s*--- (PASS|FAIL): (\S+) \(([0-9.]+)s\)/\3 \1 \2/' | sort -rn |
+	awk '{ printf "  %8.1f s  %-4s  %s\n", $1, $2, $3 }'
+
+awk '
+	/^=== (RUN|CONT|NAME|PAUSE) / { cur = $3; inmsg = 0; next }
+	/^ *--- (PASS|FAIL|SKIP): / {
+		if ($2 == "FAIL:") failed[++nf] = $3
+		inmsg = 0; next
+	}
+	/^ +[A-Za-z0-9_.\/-]+\.go:[0-9]+: / {
+		text = $0; sub(/^ +[^ ]+ /, "", text)
+		inmsg = (text !~ /^---- /)   # the lab log dumps: in full above
+		if (inmsg) { msgs[cur] = msgs[cur] $0 "\n"; cont = 0 }
+		next
+	}
+	inmsg && /^        / && cont < 3 { msgs[cur] = msgs[cur] $0 "\n"; cont++; next }
+	inmsg && /^        / && cont == 3 { msgs[cur] = msgs[cur] "        …\n"; cont++; next }
+	!/^        / { inmsg = 0 }
+	END {
+		if (nf == 0) exit
+		print "\nwhy they failed (each message: its first lines):"
+		for (i = 1; i <= nf; i++) {
+			t = failed[i]
+			if (msgs[t] == "") continue
+			print "--- " t
+			n = split(msgs[t], lines, "\n")
+			for (j = 1; j < n && j <= 60; j++) print lines[j]
+			if (n > 61) print "    … (" n - 61 " lines more above)"
+		}
+	}
+' "$log"

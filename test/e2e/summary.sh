@@ -8,7 +8,7 @@ log=$1
 
 echo
 echo "e2e tests by time:"
-grep -E '^\s*--- (PASS|FAIL)' "$log" | sed -E 's/^\s*--- (PASS|FAIL): (\S+) \(([0-9.]+)s\)/\3 \1 \2/' | sort -rn |
+{ grep -E '^\s*--- (PASS|FAIL)' "$log" || true; } | sed -E 's/^\s*--- (PASS|FAIL): (\S+) \(([0-9.]+)s\)/\3 \1 \2/' | sort -rn |
 	awk '{ printf "  %8.1f s  %-4s  %s\n", $1, $2, $3 }'
 
 awk '
@@ -39,3 +39,11 @@ awk '
 		}
 	}
 ' "$log"
+
+# A run that panicked (a test's panic, or -timeout: "panic: test timed out
+# after …" and the tests still running) has no "--- FAIL" for them.
+if grep -q '^panic: ' "$log"; then
+	echo
+	echo "the run panicked:"
+	grep -A 15 '^panic: ' "$log" | head -n 16
+fi

@@ -61,7 +61,11 @@ func TestLeaseV6(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := leaseV6(ctx, cl)
+		var a netip.Addr
+		l, err := leaseV6(ctx, cl, nil)
+		if err == nil {
+			a = l.Addr
+		}
 		cl.Close()
 		cancel()
 		if err := <-done; err != nil {
@@ -117,5 +121,133 @@ func TestAddressOf(t *testing.T) {
 		} else if got != c.want {
 			t.Errorf("%v: %s, want %s", c.opts, got, c.want)
 		}
+	}
+}
+
+// The agent keeps its DHCPv6 lease against bootops' own server (a 6 s
+// lease: Renew at 3 s, Rebind from four fifths, in the wire's whole
+// seconds): Renews are answered; a server that is another (a new server
+// identifier) ignores the Renew and answers the Rebind; with no server the
+// lease ends, and the agent asks anew as the same client and moves to the
+// address it gets.
+func TestKeepV6(t *testing.T) {
+	site := &plan.Site{Name: "lab", UnknownNodes: plan.PolicyProvision, Network: plan.Network{HTTPPort: 8080}}
+	site.Nodes = []*plan.Node{{Name: "n1", Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:01"}}}}
+	plans := &boot.Live{}
+	plans.Swap(&plan.Plan{Sites: []*plan.Site{site}})
+	leases := filepath.Join(t.TempDir(), "leases6-lab.json")
+	config := func(serverMAC byte, reserved netip.Addr) dhcp6.Config {
+		return dhcp6.Config{Mode: plan.DHCPReservation, ServerIP: netip.MustParseAddr("2001:db8::1"), Prefix: netip.MustParsePrefix("2001:db8::/64"),
+			ServerID: dhcp6.NewServerID(net.HardwareAddr{0x52, 0x54, 0, 0xaa, 0, serverMAC}), HTTPPort: 8080, LeaseTime: 6 * time.Second,
+			PoolFirst: netip.MustParseAddr("2001:db8::100"), PoolLast: netip.MustParseAddr("2001:db8::1ff"),
+			Leases: &dhcp6.Pool{Path: leases},
+			Reservation: func(_ *plan.Plan, site, mac string) (dhcp6.Reservation, bool) {
+				return dhcp6.Reservation{Addr: reserved, Node: "n1"}, mac == "52:54:00:00:00:01"
+			},
+			Reserved: func(_ *plan.Plan, _ string, a netip.Addr) bool { return a == reserved },
+		}
+	}
+	srvAddr := freeUDP6(t)
+	serve := func(cfg dhcp6.Config) (stop func()) {
+		s := &dhcp6.Server{Plans: plans, Site: "lab", Config: cfg, Addr: srvAddr}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Serve(ctx) }()
+		time.Sleep(100 * time.Millisecond)
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	r1, r2 := netip.MustParseAddr("2001:db8::11"), netip.MustParseAddr("2001:db8::12")
+	stop := serve(config(1, r1))
+
+	conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := nclient6.NewWithConn(conn, net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1},
+		nclient6.WithBroadcastAddr(net.UDPAddrFromAddrPort(srvAddr)), nclient6.WithTimeout(500*time.Millisecond), nclient6.WithRetry(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l, err := leaseV6(ctx, cl, nil)
+	if err != nil || l.Addr != r1 || l.T1 != 3*time.Second || l.T2 < 4*time.Second || l.T2 > 5*time.Second || l.Valid != 6*time.Second {
+		t.Fatalf("lease: %+v, %v", l, err)
+	}
+	l.Iface = "eth0"
+	said := make(chan string, 100)
+	moved := make(chan string, 1)
+	kept := make(chan error, 1)
+	go func() {
+		kept <- keepV6(ctx, cl, l, 200*time.Millisecond,
+			func(iface string, old, new netip.Addr) error {
+				moved <- fmt.Sprint(iface, " ", old, " → ", new)
+				return nil
+			},
+			func(format string, a ...any) { said <- fmt.Sprintf(format, a...) })
+	}()
+	await := func(want string, within time.Duration) {
+		t.Helper()
+		deadline := time.After(within)
+		for {
+			select {
+			case s := <-said:
+				t.Log(s)
+				if strings.Contains(s, want) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("in %s, the agent did not say %q", within, want)
+			}
+		}
+	}
+	await(r1.String()+" renewed (RENEW)", 8*time.Second)
+	await(r1.String()+" renewed (RENEW)", 8*time.Second)
+
+	stop()
+	stop = serve(config(2, r1)) // another server
+	await("RENEW: ", 8*time.Second)
+	await(r1.String()+" renewed (REBIND)", 8*time.Second)
+
+	stop()
+	await("the lease of "+r1.String()+" ended without a Reply", 12*time.Second)
+	stop = serve(config(1, r2))
+	defer stop()
+	await("dhcpv6 on eth0: "+r2.String()+", until", 8*time.Second)
+	select {
+	case m := <-moved:
+		if m != "eth0 "+r1.String()+" → "+r2.String() {
+			t.Errorf("moved %s", m)
+		}
+	default:
+		t.Error("the new address did not replace the old")
+	}
+	cancel()
+	if err := <-kept; err != context.Canceled {
+		t.Errorf("keepV6 ended with %v, want context.Canceled", err)
+	}
+}
+
+// A lease written by the dhcp6 command is the one the agent reads.
+func TestLease6File(t *testing.T) {
+	dir := t.TempDir()
+	in := &Lease6{Iface: "eth0", Addr: netip.MustParseAddr("2001:db8::11"), ClientID: []byte{0, 1, 0, 1, 2, 3, 4, 5, 0x52, 0x54, 0, 0, 0, 1},
+		ServerID: []byte{0, 3, 0, 1, 0x52, 0x54, 0, 0xaa, 0, 1}, IAID: [4]byte{0, 0, 0, 1}, T1: time.Minute, T2: 2 * time.Minute, Valid: time.Hour,
+		Got: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
+	if err := in.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Leases6(dir)
+	if err != nil || len(out) != 1 {
+		t.Fatalf("%v, %v", out, err)
+	}
+	if a, b := fmt.Sprintf("%+v", *in), fmt.Sprintf("%+v", *out[0]); a != b {
+		t.Errorf("read %s, wrote %s", b, a)
 	}
 }

@@ -12,13 +12,15 @@
 //
 // `bootops-agent dhcp6 IFACE` asks the link's DHCPv6 server for an
 // address: the Micro-OS's /init runs it when an IPv6 link gives no SLAAC
-// address.
+// address. It writes the lease down; the agent renews it while it runs.
 package main
 
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
+	"os/exec"
 	"time"
 
 	"github.com/bootops/bootops/agent"
@@ -30,18 +32,22 @@ var version = "dev"
 func main() {
 	if len(os.Args) > 1 && (os.Args[1] == "-h" || os.Args[1] == "--help") {
 		fmt.Println("bootops-agent runs in the bootops Micro-OS; it takes its settings from /proc/cmdline (bootops.server, bootops.site, bootops.node, bootops.token).")
-		fmt.Println("bootops-agent dhcp6 IFACE asks the link's DHCPv6 server for an address and prints it (the Micro-OS's /init, on a link without SLAAC).")
+		fmt.Println("bootops-agent dhcp6 IFACE asks the link's DHCPv6 server for an address, prints it and writes the lease to " + agent.Lease6Dir + ", where the agent finds and renews it (the Micro-OS's /init, on a link without SLAAC).")
 		return
 	}
 	if len(os.Args) == 3 && os.Args[1] == "dhcp6" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		a, err := agent.LeaseV6(ctx, os.Args[2])
+		l, err := agent.LeaseV6(ctx, os.Args[2])
+		if err == nil {
+			l.Iface = os.Args[2]
+			err = l.Save(agent.Lease6Dir)
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bootops-agent:", err)
 			os.Exit(1)
 		}
-		fmt.Println(a)
+		fmt.Println(l.Addr)
 		return
 	}
 	cmdline, err := os.ReadFile("/proc/cmdline")
@@ -50,6 +56,7 @@ func main() {
 		os.Exit(1)
 	}
 	agent.Version = version
+	keepLeases()
 	cfg, err := agent.Load(agent.ParseCmdline(string(cmdline)), "/", "/sys")
 	if err != nil {
 		// A tampered or missing overlay, a broken image: say so where
@@ -61,4 +68,33 @@ func main() {
 		fmt.Fprintln(os.Stdout, "bootops-agent:", err)
 		os.Exit(1)
 	}
+}
+
+// keepLeases keeps the DHCPv6 leases /init took (bootops-agent dhcp6) for
+// as long as the agent runs: the Micro-OS may wait for hours (an unknown
+// machine held until its Node is committed), the lease lasts an hour.
+func keepLeases() {
+	leases, err := agent.Leases6(agent.Lease6Dir)
+	if err != nil {
+		fmt.Println("bootops-agent: dhcpv6:", err)
+	}
+	say := func(format string, a ...any) { fmt.Printf("bootops-agent: "+format+"\n", a...) }
+	for _, l := range leases {
+		go func() {
+			if err := agent.KeepV6(context.Background(), l, move, say); err != nil {
+				say("dhcpv6 on %s: %v", l.Iface, err)
+			}
+		}()
+	}
+}
+
+// move puts new in place of old on iface (/64, as /init added old).
+func move(iface string, old, new netip.Addr) error {
+	if out, err := exec.Command("ip", "-6", "addr", "add", new.String()+"/64", "dev", iface).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip -6 addr add: %v: %s", err, out)
+	}
+	if out, err := exec.Command("ip", "-6", "addr", "del", old.String()+"/64", "dev", iface).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip -6 addr del: %v: %s", err, out)
+	}
+	return nil
 }

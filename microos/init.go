@@ -142,14 +142,15 @@ if [ -n "$ipv6" ]; then
 	# An IPv4 address too when the link has DHCP (a dual-stack site): one
 	# quick try, not needed.
 	for n in $all; do
-		udhcpc -i "$n" -n -q -t 2 -T 1 -s /etc/udhcpc.script >/dev/null 2>&1 && say "$n $(cat "/run/bootops-microos/$n")" && break
+		udhcpc -i "$n" -n -t 2 -T 1 -s /etc/udhcpc.script >/dev/null 2>&1 && say "$n $(cat "/run/bootops-microos/$n")" && break
 	done
 fi
+# udhcpc stays in the background once bound and renews its lease.
 round=1
 while [ -z "$lease" ]; do
 	for n in $all; do
 		say "dhcp on $n"
-		if udhcpc -i "$n" -n -q -t 5 -T 2 -s /etc/udhcpc.script; then
+		if udhcpc -i "$n" -n -t 5 -T 2 -s /etc/udhcpc.script; then
 			lease=$n
 			break
 		fi
@@ -180,7 +181,10 @@ func initScript(modules []string) []byte {
 // udhcpcScript configures what udhcpc leased: busybox udhcpc runs it with
 // $1 = deconfig, bound, renew, leasefail or nak and the lease in the
 // environment ($interface, $ip, $mask as a prefix length, $router, $dns,
-// $domain, $broadcast). /init reads the summary it leaves in /run.
+// $domain, $broadcast). /init reads the summary it leaves in /run. udhcpc
+// stays in the background once bound (no -q) and renews the lease: a
+// machine may wait in the Micro-OS for hours (held until its Node is
+// committed), the lease may be an hour.
 const udhcpcScript = `#!/bin/busybox sh
 case "$1" in
 deconfig)
@@ -188,11 +192,14 @@ deconfig)
 	ip link set "$interface" up
 	;;
 bound|renew)
-	ip -4 addr flush dev "$interface"
-	ip addr add "$ip/${mask:-24}" ${broadcast:+broadcast "$broadcast"} dev "$interface"
-	for r in $router; do
-		ip route add default via "$r" dev "$interface" && break
-	done
+	# A renewal of the address in use leaves it, and its connections, be.
+	if [ "$1" = bound ] || ! ip -4 addr show dev "$interface" | grep -q "inet $ip/"; then
+		ip -4 addr flush dev "$interface"
+		ip addr add "$ip/${mask:-24}" ${broadcast:+broadcast "$broadcast"} dev "$interface"
+		for r in $router; do
+			ip route add default via "$r" dev "$interface" && break
+		done
+	fi
 	{
 		[ -n "$domain" ] && echo "search $domain"
 		for d in $dns; do echo "nameserver $d"; done

@@ -385,7 +385,7 @@ func TestBuildImage(t *testing.T) {
 	if !slices.Equal(loads, wantMods) {
 		t.Errorf("/init loads\n %v\nwant %v", loads, wantMods)
 	}
-	for _, s := range []string{"insmod \"$1\"", "udhcpc -i \"$n\" -n -q -t 5 -T 2 -s /etc/udhcpc.script", "\n/bin/bootops-agent\n", "poweroff -f", "bootops.debug", "mount -t devtmpfs", "mount -t securityfs securityfs /sys/kernel/security"} {
+	for _, s := range []string{"insmod \"$1\"", "udhcpc -i \"$n\" -n -t 5 -T 2 -s /etc/udhcpc.script", "\n/bin/bootops-agent\n", "poweroff -f", "bootops.debug", "mount -t devtmpfs", "mount -t securityfs securityfs /sys/kernel/security"} {
 		if !strings.Contains(script, s) {
 			t.Errorf("/init lacks %q", s)
 		}

@@ -116,6 +116,63 @@ func TestReservationPoolFlood(t *testing.T) {
 	}
 }
 
+// The Micro-OS's DHCP client keeps its lease: busybox udhcpc as /init
+// runs it (no -q: it stays once bound; in the foreground here) renews
+// from bootops' DHCPv4 pool at half the lease (60 s, the least a site
+// may give), keeps its address, and bootops writes the later end down.
+// A machine held in the Micro-OS for hours keeps an address the pool
+// will not give to another.
+func TestUdhcpcRenews(t *testing.T) {
+	t.Parallel()
+	l := newClientLab(t)
+	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: reservation, subnet: 198.18.0.0/24, " +
+		"gateway: 198.18.0.254, leaseSeconds: 60, pool: {start: 198.18.0.100, end: 198.18.0.109}}\ndefaultProfile: test-os\nunknownNodes: provision\n"
+	l.serveDHCPOnly(site)
+	const mac = "52:54:00:e2:f0:04"
+	run(t, "ip", "-n", l.lan, "link", "add", "vudr", "type", "veth", "peer", "name", "udr", "netns", l.dhc)
+	run(t, "ip", "-n", l.lan, "link", "set", "vudr", "master", "br0", "up")
+	run(t, "ip", "-n", l.dhc, "link", "set", "udr", "address", mac)
+	run(t, "ip", "-n", l.dhc, "link", "set", "udr", "up")
+	time.Sleep(time.Second) // let the new port settle
+
+	// The script writes down what udhcpc tells it and configures the
+	// address, as the Micro-OS's does, so the renewal goes out unicast.
+	events := filepath.Join(l.dir, "udhcpc.events")
+	script := filepath.Join(l.dir, "udhcpc-script")
+	os.WriteFile(script, []byte("#!/bin/sh\necho \"$(date +%s) $1 $ip\" >> "+events+"\n"+
+		"[ \"$1\" = bound ] && ip addr add \"$ip/$mask\" dev \"$interface\"\nexit 0\n"), 0o755)
+	start := time.Now()
+	// 45 s: past the renewal at 30 s, bounded.
+	log, _ := exec.Command("timeout", "45", "ip", "netns", "exec", l.dhc, "busybox", "udhcpc", "-f", "-i", "udr", "-n", "-t", "5", "-T", "2", "-s", script).CombinedOutput()
+	b, _ := os.ReadFile(events)
+	bound := regexp.MustCompile(`(?m)^(\d+) bound (\S+)$`).FindStringSubmatch(string(b))
+	renew := regexp.MustCompile(`(?m)^(\d+) renew (\S+)$`).FindStringSubmatch(string(b))
+	if bound == nil || renew == nil || renew[2] != bound[2] {
+		t.Fatalf("want bound, then renew with the same address; script saw:\n%s\nudhcpc:\n%s", b, log)
+	}
+	var bt, rt int64
+	fmt.Sscan(bound[1], &bt)
+	fmt.Sscan(renew[1], &rt)
+	t.Logf("bound %s %d s after the start, renewed %d s after that", bound[2], bt-start.Unix(), rt-bt)
+	if d := rt - bt; d < 25 || d > 40 {
+		t.Errorf("renewed %d s after bound, want about 30 (half the lease)", d)
+	}
+	leases, err := os.ReadFile(filepath.Join(l.dir, "state", "leases-lab.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept map[string]struct {
+		IP      string
+		Expires time.Time
+	}
+	if err := json.Unmarshal(leases, &kept); err != nil {
+		t.Fatalf("%v\n%s", err, leases)
+	}
+	if k := kept[mac]; k.IP != bound[2] || k.Expires.Unix() < rt+55 {
+		t.Errorf("bootops' lease of %s: %+v, want %s until at least the renewal + 55 s (%s)", mac, k, bound[2], time.Unix(rt+55, 0).UTC())
+	}
+}
+
 // newClientLab is the lab without VMs: namespace lan with br0 (the
 // server), and namespace dhc for the DHCP clients. It needs root,
 // iproute2, ISC dhclient and busybox, and fails without them.

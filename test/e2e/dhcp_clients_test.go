@@ -25,23 +25,10 @@ import (
 func TestReservationPoolFlood(t *testing.T) {
 	t.Parallel()
 	l := newClientLab(t)
-	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: reservation, subnet: 198.18.0.0/24, " +
-		"gateway: 198.18.0.254, leaseSeconds: 600, pool: {start: 198.18.0.100, end: 198.18.0.109}}\ndefaultProfile: test-os\nunknownNodes: provision\n"
-	l.serveDHCPOnly(site)
-
-	// Every client has a veth in namespace dhc (the clients' side) whose
-	// peer is a port of br0.
-	port := func(name, mac string) {
-		run(t, "ip", "-n", l.lan, "link", "add", "v"+name, "type", "veth", "peer", "name", name, "netns", l.dhc)
-		run(t, "ip", "-n", l.lan, "link", "set", "v"+name, "master", "br0", "up")
-		if mac != "" {
-			run(t, "ip", "-n", l.dhc, "link", "set", name, "address", mac)
-		}
-		run(t, "ip", "-n", l.dhc, "link", "set", name, "up")
-	}
-	port("flood", "52:54:00:e2:f0:01")
-	port("dhcl", "52:54:00:e2:f0:02")
-	port("udhcp", "52:54:00:e2:f0:03")
+	l.serveDHCPOnly(poolSite(600))
+	l.port("flood", "52:54:00:e2:f0:01")
+	l.port("dhcl", "52:54:00:e2:f0:02")
+	l.port("udhcp", "52:54:00:e2:f0:03")
 	time.Sleep(time.Second) // let the new ports settle
 
 	flood := filepath.Join(l.dir, "dhcpflood")
@@ -125,14 +112,9 @@ func TestReservationPoolFlood(t *testing.T) {
 func TestUdhcpcRenews(t *testing.T) {
 	t.Parallel()
 	l := newClientLab(t)
-	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: reservation, subnet: 198.18.0.0/24, " +
-		"gateway: 198.18.0.254, leaseSeconds: 60, pool: {start: 198.18.0.100, end: 198.18.0.109}}\ndefaultProfile: test-os\nunknownNodes: provision\n"
-	l.serveDHCPOnly(site)
+	l.serveDHCPOnly(poolSite(60))
 	const mac = "52:54:00:e2:f0:04"
-	run(t, "ip", "-n", l.lan, "link", "add", "vudr", "type", "veth", "peer", "name", "udr", "netns", l.dhc)
-	run(t, "ip", "-n", l.lan, "link", "set", "vudr", "master", "br0", "up")
-	run(t, "ip", "-n", l.dhc, "link", "set", "udr", "address", mac)
-	run(t, "ip", "-n", l.dhc, "link", "set", "udr", "up")
+	l.port("udr", mac)
 	time.Sleep(time.Second) // let the new port settle
 
 	// The script writes down what udhcpc tells it and configures the
@@ -171,6 +153,25 @@ func TestUdhcpcRenews(t *testing.T) {
 	if k := kept[mac]; k.IP != bound[2] || k.Expires.Unix() < rt+55 {
 		t.Errorf("bootops' lease of %s: %+v, want %s until at least the renewal + 55 s (%s)", mac, k, bound[2], time.Unix(rt+55, 0).UTC())
 	}
+}
+
+// poolSite is a site in reservation mode whose pool is 198.18.0.100–109,
+// leased for leaseSeconds.
+func poolSite(leaseSeconds int) string {
+	return "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: reservation, subnet: 198.18.0.0/24, " +
+		fmt.Sprintf("gateway: 198.18.0.254, leaseSeconds: %d, pool: {start: 198.18.0.100, end: 198.18.0.109}}\ndefaultProfile: test-os\nunknownNodes: provision\n", leaseSeconds)
+}
+
+// port gives a client a veth named name in namespace dhc (the clients'
+// side), with mac unless "", whose peer v<name> is a port of br0.
+func (l *lab) port(name, mac string) {
+	l.t.Helper()
+	run(l.t, "ip", "-n", l.lan, "link", "add", "v"+name, "type", "veth", "peer", "name", name, "netns", l.dhc)
+	run(l.t, "ip", "-n", l.lan, "link", "set", "v"+name, "master", "br0", "up")
+	if mac != "" {
+		run(l.t, "ip", "-n", l.dhc, "link", "set", name, "address", mac)
+	}
+	run(l.t, "ip", "-n", l.dhc, "link", "set", name, "up")
 }
 
 // newClientLab is the lab without VMs: namespace lan with br0 (the

@@ -25,19 +25,7 @@ import (
 // gives no addresses, it says so.
 func TestLeaseV6(t *testing.T) {
 	reserved := netip.MustParseAddr("2001:db8::11")
-	site := &plan.Site{Name: "lab", UnknownNodes: plan.PolicyProvision, Network: plan.Network{HTTPPort: 8080}}
-	site.Nodes = []*plan.Node{{Name: "n1", Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:01"}}}}
-	plans := &boot.Live{}
-	plans.Swap(&plan.Plan{Sites: []*plan.Site{site}})
-	cfg := dhcp6.Config{ServerIP: netip.MustParseAddr("2001:db8::1"), Prefix: netip.MustParsePrefix("2001:db8::/64"),
-		ServerID: dhcp6.NewServerID(net.HardwareAddr{0x52, 0x54, 0, 0xaa, 0, 1}), HTTPPort: 8080,
-		PoolFirst: netip.MustParseAddr("2001:db8::100"), PoolLast: netip.MustParseAddr("2001:db8::1ff"),
-		Leases: &dhcp6.Pool{Path: filepath.Join(t.TempDir(), "leases6-lab.json")},
-		Reservation: func(_ *plan.Plan, site, mac string) (dhcp6.Reservation, bool) {
-			return dhcp6.Reservation{Addr: reserved, Node: "n1"}, mac == "52:54:00:00:00:01"
-		},
-		Reserved: func(_ *plan.Plan, _ string, a netip.Addr) bool { return a == reserved },
-	}
+	cfg := config6(t, 1, reserved)
 	for _, c := range []struct {
 		mode, want, err string
 	}{
@@ -46,31 +34,15 @@ func TestLeaseV6(t *testing.T) {
 	} {
 		cfg.Mode = c.mode
 		srvAddr := freeUDP6(t)
-		s := &dhcp6.Server{Plans: plans, Site: "lab", Config: cfg, Addr: srvAddr, BootServiceAddr: freeUDP6(t)}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- s.Serve(ctx) }()
-		time.Sleep(100 * time.Millisecond)
-
-		conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cl, err := nclient6.NewWithConn(conn, net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1},
-			nclient6.WithBroadcastAddr(net.UDPAddrFromAddrPort(srvAddr)), nclient6.WithTimeout(300*time.Millisecond), nclient6.WithRetry(2))
-		if err != nil {
-			t.Fatal(err)
-		}
+		stop := serve6(t, cfg, srvAddr)
+		cl := client6At(t, srvAddr, 300*time.Millisecond, 2)
 		var a netip.Addr
-		l, err := leaseV6(ctx, cl, nil)
+		l, err := leaseV6(context.Background(), cl, nil)
 		if err == nil {
 			a = l.Addr
 		}
 		cl.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
+		stop()
 		switch {
 		case c.err == "" && (err != nil || a.String() != c.want):
 			t.Errorf("%s: %v, %v; want %s", c.mode, a, err, c.want)
@@ -78,6 +50,57 @@ func TestLeaseV6(t *testing.T) {
 			t.Errorf("%s: %v, %v; want an error saying %q", c.mode, a, err, c.err)
 		}
 	}
+}
+
+// config6 is bootops' DHCPv6 server in reservation mode for site lab,
+// whose one node n1 (MAC 52:54:00:00:00:01) has reserved; serverMAC makes
+// the server identifier. Its leases are written in a folder of the test.
+func config6(t *testing.T, serverMAC byte, reserved netip.Addr) dhcp6.Config {
+	return dhcp6.Config{Mode: plan.DHCPReservation, ServerIP: netip.MustParseAddr("2001:db8::1"), Prefix: netip.MustParsePrefix("2001:db8::/64"),
+		ServerID: dhcp6.NewServerID(net.HardwareAddr{0x52, 0x54, 0, 0xaa, 0, serverMAC}), HTTPPort: 8080,
+		PoolFirst: netip.MustParseAddr("2001:db8::100"), PoolLast: netip.MustParseAddr("2001:db8::1ff"),
+		Leases: &dhcp6.Pool{Path: filepath.Join(t.TempDir(), "leases6-lab.json")},
+		Reservation: func(_ *plan.Plan, site, mac string) (dhcp6.Reservation, bool) {
+			return dhcp6.Reservation{Addr: reserved, Node: "n1"}, mac == "52:54:00:00:00:01"
+		},
+		Reserved: func(_ *plan.Plan, _ string, a netip.Addr) bool { return a == reserved },
+	}
+}
+
+// serve6 runs bootops' DHCPv6 server with cfg on addr, until stop.
+func serve6(t *testing.T, cfg dhcp6.Config, addr netip.AddrPort) (stop func()) {
+	t.Helper()
+	site := &plan.Site{Name: "lab", UnknownNodes: plan.PolicyProvision, Network: plan.Network{HTTPPort: 8080}}
+	site.Nodes = []*plan.Node{{Name: "n1", Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:01"}}}}
+	plans := &boot.Live{}
+	plans.Swap(&plan.Plan{Sites: []*plan.Site{site}})
+	s := &dhcp6.Server{Plans: plans, Site: "lab", Config: cfg, Addr: addr, BootServiceAddr: freeUDP6(t)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// client6At is the Micro-OS's DHCPv6 client as n1, on loopback, sending to
+// srv (in place of the multicast group).
+func client6At(t *testing.T, srv netip.AddrPort, timeout time.Duration, retry int) *nclient6.Client {
+	t.Helper()
+	conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := nclient6.NewWithConn(conn, net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1},
+		nclient6.WithBroadcastAddr(net.UDPAddrFromAddrPort(srv)), nclient6.WithTimeout(timeout), nclient6.WithRetry(retry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }
 
 func freeUDP6(t *testing.T) netip.AddrPort {
@@ -131,48 +154,15 @@ func TestAddressOf(t *testing.T) {
 // lease ends, and the agent asks anew as the same client and moves to the
 // address it gets.
 func TestKeepV6(t *testing.T) {
-	site := &plan.Site{Name: "lab", UnknownNodes: plan.PolicyProvision, Network: plan.Network{HTTPPort: 8080}}
-	site.Nodes = []*plan.Node{{Name: "n1", Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:01"}}}}
-	plans := &boot.Live{}
-	plans.Swap(&plan.Plan{Sites: []*plan.Site{site}})
-	leases := filepath.Join(t.TempDir(), "leases6-lab.json")
+	r1, r2 := netip.MustParseAddr("2001:db8::11"), netip.MustParseAddr("2001:db8::12")
 	config := func(serverMAC byte, reserved netip.Addr) dhcp6.Config {
-		return dhcp6.Config{Mode: plan.DHCPReservation, ServerIP: netip.MustParseAddr("2001:db8::1"), Prefix: netip.MustParsePrefix("2001:db8::/64"),
-			ServerID: dhcp6.NewServerID(net.HardwareAddr{0x52, 0x54, 0, 0xaa, 0, serverMAC}), HTTPPort: 8080, LeaseTime: 6 * time.Second,
-			PoolFirst: netip.MustParseAddr("2001:db8::100"), PoolLast: netip.MustParseAddr("2001:db8::1ff"),
-			Leases: &dhcp6.Pool{Path: leases},
-			Reservation: func(_ *plan.Plan, site, mac string) (dhcp6.Reservation, bool) {
-				return dhcp6.Reservation{Addr: reserved, Node: "n1"}, mac == "52:54:00:00:00:01"
-			},
-			Reserved: func(_ *plan.Plan, _ string, a netip.Addr) bool { return a == reserved },
-		}
+		cfg := config6(t, serverMAC, reserved)
+		cfg.LeaseTime = 6 * time.Second
+		return cfg
 	}
 	srvAddr := freeUDP6(t)
-	serve := func(cfg dhcp6.Config) (stop func()) {
-		s := &dhcp6.Server{Plans: plans, Site: "lab", Config: cfg, Addr: srvAddr}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- s.Serve(ctx) }()
-		time.Sleep(100 * time.Millisecond)
-		return func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	r1, r2 := netip.MustParseAddr("2001:db8::11"), netip.MustParseAddr("2001:db8::12")
-	stop := serve(config(1, r1))
-
-	conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := nclient6.NewWithConn(conn, net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1},
-		nclient6.WithBroadcastAddr(net.UDPAddrFromAddrPort(srvAddr)), nclient6.WithTimeout(500*time.Millisecond), nclient6.WithRetry(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	stop := serve6(t, config(1, r1), srvAddr)
+	cl := client6At(t, srvAddr, 500*time.Millisecond, 1)
 	defer cl.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -211,13 +201,13 @@ func TestKeepV6(t *testing.T) {
 	await(r1.String()+" renewed (RENEW)", 8*time.Second)
 
 	stop()
-	stop = serve(config(2, r1)) // another server
+	stop = serve6(t, config(2, r1), srvAddr) // another server
 	await("RENEW: ", 8*time.Second)
 	await(r1.String()+" renewed (REBIND)", 8*time.Second)
 
 	stop()
 	await("the lease of "+r1.String()+" ended without a Reply", 12*time.Second)
-	stop = serve(config(1, r2))
+	stop = serve6(t, config(1, r2), srvAddr)
 	defer stop()
 	await("dhcpv6 on eth0: "+r2.String()+", until", 8*time.Second)
 	select {

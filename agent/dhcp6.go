@@ -102,9 +102,14 @@ func leaseV6(ctx context.Context, c *nclient6.Client, clientID dhcpv6.DUID) (*Le
 	return l, nil
 }
 
+// minRenew is the least time from a lease to its Renew: a server that
+// says T1 0 and a preferred lifetime 0 would have the agent renew without
+// pause.
+const minRenew = 2 * time.Second
+
 // take sets l from a Reply that gives an address: the address, its
 // server, its times (T1 and T2 as the server says, else half and four
-// fifths of the preferred lifetime, RFC 8415 §21.4).
+// fifths of the preferred lifetime, RFC 8415 §21.4; T1 at least minRenew).
 func (l *Lease6) take(m *dhcpv6.Message, now time.Time) error {
 	a, err := addressOf(m)
 	if err != nil {
@@ -117,7 +122,7 @@ func (l *Lease6) take(m *dhcpv6.Message, now time.Time) error {
 	ia := m.Options.OneIANA()
 	var pref, valid time.Duration
 	for _, ad := range ia.Options.Addresses() {
-		if ip, ok := netip.AddrFromSlice(ad.IPv6Addr); ok && ip.Unmap() == a {
+		if ip, ok := netip.AddrFromSlice(ad.IPv6Addr); ok && ip == a {
 			pref, valid = ad.PreferredLifetime, ad.ValidLifetime
 			break
 		}
@@ -129,6 +134,7 @@ func (l *Lease6) take(m *dhcpv6.Message, now time.Time) error {
 	if t2 <= 0 || t2 < t1 || t2 > valid {
 		t2 = pref * 4 / 5
 	}
+	t1 = max(t1, minRenew)
 	l.Addr, l.ServerID, l.T1, l.T2, l.Valid, l.Got = a, sid.ToBytes(), t1, max(t2, t1), valid, now
 	return nil
 }
@@ -318,9 +324,16 @@ func addressOf(m *dhcpv6.Message) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("%s: %s", s.StatusCode, s.StatusMessage)
 	}
 	for _, a := range ia.Options.Addresses() {
-		if ip, ok := netip.AddrFromSlice(a.IPv6Addr); ok && a.ValidLifetime > 0 {
-			return ip.Unmap(), nil
+		ip, ok := netip.AddrFromSlice(a.IPv6Addr)
+		if !ok || a.ValidLifetime <= 0 {
+			continue
 		}
+		// The agent configures it (ip -6 addr add): a global unicast
+		// IPv6 address only, whatever a server on the link says.
+		if ip.Is4In6() || !ip.IsGlobalUnicast() {
+			return netip.Addr{}, fmt.Errorf("%s is no global unicast IPv6 address", ip)
+		}
+		return ip, nil
 	}
 	return netip.Addr{}, errors.New("no address in the IA_NA")
 }

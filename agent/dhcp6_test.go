@@ -130,6 +130,11 @@ func TestAddressOf(t *testing.T) {
 		{[]dhcpv6.Option{iaWith(&dhcpv6.OptStatusCode{StatusCode: iana.StatusNoAddrsAvail, StatusMessage: "proxy mode"})}, "proxy mode"},
 		{[]dhcpv6.Option{iaWith(&dhcpv6.OptIAAddress{IPv6Addr: net.ParseIP("2001:db8::5")})}, "no address"}, // valid lifetime 0
 		{[]dhcpv6.Option{iaWith(&dhcpv6.OptIAAddress{IPv6Addr: net.ParseIP("2001:db8::5"), ValidLifetime: time.Hour})}, "2001:db8::5"},
+		// What a server on the link must not make the agent configure.
+		{[]dhcpv6.Option{iaWith(&dhcpv6.OptIAAddress{IPv6Addr: net.ParseIP("fe80::5"), ValidLifetime: time.Hour})}, "fe80::5 is no global unicast"},
+		{[]dhcpv6.Option{iaWith(&dhcpv6.OptIAAddress{IPv6Addr: net.ParseIP("ff02::1"), ValidLifetime: time.Hour})}, "ff02::1 is no global unicast"},
+		{[]dhcpv6.Option{iaWith(&dhcpv6.OptIAAddress{IPv6Addr: net.ParseIP("::ffff:198.18.0.5"), ValidLifetime: time.Hour})}, "no global unicast"},
+		{[]dhcpv6.Option{iaWith(&dhcpv6.OptIAAddress{IPv6Addr: net.ParseIP("::1"), ValidLifetime: time.Hour})}, "::1 is no global unicast"},
 	} {
 		m, _ := dhcpv6.NewMessage()
 		for _, o := range c.opts {
@@ -239,5 +244,23 @@ func TestLease6File(t *testing.T) {
 	}
 	if a, b := fmt.Sprintf("%+v", *in), fmt.Sprintf("%+v", *out[0]); a != b {
 		t.Errorf("read %s, wrote %s", b, a)
+	}
+}
+
+// A Reply with T1 0 and a preferred lifetime 0 (a broken or hostile
+// server) does not have the agent renew without pause.
+func TestTakeBoundsRenew(t *testing.T) {
+	m, _ := dhcpv6.NewMessage()
+	m.MessageType = dhcpv6.MessageTypeReply
+	m.AddOption(dhcpv6.OptServerID(&dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: net.HardwareAddr{0x52, 0x54, 0, 0xaa, 0, 1}}))
+	ia := &dhcpv6.OptIANA{IaId: [4]byte{0, 0, 0, 1}}
+	ia.Options.Add(&dhcpv6.OptIAAddress{IPv6Addr: net.ParseIP("2001:db8::5"), ValidLifetime: time.Hour})
+	m.AddOption(ia)
+	var l Lease6
+	if err := l.take(m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if l.T1 < minRenew || l.T2 < l.T1 || l.Valid != time.Hour {
+		t.Errorf("T1 %s, T2 %s, valid %s: want T1 at least %s, T2 not before it", l.T1, l.T2, l.Valid, minRenew)
 	}
 }

@@ -285,21 +285,6 @@ func renewV6(ctx context.Context, c *nclient6.Client, l *Lease6, retry time.Dura
 	}
 }
 
-// sleep waits d, or less when ctx ends first (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // message is a client message of type t with a fresh transaction ID.
 func message(t dhcpv6.MessageType, opts ...dhcpv6.Option) *dhcpv6.Message {
 	m := &dhcpv6.Message{MessageType: t}

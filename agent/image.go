@@ -353,12 +353,8 @@ func (d *download) Read(p []byte) (int, error) {
 // download: they will not get better by asking again now.
 func (d *download) reconnect() error {
 	for {
-		t := time.NewTimer(time.Duration(d.drops) * d.delay)
-		select {
-		case <-d.ctx.Done():
-			t.Stop()
+		if !sleep(d.ctx, time.Duration(d.drops)*d.delay) {
 			return d.ctx.Err()
-		case <-t.C:
 		}
 		err := d.get()
 		if err == nil || d.ctx.Err() != nil || d.drops >= maxDrops || errors.As(err, new(*answerError)) {

@@ -112,10 +112,8 @@ func (r *Runner) manifest(ctx context.Context, s *step, sha string) (*swarm.Mani
 			s.log(prep.Error())
 			said = time.Now()
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, wait) {
 			return nil, ctx.Err()
-		case <-time.After(wait):
 		}
 	}
 }

@@ -250,12 +250,8 @@ func (r *Runner) attempts(ctx context.Context, s *step) error {
 		}
 		s.emit(plan.AgentEvent{Type: plan.AgentRetry,
 			Message: fmt.Sprintf("attempt %d of %d: %v; retrying in %s", try, tries, err, delay)})
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, delay) {
 			return fmt.Errorf("%w (while waiting to retry after: %v)", ctx.Err(), err)
-		case <-t.C:
 		}
 		delay = min(2*delay, MaxBackoff)
 	}
@@ -375,4 +371,19 @@ func (w *lineWriter) Flush() {
 
 func (w *lineWriter) line(b []byte) {
 	w.s.log(strings.TrimRight(string(b), "\r"))
+}
+
+// sleep waits d, or less when ctx ends first (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -127,10 +127,8 @@ checkIn:
 			}
 			return defaultPower("reboot")
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, wait) {
 			return ctx.Err()
-		case <-time.After(wait):
 		}
 	}
 	r.Generation = reply.Generation

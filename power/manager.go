@@ -649,7 +649,7 @@ func checkAction(action string) error {
 	case "on", "off", "cycle":
 		return nil
 	}
-	return fmt.Errorf("unknown power action %q: want on, off, cycle or status", action)
+	return fmt.Errorf("unknown power action %q: want on, off or cycle (status is a GET)", action)
 }
 
 // checkDevice says what is wrong with a boot device an operator asked for.

@@ -331,7 +331,7 @@ func TestOperatorActions(t *testing.T) {
 	if _, err := r.m.Act(ctx, "lab/n9", "on"); !errors.Is(err, ErrNoNode) {
 		t.Errorf("no node: %v", err)
 	}
-	if _, err := r.m.Act(ctx, "lab/n1", "reboot"); err == nil || !strings.Contains(err.Error(), "want on, off, cycle") {
+	if _, err := r.m.Act(ctx, "lab/n1", "reboot"); err == nil || !strings.Contains(err.Error(), "want on, off or cycle") {
 		t.Errorf("bad action: %v", err)
 	}
 	if err := r.m.BootDevice(ctx, "lab/n1", "cdrom", true); err == nil {

@@ -266,8 +266,13 @@ func TestDHCPOff(t *testing.T) {
 				"-lf", leases, "-pf", filepath.Join(l.dir, "dhcpd.pid"), "eth0")
 		},
 		"kea": func(l *lab) {
-			os.MkdirAll("/run/kea", 0o755)
-			l.start("dhcp", "ip", "netns", "exec", l.dhc, "kea-dhcp4", "-c", filepath.Join(conf, "kea-dhcp4.conf"))
+			// Its PID and lock files in the lab, not /run/kea: a PID file
+			// left there by a killed Kea, naming a PID the system has
+			// since given another process, makes Kea exit at once
+			// (DHCP4_ALREADY_RUNNING).
+			l.start("dhcp", "ip", "netns", "exec", l.dhc, "env", "KEA_PIDFILE_DIR="+l.dir, "KEA_LOCKFILE_DIR="+l.dir,
+				"kea-dhcp4", "-c", filepath.Join(conf, "kea-dhcp4.conf"))
+			l.started("dhcp", "DHCP4_STARTED", 30*time.Second)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -170,7 +171,14 @@ func (l *lab) close() {
 	exec.Command("ip", "netns", "del", l.lan).Run()
 	exec.Command("ip", "netns", "del", l.dhc).Run()
 	if l.t.Failed() {
-		for _, name := range []string{"bootops", "dnsmasq"} {
+		// Every process's log: bootops first, then the rest (DHCP
+		// servers, radvd, BMCs, image servers) by name.
+		logs, _ := filepath.Glob(filepath.Join(l.dir, "*.log"))
+		sort.SliceStable(logs, func(i, j int) bool {
+			return strings.HasSuffix(logs[i], "/bootops.log") && !strings.HasSuffix(logs[j], "/bootops.log")
+		})
+		for _, f := range logs {
+			name := strings.TrimSuffix(filepath.Base(f), ".log")
 			l.t.Logf("---- %s log\n%s", name, tail(l.log(name), 60))
 		}
 		consoles, _ := filepath.Glob(filepath.Join(l.dir, "*.console"))

@@ -429,12 +429,18 @@ func bootURL(cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo) (string, 
 }
 
 // bootFile maps client architectures (option 61, the registry RFC 5970
-// shares with DHCPv4's option 93) to the iPXE build that runs there, as the
-// DHCPv4 server does. BIOS has no IPv6 PXE: only UEFI types are answered.
+// shares with DHCPv4's option 93) to the iPXE build that runs there. BIOS
+// has no IPv6 PXE: only UEFI types are answered. x86 UEFI gets
+// snponly.efi, not the DHCPv4 server's ipxe.efi: iPXE on the firmware's
+// own network interface (SNP) hands back cleanly when the local-disk
+// script exits, and the firmware goes on to the disk; ipxe.efi, which
+// replaces the firmware's network drivers with its own, left OVMF hung
+// (or reset) after that exit when it had been loaded by PXE over IPv6
+// (TestIPv6Running boots the network first).
 func bootFile(arch iana.Arch) (string, bool) {
 	switch arch {
 	case iana.EFI_IA32, iana.EFI_X86_64, iana.EFI_BC, iana.EFI_X86_HTTP, iana.EFI_X86_64_HTTP, iana.EFI_BC_HTTP:
-		return "ipxe.efi", true
+		return "snponly.efi", true
 	case iana.EFI_ARM32, iana.EFI_ARM64, iana.EFI_ARM32_HTTP, iana.EFI_ARM64_HTTP:
 		return "snp.efi", true
 	}

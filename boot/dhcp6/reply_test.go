@@ -143,11 +143,11 @@ func TestBootOptions(t *testing.T) {
 			class  string
 			answer bool
 		}{
-			"efi x64 pxe":          {pxe(iana.EFI_X86_64), "tftp://[2001:db8::1]/ipxe.efi", "PXEClient", true},
-			"efi bc pxe":           {pxe(iana.EFI_BC), "tftp://[2001:db8::1]/ipxe.efi", "PXEClient", true},
-			"efi ia32 pxe":         {pxe(iana.EFI_IA32), "tftp://[2001:db8::1]/ipxe.efi", "PXEClient", true},
+			"efi x64 pxe":          {pxe(iana.EFI_X86_64), "tftp://[2001:db8::1]/snponly.efi", "PXEClient", true},
+			"efi bc pxe":           {pxe(iana.EFI_BC), "tftp://[2001:db8::1]/snponly.efi", "PXEClient", true},
+			"efi ia32 pxe":         {pxe(iana.EFI_IA32), "tftp://[2001:db8::1]/snponly.efi", "PXEClient", true},
 			"efi arm64 pxe":        {pxe(iana.EFI_ARM64), "tftp://[2001:db8::1]/snp.efi", "PXEClient", true},
-			"efi x64 http":         {httpBoot(iana.EFI_X86_64_HTTP), "http://[2001:db8::1]:8080/tftp/ipxe.efi", "HTTPClient", true},
+			"efi x64 http":         {httpBoot(iana.EFI_X86_64_HTTP), "http://[2001:db8::1]:8080/tftp/snponly.efi", "HTTPClient", true},
 			"efi arm64 http":       {httpBoot(iana.EFI_ARM64_HTTP), "http://[2001:db8::1]:8080/tftp/snp.efi", "HTTPClient", true},
 			"ipxe":                 {cat(pxe(iana.EFI_X86_64), []dhcpv6.Modifier{ipxeUC}), "http://[2001:db8::1]:8080/boot.ipxe?site=lab", "PXEClient", true},
 			"ipxe, no vendor":      {[]dhcpv6.Modifier{ipxeUC}, "http://[2001:db8::1]:8080/boot.ipxe?site=lab", "", true},
@@ -233,7 +233,7 @@ func TestNoTFTP(t *testing.T) {
 	}
 	// HTTP boot needs no TFTP.
 	a = Reply(p, p.Site("lab"), cfg, solicit(t, "52:54:00:00:00:09", httpBoot(iana.EFI_X86_64_HTTP)...), opaquePeer)
-	if a.Boot != "http://[2001:db8::1]:8080/tftp/ipxe.efi" {
+	if a.Boot != "http://[2001:db8::1]:8080/tftp/snponly.efi" {
 		t.Fatalf("HTTP boot without TFTP: %q (%s)", a.Boot, a.Why)
 	}
 }
@@ -338,7 +338,7 @@ func TestLeaseCycle(t *testing.T) {
 	if ia.T1 != 5*time.Minute || ia.T2 != 8*time.Minute || ia.Options.OneAddress().ValidLifetime != 10*time.Minute {
 		t.Errorf("lifetimes: %s", ia)
 	}
-	if m.Options.BootFileURL() != "tftp://[2001:db8::1]/ipxe.efi" {
+	if m.Options.BootFileURL() != "tftp://[2001:db8::1]/snponly.efi" {
 		t.Errorf("Reply to Request lacks the boot file: %q", m.Options.BootFileURL())
 	}
 	if len(m.Options.DNS()) != 1 {
@@ -598,7 +598,7 @@ func TestDualStackIPXE(t *testing.T) {
 	if a.Boot != "" || !a.Addr.IsValid() || !strings.Contains(a.Why, "dual-stack") {
 		t.Fatalf("iPXE whose firmware did not boot over IPv6: boot %q, addr %v (%s)", a.Boot, a.Addr, a.Why)
 	}
-	if a := Reply(p, p.Site("lab"), cfg, solicit(t, m1, pxe(iana.EFI_X86_64)...), opaquePeer); a.Boot != "tftp://[2001:db8::1]/ipxe.efi" {
+	if a := Reply(p, p.Site("lab"), cfg, solicit(t, m1, pxe(iana.EFI_X86_64)...), opaquePeer); a.Boot != "tftp://[2001:db8::1]/snponly.efi" {
 		t.Fatalf("firmware: boot %q (%s)", a.Boot, a.Why)
 	}
 	if a := Reply(p, p.Site("lab"), cfg, solicit(t, m1, ipxe...), opaquePeer); !strings.HasSuffix(a.Boot, "/boot.ipxe?site=lab") {

@@ -90,7 +90,7 @@ func TestServeLoopback(t *testing.T) {
 	if src != s.BootServiceAddr {
 		t.Errorf("Reply from %s, want %s (EDK2 reads port 4011 only)", src, s.BootServiceAddr)
 	}
-	if rep.Type() != dhcpv6.MessageTypeReply || rep.Options.BootFileURL() != "tftp://[2001:db8::1]/ipxe.efi" || rep.TransactionID != adv.TransactionID {
+	if rep.Type() != dhcpv6.MessageTypeReply || rep.Options.BootFileURL() != "tftp://[2001:db8::1]/snponly.efi" || rep.TransactionID != adv.TransactionID {
 		t.Fatalf("Reply on 4011: %s", rep.Summary())
 	}
 

@@ -34,7 +34,7 @@ func TestSiteConfig(t *testing.T) {
 	}
 	cfg.ServerID = serverID
 	a := Reply(p, site, cfg, solicit(t, "52:54:00:00:00:01", pxe(iana.EFI_X86_64)...), opaquePeer)
-	if a.Addr != netip.MustParseAddr("2001:db8:1::11") || a.Node == nil || a.Node.Name != "n1" || a.Boot != "tftp://[2001:db8:1::1]/ipxe.efi" {
+	if a.Addr != netip.MustParseAddr("2001:db8:1::11") || a.Node == nil || a.Node.Name != "n1" || a.Boot != "tftp://[2001:db8:1::1]/snponly.efi" {
 		t.Fatalf("reserved node: %v %v %q (%s)", a.Addr, a.Node, a.Boot, a.Why)
 	}
 	if !cfg.Reserved(p, "lab", netip.MustParseAddr("2001:db8:1::11")) || cfg.Reserved(p, "lab", netip.MustParseAddr("2001:db8:1::12")) {

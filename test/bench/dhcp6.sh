@@ -29,7 +29,7 @@ ip -n $srv addr add 2001:db8:7::1/64 dev vsrv nodad; ip -n $srv link set vsrv up
 ip -n $cli link set vcli up
 sleep 1
 pool=2001:db8:7::1000-2001:db8:7::ffff
-url='tftp://[2001:db8:7::1]/ipxe.efi'
+url='tftp://[2001:db8:7::1]/snponly.efi'  # what bootops offers x86 UEFI over IPv6
 # Enterprise 343, "PXEClient:Arch:00007:UNDI:003016" (32 bytes); arch 7.
 pxe=(-o 16,000001570020$(printf 'PXEClient:Arch:00007:UNDI:003016' | od -An -tx1 | tr -d ' \n') -o 61,0007)
 bench() { # NAME RATE

@@ -21,7 +21,7 @@ var httpBootV6 = []string{"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,stri
 // UEFI HTTP boot over IPv6 through bootops alone, on an IPv6-only link
 // (after OVMF's HTTP boot over IPv4 timed out): OVMF's HTTP boot solicits with client architecture 0x0010 and vendor
 // class HTTPClient; bootops' DHCPv6 gives the node's reserved address and
-// http://[server6]:8080/tftp/ipxe.efi with HTTPClient echoed; OVMF fetches
+// http://[server6]:8080/tftp/snponly.efi with HTTPClient echoed; OVMF fetches
 // iPXE over HTTP, iPXE does DHCPv6 itself and fetches its script, and the
 // Micro-OS installs the image over IPv6. The link is managed (RA with M
 // and O, no autonomous prefix): no machine gets a SLAAC address, and the
@@ -41,7 +41,7 @@ func TestIPv6HTTPBoot(t *testing.T) {
 	start := time.Now()
 	v := l.uefiVM("v6http", mac, append(append(withDisk(d), httpBootV6...), "-smbios", "type=1,serial=E2E-V6H")...)
 	v.ended(t, 14*time.Minute)
-	t.Logf("timing: IPv6-only, OVMF HTTP boot → ipxe.efi over HTTP → iPXE DHCPv6 → script → Micro-OS (DHCPv6, no SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
+	t.Logf("timing: IPv6-only, OVMF HTTP boot → snponly.efi over HTTP → iPXE DHCPv6 → script → Micro-OS (DHCPv6, no SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
 
 	waitFor(t, "lab/vm6h provisioned", time.Minute, func() bool {
 		s, _ := nodeStateAt(t, l, url6, "lab/vm6h")
@@ -52,7 +52,7 @@ func TestIPv6HTTPBoot(t *testing.T) {
 	for _, want := range []string{
 		">>Start HTTP Boot over IPv6",
 		"Station IPv6 address is 2001:DB8:1:0:0:0:0:51", // the reservation, in OVMF's notation
-		"URI: " + url6 + "/tftp/ipxe.efi",
+		"URI: " + url6 + "/tftp/snponly.efi",
 		"bootops-microos: dhcpv6 on eth0: " + reserved,
 	} {
 		if !strings.Contains(out, want) {
@@ -64,7 +64,7 @@ func TestIPv6HTTPBoot(t *testing.T) {
 	}
 	evs, js := events(t, l, url6, "lab/vm6h")
 	for _, want := range []string{
-		"DHCPv6 REPLY " + reserved + " to vm6h: " + url6 + "/tftp/ipxe.efi",
+		"DHCPv6 REPLY " + reserved + " to vm6h: " + url6 + "/tftp/snponly.efi",
 		"DHCPv6 REPLY " + reserved + " to vm6h: " + url6 + "/boot.ipxe",
 	} {
 		if !strings.Contains(js, want) {

@@ -54,7 +54,7 @@ func (v *vm) ended(t *testing.T, d time.Duration) {
 
 // An OVMF VM on an IPv6-only link, registered by MAC with an IPv6
 // reservation, provisioned through bootops alone: its DHCPv6 (the reserved
-// address for OVMF's PXE, a tftp:// boot file), TFTP over IPv6 (ipxe.efi),
+// address for OVMF's PXE, a tftp:// boot file), TFTP over IPv6 (snponly.efi),
 // iPXE's own DHCPv6 and the script from http://[server6]:8080, the
 // Micro-OS on its SLAAC address, the agent's check-in and the image from
 // [server6]:8081.
@@ -72,7 +72,7 @@ func TestIPv6Provision(t *testing.T) {
 	start := time.Now()
 	v := l.uefiVM("v6prov", mac, append(append(withDisk(d), pxeV6Only...), "-smbios", "type=1,serial=E2E-V6")...)
 	v.ended(t, 10*time.Minute)
-	t.Logf("timing: IPv6-only, OVMF PXEv6 → TFTP ipxe.efi → iPXE DHCPv6 → HTTP over IPv6 → Micro-OS (SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
+	t.Logf("timing: IPv6-only, OVMF PXEv6 → TFTP snponly.efi → iPXE DHCPv6 → HTTP over IPv6 → Micro-OS (SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
 
 	deadline := time.Now().Add(30 * time.Second)
 	state, msg := nodeStateAt(t, l, url6, "lab/vm6")
@@ -86,7 +86,7 @@ func TestIPv6Provision(t *testing.T) {
 	checkDisk(t, d, rawSHA)
 
 	out := mustRead(v.console)
-	for _, want := range []string{">>Start PXE over IPv6", "Station IP address is 2001:DB8:1:0:0:0:0:21", "NBP filename is ipxe.efi"} {
+	for _, want := range []string{">>Start PXE over IPv6", "Station IP address is 2001:DB8:1:0:0:0:0:21", "NBP filename is snponly.efi"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("console lacks %q:\n%s", want, tail(out, 40))
 		}
@@ -106,18 +106,18 @@ func TestIPv6Provision(t *testing.T) {
 	if !dhcp6 || !checkin {
 		t.Errorf("the timeline lacks DHCPv6 events (%v) or a check-in from an IPv6 address (%v):\n%s", dhcp6, checkin, js)
 	}
-	// OVMF's PXE got ipxe.efi over TFTP, iPXE the script, both with the
+	// OVMF's PXE got snponly.efi over TFTP, iPXE the script, both with the
 	// reserved address.
 	for _, want := range []string{
-		"DHCPv6 REPLY " + reserved + " to vm6: tftp://[" + server6 + "]/ipxe.efi",
+		"DHCPv6 REPLY " + reserved + " to vm6: tftp://[" + server6 + "]/snponly.efi",
 		"DHCPv6 REPLY " + reserved + " to vm6: " + url6 + "/boot.ipxe",
 	} {
 		if !strings.Contains(js, want) {
 			t.Errorf("the timeline lacks %q", want)
 		}
 	}
-	if !strings.Contains(l.log("bootops"), "msg=tftp file=ipxe.efi peer="+reserved+" ") {
-		t.Errorf("ipxe.efi was not fetched over TFTP from the reserved address:\n%s", grepLines(l.log("bootops"), "tftp"))
+	if !strings.Contains(l.log("bootops"), "msg=tftp file=snponly.efi peer="+reserved+" ") {
+		t.Errorf("snponly.efi was not fetched over TFTP from the reserved address:\n%s", grepLines(l.log("bootops"), "tftp"))
 	}
 	if log := l.log("images"); !strings.Contains(log, "from=[2001:db8:1:") {
 		t.Errorf("the image was not fetched over IPv6:\n%s", log)
@@ -214,8 +214,8 @@ func TestIPv6DualStack(t *testing.T) {
 		}
 		t.Logf("%s: agent checked in from %s", c.key, checkin)
 	}
-	if out := mustRead(v6.console); !strings.Contains(out, "Station IP address is 2001:DB8:1:0:0:0:0:32") || !strings.Contains(out, "NBP filename is ipxe.efi") {
-		t.Errorf("OVMF did not get vm6's reserved address and ipxe.efi:\n%s", tail(out, 40))
+	if out := mustRead(v6.console); !strings.Contains(out, "Station IP address is 2001:DB8:1:0:0:0:0:32") || !strings.Contains(out, "NBP filename is snponly.efi") {
+		t.Errorf("OVMF did not get vm6's reserved address and snponly.efi:\n%s", tail(out, 40))
 	}
 	if !strings.Contains(l.log("images"), "from=198.18.0.") || !strings.Contains(l.log("images6"), "from=[2001:db8:1:") {
 		t.Errorf("the image was not fetched once over each family:\nIPv4: %s\nIPv6: %s", l.log("images"), l.log("images6"))
@@ -225,11 +225,11 @@ func TestIPv6DualStack(t *testing.T) {
 // The IPv6-only path to running: an OVMF VM installs the real Debian image
 // over IPv6 (as in TestIPv6Provision), and the installed OS, given the
 // node's reserved address by its cloud-init network-config, reports to
-// http://[server6]:8080: running. Its second power-on starts from the
-// disk. Network first, as TestRunning does over IPv4, did not reach it:
-// when iPXE, loaded by PXE over IPv6 and told by bootops' local-disk
-// script to hand back, returned, the VM ended at once (-no-reboot: the
-// guest reset) before OVMF started any other boot option.
+// http://[server6]:8080: running. Both power-ons start from the network,
+// as a warehouse's machines do: the second gets bootops' local-disk script
+// over IPv6, iPXE (snponly.efi) exits, and OVMF goes on to the disk. (With
+// ipxe.efi, which replaces the firmware's network drivers, OVMF hung or
+// reset after that exit instead.)
 func TestIPv6Running(t *testing.T) {
 	t.Parallel()
 	imgDir, gzSHA := debianImage(t)
@@ -249,16 +249,14 @@ func TestIPv6Running(t *testing.T) {
 	}
 	f.Truncate(3 << 30)
 	f.Close()
-	// The first power-on: OVMF's PXE over IPv6 first, then the disk; the
-	// second: the disk first.
+	// Each power-on: OVMF's PXE over IPv6 first, then the disk.
 	start := time.Now()
 	l.uefiBoot("v6run1", mac, ",romfile=,bootindex=1", append(append([]string{}, pxeV6Only...), bootDisk(d)...)...).ended(t, 20*time.Minute)
 	t.Logf("timing: IPv6-only, power-on → Debian installed and rebooted: %s", time.Since(start).Round(time.Second))
 	if state, msg := nodeStateAt(t, l, url6, "lab/vm6"); state != "provisioned" {
 		t.Fatalf("lab/vm6: state %q (%s), want provisioned", state, msg)
 	}
-	v := l.uefiBoot("v6run2", mac, ",romfile=,bootindex=2", append(append([]string{}, pxeV6Only...),
-		"-drive", "file="+d+",if=none,id=d0,format=raw", "-device", "virtio-blk-pci,drive=d0,bootindex=1")...)
+	v := l.uefiBoot("v6run2", mac, ",romfile=,bootindex=1", append(append([]string{}, pxeV6Only...), bootDisk(d)...)...)
 	waitFor(t, "lab/vm6 running", 25*time.Minute, func() bool {
 		s, _ := nodeStateAt(t, l, url6, "lab/vm6")
 		return s == "running"
@@ -267,12 +265,17 @@ func TestIPv6Running(t *testing.T) {
 	v.wait(t, "e2e-v6 login:", 5*time.Minute)
 	evs, js := events(t, l, url6, "lab/vm6")
 	var report, from string
+	var local bool
 	for _, e := range evs {
 		if strings.HasPrefix(e.Message, "running: hostname e2e-v6") {
 			report, from = e.Message, e.IP
 		}
+		local = local || strings.HasPrefix(e.Message, "served local-disk script") && strings.HasPrefix(e.IP, "2001:db8:1:")
 	}
 	t.Logf("report from %s: %s", from, report)
+	if out := mustRead(v.console); !local || !strings.Contains(out, "NBP filename is snponly.efi") || !strings.Contains(out, "booting from its disk") {
+		t.Errorf("the second power-on did not go from PXE over IPv6 through the local-disk script to the disk (served over IPv6: %v):\n%s", local, firmwareLines(out))
+	}
 	if !strings.HasPrefix(from, "2001:db8:1:") || !strings.Contains(report, reserved) {
 		t.Errorf("the installed OS reported from %q with %q; want an address of %s and its reserved one, %s, among its addresses:\n%s", from, report, prefix6, reserved, js)
 	}

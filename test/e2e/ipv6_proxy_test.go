@@ -72,13 +72,13 @@ func stop(cmd *exec.Cmd) {
 //   - PXE over IPv6: OVMF takes dnsmasq's address and, from bootops'
 //     Advertise without an address (option 59 and vendor class
 //     PXEClient), asks again, unicast, at [server6]:4011 and boots the
-//     tftp:// URL of that Reply: ipxe.efi over TFTP. iPXE's own DHCPv6
+//     tftp:// URL of that Reply: snponly.efi over TFTP. iPXE's own DHCPv6
 //     (stateful: the RA says M) takes dnsmasq's address and ignores
 //     bootops' Advertise, which has none: "Nothing to boot".
 //   - The same once the site's server tells iPXE (by its user class) the
 //     script URL: provisioned, on dnsmasq's addresses.
 //   - UEFI HTTP boot over IPv6 takes bootops' HTTPClient Advertise without
-//     an address beside dnsmasq's and loads ipxe.efi over HTTP, whose
+//     an address beside dnsmasq's and loads snponly.efi over HTTP, whose
 //     iPXE fetches its script.
 func TestIPv6Proxy(t *testing.T) {
 	t.Parallel()
@@ -99,13 +99,13 @@ func TestIPv6Proxy(t *testing.T) {
 		v := l.uefiVM("v6p1", macPXE, pxeV6Only...)
 		defer stop(v.cmd)
 		out := v.wait(t, "Nothing to boot", 5*time.Minute)
-		t.Logf("timing: proxy mode, OVMF PXEv6 → [server]:4011 → TFTP ipxe.efi → iPXE's DHCPv6 without a boot file: %s", time.Since(start).Round(time.Second))
+		t.Logf("timing: proxy mode, OVMF PXEv6 → [server]:4011 → TFTP snponly.efi → iPXE's DHCPv6 without a boot file: %s", time.Since(start).Round(time.Second))
 		var missing []string
 		for _, re := range []string{
 			`>>Start PXE over IPv6`,
 			`Station IP address is 2001:DB8:1:0:0:0:0:1[0-9A-F]{2}\r?\n`, // dnsmasq's pool, OVMF's notation
 			`Server IP address is 2001:DB8:1:0:0:0:0:1\r?\n`,             // the host of bootops' URL
-			`NBP filename is ipxe\.efi`,
+			`NBP filename is snponly\.efi`,
 			`NBP file downloaded successfully\.`,
 			`net0: ` + pool + `/64`, // iPXE's lease, from dnsmasq
 			`Nothing to boot`,
@@ -119,9 +119,9 @@ func TestIPv6Proxy(t *testing.T) {
 		}
 		_, js := events(t, l, url6, "lab/pxe")
 		for _, want := range []string{
-			"DHCPv6 ADVERTISE: tftp://[" + server6 + "]/ipxe.efi", // the Advertise without an address
-			"DHCPv6 REPLY: tftp://[" + server6 + "]/ipxe.efi",     // the Reply on port 4011
-			"DHCPv6 ADVERTISE: " + script,                         // to iPXE, which ignored it
+			"DHCPv6 ADVERTISE: tftp://[" + server6 + "]/snponly.efi", // the Advertise without an address
+			"DHCPv6 REPLY: tftp://[" + server6 + "]/snponly.efi",     // the Reply on port 4011
+			"DHCPv6 ADVERTISE: " + script,                            // to iPXE, which ignored it
 		} {
 			if !strings.Contains(js, want) {
 				t.Errorf("lab/pxe's timeline lacks %q:\n%s", want, js)
@@ -134,9 +134,9 @@ func TestIPv6Proxy(t *testing.T) {
 			!regexp.MustCompile(regexp.QuoteMeta(server6)+`\.4011 > `+pool+`\.\d+: UDP`).MatchString(dump) {
 			t.Errorf("no Request from dnsmasq's address to [%s]:4011 and Reply on the bridge:\n%s", server6, dump)
 		}
-		tftp := grepLines(l.log("bootops"), "msg=tftp file=ipxe.efi")
+		tftp := grepLines(l.log("bootops"), "msg=tftp file=snponly.efi")
 		if !regexp.MustCompile(`peer=` + pool + ` .*bytes=`).MatchString(tftp) {
-			t.Errorf("ipxe.efi was not sent over TFTP to an address of dnsmasq's pool:\n%s", tftp)
+			t.Errorf("snponly.efi was not sent over TFTP to an address of dnsmasq's pool:\n%s", tftp)
 		}
 		t.Logf("port 4011:\n%s\nTFTP:\n%s", dump, tftp)
 	})
@@ -148,7 +148,7 @@ func TestIPv6Proxy(t *testing.T) {
 		start := time.Now()
 		v := l.uefiVM("v6p2", macProv, append(append(withDisk(d), pxeV6Only...), "-smbios", "type=1,serial=E2E-V6P2")...)
 		v.ended(t, 10*time.Minute)
-		t.Logf("timing: proxy mode, OVMF PXEv6 → ipxe.efi → iPXE (script URL from the site's server) → Micro-OS (SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
+		t.Logf("timing: proxy mode, OVMF PXEv6 → snponly.efi → iPXE (script URL from the site's server) → Micro-OS (SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
 		if state, msg := nodeStateAt(t, l, url6, "lab/prov"); state != "provisioned" {
 			t.Fatalf("lab/prov: state %q (%s), want provisioned; console:\n%s", state, msg, tail(mustRead(v.console), 40))
 		}
@@ -160,7 +160,7 @@ func TestIPv6Proxy(t *testing.T) {
 		out := mustRead(v.console)
 		for _, re := range []string{
 			`>>Start PXE over IPv6`,
-			`NBP filename is ipxe\.efi`,
+			`NBP filename is snponly\.efi`,
 			`net0: ` + pool + `/64`,
 			regexp.QuoteMeta("Filename: " + script),
 		} {
@@ -169,7 +169,7 @@ func TestIPv6Proxy(t *testing.T) {
 			}
 		}
 		_, js := events(t, l, url6, "lab/prov")
-		if !strings.Contains(js, "DHCPv6 REPLY: tftp://["+server6+"]/ipxe.efi") || !strings.Contains(js, "agent checked in") {
+		if !strings.Contains(js, "DHCPv6 REPLY: tftp://["+server6+"]/snponly.efi") || !strings.Contains(js, "agent checked in") {
 			t.Errorf("lab/prov's timeline lacks bootops' Reply on port 4011 or the agent's check-in:\n%s", js)
 		}
 		if log := l.log("dnsmasq-ipxe"); !strings.Contains(log, "tags: ipxe") {
@@ -184,18 +184,18 @@ func TestIPv6Proxy(t *testing.T) {
 		v := l.uefiVM("v6p3", macHTTP, httpBootV6...)
 		defer stop(v.cmd)
 		out := v.wait(t, "Filename: "+script, 6*time.Minute)
-		t.Logf("timing: proxy mode, OVMF HTTP boot (IPv4 first, then IPv6) → ipxe.efi over HTTP → iPXE's script: %s", time.Since(start).Round(time.Second))
+		t.Logf("timing: proxy mode, OVMF HTTP boot (IPv4 first, then IPv6) → snponly.efi over HTTP → iPXE's script: %s", time.Since(start).Round(time.Second))
 		for _, re := range []string{
 			`>>Start HTTP Boot over IPv6`,
 			`Station IPv6 address is 2001:DB8:1:0:0:0:0:1[0-9A-F]{2}\r?\n`, // dnsmasq's pool
-			regexp.QuoteMeta("URI: " + url6 + "/tftp/ipxe.efi"),            // bootops' Advertise
+			regexp.QuoteMeta("URI: " + url6 + "/tftp/snponly.efi"),         // bootops' Advertise
 			`iPXE initialising devices`,
 		} {
 			if !regexp.MustCompile(re).MatchString(out) {
 				t.Errorf("console lacks %s:\n%s", re, tail(out, 30))
 			}
 		}
-		if _, js := events(t, l, url6, "lab/http"); !strings.Contains(js, "DHCPv6 ADVERTISE: "+url6+"/tftp/ipxe.efi") {
+		if _, js := events(t, l, url6, "lab/http"); !strings.Contains(js, "DHCPv6 ADVERTISE: "+url6+"/tftp/snponly.efi") {
 			t.Errorf("lab/http's timeline lacks the HTTPClient Advertise:\n%s", js)
 		}
 	})

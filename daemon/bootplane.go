@@ -136,6 +136,10 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 			Metrics: b.metrics6, Newcomers: newcomers, Known: b.httpSrv.Known}
 		g.Go(func() error { return ds6.Serve(ctx) })
 		b.log.Info("serving DHCPv6", "site", site.Name, "dhcp6", n.DHCP, "server", n.ServerAddress, "tftp", b.tftp6)
+		if _, ok := b.httpSrv.Binaries.Lookup(dhcp6.UEFIFile); !ok {
+			b.log.Warn("DHCPv6 offers x86 UEFI machines "+dhcp6.UEFIFile+", and --ipxe-dir has none: they will not boot over IPv6 (Debian's ipxe package has it)",
+				"site", site.Name, "ipxe_dir", cfg.TFTP.IPXEDir)
+		}
 	}
 	if site.TLS() && !httpsPortServed(cfg.HTTP.HTTPSAddr, site.Network.HTTPSPort) {
 		b.log.Warn("site wants TLS, and no --https-addr serves its port: its agents cannot check in", "site", site.Name, "https_port", site.Network.HTTPSPort, "https_addr", cfg.HTTP.HTTPSAddr)

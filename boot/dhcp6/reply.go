@@ -428,6 +428,10 @@ func bootURL(cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo) (string, 
 	return "tftp://[" + cfg.ServerIP.String() + "]/" + file, ""
 }
 
+// UEFIFile is the iPXE build x86 UEFI machines are offered over IPv6
+// (bootFile says why): --ipxe-dir must hold it.
+const UEFIFile = "snponly.efi"
+
 // bootFile maps client architectures (option 61, the registry RFC 5970
 // shares with DHCPv4's option 93) to the iPXE build that runs there. BIOS
 // has no IPv6 PXE: only UEFI types are answered. x86 UEFI gets
@@ -440,7 +444,7 @@ func bootURL(cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo) (string, 
 func bootFile(arch iana.Arch) (string, bool) {
 	switch arch {
 	case iana.EFI_IA32, iana.EFI_X86_64, iana.EFI_BC, iana.EFI_X86_HTTP, iana.EFI_X86_64_HTTP, iana.EFI_BC_HTTP:
-		return "snponly.efi", true
+		return UEFIFile, true
 	case iana.EFI_ARM32, iana.EFI_ARM64, iana.EFI_ARM32_HTTP, iana.EFI_ARM64_HTTP:
 		return "snp.efi", true
 	}

@@ -116,6 +116,9 @@ func TestIPv6Provision(t *testing.T) {
 			t.Errorf("the timeline lacks %q", want)
 		}
 	}
+	if strings.Contains(l.log("bootops"), "--ipxe-dir has none") {
+		t.Errorf("bootops warned of a missing snponly.efi in /usr/lib/ipxe:\n%s", grepLines(l.log("bootops"), "ipxe-dir"))
+	}
 	if !strings.Contains(l.log("bootops"), "msg=tftp file=snponly.efi peer="+reserved+" ") {
 		t.Errorf("snponly.efi was not fetched over TFTP from the reserved address:\n%s", grepLines(l.log("bootops"), "tftp"))
 	}

@@ -125,7 +125,8 @@ func referenceLab(t *testing.T, ra raFlags, nbp string) *lab {
 // O and A flags) give namespace dhcp's eth0 a SLAAC address in prefix6 and
 // a default route through the server's link-local address, while IPv4 is
 // there as before (dnsmasq at 198.18.0.2 reaches 198.18.0.1) and the server
-// answers on server6.
+// answers on server6. Then bootops, serving DHCPv6 from an --ipxe-dir
+// without snponly.efi, warns of it.
 func TestIPv6DualStackLab(t *testing.T) {
 	t.Parallel()
 	l := newLab6(t, true, stateless)
@@ -146,5 +147,23 @@ func TestIPv6DualStackLab(t *testing.T) {
 	run(t, "ip", "netns", "exec", l.dhc, "busybox", "ping", "-4", "-c", "1", "-W", "5", "198.18.0.1")
 	if out := run(t, "ip", "-n", l.lan, "-4", "addr", "show", "dev", "br0"); !strings.Contains(out, "198.18.0.1/24") {
 		t.Errorf("the dual-stack bridge lost its IPv4 address:\n%s", out)
+	}
+
+	// bootops serving DHCPv6 from an --ipxe-dir without snponly.efi (what
+	// x86 UEFI machines are offered over IPv6) says so when it starts.
+	dir := filepath.Join(l.dir, "repo")
+	writeRepo(dir, map[string]string{
+		"microos/default.yaml":  "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\n",
+		"microos/vmlinuz":       "placeholder kernel\n",
+		"microos/initrd.img":    "placeholder initrd\n",
+		"profiles/test-os.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os\nos: {type: immutable}\nimage: {url: \"http://[" + server6 + "]:8081/test.raw.gz\", sha256: aba2c9d06fdff3e9329ddd3e8be90714ac05250b4260a0c7ae04dd4406db25a9, compression: gz}\n",
+		"sites/lab/site.yaml":   site6,
+	}, nil)
+	ipxe := filepath.Join(l.dir, "ipxe")
+	os.MkdirAll(ipxe, 0o755)
+	os.WriteFile(filepath.Join(ipxe, "ipxe.efi"), []byte("placeholder"), 0o644)
+	l.serveOn(dir, "["+server6+"]:8080", "["+server6+"]:69", "--ipxe-dir", ipxe)
+	if log := l.log("bootops"); !strings.Contains(log, "DHCPv6 offers x86 UEFI machines snponly.efi, and --ipxe-dir has none") {
+		t.Errorf("no warning of the missing snponly.efi:\n%s", log)
 	}
 }

@@ -34,6 +34,8 @@ type bootPlane struct {
 	// tftp6: a TFTP listener takes IPv6 (DHCPv6 then hands PXE clients a
 	// tftp:// URL).
 	tftp6 bool
+	// binaries are the iPXE builds served (nil: none).
+	binaries tftp.Files
 }
 
 // servedSites are the first Plan's sites this daemon serves.
@@ -62,13 +64,18 @@ func (b *bootPlane) start(ctx context.Context, g *errgroup.Group, cfg Config, p 
 	if dhcpSites > 1 && cfg.DHCP.Interface != "" {
 		return configErrf("--interface names one network, but %d sites need DHCP: pick one with --site, or set network.interface in each site", dhcpSites)
 	}
-	var binaries tftp.Files
-	if cfg.TFTP.Addr != "" || dhcpSites > 0 {
+	// The iPXE builds, for TFTP and for UEFI HTTP boot (GET /tftp/…),
+	// which DHCPv6 also offers.
+	needBinaries := cfg.TFTP.Addr != "" || dhcpSites > 0
+	for _, s := range sites {
+		needBinaries = needBinaries || servesDHCP6(cfg.DHCP, s)
+	}
+	if needBinaries {
 		var err error
-		if binaries, err = loadBinaries(cfg.TFTP, b.log); err != nil {
+		if b.binaries, err = loadBinaries(cfg.TFTP, b.log); err != nil {
 			return err
 		}
-		b.httpSrv.Binaries = binaries
+		b.httpSrv.Binaries = b.binaries
 	}
 	var tftpAddrs []string
 	for _, a := range Addrs(cfg.TFTP.Addr) {
@@ -77,7 +84,7 @@ func (b *bootPlane) start(ctx context.Context, g *errgroup.Group, cfg Config, p 
 			return fmt.Errorf("tftp %s: %w", a, err)
 		}
 		tftpAddrs = append(tftpAddrs, conn.LocalAddr().String())
-		ts := &tftp.Server{Files: binaries, Dynamic: b.httpSrv.TFTPFile, Events: b.events, Log: b.log, DrainTimeout: cfg.DrainTimeout}
+		ts := &tftp.Server{Files: b.binaries, Dynamic: b.httpSrv.TFTPFile, Events: b.events, Log: b.log, DrainTimeout: cfg.DrainTimeout}
 		g.Go(func() error { return ts.Serve(ctx, conn) })
 	}
 	tftpAddr := strings.Join(tftpAddrs, ",")
@@ -124,7 +131,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m, Leases: pool}}
 		g.Go(func() error { return ds.Serve(ctx) })
 	}
-	if n := site.Network.IPv6; n != nil && (n.DHCP == plan.DHCPProxy || n.DHCP == plan.DHCPReservation) && cfg.DHCP.Mode != plan.DHCPOff {
+	if n := site.Network.IPv6; servesDHCP6(cfg.DHCP, site) {
 		pool6 := &dhcp6.Pool{Path: filepath.Join(cfg.StateDir, "leases6-"+site.Name+".json")}
 		c6, err := dhcp6.SiteConfig(site, b.tftp6, pool6)
 		if err != nil {
@@ -136,7 +143,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 			Metrics: b.metrics6, Newcomers: newcomers, Known: b.httpSrv.Known}
 		g.Go(func() error { return ds6.Serve(ctx) })
 		b.log.Info("serving DHCPv6", "site", site.Name, "dhcp6", n.DHCP, "server", n.ServerAddress, "tftp", b.tftp6)
-		if _, ok := b.httpSrv.Binaries.Lookup(dhcp6.UEFIFile); !ok {
+		if _, ok := b.binaries.Lookup(dhcp6.UEFIFile); !ok {
 			b.log.Warn("DHCPv6 offers x86 UEFI machines "+dhcp6.UEFIFile+", and --ipxe-dir has none: they will not boot over IPv6 (Debian's ipxe package has it)",
 				"site", site.Name, "ipxe_dir", cfg.TFTP.IPXEDir)
 		}
@@ -162,6 +169,12 @@ func loadBinaries(cfg TFTPConfig, log *slog.Logger) (tftp.Files, error) {
 		}
 	}
 	return binaries, nil
+}
+
+// servesDHCP6 says whether the daemon answers DHCPv6 for the site.
+func servesDHCP6(cfg DHCPConfig, s *plan.Site) bool {
+	n := s.Network.IPv6
+	return n != nil && (n.DHCP == plan.DHCPProxy || n.DHCP == plan.DHCPReservation) && cfg.Mode != plan.DHCPOff
 }
 
 func mode(cfg DHCPConfig, s *plan.Site) string {

@@ -125,8 +125,9 @@ func referenceLab(t *testing.T, ra raFlags, nbp string) *lab {
 // O and A flags) give namespace dhcp's eth0 a SLAAC address in prefix6 and
 // a default route through the server's link-local address, while IPv4 is
 // there as before (dnsmasq at 198.18.0.2 reaches 198.18.0.1) and the server
-// answers on server6. Then bootops, serving DHCPv6 from an --ipxe-dir
-// without snponly.efi, warns of it.
+// answers on server6. Then bootops, serving DHCPv6 without TFTP from an
+// --ipxe-dir without snponly.efi, warns of it and serves the builds there
+// for UEFI HTTP boot.
 func TestIPv6DualStackLab(t *testing.T) {
 	t.Parallel()
 	l := newLab6(t, true, stateless)
@@ -162,8 +163,13 @@ func TestIPv6DualStackLab(t *testing.T) {
 	ipxe := filepath.Join(l.dir, "ipxe")
 	os.MkdirAll(ipxe, 0o755)
 	os.WriteFile(filepath.Join(ipxe, "ipxe.efi"), []byte("placeholder"), 0o644)
-	l.serveOn(dir, "["+server6+"]:8080", "["+server6+"]:69", "--ipxe-dir", ipxe)
+	l.serveOn(dir, "["+server6+"]:8080", "", "--ipxe-dir", ipxe) // no TFTP: UEFI HTTP boot only
 	if log := l.log("bootops"); !strings.Contains(log, "DHCPv6 offers x86 UEFI machines snponly.efi, and --ipxe-dir has none") {
 		t.Errorf("no warning of the missing snponly.efi:\n%s", log)
+	}
+	// Without TFTP and without DHCPv4, the builds are still served for
+	// UEFI HTTP boot.
+	if got := run(t, "ip", "netns", "exec", l.lan, "busybox", "wget", "-qO-", url6+"/tftp/ipxe.efi"); got != "placeholder" {
+		t.Errorf("GET /tftp/ipxe.efi: %q", got)
 	}
 }

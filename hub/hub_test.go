@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,15 +34,46 @@ func freePort(t testing.TB) string {
 // opts are a *slog.Logger and funcs that change each server's Config.
 func cluster(t testing.TB, ctx context.Context, n int, sites map[string]string, opts ...any) []*Node {
 	t.Helper()
-	clients, routes := make([]string, n), make([]string, n)
-	for i := range n {
-		clients[i], routes[i] = freePort(t), freePort(t)
+	// freePort's ports are free when it looks, not when a server binds
+	// them: another package's test may take one in between (the server
+	// is then never ready). Such a start is tried again on other ports.
+	for attempt := 1; ; attempt++ {
+		nodes, err := startCluster(ctx, t.TempDir(), n, sites, freePorts(t, 2*n), opts...)
+		if err == nil {
+			for _, node := range nodes {
+				t.Cleanup(func() {
+					if node.srv.Running() {
+						node.Close()
+					}
+				})
+			}
+			return nodes
+		}
+		if attempt == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("attempt %d: %v; again on other ports", attempt, err)
 	}
+}
+
+func freePorts(t testing.TB, n int) []string {
+	ports := make([]string, n)
+	for i := range ports {
+		ports[i] = freePort(t)
+	}
+	return ports
+}
+
+// startCluster starts n servers, their stores in dir: the first n ports are their clients',
+// the next n their routes'. On an error none is left running.
+func startCluster(ctx context.Context, dir string, n int, sites map[string]string, ports []string, opts ...any) ([]*Node, error) {
+	clients, routes := ports[:n], ports[n:]
 	nodes := make([]*Node, n)
 	var wg sync.WaitGroup
 	var errs = make([]error, n)
 	for i := range n {
-		cfg := Config{Name: fmt.Sprintf("hub-%d", i+1), Listen: clients[i], StoreDir: filepath.Join(t.TempDir(), "js"), Sites: sites, Replicas: n}
+		name := fmt.Sprintf("hub-%d", i+1)
+		cfg := Config{Name: name, Listen: clients[i], StoreDir: filepath.Join(dir, name, "js"), Sites: sites, Replicas: n}
 		for _, o := range opts {
 			switch o := o.(type) {
 			case *slog.Logger:
@@ -65,17 +97,15 @@ func cluster(t testing.TB, ctx context.Context, n int, sites map[string]string, 
 		}()
 	}
 	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if nodes[i].srv.Running() {
-				nodes[i].Close()
+	if err := errors.Join(errs...); err != nil {
+		for _, node := range nodes {
+			if node != nil {
+				node.Close()
 			}
-		})
+		}
+		return nil, err
 	}
-	return nodes
+	return nodes, nil
 }
 
 // proxy stands between a site and the hub's servers: cut drops every

@@ -55,20 +55,17 @@ func servedSites(names []string, p *plan.Plan) []*plan.Site {
 // start starts TFTP and DHCP for the sites served.
 func (b *bootPlane) start(ctx context.Context, g *errgroup.Group, cfg Config, p *plan.Plan) error {
 	sites := servedSites(cfg.Source.Sites, p)
-	dhcpSites := 0
+	// The iPXE builds are needed for TFTP and for UEFI HTTP boot (GET
+	// /tftp/…), which DHCPv4 and DHCPv6 offer.
+	dhcpSites, needBinaries := 0, cfg.TFTP.Addr != ""
 	for _, s := range sites {
 		if mode(cfg.DHCP, s) != plan.DHCPOff {
 			dhcpSites++
 		}
+		needBinaries = needBinaries || mode(cfg.DHCP, s) != plan.DHCPOff || servesDHCP6(cfg.DHCP, s)
 	}
 	if dhcpSites > 1 && cfg.DHCP.Interface != "" {
 		return configErrf("--interface names one network, but %d sites need DHCP: pick one with --site, or set network.interface in each site", dhcpSites)
-	}
-	// The iPXE builds, for TFTP and for UEFI HTTP boot (GET /tftp/…),
-	// which DHCPv6 also offers.
-	needBinaries := cfg.TFTP.Addr != "" || dhcpSites > 0
-	for _, s := range sites {
-		needBinaries = needBinaries || servesDHCP6(cfg.DHCP, s)
 	}
 	if needBinaries {
 		var err error

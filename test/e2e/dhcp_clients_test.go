@@ -200,23 +200,33 @@ func newClientLab(t *testing.T) *lab {
 	return l
 }
 
-// serveDHCPOnly runs bootops serve on br0 with a repository of site and
-// placeholder Micro-OS files: DHCP and HTTP, no TFTP (a placeholder iPXE
-// binary, as the clients here never boot).
+// serveDHCPOnly runs bootops serve on br0 with placeholderRepo(site):
+// DHCP and HTTP, no TFTP, as the clients here never boot.
 func (l *lab) serveDHCPOnly(site string) {
 	l.t.Helper()
-	dir := filepath.Join(l.dir, "repo")
-	writeRepo(dir, map[string]string{
+	repo, ipxe := l.placeholderRepo(site)
+	l.serve(repo, "--tftp-addr", "", "--ipxe-dir", ipxe) // the later flags win
+}
+
+// placeholderRepo writes a repository of site with placeholder Micro-OS
+// files, and a folder of placeholder iPXE builds (ipxe.efi and
+// undionly.kpxe, each the text "placeholder"), for daemons no machine
+// boots from.
+func (l *lab) placeholderRepo(site string) (repo, ipxe string) {
+	repo = filepath.Join(l.dir, "repo")
+	writeRepo(repo, map[string]string{
 		"microos/default.yaml":  "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\n",
 		"microos/vmlinuz":       "placeholder kernel\n",
 		"microos/initrd.img":    "placeholder initrd\n",
 		"profiles/test-os.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os\nos: {type: immutable}\nimage: {url: \"http://198.18.0.1:8080/images/test.raw.gz\", sha256: aba2c9d06fdff3e9329ddd3e8be90714ac05250b4260a0c7ae04dd4406db25a9, compression: gz}\n",
 		"sites/lab/site.yaml":   site,
 	}, nil)
-	ipxe := filepath.Join(l.dir, "ipxe")
+	ipxe = filepath.Join(l.dir, "ipxe")
 	os.MkdirAll(ipxe, 0o755)
-	os.WriteFile(filepath.Join(ipxe, "undionly.kpxe"), []byte("placeholder"), 0o644)
-	l.serve(dir, "--tftp-addr", "", "--ipxe-dir", ipxe) // the later flags win
+	for _, f := range []string{"undionly.kpxe", "ipxe.efi"} {
+		os.WriteFile(filepath.Join(ipxe, f), []byte("placeholder"), 0o644)
+	}
+	return repo, ipxe
 }
 
 // dhclient runs ISC dhclient on iface in namespace dhc until it is bound

@@ -152,17 +152,7 @@ func TestIPv6DualStackLab(t *testing.T) {
 
 	// bootops serving DHCPv6 from an --ipxe-dir without snponly.efi (what
 	// x86 UEFI machines are offered over IPv6) says so when it starts.
-	dir := filepath.Join(l.dir, "repo")
-	writeRepo(dir, map[string]string{
-		"microos/default.yaml":  "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\n",
-		"microos/vmlinuz":       "placeholder kernel\n",
-		"microos/initrd.img":    "placeholder initrd\n",
-		"profiles/test-os.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os\nos: {type: immutable}\nimage: {url: \"http://[" + server6 + "]:8081/test.raw.gz\", sha256: aba2c9d06fdff3e9329ddd3e8be90714ac05250b4260a0c7ae04dd4406db25a9, compression: gz}\n",
-		"sites/lab/site.yaml":   site6,
-	}, nil)
-	ipxe := filepath.Join(l.dir, "ipxe")
-	os.MkdirAll(ipxe, 0o755)
-	os.WriteFile(filepath.Join(ipxe, "ipxe.efi"), []byte("placeholder"), 0o644)
+	dir, ipxe := l.placeholderRepo(site6)
 	l.serveOn(dir, "["+server6+"]:8080", "", "--ipxe-dir", ipxe) // no TFTP: UEFI HTTP boot only
 	if log := l.log("bootops"); !strings.Contains(log, "DHCPv6 offers x86 UEFI machines snponly.efi, and --ipxe-dir has none") {
 		t.Errorf("no warning of the missing snponly.efi:\n%s", log)

@@ -1,11 +1,15 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bootops/bootops/boot"
+	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/power"
@@ -218,5 +223,68 @@ func TestRolloutController(t *testing.T) {
 	f.round()
 	if st := f.r.Status(); len(st) != 1 || st[0].Halted == "" || len(f.cycled()) != 2 {
 		t.Errorf("after a restart: %+v, cycled %v", st, f.cycled())
+	}
+}
+
+// Finding 1 of the authority issue, on the rollout controller with the
+// real report handler and status store: a report is only a node's word.
+// One claiming a made-up install digest does not make a healthy, in-sync
+// node out of date (nobody is power-cycled); one naming the digest Git
+// wants does not make a node that installed nothing healthy (the rollout
+// goes on waiting for it).
+func TestForgedReportsDecideNothing(t *testing.T) {
+	f := newFleet(t)
+	secret := boot.Secret(strings.Repeat("k", 32))
+	srv := &bhttp.Server{Plans: f.live, Events: f.store, Status: f.store, Store: f.store, Secret: secret}
+	h := srv.Handler()
+	credential := func(node, install string) string {
+		return secret.Mint(boot.Grant{Kind: boot.KindReport, Site: "lab", Subject: node, ID: install, Expires: time.Now().Add(time.Hour)})
+	}
+	send := func(node, cred, digest string) (int, string) {
+		b, _ := json.Marshal(plan.OSReport{Site: "lab", Node: node, InstanceID: node + "-0", Install: digest})
+		req := httptest.NewRequest("POST", plan.ReportPath, bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+cred)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	// n1 and n2 run v2, installed by bootops (their sessions s-n1, s-n2):
+	// in sync. n3's v2 install failed: it holds nothing bootops knows.
+	for _, n := range []string{"n1", "n2"} {
+		in := f.v2[n]
+		if err := f.store.RecordSync(status.Event{Kind: status.KindAgent, Site: "lab", Node: n, State: status.StateProvisioned, Install: &in, InstallID: "s-" + n, Seq: uint64(time.Now().UnixNano())}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.report("n3", nil)
+	f.round()
+	cycledBefore := f.cycled()
+
+	// n1's own credential, with a made-up install digest.
+	if code, body := send("n1", credential("n1", "s-n1"), strings.Repeat("0f", 32)); code != 409 {
+		t.Errorf("n1's report of a made-up install: %d %s", code, body)
+	}
+	// n3's credential of an install that never finished, with what Git wants.
+	if code, body := send("n3", credential("n3", "s-n3"), f.v2["n3"].Digest); code != 409 {
+		t.Errorf("n3's report of the install Git wants: %d %s", code, body)
+	}
+	for range 3 {
+		f.round()
+	}
+	if got := f.cycled(); len(got) != len(cycledBefore) || slices.Contains(got, "n1") {
+		t.Errorf("after forged reports: cycled %v (before %v)", got, cycledBefore)
+	}
+	if m, _ := f.store.Machine("lab/n1"); m.Installed == nil || m.Installed.Digest != f.v2["n1"].Digest || status.NodeSync(&m, f.v2["n1"]) != status.SyncIn {
+		t.Errorf("n1 after a forged report: %+v", m.Installed)
+	}
+	if m, _ := f.store.Machine("lab/n3"); m.State == status.StateRunning || m.Installed != nil {
+		t.Errorf("n3 after a report of an install it never did: %s %+v", m.State, m.Installed)
+	}
+	if tl := f.timeline("n3"); strings.Contains(tl, "rollout: healthy") || !strings.Contains(tl, "report refused") {
+		t.Errorf("n3's timeline:\n%s", tl)
+	}
+	// n1's real report (its install, its digest) is taken.
+	if code, body := send("n1", credential("n1", "s-n1"), f.v2["n1"].Digest); code != 200 {
+		t.Errorf("n1's own report: %d %s", code, body)
 	}
 }

@@ -406,7 +406,7 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		if seedOf != nil {
 			reply.CloudInit = seed(*seedOf, reply.Session, forFamily(site, ev.IP))
 			if n != nil && reply.CloudInit != nil {
-				reply.CloudInit.Report = forFamily(site, ev.IP)(s.report(site, n, n.Install.Digest))
+				reply.CloudInit.Report = forFamily(site, ev.IP)(s.report(site, n, n.Install.Digest, sess))
 				if mac := plan.NormalizeMAC(first(c.Identity.MACs)); mac != "" {
 					reply.CloudInit.NetworkConfig = strings.Replace(reply.CloudInit.NetworkConfig, plan.NetworkMatchAny,
 						fmt.Sprintf("    match:\n      macaddress: %q\n", mac), 1)
@@ -568,7 +568,8 @@ func (s *Server) agentEvents(w http.ResponseWriter, r *http.Request) {
 	for _, a := range b.Events {
 		e := agentEvent(b, a)
 		if e.State == status.StateProvisioned {
-			e.Install, e.Revision = cur.Install, cur.Revision // what the session's workflow installed
+			// What the session's workflow installed, named by the session.
+			e.Install, e.Revision, e.InstallID = cur.Install, cur.Revision, cur.ID
 		}
 		evs = append(evs, e)
 	}

@@ -14,16 +14,29 @@ import (
 // The installed OS's report: the agent writes a script into the new
 // system (plan.CloudInitSeed.Report) that cloud-init runs at every boot;
 // it posts a plan.OSReport with the node's report credential, minted at
-// check-in for that node and generation. The first accepted report puts
-// the node in state running.
+// check-in for that node, generation and install (the session that runs
+// it). A report may only say that the install bootops recorded booted,
+// and how cloud-init went: it never says what the disk holds (only the
+// install path does, see status.Machine.Proves). Each accepted report is
+// answered with the credential renewed, which the script keeps.
 
 // AgentReportRefused counts refused reports (a wrong, another node's, an
-// old generation's credential, or none).
+// old generation's or another install's credential, or none; a claim of
+// an install bootops did not record).
 const AgentReportRefused = "report_refused"
 
-// ReportTTL bounds how long after its install a machine may first report
-// (a machine may sit powered off in a warehouse for weeks).
+// ReportTTL bounds how long after its install, or its last report, a
+// machine may report (a machine may sit powered off in a warehouse for
+// weeks); each report renews it.
 const ReportTTL = 90 * 24 * time.Hour
+
+// Default report budget of a node: a burst, then one per interval. A
+// machine reports once per boot; a flood of reports is turned away
+// unrecorded, so it never pushes the node's history out.
+const (
+	DefaultReportBurst = 10
+	DefaultReportEvery = 5 * time.Minute
+)
 
 // reportScript is the per-boot script: POSIX sh handing over to Python 3,
 // which cloud-init itself needs, so nothing else must be installed. It
@@ -38,6 +51,11 @@ exec python3 - <<'BOOTOPS_REPORT'
 import json, os, socket, ssl, subprocess, sys, time, urllib.request
 url, token, site, node, ca, install = %q, %q, %q, %q, %q, %q
 run = os.environ.get("BOOTOPS_CLOUD_INIT_RUN", "/run/cloud-init")  # tests point it elsewhere
+saved = os.path.join(os.environ.get("BOOTOPS_REPORT_STATE", "/var/lib/bootops"), "report-credential")
+try:  # the credential the last report was given (renewed at each report)
+    token = open(saved).read().strip() or token
+except OSError:
+    pass
 if not os.environ.get("BOOTOPS_REPORT_FOREGROUND"):
     if os.fork() > 0:
         sys.exit(0)
@@ -73,8 +91,13 @@ ctx = ssl.create_default_context(cadata=ca) if ca else None
 for attempt in range(24):
     try:
         req = urllib.request.Request(url, data=body, headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
-        urllib.request.urlopen(req, timeout=10, context=ctx).read()
+        answer = json.loads(urllib.request.urlopen(req, timeout=10, context=ctx).read() or b"{}")
         print("bootops: reported to", url, "cloud-init:", result or "no result")
+        if answer.get("credential"):
+            os.makedirs(os.path.dirname(saved), mode=0o700, exist_ok=True)
+            fd = os.open(saved + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.write(fd, answer["credential"].encode()); os.fsync(fd); os.close(fd)
+            os.replace(saved + ".new", saved)
         break
     except urllib.error.HTTPError as e:
         print("bootops: report refused:", e.code, e.read().decode(errors="replace").strip())
@@ -85,21 +108,27 @@ for attempt in range(24):
 BOOTOPS_REPORT
 `
 
-// report renders a node's report script with a fresh credential and the
-// digest of the install it is written into.
-func (s *Server) report(site *plan.Site, n *plan.Node, install string) string {
-	tok := s.Secret.Mint(boot.Grant{Kind: boot.KindReport, Site: site.Name, Subject: n.Name, Generation: n.Reprovision,
-		ID: boot.NewID(), Expires: s.now().Add(ReportTTL)})
+// report renders a node's report script with a credential for the
+// install the session opens, and that install's digest.
+func (s *Server) report(site *plan.Site, n *plan.Node, install string, sess status.Session) string {
 	ca := ""
 	if site.TLS() {
 		ca = s.SiteCA
 	}
-	return fmt.Sprintf(reportScript, site.AgentURL()+plan.ReportPath, tok, site.Name, n.Name, ca, install)
+	return fmt.Sprintf(reportScript, site.AgentURL()+plan.ReportPath, s.reportCredential(site.Name, n.Name, sess.Generation, sess.ID), site.Name, n.Name, ca, install)
+}
+
+// reportCredential is a report credential for one install of a node.
+func (s *Server) reportCredential(site, node string, generation int, install string) string {
+	return s.Secret.Mint(boot.Grant{Kind: boot.KindReport, Site: site, Subject: node, Generation: generation,
+		ID: install, Expires: s.now().Add(ReportTTL)})
 }
 
 // osReport takes the installed OS's report: its credential must be the
-// node's, of the node's current generation, and its instance-id the one
-// the node's meta-data gave (node-generation).
+// node's, of the node's current generation and of the install bootops
+// recorded; its instance-id the one the node's meta-data gave
+// (node-generation); at a site with TLS it must come over TLS; and the
+// node's report budget must not be spent.
 func (s *Server) osReport(w http.ResponseWriter, r *http.Request) {
 	if err := boot.Peek(bearer(r), s.now(), boot.KindReport); err != nil {
 		s.logger().Warn("report refused", "ip", clientIP(r), "why", credentialError(err))
@@ -117,37 +146,47 @@ func (s *Server) osReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := p.Node(rep.Site, rep.Node)
-	refuse := func(code int, why string) {
-		s.logger().Warn("report refused", "site", rep.Site, "node", rep.Node, "ip", clientIP(r), "why", why)
-		if n != nil {
-			s.Events.Record(status.Event{Kind: status.KindReport, Site: n.Site, Node: n.Name, IP: clientIP(r), Error: true, Message: "report refused: " + why})
-		}
-		s.agentFail(w, code, AgentReportRefused, "report refused: "+why)
-	}
 	if n == nil {
-		refuse(http.StatusUnauthorized, fmt.Sprintf("no node %q on site %q", rep.Node, rep.Site))
+		s.refuseReport(w, r, nil, http.StatusUnauthorized, fmt.Sprintf("no node %q on site %q", rep.Node, rep.Site))
 		return
 	}
 	g, err := s.Secret.Verify(bearer(r), boot.KindReport, n.Site, n.Name, s.now())
-	switch {
-	case err != nil:
-		refuse(http.StatusUnauthorized, "wrong or missing credential (from "+clientIP(r)+"): "+credentialError(err))
-		return
-	case g.Generation != n.Reprovision:
-		refuse(http.StatusConflict, fmt.Sprintf("the credential is of generation %d; node %s is at %d: a machine installed before the reprovision", g.Generation, n.Name, n.Reprovision))
-		return
-	case rep.InstanceID != fmt.Sprintf("%s-%d", n.Name, n.Reprovision):
-		refuse(http.StatusConflict, fmt.Sprintf("instance-id %q, want %s-%d: this is not the seed bootops wrote", rep.InstanceID, n.Name, n.Reprovision))
+	if err != nil {
+		// Not the node's: nothing on its timeline (anyone can name it).
+		s.refuseReport(w, r, nil, http.StatusUnauthorized, "wrong or missing credential (from "+clientIP(r)+"): "+credentialError(err))
 		return
 	}
+	// From here the sender holds the node's credential: what it sends
+	// is spent from the node's budget, refused or not.
+	if !s.reportBudget().Allow(n.Site+"/"+n.Name, 1) {
+		w.Header().Set("Retry-After", "300")
+		s.agentFail(w, http.StatusTooManyRequests, AgentThrottled, fmt.Sprintf("report: node %s is over its report budget (%d at once, then one per %s); not recorded", n.Name, DefaultReportBurst, DefaultReportEvery))
+		return
+	}
+	if site := p.Site(n.Site); site != nil && site.TLS() && r.TLS == nil {
+		s.refuseReport(w, r, n, http.StatusForbidden, "sent over plain HTTP: site "+n.Site+" has TLS, and its report credential crosses the LAN only inside it")
+		return
+	}
+	m, _ := s.machine(n.Site + "/" + n.Name)
 	ev := status.Event{Kind: status.KindReport, Site: n.Site, Node: n.Name, IP: clientIP(r), State: status.StateRunning,
-		Hostname: clean(rep.Hostname, 253), Kernel: clean(rep.Kernel, 128), Generation: g.Generation,
-		Message: fmt.Sprintf("running: hostname %s, kernel %s, addresses %s (instance-id %s)", clean(rep.Hostname, 253), clean(rep.Kernel, 128),
-			strings.Join(cleanAll(rep.Addresses), " "), rep.InstanceID)}
+		Hostname: clean(rep.Hostname, 253), Kernel: clean(rep.Kernel, 128), Generation: g.Generation, InstallID: g.ID}
 	if isDigest(rep.Install) {
 		ev.Install = &plan.Install{Digest: rep.Install}
-		ev.Message += ", install " + plan.Short(rep.Install)
 	}
+	switch {
+	case g.Generation != n.Reprovision:
+		s.refuseReport(w, r, n, http.StatusConflict, fmt.Sprintf("the credential is of generation %d; node %s is at %d: a machine installed before the reprovision", g.Generation, n.Name, n.Reprovision))
+		return
+	case rep.InstanceID != fmt.Sprintf("%s-%d", n.Name, n.Reprovision):
+		s.refuseReport(w, r, n, http.StatusConflict, fmt.Sprintf("instance-id %q, want %s-%d: this is not the seed bootops wrote", clean(rep.InstanceID, 64), n.Name, n.Reprovision))
+		return
+	}
+	if why := m.Proves(ev); why != "" {
+		s.refuseReport(w, r, n, http.StatusConflict, why+": a report says only that the install bootops recorded booted; it changes nothing else")
+		return
+	}
+	ev.Message = fmt.Sprintf("running: hostname %s, kernel %s, addresses %s (instance-id %s), install %s", ev.Hostname, ev.Kernel,
+		strings.Join(cleanAll(rep.Addresses), " "), rep.InstanceID, plan.Short(m.Installed.Digest))
 	ci := status.Printable(strings.TrimSpace(rep.CloudInit))
 	if len(ci) > 1000 {
 		ci = ci[:1000] + "…"
@@ -165,7 +204,34 @@ func (s *Server) osReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.count(AgentOK)
-	writeJSON(w, map[string]string{"state": status.StateRunning})
+	writeJSON(w, map[string]string{"state": status.StateRunning, "credential": s.reportCredential(n.Site, n.Name, g.Generation, g.ID)})
+}
+
+// refuseReport refuses a report, on the node's timeline when the sender
+// proved it holds the node's credential (n set; within its budget).
+func (s *Server) refuseReport(w http.ResponseWriter, r *http.Request, n *plan.Node, code int, why string) {
+	s.logger().Warn("report refused", "ip", clientIP(r), "why", why)
+	if n != nil {
+		s.Events.Record(status.Event{Kind: status.KindReport, Site: n.Site, Node: n.Name, IP: clientIP(r), Error: true, Message: "report refused: " + why})
+	}
+	s.agentFail(w, code, AgentReportRefused, "report refused: "+why)
+}
+
+// machine is what the status store holds of one machine.
+func (s *Server) machine(key string) (status.Machine, bool) {
+	if s.Status == nil {
+		return status.Machine{}, false
+	}
+	return s.Status.Machine(key)
+}
+
+func (s *Server) reportBudget() *status.Budgets {
+	s.reportsOnce.Do(func() {
+		if s.Reports == nil {
+			s.Reports = &status.Budgets{Burst: DefaultReportBurst, Every: DefaultReportEvery, Now: s.Now}
+		}
+	})
+	return s.Reports
 }
 
 // isDigest: 64 lower-case hex digits.

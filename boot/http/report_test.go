@@ -9,15 +9,21 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
 
-// The check-in gives the node a report script with its own credential;
+// The check-in gives the node a report script with a credential for that
+// install; once the install is recorded (the session's "provisioned"),
 // the installed OS's report with it makes the node running, with hostname
-// and kernel; another node's credential, none, an old generation's, or
-// another instance-id are refused and counted.
+// and kernel. Nothing else does: no credential, another node's, another
+// instance-id, a node that installed nothing, a claim of another install
+// digest, a previous install's credential, a report over plain HTTP at a
+// TLS site, and a flood past the node's budget are refused (and counted);
+// none of them changes what the node's record says its disk holds.
 func TestOSReport(t *testing.T) {
 	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
 	for _, n := range p.Sites[0].Nodes {
@@ -26,10 +32,13 @@ func TestOSReport(t *testing.T) {
 		n.Install = plan.InstallOf(n)
 	}
 	s, mem, _ := newServer(t, p)
+	s.Reports = &status.Budgets{Burst: 20, Every: time.Hour}
 	counts := map[string]int{}
 	s.AgentCount = func(r string) { counts[r]++ }
 	h := s.Handler()
-	reportOf := func(query, node string, id plan.Identity) (rs, token string) {
+	// checkIn boots the machine and checks it in: its report script and
+	// that script's credential, and the session.
+	checkIn := func(query, node string, id plan.Identity) (rs, token, session string) {
 		code, body := post(t, h, plan.AgentCheckInPath, script(t, h, query), plan.CheckIn{Site: "lab", Node: node, Identity: id})
 		var r plan.CheckInReply
 		if json.Unmarshal([]byte(body), &r); code != 200 || r.CloudInit == nil || r.CloudInit.Report == "" {
@@ -39,12 +48,36 @@ func TestOSReport(t *testing.T) {
 		if m == nil {
 			t.Fatalf("no credential in the report script:\n%s", r.CloudInit.Report)
 		}
-		return r.CloudInit.Report, m[1]
+		return r.CloudInit.Report, m[1], r.Session
 	}
-	scriptA, tokA := reportOf("serial=SER-A&site=lab", "a", plan.Identity{Serial: "SER-A"})
-	_, tokB := reportOf("mac=52:54:00:00:00:0b&site=lab", "b", plan.Identity{MACs: []string{"52:54:00:00:00:0b"}})
+	// install is the agent's part: the workflow's one action, then
+	// provisioned at the node's generation.
+	install := func(node string, gen int, session string) {
+		t.Helper()
+		b := plan.EventBatch{Site: "lab", Node: node, Events: []plan.AgentEvent{
+			{Seq: 1, Time: time.Now(), Type: plan.AgentActionDone, Step: 1, Steps: 1, Action: "wipe-disk"},
+			{Seq: 2, Time: time.Now(), Type: plan.AgentProvisioned, Generation: gen}}}
+		if code, body := post(t, h, plan.AgentEventsPath, session, b); code != 200 {
+			t.Fatalf("install of %s: %d %s", node, code, body)
+		}
+	}
+	machine := func(key string) status.Machine {
+		m, _ := mem.Machine(key)
+		return m
+	}
+	scriptA, tokA, sessA := checkIn("serial=SER-A&site=lab", "a", plan.Identity{Serial: "SER-A"})
+	_, tokB, _ := checkIn("mac=52:54:00:00:00:0b&site=lab", "b", plan.Identity{MACs: []string{"52:54:00:00:00:0b"}})
 	good := plan.OSReport{Site: "lab", Node: "a", InstanceID: "a-0", Hostname: "node-a", Kernel: "6.1.0-56-amd64", Addresses: []string{"198.18.0.100"}}
+	want := p.Sites[0].Nodes[0].Install
+	forged := good
+	forged.Install = strings.Repeat("0f", 32)
+	goodB := plan.OSReport{Site: "lab", Node: "b", InstanceID: "b-2", Install: p.Sites[0].Nodes[1].Install.Digest}
 
+	// Before node a's install is recorded, its own credential is refused.
+	if code, body := post(t, h, plan.ReportPath, tokA, good); code != 409 || !strings.Contains(body, "no finished install") {
+		t.Errorf("a report before the install finished: %d %s", code, body)
+	}
+	install("a", 0, sessA)
 	for _, c := range []struct {
 		name  string
 		token string
@@ -54,23 +87,27 @@ func TestOSReport(t *testing.T) {
 		{"none", "", good, 401},
 		{"node b's credential", tokB, good, 401},
 		{"another instance", tokA, plan.OSReport{Site: "lab", Node: "a", InstanceID: "a-7", Hostname: "x"}, 409},
+		{"a made-up install digest", tokA, forged, 409},
+		{"node b, which installed nothing, with the digest Git wants", tokB, goodB, 409},
 		{"node a", tokA, good, 200},
 	} {
-		if code, body := post(t, h, plan.ReportPath, c.token, c.rep); code != c.code {
+		code, body := post(t, h, plan.ReportPath, c.token, c.rep)
+		if code != c.code {
 			t.Errorf("%s: %d %s, want %d", c.name, code, body, c.code)
 		}
-	}
-	if counts[AgentReportRefused] != 3 {
-		t.Errorf("refused reports counted: %d, want 3", counts[AgentReportRefused])
-	}
-	var a status.Machine
-	for _, m := range mem.Machines() {
-		if m.Key == "lab/a" {
-			a = m
+		if a := machine("lab/a"); a.Installed == nil || a.Installed.Digest != want.Digest {
+			t.Errorf("after %s: node a's install %+v, want %s", c.name, a.Installed, want.Digest)
 		}
 	}
+	if counts[AgentReportRefused] != 6 {
+		t.Errorf("refused reports counted: %d, want 6", counts[AgentReportRefused])
+	}
+	a := machine("lab/a")
 	if a.State != status.StateRunning || a.Hostname != "node-a" || a.Kernel != "6.1.0-56-amd64" || !strings.Contains(a.Last.Message, "198.18.0.100") {
 		t.Errorf("node a after its report: %+v", a)
+	}
+	if b := machine("lab/b"); b.State == status.StateRunning || b.Installed != nil {
+		t.Errorf("node b after a report of an install it never did: %+v", b)
 	}
 	// Git raises node a's generation: the old install's credential is refused.
 	p.Sites[0].Nodes[0].Reprovision = 1
@@ -78,10 +115,20 @@ func TestOSReport(t *testing.T) {
 		t.Errorf("old generation: %d %s", code, body)
 	}
 	p.Sites[0].Nodes[0].Reprovision = 0
+	// A TLS site: a report over plain HTTP is refused, over TLS taken.
+	p.Sites[0].Network.HTTPSPort = 8443
+	if code, body := post(t, h, plan.ReportPath, tokA, good); code != 403 || !strings.Contains(body, "plain HTTP") {
+		t.Errorf("over plain HTTP at a TLS site: %d %s", code, body)
+	}
+	if code, body := postOverTLS(t, h, plan.ReportPath, tokA, good); code != 200 {
+		t.Errorf("over TLS: %d %s", code, body)
+	}
+	p.Sites[0].Network.HTTPSPort = 0
 
 	// The script itself, run by Python as cloud-init would: it reaches the
 	// server with its credential, its install's digest and cloud-init's
-	// result (here a fake /run/cloud-init, with an error).
+	// result (here a fake /run/cloud-init, with an error), and keeps the
+	// renewed credential it is answered with.
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Fatal("python3 is needed (make test installs it)")
@@ -96,20 +143,52 @@ func TestOSReport(t *testing.T) {
 	os.MkdirAll(run, 0o755)
 	os.WriteFile(filepath.Join(run, ".instance-id"), []byte("a-0\n"), 0o644)
 	os.WriteFile(filepath.Join(run, "result.json"), []byte(`{"v1": {"datasource": "DataSourceNoCloud", "errors": ["('scripts_user', RuntimeError('1 failed'))"]}}`), 0o644)
-	cmd := exec.Command("sh", f)
-	cmd.Env = append(os.Environ(), "BOOTOPS_REPORT_FOREGROUND=1", "BOOTOPS_CLOUD_INIT_RUN="+run)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "reported to") {
-		t.Errorf("the script (%s): %v\n%s", py, err, out)
+	state := filepath.Join(dir, "state")
+	runScript := func() string {
+		cmd := exec.Command("sh", f)
+		cmd.Env = append(os.Environ(), "BOOTOPS_REPORT_FOREGROUND=1", "BOOTOPS_CLOUD_INIT_RUN="+run, "BOOTOPS_REPORT_STATE="+state)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("the script (%s): %v\n%s", py, err, out)
+		}
+		return string(out)
 	}
-	for _, m := range mem.Machines() {
-		if m.Key == "lab/a" {
-			a = m
+	out := runScript()
+	a = machine("lab/a")
+	if !strings.Contains(out, "reported to") || a.Installed == nil || a.Installed.Digest != want.Digest || !strings.HasPrefix(a.CloudInit, "error: ") || !strings.Contains(a.CloudInit, "scripts_user") {
+		t.Errorf("after the script's report: installed %+v (want digest %s), cloud-init %q; last %q\n%s", a.Installed, want.Digest, a.CloudInit, a.Last.Message, out)
+	}
+	renewed, err := os.ReadFile(filepath.Join(state, "report-credential"))
+	if err != nil {
+		t.Fatalf("the renewed credential was not kept: %v", err)
+	}
+	if _, err := s.Secret.Verify(string(renewed), boot.KindReport, "lab", "a", time.Now()); err != nil {
+		t.Errorf("the kept credential %q: %v", renewed, err)
+	}
+
+	// Node a is installed again: every credential of its previous install
+	// (the script's, the renewed one) is refused, with the right digest too.
+	_, tokA2, sessA2 := checkIn("serial=SER-A&site=lab", "a", plan.Identity{Serial: "SER-A"})
+	install("a", 0, sessA2)
+	for _, old := range []string{tokA, string(renewed)} {
+		if code, body := post(t, h, plan.ReportPath, old, good); code != 409 || !strings.Contains(body, "another install") {
+			t.Errorf("the previous install's credential: %d %s", code, body)
 		}
 	}
-	want := p.Sites[0].Nodes[0].Install
-	if a.Installed == nil || a.Installed.Digest != want.Digest || !strings.HasPrefix(a.CloudInit, "error: ") || !strings.Contains(a.CloudInit, "scripts_user") {
-		t.Errorf("after the script's report: installed %+v (want digest %s), cloud-init %q; last %q\n%s", a.Installed, want.Digest, a.CloudInit, a.Last.Message, out)
+	if out := runScript(); !strings.Contains(out, "refused: 409") {
+		t.Errorf("the previous install's script:\n%s", out)
+	}
+	// A flood of reports with the node's own credential: past its budget
+	// they are turned away unrecorded; its history stays.
+	before := len(mem.Events("lab/a"))
+	throttled := 0
+	for range 200 {
+		if code, _ := post(t, h, plan.ReportPath, tokA2, good); code == 429 {
+			throttled++
+		}
+	}
+	if after := len(mem.Events("lab/a")); throttled < 180 || after-before > 20 {
+		t.Errorf("a flood of 200 reports: %d throttled, %d events recorded", throttled, after-before)
 	}
 }
 

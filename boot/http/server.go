@@ -28,6 +28,7 @@ import (
 // StatusReader is what the status API shows.
 type StatusReader interface {
 	Machines() []status.Machine
+	Machine(key string) (status.Machine, bool)
 	Events(key string) []status.Event
 }
 
@@ -91,6 +92,9 @@ type Server struct {
 	// Nil Newcomers: no budget.
 	Known     func(key string) bool
 	Newcomers *status.Newcomers
+	// Reports is each node's budget of installed-OS reports (nil: a
+	// burst of DefaultReportBurst, then one per DefaultReportEvery).
+	Reports *status.Budgets
 	// Swarm, when set, has the machines of sites with imageDelivery: peers
 	// fetch their image from each other (nil: every site from the server).
 	Swarm *Swarm
@@ -110,6 +114,7 @@ type Server struct {
 	DrainTimeout time.Duration
 	Log          *slog.Logger
 
+	reportsOnce sync.Once
 	memSessions sync.Once
 	mem         *status.MemorySessions
 	locks       [64]sync.Mutex

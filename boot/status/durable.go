@@ -120,8 +120,7 @@ type Durable struct {
 	evicted      atomic.Uint64
 
 	// traffic is each node's budget of boot-plane events (Record).
-	trafficMu sync.Mutex
-	traffic   map[string]*budget
+	traffic *Budgets
 }
 
 var _ Recorder = (*Durable)(nil)
@@ -186,6 +185,8 @@ func Open(path string, opt Options) (*Durable, error) {
 		stopped:  make(chan struct{}),
 		machines: map[string]*record{},
 		lru:      list.New(),
+		// Node keys come from Git: a bound that is never reached.
+		traffic: &Budgets{Burst: opt.NodeTrafficBurst, Every: opt.NodeTrafficEvery, MaxKeys: 100000},
 	}
 	if err := d.load(); err != nil {
 		db.Close()
@@ -270,42 +271,17 @@ func (d *Durable) Record(e Event) {
 	}
 }
 
-// budget is a node's allowance of boot-plane events: a token bucket.
-type budget struct {
-	tokens     float64
-	last       time.Time
-	suppressed int
-}
-
 // admit spends one of the node's boot-plane event tokens on e; false when
 // it has none left (e is counted, and the next event kept says so).
 func (d *Durable) admit(e Event) (Event, bool) {
-	k := e.Key()
-	burst := float64(d.opt.NodeTrafficBurst)
-	d.trafficMu.Lock()
-	defer d.trafficMu.Unlock()
-	if d.traffic == nil || len(d.traffic) > 100000 {
-		d.traffic = map[string]*budget{} // node keys come from Git: a bound that is never reached
-	}
-	b := d.traffic[k]
-	if b == nil {
-		b = &budget{tokens: burst, last: e.Time}
-		d.traffic[k] = b
-	}
-	if dt := e.Time.Sub(b.last); dt > 0 {
-		b.tokens = min(burst, b.tokens+float64(dt)/float64(d.opt.NodeTrafficEvery))
-		b.last = e.Time
-	}
-	if b.tokens < 1 {
-		b.suppressed++
+	ok, suppressed := d.traffic.take(e.Key(), 1, e.Time)
+	if !ok {
 		d.dropped.Add(1)
 		return e, false
 	}
-	b.tokens--
-	if b.suppressed > 0 {
+	if suppressed > 0 {
 		e.Message += fmt.Sprintf(" (and %d more events of this node's identifiers before it, not kept: over its budget of %d at once and one per %s)",
-			b.suppressed, d.opt.NodeTrafficBurst, d.opt.NodeTrafficEvery)
-		b.suppressed = 0
+			suppressed, d.opt.NodeTrafficBurst, d.opt.NodeTrafficEvery)
 	}
 	return e, true
 }
@@ -437,6 +413,16 @@ func (d *Durable) Known(key string) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.machines[key] != nil
+}
+
+// Machine returns what the store holds of one machine.
+func (d *Durable) Machine(key string) (Machine, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if r := d.machines[key]; r != nil {
+		return r.Machine, true
+	}
+	return Machine{}, false
 }
 
 // State is the machine's state, "" when it is not kept.

@@ -21,8 +21,8 @@ type Newcomers struct {
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 
-	mu      sync.Mutex
-	sources map[string]*budget
+	once    sync.Once
+	sources *Budgets
 	denied  atomic.Uint64
 }
 
@@ -33,35 +33,17 @@ func (n *Newcomers) Allow(src string) bool {
 	if n == nil {
 		return true
 	}
-	now := time.Now()
-	if n.Now != nil {
-		now = n.Now()
-	}
-	burst, every := float64(orDefault(n.Burst, 20)), orDefault(n.Every, time.Second)
+	n.once.Do(func() { n.sources = &Budgets{Burst: n.Burst, Every: n.Every, MaxKeys: n.MaxSources, Now: n.Now} })
+	scale := 1.0
 	if p, ok := Prefix64(src); ok {
-		src, burst, every = p, burst*LinkShare, every/LinkShare
+		src, scale = p, LinkShare
 	} else if a, err := netip.ParseAddr(src); err == nil {
 		src = a.Unmap().String() // IPv4 on a dual-stack socket
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.sources == nil || len(n.sources) >= orDefault(n.MaxSources, 65536) {
-		n.sources = map[string]*budget{}
-	}
-	b := n.sources[src]
-	if b == nil {
-		b = &budget{tokens: burst, last: now}
-		n.sources[src] = b
-	}
-	if dt := now.Sub(b.last); dt > 0 {
-		b.tokens = min(burst, b.tokens+float64(dt)/float64(every))
-		b.last = now
-	}
-	if b.tokens < 1 {
+	if !n.sources.Allow(src, scale) {
 		n.denied.Add(1)
 		return false
 	}
-	b.tokens--
 	return true
 }
 

@@ -6,6 +6,8 @@
 package status
 
 import (
+	"fmt"
+
 	"github.com/bootops/bootops/plan"
 	"sort"
 	"strings"
@@ -88,8 +90,13 @@ type Event struct {
 	Kernel   string `json:"kernel,omitempty"`
 	// Install is what a "provisioned" event installed (from the session
 	// the install ran in), or what a "running" report says its OS was
-	// installed with (its digest only).
+	// installed with (its digest only: a claim checked, never taken).
 	Install *plan.Install `json:"install,omitempty"`
+	// InstallID names one install: the ID of the session that ran it, on
+	// its "provisioned" event; on a "running" report, the install its
+	// credential was minted for. A report moves a node to running only
+	// when it names the install the node's record holds (see Proves).
+	InstallID string `json:"installId,omitempty"`
 	// CloudInit is the installed OS's cloud-init result, as its report
 	// said: "done", or "error: …"; "" when it did not say.
 	CloudInit string `json:"cloudInit,omitempty"`
@@ -192,6 +199,10 @@ type Machine struct {
 	// did not finish); CloudInit is its OS's cloud-init result.
 	Installed *plan.Install `json:"installed,omitempty"`
 	CloudInit string        `json:"cloudInit,omitempty"`
+	// InstallID names the install Installed came from (the session that
+	// ran it); "" when unknown, or for an install recorded before bootops
+	// kept it.
+	InstallID string `json:"installId,omitempty"`
 	// Inventory is the hardware its agent last sent; the status API
 	// leaves it out unless asked (?inventory=1).
 	Inventory *plan.Inventory `json:"inventory,omitempty"`
@@ -369,7 +380,7 @@ func (m *Machine) apply(e Event) {
 	if e.State != "" {
 		m.Held = e.Held
 	}
-	if e.State != "" && !keepsState(m.State, e) {
+	if e.State != "" && !m.keepsState(e) {
 		if e.State != m.State || m.Since.IsZero() {
 			m.Since = e.Time
 		}
@@ -383,25 +394,46 @@ func (m *Machine) apply(e Event) {
 	m.Events++
 }
 
-// applyInstall keeps what the node's disk holds: an install that starts
-// (a workflow handed out) or fails leaves it unknown; "provisioned" names
-// the session's install; a report names its install's digest (kept with
-// its parts when it is the one provisioned) and cloud-init's result.
+// applyInstall keeps what the node's disk holds. Only the install path
+// writes it: an install that starts (a workflow handed out) or fails
+// leaves it unknown, and "provisioned" names the session's install and
+// its ID. A report never changes it (whatever install it claims): it
+// adds cloud-init's result, and only when it proves the install the
+// record holds (Proves).
 func (m *Machine) applyInstall(e Event) {
 	if e.Installing {
-		m.Installed, m.CloudInit = nil, ""
+		m.Installed, m.InstallID, m.CloudInit = nil, "", ""
 	}
 	switch e.State {
 	case StateFailed:
-		m.Installed, m.CloudInit = nil, ""
+		m.Installed, m.InstallID, m.CloudInit = nil, "", ""
 	case StateProvisioned:
-		m.Installed, m.CloudInit, m.Revision = e.Install, "", e.Revision
+		m.Installed, m.InstallID, m.CloudInit, m.Revision = e.Install, e.InstallID, "", e.Revision
 	case StateRunning:
-		if e.Install != nil && (m.Installed == nil || m.Installed.Digest != e.Install.Digest) {
-			m.Installed = e.Install
+		if m.Proves(e) == "" {
+			m.CloudInit = or(e.CloudInit, m.CloudInit)
 		}
-		m.CloudInit = or(e.CloudInit, m.CloudInit)
 	}
+}
+
+// Proves says why a "running" report does not prove the install the
+// node's record holds ("" when it does): the node must be installed (by
+// bootops' own install path), the report's credential minted for that
+// very install, and the digest it claims, if any, the one recorded. An
+// install recorded before installs had IDs (InstallID "") is proved by
+// its digest alone.
+func (m *Machine) Proves(e Event) string {
+	switch {
+	case !Installed(m.State) || m.Installed == nil:
+		return fmt.Sprintf("bootops records no finished install for this node (it is %s)", m.State)
+	case m.InstallID != "" && e.InstallID != m.InstallID:
+		return "the credential is of another install than the one bootops recorded (the node was installed again since, or that install never finished)"
+	case e.Install != nil && e.Install.Digest != m.Installed.Digest:
+		return fmt.Sprintf("it claims install %s; bootops recorded install %s", plan.Short(e.Install.Digest), plan.Short(m.Installed.Digest))
+	case m.InstallID == "" && e.Install == nil:
+		return "it names no install, and bootops recorded this one without an ID"
+	}
+	return ""
 }
 
 // keepsState says e leaves a machine in state cur although it names a
@@ -414,8 +446,15 @@ func (m *Machine) applyInstall(e Event) {
 // Nor does a request that names an installed node with identifiers that
 // contradict it (mismatch): it is on the node's timeline as an error, but
 // the node stays installed — a copied serial must not change its state.
-func keepsState(cur string, e Event) bool {
-	return Installed(cur) && (e.State == StateDiscovered || e.State == StateMismatch)
+//
+// A "running" report that does not prove the recorded install (Proves)
+// leaves the state too: only bootops' own install path says what a disk
+// holds, and a report may only say that install booted.
+func (m *Machine) keepsState(e Event) bool {
+	if e.State == StateRunning && m.Proves(e) != "" {
+		return true
+	}
+	return Installed(m.State) && (e.State == StateDiscovered || e.State == StateMismatch)
 }
 
 // sortMachines puts registered nodes first, then by key.
@@ -426,6 +465,16 @@ func sortMachines(ms []Machine) {
 		}
 		return ms[i].Key < ms[j].Key
 	})
+}
+
+// Machine returns what the store holds of one machine.
+func (s *Memory) Machine(key string) (Machine, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if en := s.machines[key]; en != nil {
+		return en.m, true
+	}
+	return Machine{}, false
 }
 
 // Known reports whether the store keeps the machine.

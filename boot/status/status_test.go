@@ -38,8 +38,12 @@ func TestMemory(t *testing.T) {
 // events move it forward to the Micro-OS, the agent's through the
 // install, the installed OS's report to running; an installed node's
 // reboot (DHCP, the local-disk script) never moves it back; a reinstall
-// (the Micro-OS script again) starts over.
+// (the Micro-OS script again) starts over. A report moves only an
+// installed node, and only with the install the node's record holds.
 func TestStateTransitions(t *testing.T) {
+	report := Event{Kind: KindReport, State: StateRunning, InstallID: "i1"}
+	other := Event{Kind: KindReport, State: StateRunning, InstallID: "i0"}
+	claim := Event{Kind: KindReport, State: StateRunning, InstallID: "i1", Install: &plan.Install{Digest: "d9"}}
 	for _, c := range []struct {
 		from string
 		ev   Event
@@ -57,10 +61,15 @@ func TestStateTransitions(t *testing.T) {
 		{StateProvisioned, Event{Kind: KindDHCP, State: StateDiscovered}, StateProvisioned},
 		{StateProvisioned, Event{Kind: KindScript, Message: "served local-disk script"}, StateProvisioned},
 		{StateProvisioned, Event{Kind: KindFile, Message: "tftp: sent undionly.kpxe"}, StateProvisioned},
-		{StateProvisioned, Event{Kind: KindReport, State: StateRunning}, StateRunning},
+		{StateProvisioned, report, StateRunning},
+		{StateProvisioned, other, StateProvisioned},
+		{StateProvisioned, claim, StateProvisioned},
+		{StateMicroOS, report, StateMicroOS},
+		{StateRegistered, report, StateRegistered},
+		{StateFailed, report, StateFailed},
 		{StateRunning, Event{Kind: KindDHCP, State: StateDiscovered}, StateRunning},
 		{StateRunning, Event{Kind: KindScript, Message: "served local-disk script"}, StateRunning},
-		{StateRunning, Event{Kind: KindReport, State: StateRunning}, StateRunning},
+		{StateRunning, report, StateRunning},
 		// A reinstall: Git raised the generation, the Micro-OS script is served.
 		{StateRunning, Event{Kind: KindScript, State: StateBooting}, StateBooting},
 		{StateProvisioned, Event{Kind: KindScript, State: StateBooting}, StateBooting},
@@ -68,6 +77,9 @@ func TestStateTransitions(t *testing.T) {
 		{StateMismatch, Event{Kind: KindDHCP, State: StateDiscovered}, StateDiscovered},
 	} {
 		m := Machine{State: c.from}
+		if Installed(c.from) {
+			m.Installed, m.InstallID = &plan.Install{Digest: "d1"}, "i1"
+		}
 		m.apply(c.ev)
 		if m.State != c.want {
 			t.Errorf("%s + %s event (state %q): %s, want %s", c.from, c.ev.Kind, c.ev.State, m.State, c.want)
@@ -77,8 +89,9 @@ func TestStateTransitions(t *testing.T) {
 
 // What a node's disk holds: unknown until an install finishes, the
 // session's install once provisioned, unknown again as soon as another
-// install starts or fails; a report of the same digest keeps its parts,
-// another digest replaces them.
+// install starts or fails. A report never changes it: one of the
+// recorded install adds cloud-init's result; one that claims another
+// digest, or comes with another install's credential, changes nothing.
 func TestInstalled(t *testing.T) {
 	m := &Memory{PerMachine: 10, MaxUnknown: 10}
 	full := &plan.Install{Digest: "d1", Image: "i1", Workflow: "w1", CloudInit: "c1"}
@@ -88,17 +101,23 @@ func TestInstalled(t *testing.T) {
 	if installed() != nil {
 		t.Fatal("installed before any install finished")
 	}
-	rec(Event{State: StateProvisioned, Install: full})
-	if installed() != full {
-		t.Errorf("after provisioned: %+v", installed())
+	rec(Event{State: StateProvisioned, Install: full, InstallID: "s1"})
+	if installed() != full || m.Machines()[0].InstallID != "s1" {
+		t.Errorf("after provisioned: %+v", m.Machines()[0])
 	}
-	rec(Event{State: StateRunning, Install: &plan.Install{Digest: "d1"}, CloudInit: "done"})
-	if got := m.Machines()[0]; got.Installed != full || got.CloudInit != "done" {
-		t.Errorf("a report of the same install: %+v %q", got.Installed, got.CloudInit)
+	for _, e := range []Event{
+		{State: StateRunning, Install: &plan.Install{Digest: "d0"}, InstallID: "s1", CloudInit: "error: forged"},
+		{State: StateRunning, Install: &plan.Install{Digest: "d1"}, InstallID: "s0", CloudInit: "error: old install"},
+		{State: StateRunning, CloudInit: "error: no install named"},
+	} {
+		rec(e)
+		if got := m.Machines()[0]; got.Installed != full || got.CloudInit != "" || got.State != StateProvisioned {
+			t.Errorf("a report that does not prove the install (%+v): %+v %q %s", e, got.Installed, got.CloudInit, got.State)
+		}
 	}
-	rec(Event{State: StateRunning, Install: &plan.Install{Digest: "d0"}})
-	if got := installed(); got == nil || got.Digest != "d0" || got.Image != "" {
-		t.Errorf("a report of another install: %+v", got)
+	rec(Event{State: StateRunning, Install: &plan.Install{Digest: "d1"}, InstallID: "s1", CloudInit: "done"})
+	if got := m.Machines()[0]; got.Installed != full || got.CloudInit != "done" || got.State != StateRunning {
+		t.Errorf("a report of the recorded install: %+v %q %s", got.Installed, got.CloudInit, got.State)
 	}
 	rec(Event{State: StateProvisioning}) // the reboot after an install
 	if installed() == nil {

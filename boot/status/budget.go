@@ -1,0 +1,86 @@
+package status
+
+import (
+	"sync"
+	"time"
+)
+
+// Budgets are token buckets by key: Burst at once, then one more per
+// Every. What a machine may make the server do or keep (reports,
+// challenges, anonymous check-ins) is spent from one, so a sender that
+// repeats itself pays for it and nobody else does. Keys are forgotten past
+// MaxKeys (the table starts over: a bound that costs a flood its own
+// history, never a real machine more than one burst).
+type Budgets struct {
+	Burst int           // default 20
+	Every time.Duration // default 1 s
+	// MaxKeys bounds the keys tracked (default 65536).
+	MaxKeys int
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+
+	mu   sync.Mutex
+	keys map[string]*budget
+}
+
+// budget is one key's bucket. suppressed counts what it refused since
+// the last thing it allowed.
+type budget struct {
+	tokens     float64
+	last       time.Time
+	suppressed int
+}
+
+// Allow spends one of key's tokens; false when it has none left. scale
+// multiplies the key's burst and refill (a /64 or a link shares one
+// budget between many machines); 0 means 1. A nil *Budgets allows
+// everything.
+func (b *Budgets) Allow(key string, scale float64) bool {
+	ok, _ := b.take(key, scale, b.now())
+	return ok
+}
+
+func (b *Budgets) now() time.Time {
+	if b != nil && b.Now != nil {
+		return b.Now()
+	}
+	return time.Now()
+}
+
+// take is Allow at now that also says how many were refused since the
+// key was last allowed (0 when refused now).
+func (b *Budgets) take(key string, scale float64, now time.Time) (bool, int) {
+	if b == nil {
+		return true, 0
+	}
+	if scale <= 0 {
+		scale = 1
+	}
+	burst, every := float64(orDefault(b.Burst, 20))*scale, time.Duration(float64(orDefault(b.Every, time.Second))/scale)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.keys == nil || len(b.keys) >= orDefault(b.MaxKeys, 65536) {
+		b.keys = map[string]*budget{}
+	}
+	k := b.keys[key]
+	if k == nil {
+		k = &budget{tokens: burst, last: now}
+		b.keys[key] = k
+	}
+	if dt := now.Sub(k.last); dt > 0 {
+		k.tokens = min(burst, k.tokens+float64(dt)/float64(every))
+		k.last = now
+	}
+	if k.tokens < 1 {
+		k.suppressed++
+		return false, 0
+	}
+	k.tokens--
+	n := k.suppressed
+	k.suppressed = 0
+	return true, n
+}
+
+// AllowCounting is Allow that also says how many of key's requests were
+// refused since it was last allowed, for the next record to say so.
+func (b *Budgets) AllowCounting(key string) (bool, int) { return b.take(key, 1, b.now()) }

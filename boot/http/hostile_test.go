@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -236,5 +237,46 @@ func TestEventBounds(t *testing.T) {
 	evs := mem.Events("lab/a")
 	if m := evs[len(evs)-1].Message; len(m) > status.MaxMessage+64 || !strings.HasSuffix(m, "more bytes]") {
 		t.Errorf("a 100 KiB message stored as %d bytes", len(m))
+	}
+}
+
+// Anonymous check-ins over TLS that name a provisioned node (anyone can
+// send its serial) are answered "boot from its disk", and cost the node
+// no more than its budget of boot-plane events: its provisioned install
+// stays on its timeline. What they say of how they booted is checked.
+func TestAnonymousCheckInsBudgeted(t *testing.T) {
+	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
+	s, _, _ := newServer(t, p)
+	store, err := status.Open(filepath.Join(t.TempDir(), "status.db"), status.Options{NodeTrafficBurst: 20, NodeTrafficEvery: time.Hour, PerMachine: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	s.Events, s.Status, s.Store, s.Sessions = store, store, store, store
+	s.Provisioned = func(site, node string) (int, bool) { return 0, node == "a" }
+	in := plan.Install{Digest: strings.Repeat("cd", 32)}
+	if err := store.RecordSync(status.Event{Kind: status.KindAgent, Site: "lab", Node: "a", State: status.StateProvisioned, Install: &in, InstallID: "s1", Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	c := plan.CheckIn{Site: "lab", Identity: plan.Identity{Serial: "SER-A"}, Boot: plan.BootInfo{Firmware: "uefi", Chain: plan.ChainUKI, TLS: true}}
+	for i := range 300 {
+		if code, body := postOverTLS(t, h, plan.AgentCheckInPath, "", c); code != 200 || !strings.Contains(body, "boot from its disk") {
+			t.Fatalf("check-in %d: %d %s", i, code, body)
+		}
+	}
+	for _, bad := range []plan.BootInfo{{Firmware: strings.Repeat("x", 10000)}, {Firmware: "uefi", Chain: "uki\tin sync"}} {
+		c.Boot = bad
+		if code, body := postOverTLS(t, h, plan.AgentCheckInPath, "", c); code != 400 || len(body) > 300 {
+			t.Errorf("a check-in with boot %.40q: %d %.300s", bad.Firmware+bad.Chain, code, body)
+		}
+	}
+	store.RecordSync() // what was queued is in
+	evs := store.Events("lab/a")
+	if len(evs) > 25 || evs[0].State != status.StateProvisioned {
+		t.Errorf("node a's timeline after 300 anonymous check-ins: %d events, first %+v", len(evs), evs[0])
+	}
+	if m, _ := store.Machine("lab/a"); m.State != status.StateProvisioned || m.Installed == nil || m.Installed.Digest != in.Digest {
+		t.Errorf("node a: %s %+v", m.State, m.Installed)
 	}
 }

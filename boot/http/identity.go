@@ -123,6 +123,16 @@ func checkInIdentity(c *plan.CheckIn) error {
 	if len(c.Arch) > 32 || len(c.Agent) > 128 {
 		return fmt.Errorf("arch or agent version too long")
 	}
+	switch c.Boot.Firmware {
+	case "", "uefi", "bios":
+	default:
+		return fmt.Errorf("boot.firmware %.40q: want uefi or bios", c.Boot.Firmware)
+	}
+	switch c.Boot.Chain {
+	case "", plan.ChainIPXE, plan.ChainShim, plan.ChainUKI:
+	default:
+		return fmt.Errorf("boot.chain %.40q: want %s, %s or %s", c.Boot.Chain, plan.ChainIPXE, plan.ChainShim, plan.ChainUKI)
+	}
 	return nil
 }
 

@@ -311,8 +311,13 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A machine with a TPM proves it first (a held machine asking again
-	// with its session did, when it was given the session).
-	if !resumed && s.attest(w, c, p, site, n, key, &ev) {
+	// with its session did, when it was given the session), from the
+	// address and with the boot token it asked with.
+	asker := "tls@" + ev.IP
+	if !byIdentity {
+		asker = g.ID + "@" + ev.IP
+	}
+	if !resumed && s.attest(w, c, p, site, n, key, asker, &ev) {
 		return
 	}
 	if !resumed && !byIdentity {

@@ -95,6 +95,9 @@ type Server struct {
 	// Reports is each node's budget of installed-OS reports (nil: a
 	// burst of DefaultReportBurst, then one per DefaultReportEvery).
 	Reports *status.Budgets
+	// Challenges is each source's budget of TPM challenges (nil: a burst
+	// of DefaultChallengeBurst, then one per DefaultChallengeEvery).
+	Challenges *status.Budgets
 	// Swarm, when set, has the machines of sites with imageDelivery: peers
 	// fetch their image from each other (nil: every site from the server).
 	Swarm *Swarm
@@ -114,11 +117,12 @@ type Server struct {
 	DrainTimeout time.Duration
 	Log          *slog.Logger
 
-	reportsOnce sync.Once
-	memSessions sync.Once
-	mem         *status.MemorySessions
-	locks       [64]sync.Mutex
-	challenges  challenges
+	reportsOnce    sync.Once
+	challengesOnce sync.Once
+	memSessions    sync.Once
+	mem            *status.MemorySessions
+	locks          [64]sync.Mutex
+	challenges     challenges
 }
 
 func (s *Server) now() time.Time {

@@ -23,56 +23,82 @@ const ChallengeTTL = 2 * time.Minute
 // table.
 const maxChallenges = 4096
 
+// Default challenge budget of a source (an address; an IPv6 /64 shares
+// LinkShare times it): a machine asks once per boot.
+const (
+	DefaultChallengeBurst = 8
+	DefaultChallengeEvery = 10 * time.Second
+)
+
 // AgentChallenged counts check-ins answered with a TPM challenge.
 const AgentChallenged = "challenged"
 
-// challenges are the TPM challenges handed out and not yet answered, by ID;
-// each is for one machine (site/subject) and taken at most once.
+// challenges are the TPM challenges handed out and not yet answered, by ID.
+// Each is for one machine (site/subject), asked by one asker (the boot
+// token and the address it came from), and taken at most once, by the
+// same asker. An asker has one challenge at a time: asking again replaces
+// it, so repeating a check-in never grows the table; another address
+// naming the same machine cannot replace the real machine's.
 type challenges struct {
-	mu sync.Mutex
-	m  map[string]pending
+	mu    sync.Mutex
+	m     map[string]pending
+	asked map[string]string // key and asker → the ID of its challenge
 }
 
 type pending struct {
-	key     string
-	exp     tpm.Expected
-	quote   bool
-	expires time.Time
+	key, asker string
+	exp        tpm.Expected
+	quote      bool
+	expires    time.Time
 }
 
-// put keeps a challenge, dropping the expired ones when the table is full;
-// false when it is full of live ones.
+// put keeps a challenge in place of the asker's previous one, dropping the
+// expired ones when the table is full; false when it is full of live ones.
 func (c *challenges) put(id string, p pending, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = map[string]pending{}
+		c.m, c.asked = map[string]pending{}, map[string]string{}
+	}
+	slot := p.key + "\x00" + p.asker
+	if old, ok := c.asked[slot]; ok {
+		delete(c.m, old)
 	}
 	if len(c.m) >= maxChallenges {
 		for k, v := range c.m {
 			if now.After(v.expires) {
 				delete(c.m, k)
+				delete(c.asked, v.key+"\x00"+v.asker)
 			}
 		}
 		if len(c.m) >= maxChallenges {
+			delete(c.asked, slot)
 			return false
 		}
 	}
-	c.m[id] = p
+	c.m[id], c.asked[slot] = p, id
 	return true
 }
 
 // take removes the challenge id and returns it when it was made for key
-// and has not expired.
-func (c *challenges) take(id, key string, now time.Time) (pending, bool) {
+// and asker and has not expired.
+func (c *challenges) take(id, key, asker string, now time.Time) (pending, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p, ok := c.m[id]
-	if !ok || p.key != key {
+	if !ok || p.key != key || p.asker != asker {
 		return pending{}, false
 	}
 	delete(c.m, id)
+	delete(c.asked, p.key+"\x00"+p.asker)
 	return p, !now.After(p.expires)
+}
+
+// waiting is how many challenges wait for a proof.
+func (c *challenges) waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
 }
 
 // mustProveTPM says what a node's check-in must prove of its TPM, "" when
@@ -105,7 +131,10 @@ func mustProveTPM(site *plan.Site, n *plan.Node) string {
 // Micro-OS in PCR 4. A node that must prove a TPM and sends none is
 // refused. On success the event carries the proof (ev.EK, ev.TPM) and
 // attest returns false; otherwise it has answered and returns true.
-func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, site *plan.Site, n *plan.Node, key string, ev *status.Event) bool {
+//
+// asker names who asks: the boot token's ID (none over TLS by identity)
+// and the address; the proof must come from the same.
+func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, site *plan.Site, n *plan.Node, key, asker string, ev *status.Event) bool {
 	must := mustProveTPM(site, n)
 	if c.TPM == nil {
 		if must == "" {
@@ -123,8 +152,13 @@ func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, sit
 			s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "check-in: "+err.Error())
 			return true
 		}
+		if !s.challengeBudget().Allow(status.Source(ev.IP)) {
+			w.Header().Set("Retry-After", "10")
+			s.agentFail(w, http.StatusTooManyRequests, AgentThrottled, fmt.Sprintf("check-in: %s asked for too many TPM challenges (%d at once, then one per %s)", ev.IP, DefaultChallengeBurst, DefaultChallengeEvery))
+			return true
+		}
 		id := boot.NewID()
-		if !s.challenges.put(id, pending{key: key, exp: exp, quote: quote, expires: now.Add(ChallengeTTL)}, now) {
+		if !s.challenges.put(id, pending{key: key, asker: asker, exp: exp, quote: quote, expires: now.Add(ChallengeTTL)}, now) {
 			w.Header().Set("Retry-After", "10")
 			s.agentFail(w, http.StatusTooManyRequests, AgentThrottled, "check-in: too many TPM challenges waiting for a proof")
 			return true
@@ -133,7 +167,7 @@ func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, sit
 		writeJSON(w, plan.CheckInReply{Challenge: &plan.TPMChallenge{ID: id, Challenge: ch, Quote: quote}})
 		return true
 	}
-	pend, ok := s.challenges.take(c.Proof.Challenge, key, now)
+	pend, ok := s.challenges.take(c.Proof.Challenge, key, asker, now)
 	if !ok {
 		s.agentFail(w, http.StatusGone, AgentBadRequest, "check-in: the TPM challenge is unknown, spent or expired: check in again for a new one")
 		return true
@@ -166,6 +200,15 @@ func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, sit
 	}
 	ev.EK, ev.TPM = res.EK, res.String()
 	return false
+}
+
+func (s *Server) challengeBudget() *status.Budgets {
+	s.challengesOnce.Do(func() {
+		if s.Challenges == nil {
+			s.Challenges = &status.Budgets{Burst: DefaultChallengeBurst, Every: DefaultChallengeEvery, Now: s.Now}
+		}
+	})
+	return s.Challenges
 }
 
 // refuseTPM answers 409 identity-conflict, on the timeline and in the log;

@@ -1,6 +1,7 @@
 package http
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"math/big"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -293,4 +295,76 @@ func BenchmarkCheckIn(b *testing.B) {
 			checkIn(b, "tpm", true)
 		}
 	})
+}
+
+// TPM challenges cost their sender: asking again with the same token from
+// the same address replaces its challenge (the table does not grow), an
+// address past its budget is turned away (429), and meanwhile the real
+// machine, from its own address, gets its challenge and proves it. A
+// challenge is spent only by the token and address that asked for it.
+func TestTPMChallengesBudgeted(t *testing.T) {
+	m1, id1, ek1, close1 := tpmtest.Machine(t, 1)
+	defer close1()
+	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
+	n := &plan.Node{Name: "t", Site: "lab", Profile: "base", Source: "t.yaml:1",
+		Identity: plan.Identity{Serial: "SER-T", TPM: &plan.TPMIdentity{EK: ek1}},
+		Artifacts: plan.Artifacts{IPXE: "#!ipxe\nkernel k bootops.node=t bootops.token=" + plan.TokenPlaceholder + "\n",
+			Workflow: plan.Workflow{Node: "t", Profile: "base", Actions: []plan.Action{{Action: "wipe-disk", Name: "wipe"}}}}}
+	p.Sites[0].Nodes = append(p.Sites[0].Nodes, n)
+	s, _, _ := newServer(t, p)
+	h := s.Handler()
+	from := func(ip, token string, c plan.CheckIn) (int, string) {
+		b, _ := json.Marshal(c)
+		req := httptest.NewRequest("POST", plan.AgentCheckInPath, bytes.NewReader(b))
+		req.RemoteAddr = ip + ":4000"
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	in := plan.CheckIn{Site: "lab", Node: "t", Identity: plan.Identity{Serial: "SER-T"}, TPM: &id1}
+	tok := func() string { return script(t, h, "serial=SER-T&site=lab") }
+
+	// One token, asked with 100 times: one challenge waits, and the
+	// address is past its budget after the first few.
+	flood := tok()
+	answered := 0
+	for range 100 {
+		if code, _ := from("198.18.0.66", flood, in); code == 200 {
+			answered++
+		}
+	}
+	if w := s.challenges.waiting(); w != 1 || answered != DefaultChallengeBurst {
+		t.Errorf("after 100 check-ins with one token: %d challenges wait (want 1), %d answered (want %d)", w, answered, DefaultChallengeBurst)
+	}
+	// Fresh tokens from another address: past its budget, 429.
+	throttled := 0
+	for range 50 {
+		if code, _ := from("198.18.0.67", tok(), in); code == 429 {
+			throttled++
+		}
+	}
+	if throttled != 50-DefaultChallengeBurst || s.challenges.waiting() != 1+DefaultChallengeBurst {
+		t.Errorf("50 fresh tokens from one address: %d throttled, %d waiting", throttled, s.challenges.waiting())
+	}
+	// The real machine, from its own address.
+	real := tok()
+	code, body := from("198.18.0.10", real, in)
+	ch := reply(t, body).Challenge
+	if code != 200 || ch == nil {
+		t.Fatalf("the real machine's check-in: %d %s", code, body)
+	}
+	proof, err := m1.Prove(ch.Challenge, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proven := in
+	proven.Proof = &plan.TPMProof{Challenge: ch.ID, Proof: proof}
+	// Its proof, copied by another address or sent with another token: not spent.
+	if code, body := from("198.18.0.66", real, proven); code != 410 {
+		t.Errorf("the proof from another address: %d %s", code, body)
+	}
+	if code, body := from("198.18.0.10", real, proven); code != 200 || !strings.Contains(body, `"workflow"`) {
+		t.Errorf("the real machine's proof: %d %s", code, body)
+	}
 }

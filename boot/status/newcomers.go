@@ -34,17 +34,24 @@ func (n *Newcomers) Allow(src string) bool {
 		return true
 	}
 	n.once.Do(func() { n.sources = &Budgets{Burst: n.Burst, Every: n.Every, MaxKeys: n.MaxSources, Now: n.Now} })
-	scale := 1.0
-	if p, ok := Prefix64(src); ok {
-		src, scale = p, LinkShare
-	} else if a, err := netip.ParseAddr(src); err == nil {
-		src = a.Unmap().String() // IPv4 on a dual-stack socket
-	}
-	if !n.sources.Allow(src, scale) {
+	if !n.sources.Allow(Source(src)) {
 		n.denied.Add(1)
 		return false
 	}
 	return true
+}
+
+// Source is what a budget per source keys an address by, and how many
+// addresses' worth it holds: an IPv6 address's /64 (Prefix64), shared by
+// LinkShare; an IPv4 address (IPv4-mapped too) alone.
+func Source(src string) (key string, scale float64) {
+	if p, ok := Prefix64(src); ok {
+		return p, LinkShare
+	}
+	if a, err := netip.ParseAddr(src); err == nil {
+		return a.Unmap().String(), 1 // IPv4 on a dual-stack socket
+	}
+	return src, 1
 }
 
 // Denied counts the newcomers turned away.

@@ -169,7 +169,7 @@ func WriteDeliveryCSV(w interface{ Write([]byte) (int, error) }, recs []Delivery
 		row := []string{r.Site, r.Node, r.Serial, strings.Join(r.MACs, " "), r.Hardware, r.Expectations, strings.Join(qa, "; "), r.State,
 			r.Image, r.Install, r.Revision, stamp(r.Provisioned), stamp(r.Running)}
 		for i, c := range row {
-			row[i] = NoFormula(c)
+			row[i] = status.CSVCell(c)
 		}
 		cw.Write(row)
 	}
@@ -182,13 +182,4 @@ func stamp(t time.Time) string {
 		return ""
 	}
 	return t.UTC().Format(time.RFC3339)
-}
-
-// NoFormula keeps a cell a spreadsheet would evaluate ("=…", "+…", "-…",
-// "@…") as text (OWASP's CSV injection advice).
-func NoFormula(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
-		return "'" + s
-	}
-	return s
 }

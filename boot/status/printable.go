@@ -7,8 +7,8 @@ import (
 )
 
 // Printable escapes what in s could drive a terminal or a browser, or
-// forge a line of output: C0 control characters (newlines and ESC among
-// them) but tab, DEL, C1 controls (U+0080–U+009F, where CSI and OSC also
+// forge a line or a column of output: C0 control characters (newlines,
+// tabs and ESC among them), DEL, C1 controls (U+0080–U+009F, where CSI and OSC also
 // live), the line and paragraph separators, the bidirectional overrides
 // and isolates (text that reads one way and runs another), and bytes that
 // are not UTF-8. Each is written \xNN or \uNNNN, so nothing is lost. The
@@ -18,7 +18,7 @@ func Printable(s string) string {
 	i := 0
 	for i < len(s) {
 		c := s[i]
-		if c >= 0x20 && c < 0x7f || c == '\t' {
+		if c >= 0x20 && c < 0x7f {
 			i++
 			continue
 		}
@@ -40,8 +40,11 @@ func Printable(s string) string {
 	for i < len(s) {
 		c := s[i]
 		switch {
-		case c >= 0x20 && c < 0x7f || c == '\t':
+		case c >= 0x20 && c < 0x7f:
 			b.WriteByte(c)
+			i++
+		case c == '\t':
+			b.WriteString(`\t`)
 			i++
 		case c == '\n':
 			b.WriteString(`\n`)
@@ -71,6 +74,25 @@ func Printable(s string) string {
 func unsafeRune(r rune, n int) bool {
 	return r == utf8.RuneError && n == 1 || r >= 0x80 && r <= 0x9f ||
 		r == 0x2028 || r == 0x2029 || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
+}
+
+// CSVCell is s as a spreadsheet cell that is never a formula: a formula
+// character (= + - @, a tab or a carriage return) at its start, or after
+// any separator a spreadsheet may split on (comma, semicolon, tab, pipe;
+// spaces between), gets a quote before it (OWASP's CSV injection advice),
+// so a cell split by a semicolon-separating spreadsheet is still text.
+func CSVCell(s string) string {
+	var b strings.Builder
+	start := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if start && strings.IndexByte("=+-@\t\r", c) >= 0 {
+			b.WriteByte('\'')
+		}
+		b.WriteByte(c)
+		start = strings.IndexByte(",;|\t", c) >= 0 || start && c == ' '
+	}
+	return b.String()
 }
 
 // MaxMessage bounds an event's message as stored: the rest is cut, and

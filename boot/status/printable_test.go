@@ -13,7 +13,7 @@ import (
 // line: escaped when stored, nothing lost.
 func TestPrintable(t *testing.T) {
 	for in, want := range map[string]string{
-		"plain text, tabs\tstay":          "plain text, tabs\tstay",
+		"a column\tin sync":               `a column\tin sync`,
 		"unicode stays: naïve 日本":         "unicode stays: naïve 日本",
 		"\x1b]0;pwned\x07title":           `\x1b]0;pwned\x07title`,
 		"\x1b[2J\x1b[Hcleared":            `\x1b[2J\x1b[Hcleared`,
@@ -44,6 +44,25 @@ func TestPrintable(t *testing.T) {
 		}
 		if !utf8.ValidString(m) || len(m) > MaxMessage+64 || !strings.HasSuffix(m, "more bytes]") {
 			t.Errorf("%s: a %d-byte message stored as %d bytes ending %q", name, len(evil.Message), len(m), m[len(m)-30:])
+		}
+	}
+}
+
+// No cell a machine sends is a formula to a spreadsheet, whichever
+// separator it splits on.
+func TestCSVCell(t *testing.T) {
+	for in, want := range map[string]string{
+		"SER-1":                "SER-1",
+		"=HYPERLINK(\"x\")":    "'=HYPERLINK(\"x\")",
+		"@SUM(1)":              "'@SUM(1)",
+		"x;=cmd|' /C calc'!A0": "x;'=cmd|' /C calc'!A0",
+		"a, +1":                "a, '+1",
+		"a\t-2":                "a\t'-2",
+		"2026-11-28":           "2026-11-28",
+		"":                     "",
+	} {
+		if got := CSVCell(in); got != want {
+			t.Errorf("CSVCell(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

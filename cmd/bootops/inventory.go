@@ -74,8 +74,11 @@ func inventoryCmd() *command {
 				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\n", m.Node, m.Site)
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", m.Node, m.Site, or(strings.TrimSpace(in.System.Vendor+" "+in.System.Product), "-"),
-				or(in.System.Serial, "-"), or(in.CPU.Model, "-"), in.CPU.Threads, gib(in.Memory.Total), disksOf(in), nicsOf(in), len(in.PCI), tpmOf(in))
+			// Each cell through Printable: what a machine sent cannot
+			// add a column or a line.
+			p := status.Printable
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", p(m.Node), p(m.Site), p(or(strings.TrimSpace(in.System.Vendor+" "+in.System.Product), "-")),
+				p(or(in.System.Serial, "-")), p(or(in.CPU.Model, "-")), in.CPU.Threads, gib(in.Memory.Total), p(disksOf(in)), p(nicsOf(in)), len(in.PCI), p(tpmOf(in)))
 		}
 		return tw.Flush()
 	}
@@ -132,7 +135,7 @@ func inventoryCSV(e *env, ms []status.Machine) error {
 			in.CPU.Model, strconv.Itoa(in.CPU.Sockets), strconv.Itoa(in.CPU.Cores), strconv.Itoa(in.CPU.Threads), strconv.FormatInt(in.Memory.Total, 10),
 			disksOf(in), nicsOf(in), strings.Join(pci, " "), tpmOf(in), strconv.FormatBool(in.SecureBoot)}
 		for i := range row {
-			row[i] = bhttp.NoFormula(row[i])
+			row[i] = status.CSVCell(row[i])
 		}
 		w.Write(row)
 	}

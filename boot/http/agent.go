@@ -394,6 +394,10 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 	if reply.Workflow != nil || reply.RetrySeconds > 0 {
 		if reply.Workflow != nil {
 			sess.Steps, sess.Need = len(reply.Workflow.Actions), needed(*reply.Workflow)
+			sess.Actions = sess.Actions[:0]
+			for _, a := range reply.Workflow.Actions {
+				sess.Actions = append(sess.Actions, a.Action)
+			}
 		}
 		if !resumed {
 			// A session's life is set once, at the check-in that opened
@@ -491,6 +495,16 @@ func advance(s status.Session, evs []plan.AgentEvent) (status.Session, string) {
 		if a.Steps != 0 && a.Steps != s.Steps {
 			return s, fmt.Sprintf("event %d reports a workflow of %d actions; the check-in gave %d", a.Seq, a.Steps, s.Steps)
 		}
+		if a.Step < 0 || a.Step > s.Steps {
+			return s, fmt.Sprintf("event %d names action %d of a workflow of %d", a.Seq, a.Step, s.Steps)
+		}
+		if a.Action != "" && len(s.Actions) == s.Steps && (a.Step == 0 || a.Action != s.Actions[a.Step-1]) {
+			want := "none"
+			if a.Step > 0 {
+				want = s.Actions[a.Step-1]
+			}
+			return s, fmt.Sprintf("event %d names action %q at step %d; the workflow's is %s", a.Seq, status.Printable(a.Action), a.Step, want)
+		}
 		switch a.Type {
 		case plan.AgentActionDone:
 			if a.Step != s.Done+1 {
@@ -582,7 +596,7 @@ func (s *Server) agentEvents(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "status store: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	if next != cur {
+	if next.Done != cur.Done || next.DoneSeq != cur.DoneSeq || next.Provisioned != cur.Provisioned { // what advance moves
 		if err := s.sessions().PutSession(key, next); err != nil {
 			http.Error(w, "session store: "+err.Error(), http.StatusServiceUnavailable)
 			return

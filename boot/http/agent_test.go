@@ -340,7 +340,7 @@ var errDisk = &json.UnsupportedValueError{Str: "disk full"}
 
 func TestAgentEvents(t *testing.T) {
 	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
-	p.Sites[0].Nodes[0].Artifacts.Workflow = plan.Workflow{Actions: make([]plan.Action, 4)}
+	p.Sites[0].Nodes[0].Artifacts.Workflow = plan.Workflow{Actions: []plan.Action{{Action: "wipe"}, {Action: "image"}, {Action: "qa-disk"}, {Action: "reboot"}}}
 	s, _, _ := newServer(t, p)
 	store := &fakeStore{}
 	s.Store = store

@@ -353,6 +353,20 @@ func (s *Server) newcomer(e status.Event, ip string) bool {
 	return !s.Newcomers.Allow(ip)
 }
 
+// registered is what of m's identifiers Git registers for node n.
+func registered(n *plan.Node, m plan.Machine) (mac, uuid, serial string) {
+	if slices.Contains(n.Identity.MACs, m.MAC) {
+		mac = m.MAC
+	}
+	if n.Identity.UUID != "" && n.Identity.UUID == m.UUID {
+		uuid = m.UUID
+	}
+	if n.Identity.Serial != "" && n.Identity.Serial == m.Serial {
+		serial = m.Serial
+	}
+	return mac, uuid, serial
+}
+
 // tooMany is what a newcomer over its address's budget is told.
 func tooMany(ip string) string {
 	return "too many machines new to this server from " + ip + " at once: try again in 10 s"
@@ -381,6 +395,10 @@ func (s *Server) decideScript(q url.Values, ip string, f flavor) (string, int) {
 	case d.Outcome == plan.Match:
 		n := d.Node
 		ev.Site, ev.Node = n.Site, n.Name
+		// Only what Git registers for the node goes on its record: another
+		// identifier the request names beside it is the request's word,
+		// and must not join an unknown machine's history to the node's.
+		ev.MAC, ev.UUID, ev.Serial = registered(n, id.Machine)
 		if gen, ok := s.provisioned(n.Site, n.Name); ok && gen >= n.Reprovision {
 			body = f.local(fmt.Sprintf("node %s is provisioned (generation %d): booting from its disk", n.Name, gen))
 			ev.Message = "served local-disk script: provisioned at generation " + fmt.Sprint(gen)

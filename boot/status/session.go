@@ -24,6 +24,9 @@ type Session struct {
 	// before the first reboot, poweroff or kexec).
 	Steps int `json:"steps"`
 	Need  int `json:"need"`
+	// Actions are the workflow's action names, in order: an event names
+	// the action of its step, or none (QA verdicts are kept by name).
+	Actions []string `json:"actions,omitempty"`
 	// Done counts the actions reported done, in order; DoneSeq is the
 	// agent Seq of the newest event that moved the session (a resent
 	// batch at or below it is not checked again).

@@ -3,6 +3,7 @@ package status
 import (
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -35,11 +36,11 @@ func TestSessions(t *testing.T) {
 			if _, ok := s.Session("lab/a"); ok {
 				t.Error("a session before any")
 			}
-			want := Session{ID: "s1", Generation: 2, Steps: 4, Need: 3, Done: 1, DoneSeq: 99, Peer: "198.18.0.10", Started: now, Expires: now.Add(time.Hour)}
+			want := Session{ID: "s1", Generation: 2, Steps: 4, Need: 3, Actions: []string{"wipe-disk", "image-to-disk", "qa-disk", "reboot"}, Done: 1, DoneSeq: 99, Peer: "198.18.0.10", Started: now, Expires: now.Add(time.Hour)}
 			if err := s.PutSession("lab/a", want); err != nil {
 				t.Fatal(err)
 			}
-			if got, ok := s.Session("lab/a"); !ok || got != want {
+			if got, ok := s.Session("lab/a"); !ok || !reflect.DeepEqual(got, want) {
 				t.Errorf("session: %+v %v", got, ok)
 			}
 			if !want.Active(now) || want.Active(now.Add(time.Hour)) {

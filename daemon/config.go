@@ -115,7 +115,13 @@ type SwarmConfig struct {
 
 // DashboardConfig is the dashboard's.
 type DashboardConfig struct {
-	TokenFile string // the token its actions need ("": read-only)
+	TokenFile string // a token with the operate role ("": none)
+	// OperatorsFile holds the operators' tokens, "ROLE TOKEN [NAME]" a
+	// line (bhttp.ParseOperators); re-read on SIGHUP.
+	OperatorsFile string
+	// OpenReads lets anyone read the status, timelines and delivery
+	// record: for a closed lab only (logged at start).
+	OpenReads bool
 }
 
 // HubConfig reports the site's events to a hub. Forwarder, when set, is

@@ -53,7 +53,9 @@ func startDaemon(t *testing.T) string {
 	dir := t.TempDir()
 	cfg.Dashboard.TokenFile = filepath.Join(dir, "ui-token")
 	cfg.Source.WebhookSecretFile = filepath.Join(dir, "hook-secret")
+	cfg.Dashboard.OperatorsFile = filepath.Join(dir, "operators")
 	os.WriteFile(cfg.Dashboard.TokenFile, []byte("operator-token\n"), 0o600)
+	os.WriteFile(cfg.Dashboard.OperatorsFile, []byte("# role token name\nread reader-token-0123456789 alice\n"), 0o600)
 	os.WriteFile(cfg.Source.WebhookSecretFile, []byte("hook-secret\n"), 0o600)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -102,6 +104,7 @@ func do(t *testing.T, method, url, token, body string) (int, string) {
 // as documented.
 func TestDaemonContract(t *testing.T) {
 	base := startDaemon(t)
+	const reader = "reader-token-0123456789"
 	mu.Lock()
 	ps := append(slices.Clone(patterns), slices.Collect(maps.Keys(PprofRoutes))...)
 	mu.Unlock()
@@ -116,9 +119,17 @@ func TestDaemonContract(t *testing.T) {
 		method, path, token, body string
 		want                      int
 	}{
-		{"GET", "/api/v1/status", "", "", 200},
-		{"GET", "/api/v1/events?site=lab&node=vm-serial", "", "", 200},
-		{"GET", "/api/v1/report?site=lab", "", "", 200},
+		// Reads need an operator's credential: the read role does.
+		{"GET", "/api/v1/status", "", "", 401},
+		{"GET", "/api/v1/status", "not-an-operator-token", "", 403},
+		{"GET", "/api/v1/status", reader, "", 200},
+		{"GET", "/api/v1/status", "operator-token", "", 200},
+		{"GET", "/api/v1/events?site=lab&node=vm-serial", "", "", 401},
+		{"GET", "/api/v1/events?site=lab&node=vm-serial", reader, "", 200},
+		{"GET", "/api/v1/report?site=lab", "", "", 401},
+		{"GET", "/api/v1/report?site=lab", reader, "", 200},
+		{"POST", "/api/v1/sync", reader, "", 403},
+		{"POST", "/api/v1/power/lab/vm-serial", reader, `{"action":"on"}`, 401},
 		{"GET", "/api/v1/openapi.json", "", "", 200},
 		{"GET", "/metrics", "", "", 200},
 		{"GET", "/", "", "", 200},
@@ -126,7 +137,8 @@ func TestDaemonContract(t *testing.T) {
 		{"GET", "/favicon.ico", "", "", 204},
 		{"GET", "/readyz", "", "", 200},
 		// Power: the demo's nodes have no BMC.
-		{"GET", "/api/v1/power/lab/vm-serial", "", "", 409},
+		{"GET", "/api/v1/power/lab/vm-serial", "", "", 401},
+		{"GET", "/api/v1/power/lab/vm-serial", reader, "", 409},
 		{"GET", "/api/v1/power/lab/nobody", "operator-token", "", 404},
 		{"POST", "/api/v1/power/lab/vm-serial", "", `{"action":"on"}`, 401},
 		{"POST", "/api/v1/power/lab/vm-serial", "operator-token", `{"action":"on"}`, 409},
@@ -141,10 +153,35 @@ func TestDaemonContract(t *testing.T) {
 			t.Errorf("%s %s: %d, want %d: %s", c.method, c.path, code, c.want, body)
 		}
 	}
+	// The dashboard signs in: its cookie reads, and acts on nothing.
+	req, _ := http.NewRequest("POST", base+"/api/v1/login", nil)
+	req.Header.Set("Authorization", "Bearer "+reader)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cookies := resp.Cookies()
+	if resp.StatusCode != 204 || len(cookies) != 1 || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteStrictMode {
+		t.Fatalf("login: %d %+v", resp.StatusCode, cookies)
+	}
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{{"GET", "/api/v1/status", 200}, {"POST", "/api/v1/sync", 403}} {
+		req, _ := http.NewRequest(c.method, base+c.path, nil)
+		req.AddCookie(cookies[0])
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != c.want {
+			t.Errorf("%s %s with the dashboard's cookie: %v %v, want %d", c.method, c.path, resp, err, c.want)
+		} else {
+			resp.Body.Close()
+		}
+	}
 	// The stream: its first event, then the browser goes away.
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/stream", nil)
-	resp, err := http.DefaultClient.Do(req)
+	req, _ = http.NewRequestWithContext(ctx, "GET", base+"/api/v1/stream", nil)
+	req.Header.Set("Authorization", "Bearer "+reader)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

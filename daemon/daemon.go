@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
@@ -69,6 +70,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	d.newHTTP()
+	d.http.Authorize = d.authorize
+	if cfg.Dashboard.OpenReads {
+		d.log.Warn("--open-reads: anyone who reaches the HTTP listeners reads every node's status, timeline, inventory and delivery record; for a closed lab only")
+	}
 	// The dashboard.
 	routeDashboard(d.dash, d.http, d.events, d.src.Sync, d.reg)
 	g.Go(func() error { return d.dash.Run(ctx) })
@@ -77,7 +82,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if d.power, err = newPower(cfg.Power, cfg.StateDir, d.log, d.overlays.live, d.events, d.reg); err != nil {
 		return configErr(err)
 	}
-	routePower(d.http, d.power, d.uiToken)
+	routePower(d.http, d.power)
 	if testHTTP != nil {
 		testHTTP(d.http)
 	}
@@ -142,7 +147,7 @@ func newDaemon(cfg Config) (*daemon, reloadable, error) {
 	d := &daemon{cfg: cfg, log: cfg.Log}
 	d.settings.Store(&live)
 	// The dashboard: told of every stored event and every reconcile.
-	d.dash = &ui.Server{Token: d.uiToken, Log: d.log}
+	d.dash = &ui.Server{Authorize: d.authorize, Log: d.log}
 	return d, live, nil
 }
 
@@ -151,6 +156,16 @@ func newDaemon(cfg Config) (*daemon, reloadable, error) {
 var testHTTP func(*bhttp.Server)
 
 func (d *daemon) uiToken() string { return d.settings.Load().uiToken }
+
+// authorize says whether r's credential gives role: the operators'
+// tokens as last (re)read; reads are anyone's with --open-reads.
+func (d *daemon) authorize(r *http.Request, role bhttp.Role) bool {
+	if role == bhttp.RoleRead && d.cfg.Dashboard.OpenReads {
+		return true
+	}
+	got, _ := d.settings.Load().operators.RoleOf(r)
+	return got >= role
+}
 
 // newReconciler builds the reconciler and what it swaps Plans into: each
 // Plan's site overlays are built and signed as it is swapped in.

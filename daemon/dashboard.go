@@ -28,7 +28,7 @@ func routeDashboard(dash *ui.Server, srv *bhttp.Server, events *status.Durable, 
 	}, func() float64 { _, dropped := dash.Stats(); return float64(dropped) }))
 	for pattern, h := range dash.Routes() {
 		if pattern == "GET /api/v1/stream" {
-			h = bhttp.Streaming(h) // a browser watches for hours
+			h = bhttp.Streaming(srv.Needs(bhttp.RoleRead, h)) // a browser watches for hours
 		}
 		srv.Routes[pattern] = h
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -65,10 +66,15 @@ func newPower(cfg PowerConfig, stateDir string, log *slog.Logger, plans *boot.Li
 
 // routePower serves the power API (its actions need the operator's
 // token) and shows each node's power state in the status API.
-func routePower(srv *bhttp.Server, pm *power.Manager, token func() string) {
-	for pattern, h := range pm.Routes(func(r *http.Request) bool { return bhttp.Authorized(r, token()) }) {
+func routePower(srv *bhttp.Server, pm *power.Manager) {
+	operate := func(r *http.Request) bool { return srv.Authorize(r, bhttp.RoleOperate) }
+	for pattern, h := range pm.Routes(operate) {
 		// A power action waits for the BMC (several calls of up to
-		// --bmc-timeout each): past the listeners' deadlines.
+		// --bmc-timeout each): past the listeners' deadlines. Reading
+		// what the BMC last said needs the read role.
+		if strings.HasPrefix(pattern, "GET ") {
+			h = srv.Needs(bhttp.RoleRead, h)
+		}
 		srv.Routes[pattern] = bhttp.Streaming(h)
 	}
 	srv.Power = func(key string) (string, string) {

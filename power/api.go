@@ -73,7 +73,7 @@ func key(r *http.Request) string { return r.PathValue("site") + "/" + r.PathValu
 func (m *Manager) guard(authorized func(*http.Request) bool, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if authorized == nil || !authorized(r) {
-			http.Error(w, "power actions need the daemon's operator token (serve --ui-token-file; bootops power --token-file)", http.StatusUnauthorized)
+			http.Error(w, "power actions need an operator token with the operate role (serve --operators-file, --ui-token-file or the state folder's operator-token; bootops power --token-file)", http.StatusUnauthorized)
 			return
 		}
 		h(w, r)

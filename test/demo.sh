@@ -81,6 +81,8 @@ ip netns exec "$lan" "$bootops" serve --source "$work/sites" --state-dir "$work/
 serve_pid=$!
 for _ in $(seq 50); do grep -q 'msg=serving' "$work/bootops.log" && break; sleep 0.2; done
 grep 'msg=serving' "$work/bootops.log"
+# Reads need an operator's token: serve made one in its state folder.
+export BOOTOPS_TOKEN_FILE="$work/state/operator-token"
 
 bold "a VM with SMBIOS serial DEMO-0001 and a blank 3 GB disk powers on (QEMU, SeaBIOS + iPXE)"
 truncate -s 3G "$work/disk.img"

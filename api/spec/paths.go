@@ -1,6 +1,8 @@
 package spec
 
 import (
+	"slices"
+
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
@@ -16,6 +18,11 @@ var (
 	storeDown   = fail(503, "The status or session store could not write: nothing was acknowledged.")
 	unknownPlan = fail(404, "No such thing in the plan served.")
 	needUIToken = fail(401, "The operator token is missing or wrong.")
+	// reads are the status API's credentials: an operator's token or the
+	// dashboard's cookie; none only with serve --open-reads.
+	reads    = []string{"", "operatorToken", "operatorCookie"}
+	needRead = []resp{fail(401, "No operator credential: reads need the read role (unless serve --open-reads); a hub's view needs its token."),
+		fail(403, "The credential is no operator's, or its role is not enough.")}
 )
 
 // agentQuery names the machine a session credential is of.
@@ -141,27 +148,35 @@ var ops = []op{
 		desc:    "The source revision served, every registered node (seen or not) and every machine seen that is no node; a hub adds its sites. bootops status reads it.",
 		params: []param{queryS("nodes", "0: the source and plan only (what a script waiting for a revision polls).", enum("0", "1")),
 			queryS("inventory", "1: each machine's hardware inventory too (a few kB each).", enum("0", "1"))},
-		resps: []resp{jsonResp(200, "The status document.", t[bhttp.StatusDoc]())}},
+		security: reads,
+		resps:    append([]resp{jsonResp(200, "The status document.", t[bhttp.StatusDoc]())}, needRead...)},
+	{method: "post", path: "/api/v1/login", id: "login", tag: "dashboard",
+		summary: "Keep an operator token for the dashboard", desc: "The dashboard presents the operator's token once; the answer keeps it in an HttpOnly, SameSite=Strict cookie that its reads (GET) present.",
+		security: []string{"operatorToken"},
+		resps:    []resp{{code: 204, desc: "The cookie is set.", headers: map[string]string{"Set-Cookie": "bootops-token=…; HttpOnly; SameSite=Strict"}}, needRead[0], needRead[1]}},
 	{method: "get", path: "/api/v1/events", id: "getEvents", tag: "status", hub: true,
 		summary: "A machine's timeline", desc: "One machine's events, oldest first, by key, or by site and node.",
-		params: []param{query("key", "The machine's key: site/node, or an unknown machine's (mac:…)."), query("site", "The node's site (with node)."), query("node", "The node (with site).")},
-		resps:  []resp{jsonResp(200, "The events.", t[[]status.Event]())}},
+		params:   []param{query("key", "The machine's key: site/node, or an unknown machine's (mac:…)."), query("site", "The node's site (with node)."), query("node", "The node (with site).")},
+		security: reads,
+		resps:    append([]resp{jsonResp(200, "The events.", t[[]status.Event]())}, needRead...)},
 	{method: "get", path: "/api/v1/report", id: "getDeliveryRecord", tag: "status",
 		summary: "The delivery record", desc: "Each node's installation as delivered: its identity, the image and install, the QA results, when it was provisioned and ran.",
 		params: []param{query("site", "Only this site's nodes."), queryS("since", "Only installs after this time (RFC 3339).", obj("type", "string", "format", "date-time")),
 			queryS("format", "csv: the same as a spreadsheet (the dashboard's download).", enum("json", "csv"))},
-		resps: []resp{{code: 200, desc: "The records.", bodies: []content{{"application/json", t[[]bhttp.DeliveryRecord]()}, {"text/csv", str}}},
-			fail(400, "since is not an RFC 3339 time.")}},
+		security: reads,
+		resps: append([]resp{{code: 200, desc: "The records.", bodies: []content{{"application/json", t[[]bhttp.DeliveryRecord]()}, {"text/csv", str}}},
+			fail(400, "since is not an RFC 3339 time.")}, needRead...)},
 	{method: "get", path: "/api/v1/stream", id: "getStream", tag: "status", hub: true,
 		summary: "The fleet, live (server-sent events)", desc: "The dashboard's stream: a snapshot of the fleet, then its changes; with key, that machine's timeline too.",
-		params: []param{query("key", "A machine whose timeline to follow.")},
-		resps: []resp{ok("An event stream.", "text/event-stream", str), fail(400, "key is too long."),
-			fail(503, "Too many streams are open.").with("Retry-After", "Seconds to wait.")}},
+		params:   []param{query("key", "A machine whose timeline to follow.")},
+		security: reads,
+		resps: append([]resp{ok("An event stream.", "text/event-stream", str), fail(400, "key is too long."),
+			fail(503, "Too many streams are open.").with("Retry-After", "Seconds to wait.")}, needRead...)},
 	{method: "get", path: "/api/v1/power/{site}/{node}", id: "getPower", tag: "power",
-		summary: "A node's power state", desc: "As the BMC last said; with the operator token, asked of the BMC now.",
-		security: []string{"", "uiToken"},
+		summary: "A node's power state", desc: "As the BMC last said (the read role); with the operate role, asked of the BMC now.",
+		security: append(slices.Clone(reads), "uiToken"),
 		params:   []param{pathP("site", "The site."), pathP("node", "The node.")},
-		resps:    powerResps()},
+		resps:    append(powerResps(), needRead...)},
 	{method: "post", path: "/api/v1/power/{site}/{node}", id: "setPower", tag: "power",
 		summary: "Power a node on, off or cycle it", security: []string{"uiToken"},
 		params: []param{pathP("site", "The site."), pathP("node", "The node.")},
@@ -176,7 +191,7 @@ var ops = []op{
 		summary: "Look at the source now", desc: "What the dashboard's sync button does: the daemon fetches its Git source at once.",
 		security: []string{"uiToken"},
 		resps: []resp{text(202, "The daemon is fetching the source."), needUIToken,
-			fail(403, "The dashboard is read-only: the daemon has no --ui-token-file.")}},
+			fail(403, "The credential's role is not operate, or (a hub) the dashboard is read-only.")}},
 	{method: "post", path: "/hooks/git", id: "gitWebhook", tag: "gitops",
 		summary: "A Git push webhook", desc: "A forge's push makes the daemon fetch at once. The signature is over the raw body: GitHub's and the generic X-Hub-Signature-256 (HMAC-SHA256), Gitea's and Forgejo's signatures, or GitLab's token. Other methods get 405.",
 		security: []string{"githubSignature", "giteaSignature", "forgejoSignature", "gitlabToken"},

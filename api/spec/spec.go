@@ -16,7 +16,11 @@ const Version = "1.0.0"
 // securitySchemes are the credentials the routes take.
 var securitySchemes = obj(
 	"uiToken", obj("type", "http", "scheme", "bearer",
-		"description", "The operator token (bootops serve --ui-token-file): power actions, the boot device, sync, and a power GET that asks the BMC now."),
+		"description", "An operator token with the operate role (bootops serve --operators-file, --ui-token-file, or the state folder's operator-token): power actions, the boot device, sync, and a power GET that asks the BMC now."),
+	"operatorToken", obj("type", "http", "scheme", "bearer",
+		"description", "An operator token with the read role or more (bootops serve --operators-file, --ui-token-file, or the state folder's operator-token): the status, timelines, delivery record, power as last polled and the dashboard's stream. Without one these are answered only by a daemon started with --open-reads."),
+	"operatorCookie", obj("type", "apiKey", "in", "cookie", "name", "bootops-token",
+		"description", "The operator token as POST /api/v1/login keeps it for the dashboard: taken for reads (GET) only."),
 	"agentBoot", obj("type", "http", "scheme", "bearer",
 		"description", "The one-use boot token of the served iPXE script (bootops.token= on the Micro-OS's kernel line), bound to the node or machine: spent by the check-in."),
 	"agentSession", obj("type", "http", "scheme", "bearer",
@@ -56,7 +60,9 @@ func JSON() ([]byte, error) {
 		if o.hub {
 			o.security = hubSecurity(o.security)
 			o.desc = joinDesc(o.desc, "A hub serves it too, behind its view token.")
-			o.resps = append(slices.Clone(o.resps), fail(401, "A hub's view without its token."))
+			if !slices.ContainsFunc(o.resps, func(r resp) bool { return r.code == 401 }) {
+				o.resps = append(slices.Clone(o.resps), fail(401, "A hub's view without its token."))
+			}
 		}
 		item[o.method] = o.operation(s)
 	}

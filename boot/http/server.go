@@ -103,6 +103,11 @@ type Server struct {
 	Swarm *Swarm
 	// AgentCount counts agent requests by result (AgentOK, …); may be nil.
 	AgentCount func(result string)
+	// Authorize says whether a request's credential gives role (see
+	// Operators): the status, timelines and delivery record need
+	// RoleRead. Nil allows every request (this package's tests; the
+	// daemon always sets it).
+	Authorize func(r *http.Request, role Role) bool
 	// Routes are more handlers on the same listener, by pattern (the
 	// webhook, the metrics); one that streams says so (Streaming).
 	Routes map[string]http.Handler
@@ -200,12 +205,13 @@ func (s *Server) routes() []Route {
 		{"GET /artifacts/microos/{name}/{file}", Streaming(http.HandlerFunc(s.artifact))},
 		{"GET /artifacts/overlay/{site}", http.HandlerFunc(s.overlayHandler)},
 		{"GET /tftp/{file}", Streaming(http.HandlerFunc(s.binary))},
-		{"GET /api/v1/status", http.HandlerFunc(s.status)},
+		{"GET /api/v1/status", s.needs(RoleRead, http.HandlerFunc(s.status))},
+		{"POST /api/v1/login", http.HandlerFunc(s.login)},
 		{"POST " + plan.AgentCheckInPath, http.HandlerFunc(s.checkin)},
 		{"POST " + plan.AgentEventsPath, http.HandlerFunc(s.agentEvents)},
 		{"POST " + plan.ReportPath, http.HandlerFunc(s.osReport)},
-		{"GET /api/v1/events", http.HandlerFunc(s.events)},
-		{"GET /api/v1/report", http.HandlerFunc(s.deliveryRecord)},
+		{"GET /api/v1/events", s.needs(RoleRead, http.HandlerFunc(s.events))},
+		{"GET /api/v1/report", s.needs(RoleRead, http.HandlerFunc(s.deliveryRecord))},
 		{"GET " + plan.AgentSwarmPath + "{image}/manifest", http.HandlerFunc(s.swarmManifest)},
 		{"POST " + plan.AgentSwarmPath + "{image}", http.HandlerFunc(s.swarmReport)},
 		{"GET /swarm/{source}/chunk/{i}", Streaming(http.HandlerFunc(s.Swarm.ServeChunk))},

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -25,8 +26,10 @@ type Server struct {
 	// Sync, when set with Token, is what the page's "fetch now" does.
 	Sync func(reason string)
 	// Token is the bearer token actions need; "" (or nil) makes the
-	// dashboard read-only.
-	Token func() string
+	// dashboard read-only. Authorize, when set, decides instead: "fetch
+	// now" needs the operate role.
+	Token     func() string
+	Authorize func(r *http.Request, role bhttp.Role) bool
 	// Interval is how often changes are pushed at most (default 100 ms):
 	// a burst of progress events becomes one message.
 	Interval time.Duration
@@ -274,7 +277,7 @@ func (s *Server) Stats() (open int, dropped uint64) {
 }
 
 func (s *Server) actions() bool {
-	return s.Sync != nil && s.Token != nil && s.Token() != ""
+	return s.Sync != nil && (s.Authorize != nil || s.Token != nil && s.Token() != "")
 }
 
 func marshalView(m status.Machine, unknown bool) []byte {

@@ -152,7 +152,11 @@ func (s *Server) sync(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the dashboard is read-only: start bootops serve with --ui-token-file to allow actions", http.StatusForbidden)
 		return
 	}
-	if !bhttp.Authorized(r, s.Token()) {
+	if s.Authorize != nil && !s.Authorize(r, bhttp.RoleOperate) {
+		bhttp.Refuse(w, r, bhttp.RoleOperate)
+		return
+	}
+	if s.Authorize == nil && !bhttp.Authorized(r, s.Token()) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="bootops"`)
 		http.Error(w, "a valid token is needed (Authorization: Bearer …)", http.StatusUnauthorized)
 		return

@@ -88,7 +88,7 @@ func run(ctx context.Context, e *env, args []string) int {
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(ctx, e, args[1:])
+		err := c.run(withEnv(ctx, e), e, args[1:])
 		var ue usageError
 		switch {
 		case err == nil:

@@ -310,16 +310,21 @@ func demoRepo(t *testing.T) string {
 	return dir
 }
 
+// The daemon serves the repository; status reads it with the operator
+// token serve made in its state folder (and without one, is told why
+// not); a broken edit keeps the last good plan.
 func TestServeAndStatus(t *testing.T) {
 	repo := demoRepo(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stderr lockedBuffer
 	done := make(chan int, 1)
+	state := t.TempDir()
 	go func() {
 		e := &env{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
-		done <- run(ctx, e, []string{"serve", "--source", repo, "--state-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--dhcp", "off", "--tftp-addr", ""})
+		done <- run(ctx, e, []string{"serve", "--source", repo, "--state-dir", state, "--http-addr", "127.0.0.1:0", "--dhcp", "off", "--tftp-addr", ""})
 	}()
+	operator := map[string]string{"BOOTOPS_TOKEN_FILE": filepath.Join(state, "operator-token")}
 	var addr string
 	for i := 0; i < 200 && addr == ""; i++ {
 		for _, line := range strings.Split(stderr.String(), "\n") {
@@ -356,14 +361,21 @@ func TestServeAndStatus(t *testing.T) {
 	var out, errs string
 	for i := 0; i < 100 && !strings.Contains(out, "booting"); i++ {
 		time.Sleep(20 * time.Millisecond)
-		code, out, errs = bootops(t, nil, "status", "--server", "http://"+addr)
+		code, out, errs = bootops(t, operator, "status", "--server", "http://"+addr)
 	}
 	if code != 0 || !strings.Contains(out, "serving:  dir:") || !regexp.MustCompile(`vm-serial\s+lab\s+booting`).MatchString(out) || !regexp.MustCompile(`vm-uuid\s+lab\s+registered`).MatchString(out) {
 		t.Errorf("status: exit %d %s\n%s", code, errs, out)
 	}
-	code, out, _ = bootops(t, nil, "status", "--server", "http://"+addr, "-o", "json")
+	code, out, _ = bootops(t, operator, "status", "--server", "http://"+addr, "-o", "json")
 	if code != 0 || !strings.Contains(out, `"applied"`) || !strings.Contains(out, `"state": "booting"`) {
 		t.Errorf("status -o json: %d\n%s", code, out)
+	}
+	// Without a credential, or with a wrong one: refused, and told how.
+	for _, environ := range []map[string]string{nil, {"BOOTOPS_TOKEN": "not-the-operator-token"}} {
+		code, out, errs = bootops(t, environ, "status", "--server", "http://"+addr)
+		if code != 1 || strings.Contains(out, "vm-serial") || !strings.Contains(errs, "operator credential with the read role") || !strings.Contains(errs, "BOOTOPS_TOKEN") {
+			t.Errorf("status with %v: exit %d %s\n%s", environ, code, errs, out)
+		}
 	}
 	// A broken edit of the folder: the daemon keeps serving the last good
 	// Plan, and status says which attempt was refused and why.
@@ -371,7 +383,7 @@ func TestServeAndStatus(t *testing.T) {
 	var statusOut string
 	for i := 0; i < 100 && !strings.Contains(statusOut, "refused"); i++ {
 		time.Sleep(50 * time.Millisecond)
-		_, statusOut, _ = bootops(t, nil, "status", "--server", "http://"+addr)
+		_, statusOut, _ = bootops(t, operator, "status", "--server", "http://"+addr)
 	}
 	if !strings.Contains(statusOut, "STALE:    the newest revision dir was refused: 2 errors") || !strings.Contains(statusOut, "\n          sites/lab/nodes/vm-serial.yaml:4:1: idenity: unknown field") {
 		t.Errorf("status after a broken edit:\n%s", statusOut)

@@ -112,7 +112,7 @@ type powerFlags struct {
 func addPowerFlags(fs *flag.FlagSet, timeoutHelp string) powerFlags {
 	return powerFlags{
 		server:    fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address"),
-		tokenFile: fs.String("token-file", "", "file holding the daemon's operator token (its --ui-token-file); default $BOOTOPS_TOKEN"),
+		tokenFile: fs.String("token-file", "", "file holding an operator token with the operate role; default $BOOTOPS_TOKEN, $BOOTOPS_TOKEN_FILE, then "+defaultTokenFile),
 		timeout:   fs.Duration("timeout", time.Minute, timeoutHelp),
 	}
 }
@@ -124,7 +124,10 @@ func (d powerFlags) token(e *env) (string, error) {
 		if t := strings.TrimSpace(e.getenv("BOOTOPS_TOKEN")); t != "" {
 			return t, nil
 		}
-		return "", usagef("on, off, cycle and boot-device need the daemon's operator token: --token-file F (the file serve's --ui-token-file names) or BOOTOPS_TOKEN")
+		if t := readToken(e.getenv); t != "" {
+			return t, nil
+		}
+		return "", usagef("on, off, cycle and boot-device need an operator token with the operate role: --token-file F (serve's --operators-file or --ui-token-file, or %s) or BOOTOPS_TOKEN", defaultTokenFile)
 	}
 	return readSecret(*d.tokenFile, "--token-file")
 }

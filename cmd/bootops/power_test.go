@@ -13,7 +13,7 @@ import (
 func TestPowerNeedsTheOperatorToken(t *testing.T) {
 	for _, args := range [][]string{{"power", "lab/n1", "on"}, {"boot-device", "lab/n1", "pxe"}} {
 		code, _, errs := bootops(t, nil, args...)
-		if code != 2 || !strings.Contains(errs, "need the daemon's operator token") {
+		if code != 2 || !strings.Contains(errs, "need an operator token with the operate role") {
 			t.Errorf("%v without a token: %d %s", args, code, errs)
 		}
 	}

@@ -97,7 +97,7 @@ func (cfg serveConfig) daemonConfig(worker []string) bootopsd.Config {
 		Power: bootopsd.PowerConfig{SecretsDir: cfg.secretsDir, AgeIdentity: cfg.ageIdentity, BMCAllow: cfg.bmcAllow,
 			InsecureTLS: cfg.bmcInsecureTLS, Interval: cfg.powerInterval, Timeout: cfg.bmcTimeout},
 		Swarm:     bootopsd.SwarmConfig{Addr: cfg.swarmAddr, Streams: cfg.swarmStreams},
-		Dashboard: bootopsd.DashboardConfig{TokenFile: cfg.uiTokenFile},
+		Dashboard: bootopsd.DashboardConfig{TokenFile: cfg.uiTokenFile, OperatorsFile: cfg.operatorsFile, OpenReads: cfg.openReads},
 	}
 }
 

@@ -38,7 +38,9 @@ func startDaemon(t *testing.T, environ map[string]string, args ...string) *daemo
 	d := &daemon{t: t, stderr: &lockedBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	go func() {
 		e := &env{stdout: io.Discard, stderr: d.stderr, getenv: func(k string) string { return environ[k] }}
-		d.done <- run(ctx, e, append([]string{"serve"}, args...))
+		// Reads are open: these tests are of Git and the CLI's views
+		// (TestServeAndStatus reads with the operator token).
+		d.done <- run(ctx, e, append([]string{"serve", "--open-reads"}, args...))
 	}()
 	for i := 0; i < 400 && d.addr == ""; i++ {
 		for _, line := range strings.Split(d.stderr.String(), "\n") {

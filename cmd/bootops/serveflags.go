@@ -16,14 +16,14 @@ import (
 type serveConfig struct {
 	source, ref, site, httpAddr, dhcp, iface, ipxeDir, stateDir, tftpAddr, artifactMode, logFormat, logLevel string
 	gitUser, gitPasswordFile, gitSSHKey, gitKnownHosts, gitCAFile                                            string
-	webhookSecretFile, verifyCommits, configFile, uiTokenFile                                                string
+	webhookSecretFile, verifyCommits, configFile, uiTokenFile, operatorsFile                                 string
 	httpsAddr, tlsCert, tlsKey, overlayKey, shim, grub                                                       string
 	secretsDir, ageIdentity, bmcAllow                                                                        string
 	hubURLs, hubSeed, hubCA, pprofAddr, swarmAddr                                                            string
 	swarmStreams                                                                                             int
 	limits                                                                                                   limits
 	interval, drainTimeout, powerInterval, bmcTimeout                                                        time.Duration
-	allowEmpty, bmcInsecureTLS                                                                               bool
+	allowEmpty, bmcInsecureTLS, openReads                                                                    bool
 	compileTimeout                                                                                           time.Duration
 	compileMemory                                                                                            byteSize
 }
@@ -115,7 +115,9 @@ func (cfg *serveConfig) bootFlags(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.ipxeDir, "ipxe-dir", "/usr/lib/ipxe", "folder with the iPXE binaries served over TFTP")
 	fs.StringVar(&cfg.tftpAddr, "tftp-addr", ":69", "TFTP listen addresses, comma-separated: \":69\" is IPv4, add \"[::]:69\" for IPv6 (\"\" for none)")
 	fs.StringVar(&cfg.artifactMode, "artifact-mode", "serve", "Micro-OS files from a URL: serve (fetch, verify, cache) or redirect (send machines to the URL)")
-	fs.StringVar(&cfg.uiTokenFile, "ui-token-file", "", "file holding the token the dashboard's actions (fetch now) need; without it the dashboard is read-only")
+	fs.StringVar(&cfg.uiTokenFile, "ui-token-file", "", "file holding one operator token with the operate role (the dashboard's fetch now, power actions)")
+	fs.StringVar(&cfg.operatorsFile, "operators-file", "", "file of operator tokens, 'ROLE TOKEN [NAME]' a line, ROLE read or operate (re-read on SIGHUP); serve also makes <state-dir>/operator-token (operate)")
+	fs.BoolVar(&cfg.openReads, "open-reads", false, "let anyone read the status, timelines, inventory and delivery record without a credential: a closed lab only (logged)")
 	fs.StringVar(&cfg.swarmAddr, "swarm-addr", "", "serve image chunks to sites with imageDelivery: peers on a listener of their own (default: on --http-addr); its port is the same on every site's server address")
 	fs.IntVar(&cfg.swarmStreams, "swarm-streams", swarm.DefaultServerStreams, "chunk transfers the server makes at once per image to machines fetching with their peers: enough to fill its link")
 	addLimitFlags(fs, &cfg.limits)

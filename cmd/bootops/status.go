@@ -174,8 +174,8 @@ func get(ctx context.Context, url string) ([]byte, error) {
 	if err != nil {
 		return nil, usagef("--server: %v", err)
 	}
-	// A hub's view asks for its token (bootops hub --view-token-file).
-	if t := os.Getenv("BOOTOPS_TOKEN"); t != "" {
+	// A daemon's reads, and a hub's view, ask for an operator's token.
+	if t := readToken(envOf(ctx)); t != "" {
 		req.Header.Set("Authorization", "Bearer "+t)
 	}
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
@@ -187,10 +187,49 @@ func get(ctx context.Context, url string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		return nil, fmt.Errorf("%s: %s (set BOOTOPS_TOKEN, or BOOTOPS_TOKEN_FILE to a file holding the token; on the daemon's machine %s is read by default)",
+			resp.Status, firstLine(strings.TrimSpace(string(body))), defaultTokenFile)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s", resp.Status)
 	}
 	return body, nil
+}
+
+type envKey struct{}
+
+// withEnv carries the command's environment to the API calls it makes.
+func withEnv(ctx context.Context, e *env) context.Context { return context.WithValue(ctx, envKey{}, e) }
+
+// envOf is the environment's getenv withEnv carried (os.Getenv without).
+func envOf(ctx context.Context) func(string) string {
+	if e, ok := ctx.Value(envKey{}).(*env); ok && e != nil && e.getenv != nil {
+		return e.getenv
+	}
+	return os.Getenv
+}
+
+// defaultTokenFile is the operator token serve makes in its default state
+// folder (--state-dir).
+const defaultTokenFile = "/var/lib/bootops/operator-token"
+
+// readToken is the operator's token for the daemon's API: $BOOTOPS_TOKEN,
+// else the file $BOOTOPS_TOKEN_FILE names, else the default state
+// folder's operator token when this user may read it; "" when none.
+func readToken(getenv func(string) string) string {
+	if t := strings.TrimSpace(getenv("BOOTOPS_TOKEN")); t != "" {
+		return t
+	}
+	f := getenv("BOOTOPS_TOKEN_FILE")
+	if f == "" {
+		f = defaultTokenFile
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // statusDoc is GET /api/v1/status as the CLI reads it.

@@ -101,14 +101,28 @@ func runPodman(t *testing.T, tmp, archive, configHex string) {
 	if err := os.Chmod(repo, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// An operator with the read role, by --operators-file: the status
+	// API answers it (and nobody without a credential).
+	ops := t.TempDir()
+	const reader = "image-test-reader-token-0123456789"
+	if err := os.WriteFile(filepath.Join(ops, "operators"), []byte("read "+reader+" image-test\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(ops, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	addr := freeAddr(t)
 	name := fmt.Sprintf("bootops-image-test-%d", os.Getpid())
 	names = append(names, name)
 	start = time.Now()
 	args := append([]string{"run", "-d", "--name", name, "--network", "host"}, limits...)
-	p.must(append(args, "-v", repo+":/srv/bootops:ro", "localhost/bootops:test",
-		"serve", "--config", "/etc/bootops/serve.yaml", "--http-addr", addr, "--dhcp", "off", "--tftp-addr", "")...)
-	st := status(t, p, name, "http://"+addr+"/api/v1/status")
+	p.must(append(args, "-v", repo+":/srv/bootops:ro", "-v", ops+":/etc/bootops/operators:ro", "localhost/bootops:test",
+		"serve", "--config", "/etc/bootops/serve.yaml", "--http-addr", addr, "--dhcp", "off", "--tftp-addr", "",
+		"--operators-file", "/etc/bootops/operators/operators")...)
+	st := status(t, p, name, "http://"+addr+"/api/v1/status", reader)
+	if resp, err := http.Get("http://" + addr + "/api/v1/status"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the status API without a credential: %v %v, want 401", resp, err)
+	}
 	t.Logf("status API answered %v after podman run", time.Since(start).Round(time.Millisecond))
 	var keys []string
 	for _, n := range st.Nodes {
@@ -164,11 +178,13 @@ type statusDoc struct {
 }
 
 // status polls url until it answers 200 with JSON, for a minute at most.
-func status(t *testing.T, p *podman, name, url string) statusDoc {
+func status(t *testing.T, p *podman, name, url, token string) statusDoc {
 	t.Helper()
 	var last error
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		resp, err := http.Get(url)
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			last = err
 			continue

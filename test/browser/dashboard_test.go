@@ -76,7 +76,7 @@ func startDaemon(t *testing.T) *daemon {
 	addr := ln.Addr().String()
 	ln.Close()
 	state := filepath.Join(work, "state")
-	cmd := exec.Command(bin, "serve", "--source", repo, "--dhcp", "off", "--tftp-addr", "", "--http-addr", addr,
+	cmd := exec.Command(bin, "serve", "--open-reads", "--source", repo, "--dhcp", "off", "--tftp-addr", "", "--http-addr", addr,
 		"--state-dir", state, "--log-format", "text", "--log-level", "warn")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

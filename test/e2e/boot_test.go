@@ -109,7 +109,7 @@ func (l *lab) serve(repo string, flags ...string) {
 // listener lists (comma-separated, as --http-addr and --tftp-addr take).
 func (l *lab) serveOn(repo, httpAddr, tftpAddr string, flags ...string) {
 	l.t.Helper()
-	args := []string{"ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
+	args := []string{"ip", "netns", "exec", l.lan, bootops, "serve", "--open-reads", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
 		"--http-addr", httpAddr, "--tftp-addr", tftpAddr, "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text"}
 	l.start("bootops", append(args, flags...)...)
 	l.started("bootops", "msg=serving", 20*time.Second)

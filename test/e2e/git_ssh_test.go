@@ -92,7 +92,7 @@ func TestGitOverSSH(t *testing.T) {
 	} {
 		addr := "127.0.0.1:" + string(rune('0'+i)) + "081"
 		name := "bootops-ssh-" + string(rune('0'+i))
-		cmd := l.start(name, "ip", "netns", "exec", l.lan, bootops, "serve", "--source", tc.url, "--git-ssh-key", filepath.Join(dir, tc.key),
+		cmd := l.start(name, "ip", "netns", "exec", l.lan, bootops, "serve", "--open-reads", "--source", tc.url, "--git-ssh-key", filepath.Join(dir, tc.key),
 			"--git-known-hosts", tc.hosts, "--state-dir", filepath.Join(dir, name), "--http-addr", addr, "--dhcp", "off", "--tftp-addr", "", "--interval", "500ms")
 		timeout := "30s"
 		if tc.want != "" {

@@ -46,7 +46,7 @@ func TestHostileLAN(t *testing.T) {
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
 	repo := provisionRepo(t, gzSHA, node("vm-done", "serial: E2E-DONE"), node("vm-inst", "serial: E2E-INST"))
-	args := []string{"prlimit", "--nofile=1024:1024", "ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
+	args := []string{"prlimit", "--nofile=1024:1024", "ip", "netns", "exec", l.lan, bootops, "serve", "--open-reads", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
 		"--http-addr", "198.18.0.1:8080", "--tftp-addr", "198.18.0.1:69", "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text",
 		"--unknown-max", "1000"}
 	daemon := l.start("bootops", args...)

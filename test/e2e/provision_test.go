@@ -260,7 +260,7 @@ func TestProvisionThreeVMs(t *testing.T) {
 // restarted daemon keeps the first one's log).
 func (l *lab) serveAs(name, repo string) *exec.Cmd {
 	l.t.Helper()
-	cmd := l.start(name, "ip", "netns", "exec", l.lan, bootops, "serve", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
+	cmd := l.start(name, "ip", "netns", "exec", l.lan, bootops, "serve", "--open-reads", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
 		"--http-addr", "198.18.0.1:8080", "--tftp-addr", "198.18.0.1:69", "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text")
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {

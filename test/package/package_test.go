@@ -295,7 +295,12 @@ func serveFromUnit(t *testing.T, c *chroot) {
 	conf = regexp.MustCompile(`(?m)^tftp-addr: .*$`).ReplaceAllString(conf, fmt.Sprintf("tftp-addr: 127.0.0.1:%d", tftpPort))
 	c.write("/etc/bootops/serve.yaml", conf)
 
-	body := runUnit(t, c, set, nil, fmt.Sprintf("http://127.0.0.1:%d/api/v1/status", httpPort), `"vm-serial"`)
+	// The status API needs an operator's token: the one serve made in its
+	// state folder (readable by the bootops user only).
+	body := runUnit(t, c, set, nil, fmt.Sprintf("http://127.0.0.1:%d/api/v1/status", httpPort), `"vm-serial"`, "/var/lib/bootops/operator-token")
+	if st, err := os.Stat(filepath.Join(c.root, "/var/lib/bootops/operator-token")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the operator token: %v, mode %v", err, st)
+	}
 	for _, n := range []string{"vm-serial", "vm-mac", "vm-uuid"} {
 		if !strings.Contains(body, `"`+n+`"`) {
 			t.Errorf("status names no node %s: %s", n, body)
@@ -328,14 +333,17 @@ func hubFromUnit(t *testing.T, c *chroot) {
 	}
 	httpPort := freePort(t, "tcp")
 	env = append(env, fmt.Sprintf("BOOTOPS_NATS_ADDR=127.0.0.1:%d", freePort(t, "tcp")), fmt.Sprintf("BOOTOPS_HTTP_ADDR=127.0.0.1:%d", httpPort))
-	runUnit(t, c, set, env, fmt.Sprintf("http://127.0.0.1:%d/api/v1/status", httpPort), `"hub"`)
+	runUnit(t, c, set, env, fmt.Sprintf("http://127.0.0.1:%d/api/v1/status", httpPort), `"hub"`, "")
 }
 
 // runUnit runs a unit's ExecStart as the unit would (its user, its
 // capabilities and no others, no new privileges) with env added, until url
 // answers JSON that contains want; then stops it with SIGINT and returns
 // that answer.
-func runUnit(t *testing.T, c *chroot, set map[string]string, env []string, url, want string) string {
+//
+// tokenFile, when set, is the file in the chroot whose token the request
+// presents (read again each try: the daemon makes it as it starts).
+func runUnit(t *testing.T, c *chroot, set map[string]string, env []string, url, want, tokenFile string) string {
 	argv := strings.Fields(set["ExecStart"])
 	caps := "-all"
 	if a := set["AmbientCapabilities"]; a != "" {
@@ -364,7 +372,12 @@ func runUnit(t *testing.T, c *chroot, set map[string]string, env []string, url, 
 		default:
 		}
 		var doc any
-		body = get(url)
+		token := ""
+		if tokenFile != "" {
+			b, _ := os.ReadFile(filepath.Join(c.root, tokenFile))
+			token = strings.TrimSpace(string(b))
+		}
+		body = get(url, token)
 		if json.Unmarshal([]byte(body), &doc) == nil && strings.Contains(body, want) {
 			break
 		}
@@ -373,6 +386,9 @@ func runUnit(t *testing.T, c *chroot, set map[string]string, env []string, url, 
 			t.Fatalf("GET %s never answered JSON with %s; last answer %q\nlog:\n%s", url, want, body, log)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	if got := get(url, ""); tokenFile != "" && strings.Contains(got, want) {
+		t.Errorf("GET %s answered without a credential: %.200s", url, got)
 	}
 	cmd.Process.Signal(os.Interrupt)
 	select {
@@ -400,8 +416,12 @@ func unitSettings(unit string) map[string]string {
 	return m
 }
 
-func get(url string) string {
-	resp, err := http.Get(url)
+func get(url, token string) string {
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err.Error()
 	}

@@ -329,7 +329,7 @@ function connect() {
   const key = route && route.node;
   es = new EventSource("/api/v1/stream" + (key ? "?key=" + encodeURIComponent(key) : ""));
   es.onopen = () => { $("#live").textContent = "live"; $("#live").className = "live"; };
-  es.onerror = () => { $("#live").textContent = "reconnecting"; $("#live").className = "live off"; };
+  es.onerror = () => { $("#live").textContent = "reconnecting"; $("#live").className = "live off"; signIn(); };
   es.addEventListener("snapshot", (ev) => {
     if (probe.snapshotAt === undefined) probe.snapshotAt = performance.now();
     const d = JSON.parse(ev.data);
@@ -395,9 +395,31 @@ for (const th of document.querySelectorAll("#nodes .head [data-sort]")) {
     queueLayout();
   });
 }
+// Reads need an operator's token: when the stream is refused, ask for
+// one once, present it to POST /api/v1/login (which keeps it in an
+// HttpOnly cookie for the page's reads) and connect again.
+let signingIn = false;
+async function signIn() {
+  if (signingIn) return;
+  signingIn = true;
+  try {
+    const probe = await fetch("/api/v1/status?nodes=0");
+    if (probe.status !== 401 && probe.status !== 403) return;
+    es.close();
+    $("#live").textContent = "sign in"; $("#live").className = "live off";
+    const token = prompt("Operator token (bootops serve --operators-file, or the state folder's operator-token):");
+    if (!token) return;
+    const r = await fetch("/api/v1/login", { method: "POST", headers: { Authorization: "Bearer " + token } });
+    if (!r.ok) { alert(await r.text()); return; }
+    sessionStorage.setItem("bootops-token", token);
+    connect();
+  } finally {
+    signingIn = false;
+  }
+}
 $("#sync").addEventListener("click", async () => {
   let token = sessionStorage.getItem("bootops-token");
-  if (!token) token = prompt("Dashboard token (bootops serve --ui-token-file):");
+  if (!token) token = prompt("Operator token with the operate role:");
   if (!token) return;
   const r = await fetch("/api/v1/sync", { method: "POST", headers: { Authorization: "Bearer " + token } });
   if (r.ok) sessionStorage.setItem("bootops-token", token);

@@ -89,7 +89,7 @@ func measure(bin, flood string, nodes, identities int) (string, error) {
 			return "", err
 		}
 	}
-	serve := exec.Command("prlimit", "--nofile=1024:1024", bin, "serve", "--source", repo, "--state-dir", filepath.Join(work, "state"),
+	serve := exec.Command("prlimit", "--nofile=1024:1024", bin, "serve", "--open-reads", "--source", repo, "--state-dir", filepath.Join(work, "state"),
 		"--http-addr", "127.0.0.1:"+port, "--dhcp", "off", "--tftp-addr", "", "--log-level", "error")
 	if err := serve.Start(); err != nil {
 		return "", err

@@ -763,7 +763,7 @@ func (b *bench) startServer(ctx context.Context) error {
 	} else {
 		b.repoSites = strings.TrimSpace(out)
 	}
-	args := []string{"ip", "netns", "exec", nsServer, b.bootops, "serve", "--source", repo, "--state-dir", filepath.Join(workRoot, "state"),
+	args := []string{"ip", "netns", "exec", nsServer, b.bootops, "serve", "--open-reads", "--source", repo, "--state-dir", filepath.Join(workRoot, "state"),
 		"--http-addr", serverIP + ":" + httpPort, "--dhcp", "off", "--tftp-addr", "", "--log-level", b.logLevel}
 	if b.swarmStreams > 0 {
 		args = append(args, "--swarm-streams", strconv.Itoa(b.swarmStreams))

@@ -78,7 +78,7 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 	url := "git://127.0.0.1:" + gitPort + "/fleet.git"
 	secret := filepath.Join(work, "secret")
 	os.WriteFile(secret, []byte("bench-secret\n"), 0o600)
-	serve := exec.Command(bin, "serve", "--source", url, "--interval", "1h", "--webhook-secret-file", secret,
+	serve := exec.Command(bin, "serve", "--open-reads", "--source", url, "--interval", "1h", "--webhook-secret-file", secret,
 		"--state-dir", filepath.Join(work, "state"), "--http-addr", "127.0.0.1:"+httpPort, "--dhcp", "off", "--tftp-addr", "",
 		"--log-level", "warn")
 	if cpuProfile != "" {

@@ -109,7 +109,7 @@ func run(bin string, nodes, conc, size, rounds int) error {
 		}
 	}
 	state := filepath.Join(work, "state")
-	serve := exec.Command(bin, "serve", "--source", repo, "--state-dir", state, "--http-addr", "127.0.0.1:"+port, "--dhcp", "off", "--tftp-addr", "", "--log-level", "warn")
+	serve := exec.Command(bin, "serve", "--open-reads", "--source", repo, "--state-dir", state, "--http-addr", "127.0.0.1:"+port, "--dhcp", "off", "--tftp-addr", "", "--log-level", "warn")
 	serve.Stderr = os.Stderr
 	if err := serve.Start(); err != nil {
 		return err

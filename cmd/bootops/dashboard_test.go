@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -94,7 +95,7 @@ func TestServeDashboard(t *testing.T) {
 	if code := post(t, sync, ""); code != http.StatusUnauthorized {
 		t.Errorf("sync without a token: %d", code)
 	}
-	if code := post(t, sync, "wrong"); code != http.StatusUnauthorized {
+	if code := post(t, sync, "wrong"); code != http.StatusForbidden {
 		t.Errorf("sync with a wrong token: %d", code)
 	}
 	if code := post(t, sync, "open-sesame"); code != http.StatusAccepted {
@@ -106,12 +107,25 @@ func TestServeDashboard(t *testing.T) {
 	}
 }
 
-// Without --ui-token-file the dashboard is read-only.
-func TestServeDashboardReadOnly(t *testing.T) {
-	d := startDaemon(t, nil, "--source", demoRepo(t), "--state-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--dhcp", "off", "--tftp-addr", "")
+// The dashboard's action needs the operate role: a reader's token is
+// refused (403); the operator token serve made in its state folder is
+// taken.
+func TestServeDashboardRoles(t *testing.T) {
+	etc, state := t.TempDir(), t.TempDir()
+	write(t, etc, "operators", "read reader-token-0123456789 alice\n")
+	d := startDaemon(t, nil, "--source", demoRepo(t), "--state-dir", state, "--http-addr", "127.0.0.1:0", "--dhcp", "off", "--tftp-addr", "",
+		"--operators-file", filepath.Join(etc, "operators"))
 	events := streamEvents(t, d)
-	expectEvent(t, events, "a snapshot without actions", func(data string) bool { return strings.Contains(data, `"actions":false`) })
-	if code := post(t, "http://"+d.addr+"/api/v1/sync", "anything"); code != http.StatusForbidden {
-		t.Errorf("sync on a read-only dashboard: %d, want 403", code)
+	expectEvent(t, events, "a snapshot that offers the action", func(data string) bool { return strings.Contains(data, `"actions":true`) })
+	sync := "http://" + d.addr + "/api/v1/sync"
+	if code := post(t, sync, "reader-token-0123456789"); code != http.StatusForbidden {
+		t.Errorf("sync with a reader's token: %d, want 403", code)
+	}
+	operator, err := os.ReadFile(filepath.Join(state, "operator-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := post(t, sync, strings.TrimSpace(string(operator))); code != http.StatusAccepted {
+		t.Errorf("sync with the state folder's operator token: %d, want 202", code)
 	}
 }

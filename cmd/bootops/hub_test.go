@@ -182,8 +182,7 @@ func TestHubViewToken(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 || len(resp.Cookies()) != 1 {
 		t.Errorf("the dashboard with ?token=: %v %v", resp.StatusCode, err)
 	}
-	t.Setenv("BOOTOPS_TOKEN", "s3cret-view")
-	if code, out, errs := bootops(t, nil, "status", "--server", hub); code != 0 || !strings.Contains(out, "SITE") && !strings.Contains(out, "NODE") {
+	if code, out, errs := bootops(t, map[string]string{"BOOTOPS_TOKEN": "s3cret-view"}, "status", "--server", hub); code != 0 || !strings.Contains(out, "SITE") && !strings.Contains(out, "NODE") {
 		t.Errorf("status with the token: %d %s %s", code, out, errs)
 	}
 }

@@ -23,7 +23,8 @@ func serveCmd() *command {
 		example: "  bootops serve --source sites --state-dir /tmp/bootops --http-addr 127.0.0.1:8080 --dhcp off --tftp-addr \"\"\n" +
 			"  # (runs as any user: HTTP only; DHCP and TFTP need root for ports 67 and 69)\n" +
 			"  curl 'http://127.0.0.1:8080/ipxe?serial=DEMO-0001'\n" +
-			"  # the dashboard: http://127.0.0.1:8080/ (read-only; --ui-token-file allows \"Fetch now\")\n\n" +
+			"  BOOTOPS_TOKEN_FILE=/tmp/bootops/operator-token bootops status   # reads need an operator's token\n" +
+			"  # the dashboard: http://127.0.0.1:8080/ (asks once for a token: --operators-file's, or the state folder's)\n\n" +
 			"  # Follow a branch; a push webhook makes it look at once, else it polls:\n" +
 			"  bootops serve --source https://git.example.com/ops/fleet.git --ref main --site store-0042 \\\n" +
 			"      --git-password-file /etc/bootops/token --webhook-secret-file /etc/bootops/hook-secret \\\n" +

@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 
 // startDaemon runs a daemon on the demo repository, with an operator
 // token and a webhook secret, and returns its HTTP address.
-func startDaemon(t *testing.T) string {
+func startDaemon(t testing.TB) string {
 	t.Helper()
 	var log lockedBuffer
 	cfg := demoConfig(t, &log)

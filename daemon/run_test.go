@@ -45,7 +45,7 @@ func (l *lockedBuffer) field(msg, key string) string {
 	return ""
 }
 
-func demoConfig(t *testing.T, log io.Writer) Config {
+func demoConfig(t testing.TB, log io.Writer) Config {
 	t.Helper()
 	repo := filepath.Join(t.TempDir(), "sites")
 	if err := os.CopyFS(repo, os.DirFS("../sites")); err != nil {

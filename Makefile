@@ -136,6 +136,7 @@ fuzz: go-check
 	$(GO) test ./compiler -run XXX -fuzz FuzzLoad -fuzztime $(FUZZTIME)
 	$(GO) test ./compiler -run XXX -fuzz FuzzFastPathAgreesWithCUE -fuzztime $(FUZZTIME)
 	$(GO) test ./compiler -run XXX -fuzz FuzzRenderIPXE -fuzztime $(FUZZTIME)
+	$(GO) test ./daemon -run XXX -fuzz FuzzAPIAttack -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin out .cache

@@ -82,7 +82,18 @@ var (
 	// ErrNothingOffered says a REQUEST named no address and the machine
 	// has neither an offer nor a lease.
 	ErrNothingOffered = errors.New("dhcp: nothing offered")
+	// ErrNotOffered says a REQUEST named an address the machine was
+	// neither offered (after its own DISCOVER) nor leased: a sender on
+	// the link cannot take pool addresses with made-up identities and
+	// REQUESTs alone. It is an ErrUnavailable (a NAK).
+	ErrNotOffered = fmt.Errorf("%w: neither offered to this client (after its own DISCOVER or Solicit) nor leased to it", ErrUnavailable)
 )
+
+// Owns says whether a client may have want confirmed: it was offered
+// want, or holds (or held) a lease of it.
+func Owns(offered, leased netip.Addr, hasOffer, hasLease bool, want netip.Addr) bool {
+	return hasOffer && offered == want || hasLease && leased == want
+}
 
 func (p *Pool) now() time.Time {
 	if p.Now != nil {
@@ -189,14 +200,17 @@ func (p *Pool) Confirm(mac string, want netip.Addr, r Range, d time.Duration) (n
 	if d <= 0 {
 		d = defaultLease
 	}
-	if !want.IsValid() {
-		if o, ok := p.offers[mac]; ok {
-			want = o.ip
-		} else if l, ok := p.leases[mac]; ok {
-			want = l.ip
-		} else {
-			return netip.Addr{}, ErrNothingOffered
-		}
+	o, offered := p.offers[mac]
+	l, leased := p.leases[mac]
+	switch {
+	case !want.IsValid() && offered:
+		want = o.ip
+	case !want.IsValid() && leased:
+		want = l.ip
+	case !want.IsValid():
+		return netip.Addr{}, ErrNothingOffered
+	case !Owns(o.ip, l.ip, offered, leased, want):
+		return netip.Addr{}, ErrNotOffered
 	}
 	if !r.Has(want) {
 		return netip.Addr{}, ErrUnavailable

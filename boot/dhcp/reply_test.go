@@ -520,12 +520,21 @@ func TestOffersExpire(t *testing.T) {
 			t.Errorf("%s after %s: %s, want %s", step.c.hw, step.after, got, step.want)
 		}
 	}
-	// An offer binds nobody: the first REQUEST wins, the other is refused.
-	if got := a.request("198.18.0.10"); got != "ACK 198.18.0.10" {
-		t.Errorf("a: %s", got)
+	// A REQUEST is leased only what its client was offered (or leased):
+	// a, whose offer expired, is refused; c, offered it now, gets it.
+	if got := a.request("198.18.0.10"); got != "NAK" {
+		t.Errorf("a, whose offer expired: %s", got)
 	}
-	if got := c.request("198.18.0.10"); got != "NAK" {
-		t.Errorf("c, whose offer a took: %s", got)
+	if got := c.request("198.18.0.10"); got != "ACK 198.18.0.10" {
+		t.Errorf("c, offered the address: %s", got)
+	}
+	// A made-up client that never sent a DISCOVER cannot take a free
+	// pool address with a REQUEST alone (nor can b take c's).
+	if got := newClient(t, p, cfg, "52:54:00:66:66:66").request("198.18.0.11"); got != "NAK" {
+		t.Errorf("a REQUEST without a DISCOVER: %s", got)
+	}
+	if got := b.request("198.18.0.10"); got != "NAK" {
+		t.Errorf("b, REQUESTing c's address: %s", got)
 	}
 }
 

@@ -193,14 +193,17 @@ func (p *Pool) Confirm(key string, want netip.Addr, r dhcp.Range, d time.Duratio
 	if d <= 0 {
 		d = defaultLease
 	}
-	if !want.IsValid() {
-		if o, ok := p.offers[key]; ok {
-			want = o.ip
-		} else if l, ok := p.leases[key]; ok {
-			want = l.ip
-		} else {
-			return netip.Addr{}, dhcp.ErrNothingOffered
-		}
+	o, offered := p.offers[key]
+	l, leased := p.leases[key]
+	switch {
+	case !want.IsValid() && offered:
+		want = o.ip
+	case !want.IsValid() && leased:
+		want = l.ip
+	case !want.IsValid():
+		return netip.Addr{}, dhcp.ErrNothingOffered
+	case !dhcp.Owns(o.ip, l.ip, offered, leased, want):
+		return netip.Addr{}, dhcp.ErrNotOffered
 	}
 	if !r.Has(want) {
 		return netip.Addr{}, dhcp.ErrUnavailable

@@ -201,3 +201,35 @@ func TestRangeArithmetic(t *testing.T) {
 		t.Errorf("IPv4: %v", got)
 	}
 }
+
+// A Request is leased only what its client was offered (after its own
+// Solicit) or leased: made-up DUIDs naming pool addresses get nothing,
+// 4,096 of them leave the pool as it was, and a client's lease renews
+// after a restart.
+func TestPoolLeasesOnlyWhatItOffered(t *testing.T) {
+	p, _ := testPool(t)
+	r := rng("2001:db8::1:0", "2001:db8::1:fff")
+	for i := range 4096 {
+		want := addOffset(r.First, uint64(i))
+		if _, err := p.Confirm(fmt.Sprintf("duid:made-up-%d", i), want, r, time.Hour); !errors.Is(err, dhcp.ErrNotOffered) || !errors.Is(err, dhcp.ErrUnavailable) {
+			t.Fatalf("a Request of %v without a Solicit: %v", want, err)
+		}
+	}
+	if len(p.leases) != 0 {
+		t.Fatalf("%d leases after Requests without Solicits", len(p.leases))
+	}
+	a, err := p.Offer("duid:real", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Confirm("duid:other", a, r, time.Hour); !errors.Is(err, dhcp.ErrNotOffered) {
+		t.Errorf("another client's Request of the offered address: %v", err)
+	}
+	if got, err := p.Confirm("duid:real", a, r, time.Hour); err != nil || got != a {
+		t.Fatalf("the offered client's Request: %v %v", got, err)
+	}
+	again := &Pool{Path: p.Path, Now: p.Now}
+	if got, err := again.Confirm("duid:real", a, r, time.Hour); err != nil || got != a {
+		t.Errorf("a Renew after a restart: %v %v", got, err)
+	}
+}

@@ -394,9 +394,9 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 	if reply.Workflow != nil || reply.RetrySeconds > 0 {
 		if reply.Workflow != nil {
 			sess.Steps, sess.Need = len(reply.Workflow.Actions), needed(*reply.Workflow)
-			sess.Actions = sess.Actions[:0]
+			sess.Actions, sess.Kinds = nil, nil
 			for _, a := range reply.Workflow.Actions {
-				sess.Actions = append(sess.Actions, a.Action)
+				sess.Actions, sess.Kinds = append(sess.Actions, actionLabel(a)), append(sess.Kinds, a.Action)
 			}
 		}
 		if !resumed {
@@ -498,12 +498,9 @@ func advance(s status.Session, evs []plan.AgentEvent) (status.Session, string) {
 		if a.Step < 0 || a.Step > s.Steps {
 			return s, fmt.Sprintf("event %d names action %d of a workflow of %d", a.Seq, a.Step, s.Steps)
 		}
-		if a.Action != "" && len(s.Actions) == s.Steps && (a.Step == 0 || a.Action != s.Actions[a.Step-1]) {
-			want := "none"
-			if a.Step > 0 {
-				want = s.Actions[a.Step-1]
-			}
-			return s, fmt.Sprintf("event %d names action %q at step %d; the workflow's is %s", a.Seq, status.Printable(a.Action), a.Step, want)
+		if a.Action != "" && a.Step > 0 && len(s.Actions) == s.Steps && len(s.Kinds) == s.Steps &&
+			a.Action != s.Actions[a.Step-1] && a.Action != s.Kinds[a.Step-1] {
+			return s, fmt.Sprintf("event %d names action %q at step %d; the workflow's is %s", a.Seq, status.Printable(a.Action), a.Step, s.Actions[a.Step-1])
 		}
 		switch a.Type {
 		case plan.AgentActionDone:
@@ -530,6 +527,15 @@ func advance(s status.Session, evs []plan.AgentEvent) (status.Session, string) {
 		}
 	}
 	return s, ""
+}
+
+// actionLabel is what the agent names an action's events by: its name,
+// else its kind (agent.step.emit).
+func actionLabel(a plan.Action) string {
+	if a.Name != "" {
+		return a.Name
+	}
+	return a.Action
 }
 
 // lock serializes the batches of one machine's session (the agent sends

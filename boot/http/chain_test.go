@@ -33,7 +33,7 @@ func TestCheckInByIdentityOverTLS(t *testing.T) {
 		t.Fatalf("TLS check-in by identity: %d %s", code, body)
 	}
 	// Its events, with the session, as node a.
-	code, body = postOverTLS(t, h, plan.AgentEventsPath, r.Session, plan.EventBatch{Site: "lab", Node: "a", Events: []plan.AgentEvent{{Seq: 1, Type: plan.AgentStarted, Step: 1, Steps: 1, Action: "wipe-disk"}}})
+	code, body = postOverTLS(t, h, plan.AgentEventsPath, r.Session, plan.EventBatch{Site: "lab", Node: "a", Events: []plan.AgentEvent{{Seq: 1, Type: plan.AgentStarted, Step: 1, Steps: 1, Action: "wipe"}}})
 	if code != 200 {
 		t.Errorf("events after an identity check-in: %d %s", code, body)
 	}

@@ -24,9 +24,11 @@ type Session struct {
 	// before the first reboot, poweroff or kexec).
 	Steps int `json:"steps"`
 	Need  int `json:"need"`
-	// Actions are the workflow's action names, in order: an event names
-	// the action of its step, or none (QA verdicts are kept by name).
+	// Actions and Kinds are the workflow's action names and kinds, in
+	// order: an event names its step's action (by name or kind), or none
+	// (QA verdicts are kept by name).
 	Actions []string `json:"actions,omitempty"`
+	Kinds   []string `json:"kinds,omitempty"`
 	// Done counts the actions reported done, in order; DoneSeq is the
 	// agent Seq of the newest event that moved the session (a resent
 	// batch at or below it is not checked again).

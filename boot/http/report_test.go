@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,8 +34,9 @@ func TestOSReport(t *testing.T) {
 	}
 	s, mem, _ := newServer(t, p)
 	s.Reports = &status.Budgets{Burst: 20, Every: time.Hour}
+	var mu sync.Mutex // the script's requests come through a real listener
 	counts := map[string]int{}
-	s.AgentCount = func(r string) { counts[r]++ }
+	s.AgentCount = func(r string) { mu.Lock(); counts[r]++; mu.Unlock() }
 	h := s.Handler()
 	// checkIn boots the machine and checks it in: its report script and
 	// that script's credential, and the session.

@@ -265,7 +265,7 @@ func TestIPv6Running(t *testing.T) {
 		return s == "running"
 	})
 	t.Logf("timing: IPv6-only, power-on → running (install, reboot, first boot of Debian): %s", time.Since(start).Round(time.Second))
-	v.wait(t, "e2e-v6 login:", 5*time.Minute)
+	v.wait(t, "e2e-v6 login:", 10*time.Minute) // a loaded machine's margin
 	evs, js := events(t, l, url6, "lab/vm6")
 	var report, from string
 	var local bool

@@ -79,22 +79,22 @@ func TestSymlinkOutsideIsRefusedUnread(t *testing.T) {
 func TestSymlinkInsideIsFollowed(t *testing.T) {
 	dir := diskRepo(t)
 	body := "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n2\nidentity: {serial: LINKED}\n"
-	if err := os.MkdirAll(filepath.Join(dir, "shared"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "common"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "shared/n2.yml"), []byte(body), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "common/n2.yml"), []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("../../../shared/n2.yml", filepath.Join(dir, "sites/s1/nodes/n2.yaml")); err != nil {
+	if err := os.Symlink("../../../common/n2.yml", filepath.Join(dir, "sites/s1/nodes/n2.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	// Read twice (as itself and through the link), the node clashes with
 	// itself: proof that the link was followed.
 	wantErrors(t, compileErrors(t, dir),
-		"sites/s1/nodes/n2.yaml:3:1: name: duplicate Node \"n2\" in site s1 (also at shared/n2.yml:3:1)",
-		"sites/s1/nodes/n2.yaml:4:12: identity.serial: serial LINKED is also node s1/n2's (at shared/n2.yml:4:12)")
+		"sites/s1/nodes/n2.yaml:3:1: name: duplicate Node \"n2\" in site s1 (also at common/n2.yml:3:1)",
+		"sites/s1/nodes/n2.yaml:4:12: identity.serial: serial LINKED is also node s1/n2's (at common/n2.yml:4:12)")
 	// Ignoring the folder leaves the link alone to define the node.
-	if err := os.WriteFile(filepath.Join(dir, ".bootopsignore"), []byte("shared/\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, ".bootopsignore"), []byte("common/\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p, err := newCompiler(t).Compile(os.DirFS(dir))

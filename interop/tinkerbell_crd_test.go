@@ -28,9 +28,9 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
-// crdDir holds Tinkerbell's CRDs, unchanged from tinkerbell/tink, in the
-// shared folder beside the repository (/work/shared from /work/main).
-const crdDir = "../../shared/testdata/tinkerbell-crds"
+// crdDir holds Tinkerbell's CRDs, unchanged from tinkerbell/tink, with
+// their license and where they came from (SOURCE).
+const crdDir = "testdata/tinkerbell-crds"
 
 // crd is one CustomResourceDefinition's v1alpha1 schema, made ready by the
 // API server's own code.
@@ -46,7 +46,7 @@ func loadCRDs(t *testing.T) map[string]*crd {
 	files, _ := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
 	if len(files) == 0 {
 		abs, _ := filepath.Abs(crdDir)
-		t.Fatalf("no Tinkerbell CRDs at %s (../shared/testdata/tinkerbell-crds from the repository root, as CI has it): cannot validate the export", abs)
+		t.Fatalf("no Tinkerbell CRDs at %s: cannot validate the export", abs)
 	}
 	out := map[string]*crd{}
 	for _, f := range files {

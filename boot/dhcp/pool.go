@@ -89,10 +89,22 @@ var (
 	ErrNotOffered = fmt.Errorf("%w: neither offered to this client (after its own DISCOVER or Solicit) nor leased to it", ErrUnavailable)
 )
 
-// Owns says whether a client may have want confirmed: it was offered
-// want, or holds (or held) a lease of it.
-func Owns(offered, leased netip.Addr, hasOffer, hasLease bool, want netip.Addr) bool {
-	return hasOffer && offered == want || hasLease && leased == want
+// Requested is the address a REQUEST is leased: want, when the client was
+// offered it or holds (or held) a lease of it; without want, its offer,
+// else its lease. offered and leased are the client's (invalid: none).
+// Both pools' Confirm decide by it.
+func Requested(want, offered, leased netip.Addr) (netip.Addr, error) {
+	switch {
+	case !want.IsValid() && offered.IsValid():
+		return offered, nil
+	case !want.IsValid() && leased.IsValid():
+		return leased, nil
+	case !want.IsValid():
+		return netip.Addr{}, ErrNothingOffered
+	case want != offered && want != leased:
+		return netip.Addr{}, ErrNotOffered
+	}
+	return want, nil
 }
 
 func (p *Pool) now() time.Time {
@@ -200,17 +212,9 @@ func (p *Pool) Confirm(mac string, want netip.Addr, r Range, d time.Duration) (n
 	if d <= 0 {
 		d = defaultLease
 	}
-	o, offered := p.offers[mac]
-	l, leased := p.leases[mac]
-	switch {
-	case !want.IsValid() && offered:
-		want = o.ip
-	case !want.IsValid() && leased:
-		want = l.ip
-	case !want.IsValid():
-		return netip.Addr{}, ErrNothingOffered
-	case !Owns(o.ip, l.ip, offered, leased, want):
-		return netip.Addr{}, ErrNotOffered
+	want, err := Requested(want, p.offers[mac].ip, p.leases[mac].ip)
+	if err != nil {
+		return netip.Addr{}, err
 	}
 	if !r.Has(want) {
 		return netip.Addr{}, ErrUnavailable

@@ -193,17 +193,9 @@ func (p *Pool) Confirm(key string, want netip.Addr, r dhcp.Range, d time.Duratio
 	if d <= 0 {
 		d = defaultLease
 	}
-	o, offered := p.offers[key]
-	l, leased := p.leases[key]
-	switch {
-	case !want.IsValid() && offered:
-		want = o.ip
-	case !want.IsValid() && leased:
-		want = l.ip
-	case !want.IsValid():
-		return netip.Addr{}, dhcp.ErrNothingOffered
-	case !dhcp.Owns(o.ip, l.ip, offered, leased, want):
-		return netip.Addr{}, dhcp.ErrNotOffered
+	want, err := dhcp.Requested(want, p.offers[key].ip, p.leases[key].ip)
+	if err != nil {
+		return netip.Addr{}, err
 	}
 	if !r.Has(want) {
 		return netip.Addr{}, dhcp.ErrUnavailable

@@ -125,9 +125,10 @@ func (o *Operators) RoleOf(r *http.Request) (Role, string) {
 	return role, who
 }
 
-// needs wraps h: a request whose credential gives less than role gets 401
-// (403 when it has a credential of a lesser role), before h runs.
-func (s *Server) needs(role Role, h http.Handler) http.Handler {
+// Needs wraps h: a request whose credential gives less than role gets 401
+// (403 when it has a credential of a lesser role), before h runs. The
+// daemon wraps the routes it adds (power, the dashboard's stream) too.
+func (s *Server) Needs(role Role, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.Authorize == nil || s.Authorize(r, role) {
 			h.ServeHTTP(w, r)
@@ -148,9 +149,6 @@ func Refuse(w http.ResponseWriter, r *http.Request, role Role) {
 	}
 	http.Error(w, msg, http.StatusUnauthorized)
 }
-
-// Needs is needs for handlers added to Routes.
-func (s *Server) Needs(role Role, h http.Handler) http.Handler { return s.needs(role, h) }
 
 // login is POST /api/v1/login: the dashboard presents a token once, with
 // the bearer header, and keeps it as an HttpOnly, SameSite=Strict cookie

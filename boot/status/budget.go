@@ -80,7 +80,3 @@ func (b *Budgets) take(key string, scale float64, now time.Time) (bool, int) {
 	k.suppressed = 0
 	return true, n
 }
-
-// AllowCounting is Allow that also says how many of key's requests were
-// refused since it was last allowed, for the next record to say so.
-func (b *Budgets) AllowCounting(key string) (bool, int) { return b.take(key, 1, b.now()) }

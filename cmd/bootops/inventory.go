@@ -40,7 +40,7 @@ func inventoryCmd() *command {
 		}
 		var doc statusDoc
 		if _, err := fetchStatus(ctx, strings.TrimSuffix(*server, "/")+"/api/v1/status?inventory=1", &doc); err != nil {
-			return fmt.Errorf("no answer from %s: %w (is `bootops serve` running there?)", *server, err)
+			return noAnswer(*server, err)
 		}
 		var ms []status.Machine
 		for _, m := range doc.Nodes {
@@ -179,7 +179,7 @@ func reportCmd() *command {
 		}
 		var recs []bhttp.DeliveryRecord
 		if err := getJSON(ctx, strings.TrimSuffix(*server, "/")+"/api/v1/report?"+q.Encode(), &recs); err != nil {
-			return fmt.Errorf("no answer from %s: %w (is `bootops serve` running there?)", *server, err)
+			return noAnswer(*server, err)
 		}
 		if *format == "json" {
 			enc := json.NewEncoder(e.stdout)

@@ -105,7 +105,7 @@ func machineKey(ctx context.Context, base, arg string) (string, error) {
 	}
 	var doc statusDoc
 	if _, err := fetchStatus(ctx, base+"/api/v1/status", &doc); err != nil {
-		return "", fmt.Errorf("no answer from %s: %w (is `bootops serve` running there?)", base, err)
+		return "", noAnswer(base, err)
 	}
 	var keys []string
 	for _, n := range doc.Nodes {
@@ -152,7 +152,7 @@ func enrollCmd() *command {
 		}
 		var doc statusDoc
 		if _, err := fetchStatus(ctx, strings.TrimSuffix(*server, "/")+"/api/v1/status", &doc); err != nil {
-			return fmt.Errorf("no answer from %s: %w (is `bootops serve` running there?)", *server, err)
+			return noAnswer(*server, err)
 		}
 		want := strings.ToLower(pos[0])
 		var found []status.Machine

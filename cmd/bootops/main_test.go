@@ -373,7 +373,8 @@ func TestServeAndStatus(t *testing.T) {
 	// Without a credential, or with a wrong one: refused, and told how.
 	for _, environ := range []map[string]string{nil, {"BOOTOPS_TOKEN": "not-the-operator-token"}} {
 		code, out, errs = bootops(t, environ, "status", "--server", "http://"+addr)
-		if code != 1 || strings.Contains(out, "vm-serial") || !strings.Contains(errs, "operator credential with the read role") || !strings.Contains(errs, "BOOTOPS_TOKEN") {
+		if code != 1 || strings.Contains(out, "vm-serial") || !strings.Contains(errs, "operator credential with the read role") || !strings.Contains(errs, "BOOTOPS_TOKEN") ||
+			strings.Contains(errs, "is `bootops serve` running there?") {
 			t.Errorf("status with %v: exit %d %s\n%s", environ, code, errs, out)
 		}
 	}

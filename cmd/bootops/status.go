@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,7 +42,7 @@ func statusCmd() *command {
 		if *unknown {
 			var doc statusDoc
 			if _, err := fetchStatus(ctx, strings.TrimSuffix(*server, "/")+"/api/v1/status", &doc); err != nil {
-				return fmt.Errorf("no answer from %s: %w (is `bootops serve` running there?)", *server, err)
+				return noAnswer(*server, err)
 			}
 			printUnknown(e.stdout, doc.Machines)
 			return nil
@@ -61,7 +62,7 @@ func statusCmd() *command {
 		var err error
 		if *wait == "" {
 			if body, err = fetchStatus(ctx, url, &doc); err != nil {
-				return fmt.Errorf("no answer from %s: %w (is `bootops serve` running there?)", *server, err)
+				return noAnswer(*server, err)
 			}
 		} else {
 			deadline := time.Now().Add(*timeout)
@@ -188,8 +189,9 @@ func get(ctx context.Context, url string) ([]byte, error) {
 		return nil, err
 	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-		return nil, fmt.Errorf("%s: %s (set BOOTOPS_TOKEN, or BOOTOPS_TOKEN_FILE to a file holding the token; on the daemon's machine %s is read by default)",
-			resp.Status, firstLine(strings.TrimSpace(string(body))), defaultTokenFile)
+		why, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+		return nil, credentialRefused{fmt.Errorf("%s: %.300s (set BOOTOPS_TOKEN, or BOOTOPS_TOKEN_FILE to a file holding the token; on the daemon's machine %s is read by default)",
+			resp.Status, status.Printable(why), defaultTokenFile)}
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s", resp.Status)
@@ -208,6 +210,19 @@ func envOf(ctx context.Context) func(string) string {
 		return e.getenv
 	}
 	return os.Getenv
+}
+
+// credentialRefused is an answer that refused the credential: the daemon is there.
+type credentialRefused struct{ error }
+
+// noAnswer is a failed API call as the commands say it: a refusal as it
+// is, anything else with the hint that the daemon may not be there.
+func noAnswer(server string, err error) error {
+	var r credentialRefused
+	if errors.As(err, &r) {
+		return fmt.Errorf("%s: %w", server, err)
+	}
+	return fmt.Errorf("no answer from %s: %w (is `bootops serve` running there?)", server, err)
 }
 
 // defaultTokenFile is the operator token serve makes in its default state

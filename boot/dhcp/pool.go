@@ -41,22 +41,28 @@ const DefaultOfferHold = 30 * time.Second
 const defaultLease = time.Hour
 
 // Pool is a Leaser whose leases survive restarts: each acknowledged lease
-// is recorded, with its expiry, in a JSON file written atomically. Offers
-// live in memory only. An expired lease stays in the file, so a machine
-// that comes back gets its old address again, until the pool needs the
-// address for another machine. A pool with no free address gives a new
-// DISCOVER the address of the oldest pending offer: an offer binds nobody,
-// the first REQUEST for an address wins it.
+// is appended, with its expiry, to a journal (Journal) written outside the
+// pool's lock. Offers live in memory only. An expired lease is kept
+// (Retain), so a machine that comes back gets its old address again, until
+// the pool needs the address for another machine. A pool with no free
+// address gives a new DISCOVER the address of the oldest pending offer: an
+// offer binds nobody, the first REQUEST for an address wins it.
 type Pool struct {
 	Path string
 	// OfferHold is how long an offer waits for the client's REQUEST
 	// (0: DefaultOfferHold).
 	OfferHold time.Duration
+	// Retain is how long an expired lease is kept before a compaction of
+	// the journal prunes it (0: DefaultRetain).
+	Retain time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 
+	once    sync.Once
+	loadErr error
+	journal Journal
+
 	mu     sync.Mutex
-	loaded bool
 	leases map[string]lease
 	offers map[string]offer
 }
@@ -119,11 +125,11 @@ func (p *Pool) now() time.Time {
 // leased, else the one whose lease expired first, else the one offered
 // longest ago to another machine.
 func (p *Pool) Offer(mac string, r Range) (netip.Addr, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if err := p.load(); err != nil {
 		return netip.Addr{}, err
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	now := p.now()
 	p.sweep(now)
 	hold := p.OfferHold
@@ -200,58 +206,59 @@ func (p *Pool) Offer(mac string, r Range) (netip.Addr, error) {
 // Confirm leases want to mac for d and writes the lease down. Without
 // want it is the address mac was offered, or its lease (a renewal). An
 // expired lease of another machine on want is reclaimed; an offer of want
-// to another machine is withdrawn.
+// to another machine is withdrawn. The journal is written after the pool's
+// lock is released; Confirm returns once the lease is on disk.
 func (p *Pool) Confirm(mac string, want netip.Addr, r Range, d time.Duration) (netip.Addr, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if err := p.load(); err != nil {
 		return netip.Addr{}, err
 	}
+	seq, err := p.confirm(mac, &want, r, d)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if err := p.journal.Sync(seq, p.snapshot); err != nil {
+		return netip.Addr{}, fmt.Errorf("dhcp: %w", err)
+	}
+	return want, nil
+}
+
+// confirm is Confirm's decision, in memory, under the lock: the journal's
+// change number of the lease.
+func (p *Pool) confirm(mac string, want *netip.Addr, r Range, d time.Duration) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	now := p.now()
 	p.sweep(now)
 	if d <= 0 {
 		d = defaultLease
 	}
-	want, err := Requested(want, p.offers[mac].ip, p.leases[mac].ip)
+	a, err := Requested(*want, p.offers[mac].ip, p.leases[mac].ip)
 	if err != nil {
-		return netip.Addr{}, err
+		return 0, err
 	}
-	if !r.Has(want) {
-		return netip.Addr{}, ErrUnavailable
+	if !r.Has(a) {
+		return 0, ErrUnavailable
 	}
-	var reclaimed []string
 	for m, l := range p.leases {
-		if m == mac || l.ip != want {
-			continue
+		if m != mac && l.ip == a && now.Before(l.expires) {
+			return 0, ErrUnavailable
 		}
-		if now.Before(l.expires) {
-			return netip.Addr{}, ErrUnavailable
-		}
-		reclaimed = append(reclaimed, m)
 	}
-	old, had := p.leases[mac]
-	gone := map[string]lease{}
-	for _, m := range reclaimed {
-		gone[m] = p.leases[m]
-		delete(p.leases, m)
-	}
-	p.leases[mac] = lease{want, now.Add(d)}
-	if err := p.save(); err != nil {
-		delete(p.leases, mac)
-		if had {
-			p.leases[mac] = old
+	for m, l := range p.leases {
+		if m != mac && l.ip == a { // reclaimed: its lease expired
+			delete(p.leases, m)
+			p.journal.Add(m, LeaseRecord{})
 		}
-		for m, l := range gone {
-			p.leases[m] = l
-		}
-		return netip.Addr{}, err
 	}
+	p.leases[mac] = lease{a, now.Add(d)}
+	seq := p.journal.Add(mac, LeaseRecord{a, now.Add(d)})
 	for m, o := range p.offers {
-		if m == mac || o.ip == want {
+		if m == mac || o.ip == a {
 			delete(p.offers, m)
 		}
 	}
-	return want, nil
+	*want = a
+	return seq, nil
 }
 
 // sweep forgets offers whose time is up.
@@ -263,28 +270,54 @@ func (p *Pool) sweep(now time.Time) {
 	}
 }
 
+// load reads the journal once, before the pool's first use, outside its
+// lock.
 func (p *Pool) load() error {
-	if p.loaded {
-		return nil
-	}
-	recs, err := ReadLeases(p.Path)
-	if err != nil {
-		return fmt.Errorf("dhcp: %w", err)
-	}
-	p.leases = make(map[string]lease, len(recs))
-	for mac, r := range recs {
-		p.leases[mac] = lease{r.IP, r.Expires}
-	}
-	p.loaded = true
-	return nil
+	p.once.Do(func() {
+		p.journal.Path = p.Path
+		recs, err := p.journal.Load()
+		if err != nil {
+			p.loadErr = fmt.Errorf("dhcp: %w", err)
+			return
+		}
+		p.leases = make(map[string]lease, len(recs))
+		for mac, r := range recs {
+			p.leases[mac] = lease{r.IP, r.Expires}
+		}
+		p.offers = map[string]offer{}
+	})
+	return p.loadErr
 }
 
-func (p *Pool) save() error {
+// snapshot is the leases for a compaction of the journal, pruned of those
+// expired longer than Retain ago (in memory too).
+func (p *Pool) snapshot() (map[string]LeaseRecord, uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	retain := p.Retain
+	if retain <= 0 {
+		retain = DefaultRetain
+	}
+	cut := p.now().Add(-retain)
 	recs := make(map[string]LeaseRecord, len(p.leases))
 	for mac, l := range p.leases {
+		if l.expires.Before(cut) {
+			delete(p.leases, mac)
+			continue
+		}
 		recs[mac] = LeaseRecord{l.ip, l.expires}
 	}
-	return WriteLeases(p.Path, recs)
+	return recs, p.journal.Seq()
+}
+
+// Leases is how many leases the pool keeps (live and expired).
+func (p *Pool) Leases() int {
+	if p.load() != nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.leases)
 }
 
 // MACOf returns the MAC whose live lease is ip ("" if none): how the HTTP
@@ -295,11 +328,11 @@ func (p *Pool) MACOf(ip string) string {
 		return ""
 	}
 	a = a.Unmap().WithZone("") // leases are kept without the interface
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.load() != nil {
 		return ""
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	now := p.now()
 	for mac, l := range p.leases {
 		if l.ip == a && now.Before(l.expires) {

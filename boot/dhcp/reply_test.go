@@ -3,9 +3,7 @@ package dhcp
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io/fs"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -394,26 +392,17 @@ func (c *client) get() string {
 	return c.request(ip)
 }
 
-// fileLeases reads the lease file: MAC → "ip expires".
+// fileLeases reads the lease file as a restart would: MAC → "ip expires".
 func fileLeases(t *testing.T, path string) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]string{}
-	}
+	m, err := ReadLeases(path)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]struct {
-		IP      string    `json:"ip"`
-		Expires time.Time `json:"expires"`
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
+		b, _ := os.ReadFile(path)
 		t.Fatalf("%v\n%s", err, b)
 	}
 	out := map[string]string{}
 	for mac, l := range m {
-		out[mac] = l.IP + " " + l.Expires.Format(time.RFC3339)
+		out[mac] = l.IP.String() + " " + l.Expires.Format(time.RFC3339)
 	}
 	return out
 }

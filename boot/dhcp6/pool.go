@@ -21,25 +21,32 @@ type Leaser interface {
 	Release(key string, a netip.Addr) error
 }
 
-// Pool is a Leaser whose leases survive restarts, in a JSON file written
-// atomically (the DHCPv4 pool's format: key → address and expiry). It is
+// Pool is a Leaser whose leases survive restarts, in a journal appended to
+// outside the pool's lock (dhcp.Journal, the DHCPv4 pool's format). It is
 // built for IPv6 ranges, which may be huge: a machine's address is found
 // by hashing its key into the range and probing from there, not by
 // scanning from the first address, and every lookup is by index, so an
 // offer costs the same with 10 or 100,000 machines. Like the DHCPv4 pool,
 // an expired or released lease stays in the file, so a machine that comes
-// back gets its address again while nobody else needed it; and when no
-// address is free a new client takes over the oldest pending offer.
+// back gets its address again while nobody else needed it (for Retain);
+// and when no address is free a new client takes over the oldest pending
+// offer.
 type Pool struct {
 	Path string
 	// OfferHold is how long an offer waits for the Request (0:
 	// dhcp.DefaultOfferHold).
 	OfferHold time.Duration
+	// Retain is how long an expired lease is kept before a compaction of
+	// the journal prunes it (0: dhcp.DefaultRetain).
+	Retain time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 
+	once    sync.Once
+	loadErr error
+	journal dhcp.Journal
+
 	mu        sync.Mutex
-	loaded    bool
 	leases    map[string]held
 	leasedBy  map[netip.Addr]string
 	offers    map[string]held
@@ -81,11 +88,11 @@ func (p *Pool) hold() time.Duration {
 // hash (never leased before that, then expired longest ago), else the
 // address of the oldest offer to another client.
 func (p *Pool) Offer(key string, r dhcp.Range) (netip.Addr, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if err := p.load(); err != nil {
 		return netip.Addr{}, err
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	now := p.now()
 	p.sweep(now)
 	pick := netip.Addr{}
@@ -182,32 +189,47 @@ func (p *Pool) offer(key string, a netip.Addr, until time.Time) {
 }
 
 // Confirm leases want to key for d and writes the lease down. Without
-// want it is the address key was offered, or its lease (a renewal).
+// want it is the address key was offered, or its lease (a renewal). The
+// journal is written after the pool's lock is released; Confirm returns
+// once the lease is on disk.
 func (p *Pool) Confirm(key string, want netip.Addr, r dhcp.Range, d time.Duration) (netip.Addr, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if err := p.load(); err != nil {
 		return netip.Addr{}, err
 	}
+	seq, err := p.confirm(key, &want, r, d)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if err := p.journal.Sync(seq, p.snapshot); err != nil {
+		return netip.Addr{}, fmt.Errorf("dhcp6: %w", err)
+	}
+	return want, nil
+}
+
+// confirm is Confirm's decision, in memory, under the lock: the journal's
+// change number of the lease.
+func (p *Pool) confirm(key string, want *netip.Addr, r dhcp.Range, d time.Duration) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	now := p.now()
 	if d <= 0 {
 		d = defaultLease
 	}
-	want, err := dhcp.Requested(want, p.offers[key].ip, p.leases[key].ip)
+	a, err := dhcp.Requested(*want, p.offers[key].ip, p.leases[key].ip)
 	if err != nil {
-		return netip.Addr{}, err
+		return 0, err
 	}
-	if !r.Has(want) {
-		return netip.Addr{}, dhcp.ErrUnavailable
+	if !r.Has(a) {
+		return 0, dhcp.ErrUnavailable
 	}
-	if k, ok := p.leasedBy[want]; ok && k != key && now.Before(p.leases[k].until) {
-		return netip.Addr{}, dhcp.ErrUnavailable
+	if k, ok := p.leasedBy[a]; ok && k != key && now.Before(p.leases[k].until) {
+		return 0, dhcp.ErrUnavailable
 	}
-	undo := p.setLease(key, held{want, now.Add(d)})
-	if err := p.save(); err != nil {
-		undo()
-		return netip.Addr{}, err
+	if k, ok := p.leasedBy[a]; ok && k != key {
+		p.journal.Add(k, dhcp.LeaseRecord{}) // reclaimed: its lease expired
 	}
+	p.setLease(key, held{a, now.Add(d)})
+	seq := p.journal.Add(key, dhcp.LeaseRecord{IP: a, Expires: now.Add(d)})
 	// The offer is taken up; anyone else's offer of the address is void.
 	if o, ok := p.offers[key]; ok {
 		delete(p.offers, key)
@@ -215,20 +237,19 @@ func (p *Pool) Confirm(key string, want netip.Addr, r dhcp.Range, d time.Duratio
 			delete(p.offeredTo, o.ip)
 		}
 	}
-	if k, ok := p.offeredTo[want]; ok {
+	if k, ok := p.offeredTo[a]; ok {
 		delete(p.offers, k)
-		delete(p.offeredTo, want)
+		delete(p.offeredTo, a)
 	}
-	return want, nil
+	*want = a
+	return seq, nil
 }
 
-// setLease gives key lease l (taking the address from an expired lease of
-// another key) and returns how to undo it.
-func (p *Pool) setLease(key string, l held) (undo func()) {
+// setLease gives key lease l, taking the address from an expired lease of
+// another key.
+func (p *Pool) setLease(key string, l held) {
 	old, had := p.leases[key]
-	prevKey, taken := p.leasedBy[l.ip]
-	prev := p.leases[prevKey]
-	if taken && prevKey != key {
+	if prevKey, taken := p.leasedBy[l.ip]; taken && prevKey != key {
 		delete(p.leases, prevKey)
 	}
 	if had && p.leasedBy[old.ip] == key {
@@ -236,42 +257,29 @@ func (p *Pool) setLease(key string, l held) (undo func()) {
 	}
 	p.leases[key] = l
 	p.leasedBy[l.ip] = key
-	return func() {
-		delete(p.leases, key)
-		delete(p.leasedBy, l.ip)
-		if taken && prevKey != key {
-			p.leases[prevKey] = prev
-			p.leasedBy[l.ip] = prevKey
-		}
-		if had {
-			p.leases[key] = old
-			p.leasedBy[old.ip] = key
-		}
-	}
 }
 
-// Release ends key's lease of a now. The lease stays in the file, expired:
-// the address is key's again if nobody needed it meanwhile.
+// Release ends key's lease of a now. The lease stays in the journal,
+// expired: the address is key's again if nobody needed it meanwhile.
 func (p *Pool) Release(key string, a netip.Addr) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if err := p.load(); err != nil {
 		return err
 	}
+	p.mu.Lock()
 	l, ok := p.leases[key]
 	if !ok || l.ip != a {
+		p.mu.Unlock()
 		return dhcp.ErrUnavailable
 	}
 	now := p.now()
 	if !now.Before(l.until) {
+		p.mu.Unlock()
 		return nil
 	}
 	p.leases[key] = held{a, now}
-	if err := p.save(); err != nil {
-		p.leases[key] = l
-		return err
-	}
-	return nil
+	seq := p.journal.Add(key, dhcp.LeaseRecord{IP: a, Expires: now})
+	p.mu.Unlock()
+	return p.journal.Sync(seq, p.snapshot)
 }
 
 // MACOf returns the key (a MAC, or "duid:…") whose live lease is ip, ""
@@ -281,11 +289,11 @@ func (p *Pool) MACOf(ip string) string {
 	if err != nil {
 		return ""
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.load() != nil {
 		return ""
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if k, ok := p.leasedBy[a.WithZone("")]; ok && p.now().Before(p.leases[k].until) {
 		return k
 	}
@@ -309,33 +317,62 @@ func (p *Pool) sweep(now time.Time) {
 	}
 }
 
+// load reads the journal once, before the pool's first use, outside its
+// lock.
 func (p *Pool) load() error {
-	if p.loaded {
-		return nil
-	}
-	recs, err := dhcp.ReadLeases(p.Path)
-	if err != nil {
-		return fmt.Errorf("dhcp6: %w", err)
-	}
-	p.leases, p.leasedBy = make(map[string]held, len(recs)), make(map[netip.Addr]string, len(recs))
-	p.offers, p.offeredTo = map[string]held{}, map[netip.Addr]string{}
-	for key, r := range recs {
-		if k, dup := p.leasedBy[r.IP]; dup {
-			return fmt.Errorf("dhcp6: leases %s: %s leased to both %s and %s", p.Path, r.IP, k, key)
+	p.once.Do(func() {
+		p.journal.Path = p.Path
+		recs, err := p.journal.Load()
+		if err != nil {
+			p.loadErr = fmt.Errorf("dhcp6: %w", err)
+			return
 		}
-		p.leases[key] = held{r.IP, r.Expires}
-		p.leasedBy[r.IP] = key
-	}
-	p.loaded = true
-	return nil
+		p.leases, p.leasedBy = make(map[string]held, len(recs)), make(map[netip.Addr]string, len(recs))
+		p.offers, p.offeredTo = map[string]held{}, map[netip.Addr]string{}
+		for key, r := range recs {
+			if k, dup := p.leasedBy[r.IP]; dup {
+				p.loadErr = fmt.Errorf("dhcp6: leases %s: %s leased to both %s and %s", p.Path, r.IP, k, key)
+				return
+			}
+			p.leases[key] = held{r.IP, r.Expires}
+			p.leasedBy[r.IP] = key
+		}
+	})
+	return p.loadErr
 }
 
-func (p *Pool) save() error {
+// snapshot is the leases for a compaction of the journal, pruned of those
+// expired longer than Retain ago (in memory too).
+func (p *Pool) snapshot() (map[string]dhcp.LeaseRecord, uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	retain := p.Retain
+	if retain <= 0 {
+		retain = dhcp.DefaultRetain
+	}
+	cut := p.now().Add(-retain)
 	recs := make(map[string]dhcp.LeaseRecord, len(p.leases))
 	for key, l := range p.leases {
+		if l.until.Before(cut) {
+			delete(p.leases, key)
+			if p.leasedBy[l.ip] == key {
+				delete(p.leasedBy, l.ip)
+			}
+			continue
+		}
 		recs[key] = dhcp.LeaseRecord{IP: l.ip, Expires: l.until}
 	}
-	return dhcp.WriteLeases(p.Path, recs)
+	return recs, p.journal.Seq()
+}
+
+// Leases is how many leases the pool keeps (live and expired).
+func (p *Pool) Leases() int {
+	if p.load() != nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.leases)
 }
 
 // rangeSize is how many addresses r has (capped at MaxUint64); 0 for an

@@ -3,6 +3,7 @@ package dhcp
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -61,5 +62,23 @@ func TestNewcomersNotRecorded(t *testing.T) {
 	}
 	if answered != 10 || unknown != 3 || node != 1 || nc.Denied() != 7 {
 		t.Errorf("%d answered, %d unknown and %d nodes recorded, %d turned away; want 10, 3, 1, 7", answered, unknown, node, nc.Denied())
+	}
+}
+
+// Relayed requests share one newcomers' budget, whatever relay address
+// they name: a host on the link that makes up relays gets no more.
+func TestNewcomersRelayedShareOneBudget(t *testing.T) {
+	keys := map[string]bool{}
+	for i := range 100 {
+		req := pxeDiscover(t, "52:54:00:77:00:01", iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001")
+		req.GatewayIPAddr = net.IPv4(198, 18, byte(i), 1)
+		keys[source(req)] = true
+	}
+	if len(keys) != 1 {
+		t.Errorf("100 made-up relays got %d budgets, want one", len(keys))
+	}
+	local := pxeDiscover(t, "52:54:00:77:00:01", iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001")
+	if keys[source(local)] {
+		t.Error("the local link shares the relays' budget")
 	}
 }

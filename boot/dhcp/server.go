@@ -39,7 +39,7 @@ type Server struct {
 	// nothing counted).
 	Metrics *Metrics
 	// Newcomers, when set, bounds how many machines the status store does
-	// not know (Known) one relay, or the local link, may have recorded:
+	// not know (Known) relayed requests, or the local link, may have recorded:
 	// past it their replies still go, their sightings are not kept.
 	Newcomers *status.Newcomers
 	Known     func(key string) bool
@@ -256,11 +256,14 @@ func (s *Server) answer(conn *net.UDPConn, port int, pkt []byte, peer netip.Addr
 	log.Debug("dhcp", "mac", ev.MAC, "node", ev.Node, "type", a.Reply.MessageType().String(), "boot", a.Boot, "to", dst.String())
 }
 
-// source is who a request came through, for the newcomers' budget: its
-// relay, else the local link (a broadcast's sender cannot be trusted).
+// source is who a request came through, for the newcomers' budget: one
+// budget for every relayed request, another for the local link. Neither
+// key is the sender's to choose: a relay's address (giaddr, or the UDP
+// source) is, so a budget per relay address would let one host on the link
+// mint as many budgets as it makes up relays.
 func source(req *dhcpv4.DHCPv4) string {
 	if gi := req.GatewayIPAddr.To4(); gi != nil && !gi.IsUnspecified() {
-		return "relay " + gi.String()
+		return "relayed"
 	}
 	return "link"
 }

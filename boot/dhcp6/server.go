@@ -42,7 +42,7 @@ type Server struct {
 	// nothing counted).
 	Metrics *Metrics
 	// Newcomers and Known bound the sightings of machines the status
-	// store does not know, per relay or the local link, as the DHCPv4
+	// store does not know, relayed or from the local link, as the DHCPv4
 	// server does.
 	Newcomers *status.Newcomers
 	Known     func(key string) bool
@@ -332,7 +332,7 @@ func (s *Server) record(site string, a Answer, peer netip.AddrPort, log *slog.Lo
 	}
 	src := "link"
 	if a.Reply.IsRelay() {
-		src = "relay " + peer.Addr().String()
+		src = "relayed" // one budget: a relay's address is the sender's to make up
 	}
 	switch {
 	case ev.Node == "" && s.Newcomers != nil && (s.Known == nil || !s.Known(ev.Key())) && !s.Newcomers.Allow(src):

@@ -152,7 +152,7 @@ func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, sit
 			s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "check-in: "+err.Error())
 			return true
 		}
-		if !s.challengeBudget().Allow(status.Source(ev.IP)) {
+		if !s.challengeBudget().AllowSource(ev.IP) {
 			w.Header().Set("Retry-After", "10")
 			s.agentFail(w, http.StatusTooManyRequests, AgentThrottled, fmt.Sprintf("check-in: %s asked for too many TPM challenges (%d at once, then one per %s)", ev.IP, DefaultChallengeBurst, DefaultChallengeEvery))
 			return true

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -47,18 +48,78 @@ func (b *Budgets) now() time.Time {
 	return time.Now()
 }
 
+// AllowSource spends one token of src's budget. An IPv4 address has its
+// own; an IPv6 address spends from its own and from its /64's (LinkShare
+// times larger) at once, so one address of a link never takes more than
+// its own share and the rest of the /64 keeps what it leaves; anything
+// else (a name such as "link") is its own key.
+func (b *Budgets) AllowSource(src string) bool {
+	if b == nil {
+		return true
+	}
+	a, err := netip.ParseAddr(src)
+	switch {
+	case err != nil:
+		ok, _ := b.take(src, 1, b.now())
+		return ok
+	case a.Unmap().Is4():
+		ok, _ := b.take(a.Unmap().String(), 1, b.now())
+		return ok
+	}
+	p, _ := a.WithZone("").Prefix(64)
+	return b.takeAll(b.now(), share{a.WithZone("").String(), 1}, share{p.String(), LinkShare})
+}
+
+// share is a key and its scale.
+type share struct {
+	key   string
+	scale float64
+}
+
 // take is Allow at now that also says how many were refused since the
 // key was last allowed (0 when refused now).
 func (b *Budgets) take(key string, scale float64, now time.Time) (bool, int) {
 	if b == nil {
 		return true, 0
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := b.bucket(key, scale, now)
+	if k.tokens < 1 {
+		k.suppressed++
+		return false, 0
+	}
+	k.tokens--
+	n := k.suppressed
+	k.suppressed = 0
+	return true, n
+}
+
+// takeAll spends one token of every key, or of none when one has none.
+func (b *Budgets) takeAll(now time.Time, keys ...share) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ks := make([]*budget, len(keys))
+	for i, s := range keys {
+		ks[i] = b.bucket(s.key, s.scale, now)
+		if ks[i].tokens < 1 {
+			ks[i].suppressed++
+			return false
+		}
+	}
+	for _, k := range ks {
+		k.tokens--
+		k.suppressed = 0
+	}
+	return true
+}
+
+// bucket is key's bucket, refilled to now; b.mu is held.
+func (b *Budgets) bucket(key string, scale float64, now time.Time) *budget {
 	if scale <= 0 {
 		scale = 1
 	}
 	burst, every := float64(orDefault(b.Burst, 20))*scale, time.Duration(float64(orDefault(b.Every, time.Second))/scale)
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.keys == nil || len(b.keys) >= orDefault(b.MaxKeys, 65536) {
 		b.keys = map[string]*budget{}
 	}
@@ -71,12 +132,5 @@ func (b *Budgets) take(key string, scale float64, now time.Time) (bool, int) {
 		k.tokens = min(burst, k.tokens+float64(dt)/float64(every))
 		k.last = now
 	}
-	if k.tokens < 1 {
-		k.suppressed++
-		return false, 0
-	}
-	k.tokens--
-	n := k.suppressed
-	k.suppressed = 0
-	return true, n
+	return k
 }

@@ -1,7 +1,6 @@
 package status
 
 import (
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,31 +26,19 @@ type Newcomers struct {
 }
 
 // Allow spends one of src's newcomer tokens; false when it has none left.
-// A nil *Newcomers allows everything. An IPv6 source's budget is its /64's
-// (Prefix64): a machine on the link may take any address of it.
+// A nil *Newcomers allows everything. An IPv6 source spends from its own
+// budget and its /64's (Budgets.AllowSource): a machine on the link may
+// take any address of it, and one address cannot starve the others.
 func (n *Newcomers) Allow(src string) bool {
 	if n == nil {
 		return true
 	}
 	n.once.Do(func() { n.sources = &Budgets{Burst: n.Burst, Every: n.Every, MaxKeys: n.MaxSources, Now: n.Now} })
-	if !n.sources.Allow(Source(src)) {
+	if !n.sources.AllowSource(src) {
 		n.denied.Add(1)
 		return false
 	}
 	return true
-}
-
-// Source is what a budget per source keys an address by, and how many
-// addresses' worth it holds: an IPv6 address's /64 (Prefix64), shared by
-// LinkShare; an IPv4 address (IPv4-mapped too) alone.
-func Source(src string) (key string, scale float64) {
-	if p, ok := Prefix64(src); ok {
-		return p, LinkShare
-	}
-	if a, err := netip.ParseAddr(src); err == nil {
-		return a.Unmap().String(), 1 // IPv4 on a dual-stack socket
-	}
-	return src, 1
 }
 
 // Denied counts the newcomers turned away.
@@ -62,20 +49,7 @@ func (n *Newcomers) Denied() uint64 {
 	return n.denied.Load()
 }
 
-// LinkShare is how many addresses' budgets a whole link's is: an IPv6
-// /64, or a DHCP link or relay.
+// LinkShare is how many addresses' budgets an IPv6 /64's is: SLAAC and
+// privacy addresses let one machine use any address of its link's /64, so
+// a budget per address alone would bound nothing.
 const LinkShare = 50
-
-// Prefix64 is the /64 an IPv6 address is in ("2001:db8:1:2::/64"), what a
-// budget per source keys an IPv6 source by: SLAAC and privacy addresses
-// let one machine use any address of its link's /64, so a budget per
-// address would bound nothing. ok is false for IPv4 (IPv4-mapped too) and
-// for what is no address.
-func Prefix64(src string) (string, bool) {
-	a, err := netip.ParseAddr(src)
-	if err != nil || a.Unmap().Is4() {
-		return "", false
-	}
-	p, _ := a.WithZone("").Prefix(64)
-	return p.String(), true
-}

@@ -27,9 +27,21 @@ func TestNewcomersKeyIPv6ByTheSlash64(t *testing.T) {
 	if !n.Allow("2001:db8:0:2::1") || !n.Allow("198.18.0.1") || !n.Allow("198.18.0.1") || n.Allow("::ffff:198.18.0.1") {
 		t.Error("another /64 or an IPv4 address (2 each, IPv4-mapped the same) did not have its own budget")
 	}
-	for src, want := range map[string]string{"2001:db8:1:2:3:4:5:6": "2001:db8:1:2::/64", "fe80::1%eth0": "fe80::/64", "198.18.0.1": "", "::ffff:198.18.0.1": "", "relay 2001:db8::1": "", "link": ""} {
-		if got, _ := Prefix64(src); got != want {
-			t.Errorf("Prefix64(%q) = %q, want %q", src, got, want)
+	// Fair: one address spends only its own share; the rest of its /64
+	// keeps what it leaves.
+	n = &Newcomers{Burst: 2, Every: time.Hour, Now: func() time.Time { return now }}
+	flood := 0
+	for range 1000 {
+		if n.Allow("2001:db8:0:3::bad") {
+			flood++
+		}
+	}
+	if flood != 2 {
+		t.Errorf("one address of a /64 introduced %d newcomers, want its own 2", flood)
+	}
+	for i := range LinkShare - 1 {
+		if src := fmt.Sprintf("2001:db8:0:3::%x", i+1); !n.Allow(src) {
+			t.Fatalf("%s was refused after another address of its /64 flooded", src)
 		}
 	}
 }

@@ -364,6 +364,12 @@ func (p *Plan) Reserved(site, ip string) bool {
 	return p.idx().reservedIPs[site+"/"+ip]
 }
 
+// Registered says whether a node of the Plan has the MAC (normalised):
+// how the DHCP servers answer nodes first when unknown clients flood them.
+func (p *Plan) Registered(mac string) bool {
+	return mac != "" && p.idx().byMAC[mac] != nil
+}
+
 // HasSerialOnlyNodes reports whether a site has a node registered by serial
 // alone: such a node cannot be recognised before iPXE reports the serial, so
 // the DHCP server must answer machines it does not know.

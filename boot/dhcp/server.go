@@ -150,7 +150,8 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // loop reads packets and hands them to a worker per core: a reply costs
 // more than a read, and a burst of a thousand machines must not queue
-// behind one goroutine.
+// behind one goroutine. A registered node's packets take the first lane
+// (Lanes): a flood of unknown clients does not delay them.
 func (s *Server) loop(ctx context.Context, conn *net.UDPConn, port int) error {
 	log := s.Log
 	if log == nil {
@@ -164,13 +165,13 @@ func (s *Server) loop(ctx context.Context, conn *net.UDPConn, port int) error {
 	}
 	pool := sync.Pool{New: func() any { b := make([]byte, 1500); return &b }}
 	proxy := s.Config.Mode == plan.DHCPProxy
-	work := make(chan packet, 4096)
+	work := NewLanes[packet](4096)
 	var wg sync.WaitGroup
 	for range runtime.GOMAXPROCS(0) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for p := range work {
+			for p, ok := work.Next(); ok; p, ok = work.Next() {
 				s.answer(conn, port, p.buf, p.peer, log)
 				b := p.buf[:cap(p.buf)]
 				pool.Put(&b)
@@ -178,7 +179,7 @@ func (s *Server) loop(ctx context.Context, conn *net.UDPConn, port int) error {
 		}()
 	}
 	defer func() {
-		close(work)
+		work.Close()
 		wg.Wait()
 	}()
 	for {
@@ -194,9 +195,11 @@ func (s *Server) loop(ctx context.Context, conn *net.UDPConn, port int) error {
 			pool.Put(bp) // not a boot client: proxy mode has nothing for it
 			continue
 		}
-		select {
-		case work <- packet{(*bp)[:n], peer}:
-		default:
+		node := false
+		if p := s.Plans.Current(); p != nil {
+			node = p.Registered(ClientMAC((*bp)[:n]))
+		}
+		if !work.Put(packet{(*bp)[:n], peer}, node) {
 			// Full: drop it here rather than grow without bound; the
 			// client retransmits.
 			pool.Put(bp)

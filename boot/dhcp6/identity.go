@@ -149,3 +149,52 @@ func decide(p *plan.Plan, site string, c Client) (plan.Decision, string) {
 	m.UUID = c.UUIDs[0]
 	return p.Decide(site, m), m.UUID
 }
+
+// rawMACs are the Ethernet addresses a raw packet names its client by,
+// read without parsing it: a relay's client link-layer option, the
+// Client ID's DUID-LL or DUID-LLT, the sender's EUI-64 link-local address.
+// How the read loop sorts packets into lanes before any allocation; the
+// reply still decides by identify.
+func rawMACs(pkt []byte, peer netip.Addr) []string {
+	var out []string
+	add := func(hw []byte) {
+		if mac, ok := ethernet(net.HardwareAddr(hw)); ok {
+			out = append(out, mac)
+		}
+	}
+	for hops := 0; hops < 8 && len(pkt) > 0; hops++ {
+		relayed := pkt[0] == byte(dhcpv6.MessageTypeRelayForward)
+		opts, next := 4, []byte(nil)
+		if relayed {
+			opts = 34
+			if len(pkt) >= 34 {
+				if a, ok := netip.AddrFromSlice(pkt[18:34]); ok {
+					peer = a
+				}
+			}
+		}
+		for i := opts; i+4 <= len(pkt); {
+			code, n := int(pkt[i])<<8|int(pkt[i+1]), int(pkt[i+2])<<8|int(pkt[i+3])
+			v := pkt[i+4 : min(i+4+n, len(pkt))]
+			i += 4 + n
+			switch {
+			case relayed && code == int(dhcpv6.OptionClientLinkLayerAddr) && len(v) == 8 && v[0] == 0 && v[1] == 1:
+				add(v[2:])
+			case relayed && code == int(dhcpv6.OptionRelayMsg):
+				next = v
+			case !relayed && code == int(dhcpv6.OptionClientID) && len(v) == 14 && v[1] == 1 && v[3] == 1: // DUID-LLT, Ethernet
+				add(v[8:])
+			case !relayed && code == int(dhcpv6.OptionClientID) && len(v) == 10 && v[1] == 3 && v[3] == 1: // DUID-LL, Ethernet
+				add(v[4:])
+			}
+		}
+		if !relayed {
+			break
+		}
+		pkt = next
+	}
+	if mac, ok := MACFromLinkLocal(peer.WithZone("")); ok {
+		out = append(out, mac)
+	}
+	return out
+}

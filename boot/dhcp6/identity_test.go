@@ -3,6 +3,7 @@ package dhcp6
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
@@ -92,5 +93,50 @@ func TestIdentifyOrder(t *testing.T) {
 	c = identify(en, nil, netip.MustParseAddr("fe80::1234:5678:9abc:def0"))
 	if c.MAC != "" || c.Key != "duid:00020000ab110909" {
 		t.Errorf("duid-en: %+v", c)
+	}
+}
+
+// The read loop's raw reading finds every MAC identify would take the
+// client's from: a relay's option, a DUID-LL or DUID-LLT, an EUI-64 source.
+func TestRawMACs(t *testing.T) {
+	mac := func(b byte) net.HardwareAddr { return net.HardwareAddr{0x52, 0x54, 0, 0, 0, b} }
+	sol, err := dhcpv6.NewSolicit(mac(0x0d)) // DUID-LLT
+	if err != nil {
+		t.Fatal(err)
+	}
+	ll, _ := dhcpv6.NewMessage(dhcpv6.WithClientID(&dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: mac(0x0f)}))
+	uuid, _ := dhcpv6.NewMessage(dhcpv6.WithClientID(&dhcpv6.DUIDUUID{UUID: [16]byte{1}}))
+	relay, err := dhcpv6.EncapsulateRelay(uuid, dhcpv6.MessageTypeRelayForward, net.ParseIP("2001:db8::1"), net.ParseIP("fe80::5054:ff:fe00:11"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay.Options.Add(dhcpv6.OptClientLinkLayerAddress(iana.HWTypeEthernet, mac(0x10)))
+	twice, err := dhcpv6.EncapsulateRelay(relay, dhcpv6.MessageTypeRelayForward, net.ParseIP("2001:db8:1::1"), net.ParseIP("2001:db8::1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		pkt  dhcpv6.DHCPv6
+		peer string
+		want []string
+	}{
+		{"duid-llt", sol, "fe80::1234:5678:9abc:def0", []string{"52:54:00:00:00:0d"}},
+		{"duid-llt and eui-64", sol, "fe80::5054:ff:fe00:e", []string{"52:54:00:00:00:0d", "52:54:00:00:00:0e"}},
+		{"duid-ll", ll, "2001:db8::5", []string{"52:54:00:00:00:0f"}},
+		{"duid-uuid", uuid, "fe80::1234:5678:9abc:def0", nil},
+		{"relayed twice", twice, "2001:db8:1::1", []string{"52:54:00:00:00:10", "52:54:00:00:00:11"}},
+		{"cut short", dhcpv6.DHCPv6(nil), "fe80::1", nil},
+	} {
+		var b []byte
+		if c.pkt != nil {
+			b = c.pkt.ToBytes()
+		} else {
+			b = sol.ToBytes()[:7]
+		}
+		got := rawMACs(b, netip.MustParseAddr(c.peer))
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/dhcp"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
@@ -224,8 +225,10 @@ func (s *Server) repeat(ctx context.Context, conn *net.UDPConn, b []byte, dst ne
 }
 
 // loop reads packets and hands them to a worker per core, dropping what
-// does not fit the queue (the client retransmits). On the boot-service
-// port (bootService) Replies are repeated.
+// does not fit the queue (the client retransmits); a registered node's
+// packets take the first lane (dhcp.Lanes), so a flood of unknown clients
+// does not delay them. On the boot-service port (bootService) Replies are
+// repeated.
 func (s *Server) loop(ctx context.Context, conn *net.UDPConn, bootService bool) error {
 	log := s.log()
 	_ = conn.SetReadBuffer(8 << 20)
@@ -234,13 +237,13 @@ func (s *Server) loop(ctx context.Context, conn *net.UDPConn, bootService bool) 
 		peer netip.AddrPort
 	}
 	pool := sync.Pool{New: func() any { b := make([]byte, 1500); return &b }}
-	work := make(chan packet, 4096)
+	work := dhcp.NewLanes[packet](4096)
 	var wg sync.WaitGroup
 	for range runtime.GOMAXPROCS(0) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for p := range work {
+			for p, ok := work.Next(); ok; p, ok = work.Next() {
 				if ctx.Err() == nil { // stopping: what is queued goes unanswered
 					s.answer(ctx, conn, bootService, p.buf, p.peer, log)
 				}
@@ -250,7 +253,7 @@ func (s *Server) loop(ctx context.Context, conn *net.UDPConn, bootService bool) 
 		}()
 	}
 	defer func() {
-		close(work)
+		work.Close()
 		wg.Wait()
 	}()
 	for {
@@ -262,12 +265,25 @@ func (s *Server) loop(ctx context.Context, conn *net.UDPConn, bootService bool) 
 			}
 			return fmt.Errorf("dhcp6: read: %w", err)
 		}
-		select {
-		case work <- packet{(*bp)[:n], peer}:
-		default:
+		if !work.Put(packet{(*bp)[:n], peer}, s.registered((*bp)[:n], peer.Addr())) {
 			pool.Put(bp)
 		}
 	}
+}
+
+// registered says whether a raw packet comes from a node the plan knows
+// (by any MAC rawMACs finds).
+func (s *Server) registered(pkt []byte, peer netip.Addr) bool {
+	p := s.Plans.Current()
+	if p == nil {
+		return false
+	}
+	for _, mac := range rawMACs(pkt, peer) {
+		if p.Registered(mac) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) log() *slog.Logger {

@@ -239,9 +239,13 @@ func (o *object) identityClaims() []claim {
 }
 
 func (r *repo) checkSite(s *object) {
-	for _, k := range sortedKeys(s.v.get("env").stringMap()) {
+	env := s.v.get("env").stringMap()
+	for _, k := range sortedKeys(env) {
 		if !envName.MatchString(k) {
 			r.errorf(s.pos("env", k), "env."+k, "%q is not an environment variable name: letters, digits and '_', not starting with a digit", k)
+		}
+		if why := secretEnv(k, env[k]); why != "" {
+			r.errorf(s.pos("env", k), "env."+k, "%s, and a site's env is no place for a secret: the site overlay carries it to any machine on the LAN that asks, unauthenticated. Keep it out of env (the installed system can fetch it with credentials of its own)", why)
 		}
 	}
 	r.checkEKCAs(s)
@@ -622,6 +626,31 @@ func paramList(ps []string) string {
 
 // qcow2URL is an image URL naming a qcow2 file (compressed or not).
 var qcow2URL = regexp.MustCompile(`(?i)\.qcow2?(\.(gz|zst|xz))?([?#].*)?$`)
+
+// secretEnv says why an env variable looks like a secret ("" when it does
+// not): a name with a word that says so (DB_PASSWORD, API_TOKEN, SSH_KEY but
+// not SSH_PUBLIC_KEY), or a value that is a private key or an age secret.
+func secretEnv(name, value string) string {
+	words := strings.Split(strings.ToUpper(name), "_")
+	public := slices.Contains(words, "PUBLIC") || slices.Contains(words, "PUB")
+	for i, w := range words {
+		switch w {
+		case "PASSWORD", "PASSWD", "PASS", "SECRET", "SECRETS", "TOKEN", "PRIVATE", "CREDENTIAL", "CREDENTIALS", "APIKEY", "PSK":
+			return fmt.Sprintf("its name says it is a secret (%s)", w)
+		case "KEY":
+			if i == len(words)-1 && !public {
+				return "its name says it is a secret (a KEY that is not PUBLIC)"
+			}
+		}
+	}
+	switch {
+	case strings.Contains(value, "-----BEGIN") && strings.Contains(value, "PRIVATE KEY"):
+		return "its value is a private key"
+	case strings.Contains(value, "AGE-SECRET-KEY-"), strings.Contains(value, "-----BEGIN AGE ENCRYPTED FILE"):
+		return "its value is an age secret"
+	}
+	return ""
+}
 
 // envName is a POSIX shell's variable name.
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -44,6 +44,7 @@ var jsonSchemaCannot = map[string]string{
 	"bad-qcow2":                 "a URL's file type (a pattern would have to forbid a suffix)",
 	"bad-https-boot":            "a field allowed by another field's value (the generated schema has no if/then)",
 	"bad-env-name":              "the names of a map's keys",
+	"bad-env-secret":            "words of a map's keys, private keys in its values",
 	// Not YAML documents a JSON Schema sees.
 	"cue-conflict":          "CUE evaluation",
 	"cue-field-not-allowed": "CUE evaluation",

@@ -164,9 +164,20 @@ func httpsListener(cfg HTTPConfig, addr, stateDir string, guard *bhttp.Guard) (n
 	if err != nil {
 		return nil, fmt.Errorf("--https-addr %s: %w", addr, err)
 	}
+	cfgTLS := trust.ServerTLS(pair)
+	// Operators' client certificates: of the site CA, asked for only by
+	// a client that offers trust.OperatorALPN (never a machine's).
+	if b, err := os.ReadFile(filepath.Join(dir, trust.CAFile)); err == nil {
+		cas, err := trust.PoolFromPEM(string(b))
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, trust.CAFile), err)
+		}
+		cfgTLS = trust.OperatorTLS(cfgTLS, cas)
+	}
 	// The guard counts the TCP connections; TLS goes over them, so that
 	// a request still carries its TLS state (a check-in by identity).
-	return tls.NewListener(guard.Listener(ln), trust.ServerTLS(pair)), nil
+	return tls.NewListener(guard.Listener(ln), cfgTLS), nil
 }
 
 // httpsPortServed says an --https-addr listener is on port.

@@ -18,9 +18,10 @@ var (
 	storeDown   = fail(503, "The status or session store could not write: nothing was acknowledged.")
 	unknownPlan = fail(404, "No such thing in the plan served.")
 	needUIToken = fail(401, "The operator token is missing or wrong.")
-	// reads are the status API's credentials: an operator's token or the
-	// dashboard's cookie; none only with serve --open-reads.
-	reads    = []string{"", "operatorToken", "operatorCookie"}
+	// reads are the status API's credentials: an operator's token, the
+	// dashboard's cookie or an operator's certificate; none only with
+	// serve --open-reads.
+	reads    = []string{"", "operatorToken", "operatorCookie", "operatorCertificate"}
 	needRead = []resp{fail(401, "No operator credential: reads need the read role (unless serve --open-reads); a hub's view needs its token."),
 		fail(403, "The credential is no operator's, or its role is not enough.")}
 )
@@ -178,18 +179,18 @@ var ops = []op{
 		params:   []param{pathP("site", "The site."), pathP("node", "The node.")},
 		resps:    append(powerResps(), needRead...)},
 	{method: "post", path: "/api/v1/power/{site}/{node}", id: "setPower", tag: "power",
-		summary: "Power a node on, off or cycle it", security: []string{"uiToken"},
+		summary: "Power a node on, off or cycle it", security: []string{"uiToken", "operatorCertificate"},
 		params: []param{pathP("site", "The site."), pathP("node", "The node.")},
 		body:   jsonBody(obj("type", "object", "required", []string{"action"}, "properties", obj("action", enum("on", "off", "cycle")))),
 		resps:  append(powerResps(), needUIToken)},
 	{method: "post", path: "/api/v1/boot-device/{site}/{node}", id: "setBootDevice", tag: "power",
-		summary: "Set a node's next boot device", security: []string{"uiToken"},
+		summary: "Set a node's next boot device", security: []string{"uiToken", "operatorCertificate"},
 		params: []param{pathP("site", "The site."), pathP("node", "The node.")},
 		body:   jsonBody(obj("type", "object", "required", []string{"device"}, "properties", obj("device", enum("pxe", "disk"), "once", obj("type", "boolean")))),
 		resps:  append(powerResps(), needUIToken)},
 	{method: "post", path: "/api/v1/sync", id: "sync", tag: "gitops",
 		summary: "Look at the source now", desc: "What the dashboard's sync button does: the daemon fetches its Git source at once.",
-		security: []string{"uiToken"},
+		security: []string{"uiToken", "operatorCertificate"},
 		resps: []resp{text(202, "The daemon is fetching the source."), needUIToken,
 			fail(403, "The credential's role is not operate, or (a hub) the dashboard is read-only.")}},
 	{method: "post", path: "/hooks/git", id: "gitWebhook", tag: "gitops",

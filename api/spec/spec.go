@@ -21,6 +21,8 @@ var securitySchemes = obj(
 		"description", "An operator token with the read role or more (bootops serve --operators-file, --ui-token-file, or the state folder's operator-token): the status, timelines, delivery record, power as last polled and the dashboard's stream. Without one these are answered only by a daemon started with --open-reads."),
 	"operatorCookie", obj("type", "apiKey", "in", "cookie", "name", "bootops-token",
 		"description", "The operator token as POST /api/v1/login keeps it for the dashboard: taken for reads (GET) only."),
+	"operatorCertificate", obj("type", "mutualTLS",
+		"description", "An operator's client certificate of the site CA (bootops ca operator NAME --role read|operate), over HTTPS: the listener asks for it only when the client offers the TLS application protocol bootops-operator. Its role gives what a token of that role does; a revoked SERIAL line in --operators-file ends it."),
 	"agentBoot", obj("type", "http", "scheme", "bearer",
 		"description", "The one-use boot token of the served iPXE script (bootops.token= on the Micro-OS's kernel line), bound to the node or machine: spent by the check-in."),
 	"agentSession", obj("type", "http", "scheme", "bearer",

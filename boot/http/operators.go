@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/bootops/bootops/trust"
 )
 
 // Role is what an operator's credential allows on the daemon's API.
@@ -45,6 +47,9 @@ const TokenCookie = "bootops-token"
 // an answer.
 type Operators struct {
 	tokens []operator
+	// revoked are operator certificates' serial numbers (hex, lower
+	// case) no longer taken.
+	revoked map[string]bool
 }
 
 type operator struct {
@@ -57,8 +62,10 @@ type operator struct {
 const MinTokenLen = 16
 
 // ParseOperators reads an operators file: one operator a line, "ROLE
-// TOKEN [NAME]" (ROLE read or operate), '#' comments and blank lines
-// skipped. name is the file's, for errors ("file:line: …").
+// TOKEN [NAME]" (ROLE read or operate), or "revoked SERIAL [NAME]" for an
+// operator certificate no longer taken (its serial number in hex, as
+// `bootops ca operator` prints it); '#' comments and blank lines skipped.
+// name is the file's, for errors ("file:line: …").
 func ParseOperators(name, text string) (*Operators, error) {
 	o := &Operators{}
 	sc := bufio.NewScanner(strings.NewReader(text))
@@ -69,6 +76,19 @@ func ParseOperators(name, text string) (*Operators, error) {
 		}
 		var role Role
 		switch f[0] {
+		case "revoked":
+			sn := ""
+			if len(f) >= 2 {
+				sn = strings.ToLower(strings.TrimPrefix(strings.ReplaceAll(f[1], ":", ""), "0x"))
+			}
+			if len(f) > 3 || sn == "" || strings.Trim(sn, "0123456789abcdef") != "" {
+				return nil, fmt.Errorf("%s:%d: want revoked SERIAL [NAME], SERIAL a certificate's serial number in hex", name, line)
+			}
+			if o.revoked == nil {
+				o.revoked = map[string]bool{}
+			}
+			o.revoked[strings.TrimLeft(sn, "0")] = true
+			continue
 		case "read":
 			role = RoleRead
 		case "operate":
@@ -103,9 +123,13 @@ func (o *Operators) Add(name, token string, role Role) {
 func (o *Operators) Len() int { return len(o.tokens) }
 
 // RoleOf is the role the request's credential gives, and who it is: its
-// bearer token, or for a GET the dashboard's cookie. Every token is
-// compared, whichever matches.
+// operator certificate of the site CA (verified by the TLS handshake,
+// not revoked), its bearer token, or for a GET the dashboard's cookie.
+// Every token is compared, whichever matches.
 func (o *Operators) RoleOf(r *http.Request) (Role, string) {
+	if role, who := o.certRole(r); role != RoleNone {
+		return role, who
+	}
 	tok := bearer(r)
 	if tok == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		if c, err := r.Cookie(TokenCookie); err == nil {
@@ -123,6 +147,25 @@ func (o *Operators) RoleOf(r *http.Request) (Role, string) {
 		}
 	}
 	return role, who
+}
+
+// certRole is the role of the request's operator certificate: RoleNone
+// without one (a machine's handshake, plain HTTP), or when revoked.
+func (o *Operators) certRole(r *http.Request) (Role, string) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.PeerCertificates) == 0 {
+		return RoleNone, ""
+	}
+	role, name, sn, ok := trust.Operator(r.TLS.PeerCertificates[0])
+	if !ok || o != nil && o.revoked[strings.TrimLeft(sn, "0")] {
+		return RoleNone, ""
+	}
+	switch role {
+	case "read":
+		return RoleRead, "certificate " + name
+	case "operate":
+		return RoleOperate, "certificate " + name
+	}
+	return RoleNone, ""
 }
 
 // Needs wraps h: a request whose credential gives less than role gets 401

@@ -127,7 +127,10 @@ func (d powerFlags) token(e *env) (string, error) {
 		if t := readToken(e.getenv); t != "" {
 			return t, nil
 		}
-		return "", usagef("on, off, cycle and boot-device need an operator token with the operate role: --token-file F (serve's --operators-file or --ui-token-file, or %s) or BOOTOPS_TOKEN", defaultTokenFile)
+		if e.getenv("BOOTOPS_CERT") != "" {
+			return "", nil // an operator's certificate instead
+		}
+		return "", usagef("on, off, cycle and boot-device need an operator token with the operate role: --token-file F (serve's --operators-file or --ui-token-file, or %s) or BOOTOPS_TOKEN, or over HTTPS an operator's certificate (BOOTOPS_CERT, BOOTOPS_KEY)", defaultTokenFile)
 	}
 	return readSecret(*d.tokenFile, "--token-file")
 }
@@ -162,7 +165,11 @@ func callPower(ctx context.Context, method, url, token string, body any, out *po
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client, err := apiClient(envOf(ctx), 0)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("the daemon did not answer in time: %w", err)

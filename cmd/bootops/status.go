@@ -16,6 +16,7 @@ import (
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/reconciler"
+	"github.com/bootops/bootops/trust"
 )
 
 func statusCmd() *command {
@@ -179,7 +180,11 @@ func get(ctx context.Context, url string) ([]byte, error) {
 	if t := readToken(envOf(ctx)); t != "" {
 		req.Header.Set("Authorization", "Bearer "+t)
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	client, err := apiClient(envOf(ctx), 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +195,7 @@ func get(ctx context.Context, url string) ([]byte, error) {
 	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		why, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
-		return nil, credentialRefused{fmt.Errorf("%s: %.300s (set BOOTOPS_TOKEN, or BOOTOPS_TOKEN_FILE to a file holding the token; on the daemon's machine %s is read by default)",
+		return nil, credentialRefused{fmt.Errorf("%s: %.300s (set BOOTOPS_TOKEN, or BOOTOPS_TOKEN_FILE to a file holding the token, or over HTTPS BOOTOPS_CERT and BOOTOPS_KEY to an operator's certificate; on the daemon's machine %s is read by default)",
 			resp.Status, status.Printable(why), defaultTokenFile)}
 	}
 	if resp.StatusCode != http.StatusOK {
@@ -228,6 +233,22 @@ func noAnswer(server string, err error) error {
 // defaultTokenFile is the operator token serve makes in its default state
 // folder (--state-dir).
 const defaultTokenFile = "/var/lib/bootops/operator-token"
+
+// apiClient is the HTTP client of the daemon's API: over HTTPS, the site
+// CA in $BOOTOPS_CA verifies the server (else the system's roots), and an
+// operator's certificate of the site CA ($BOOTOPS_CERT, $BOOTOPS_KEY;
+// `bootops ca operator` makes one) is presented when given.
+func apiClient(getenv func(string) string, timeout time.Duration) (*http.Client, error) {
+	cert, key, ca := getenv("BOOTOPS_CERT"), getenv("BOOTOPS_KEY"), getenv("BOOTOPS_CA")
+	if cert == "" && key == "" && ca == "" {
+		return &http.Client{Timeout: timeout}, nil
+	}
+	cfg, err := trust.ClientTLS(cert, key, ca)
+	if err != nil {
+		return nil, usagef("BOOTOPS_CERT, BOOTOPS_KEY, BOOTOPS_CA: %v", err)
+	}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: cfg, Proxy: http.ProxyFromEnvironment}}, nil
+}
 
 // readToken is the operator's token for the daemon's API: $BOOTOPS_TOKEN,
 // else the file $BOOTOPS_TOKEN_FILE names, else the default state

@@ -61,7 +61,9 @@ test: go-check lab-deps
 	$(GO) vet -tags package ./test/package
 	$(GO) vet -tags swtpm ./tpm
 	$(GO) vet -tags e2e ./boot/dhcp6
+	$(GO) vet -tags ipmi ./daemon
 	$(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
+	$(GO) test -count=1 -race -tags ipmi -timeout 10m -run IPMI ./daemon
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -E '^github.com/bootops/bootops/(agent|boot|daemon|hub|power|reconciler|swarm)(/|$$)')
 	$(GO) test -count=1 -tags browser -timeout 20m ./test/browser
 	$(GO) test -count=1 -tags swtpm -timeout 10m -run Swtpm ./tpm

@@ -233,7 +233,12 @@ func TestRolloutController(t *testing.T) {
 // wants does not make a node that installed nothing healthy (the rollout
 // goes on waiting for it).
 func TestForgedReportsDecideNothing(t *testing.T) {
-	f := newFleet(t)
+	forgeReports(t, newFleet(t))
+}
+
+// forgeReports is TestForgedReportsDecideNothing on a fleet: with fake
+// BMCs, or IPMI ones (TestForgedReportsIPMI).
+func forgeReports(t *testing.T, f *fleet) {
 	secret := boot.Secret(strings.Repeat("k", 32))
 	srv := &bhttp.Server{Plans: f.live, Events: f.store, Status: f.store, Store: f.store, Secret: secret}
 	h := srv.Handler()

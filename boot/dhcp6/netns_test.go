@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -18,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/insomniacslk/dhcp/dhcpv6"
+	"github.com/insomniacslk/dhcp/iana"
 	"golang.org/x/sys/unix"
 
 	"github.com/bootops/bootops/boot"
@@ -605,4 +608,133 @@ func (r *recorder) find(ip string) (status.Event, bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return status.Event{}, false
+}
+
+// Finding 4 of the authority issue with a real client: while a host on the
+// link floods the server with Requests from made-up DUIDs, each naming a
+// pool address it was never offered (with the server's own identifier, as
+// an attacker that saw one Advertise sends them), dhcpcd still binds, and
+// the pool leases nothing but dhcpcd's address.
+func TestDhcpcdDuringARequestFlood(t *testing.T) {
+	needs(t, "ip", "iproute2", "dhcpcd", "dhcpcd-base")
+	start := time.Now()
+	l := newLab(t, "df", "addr_gen_mode=3")
+	d := newDhcpcd(t, l)
+	cfg := l.cfg
+	pool := &Pool{Path: l.leases}
+	cfg.Leases = pool
+	stop := serveIn(t, l.srv, &Server{Plans: l.plans, Site: "lab", Config: cfg, Interface: "vsrv", Events: l.events,
+		Log: slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	defer stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	type result struct {
+		sent, replies, leased int
+		err                   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		r.sent, r.replies, r.leased, r.err = requestFlood(ctx, l.cli, cfg, 20000)
+		done <- r
+	}()
+	time.Sleep(time.Second) // the flood is on
+	began := time.Now()
+	d.start()
+	bound := d.wait("bound", func(r map[string]string) bool { return r["reason"] == "BOUND6" })
+	t.Logf("figure: dhcpcd bound to %s in %v during the flood", bound[d6addr], time.Since(began).Round(10*time.Millisecond))
+	cancel()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Logf("figure: the flood sent %d Requests, got %d Replies, %d of them with an address", r.sent, r.replies, r.leased)
+	if r.sent < 100 || r.replies == 0 {
+		t.Fatalf("the flood sent %d and got %d Replies: it did not reach the server", r.sent, r.replies)
+	}
+	if r.leased != 0 {
+		t.Errorf("%d made-up clients were leased an address they were never offered", r.leased)
+	}
+	if n := pool.Leases(); n != 1 {
+		t.Errorf("the pool holds %d leases after the flood, want dhcpcd's one", n)
+	}
+	if lf := leaseOf(t, l.leases, cliMAC); lf.IP.String() != bound[d6addr] {
+		t.Errorf("dhcpcd's lease in the file: %+v, want %s", lf, bound[d6addr])
+	}
+	d.stop()
+	t.Logf("TestDhcpcdDuringARequestFlood: %s", time.Since(start).Round(time.Second))
+}
+
+// requestFlood sends, from network namespace ns, up to n Requests of
+// made-up DUID-LL clients to All_DHCP_Relay_Agents_and_Servers on vcli,
+// each naming the next address of cfg's pool, until ctx ends; it counts
+// the Replies, and those that lease an address.
+func requestFlood(ctx context.Context, ns string, cfg Config, n int) (sent, replies, leased int, err error) {
+	runtime.LockOSThread() // the thread stays in ns and ends with its goroutine
+	f, err := os.Open("/run/netns/" + ns)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer f.Close()
+	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+		return 0, 0, 0, err
+	}
+	conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6unspecified, Zone: "vcli"})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer conn.Close()
+	dst := &net.UDPAddr{IP: net.ParseIP("ff02::1:2"), Port: 547, Zone: "vcli"}
+	var mu sync.Mutex
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		buf := make([]byte, 1500)
+		for {
+			conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+			m, _, err := conn.ReadFromUDP(buf)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				continue
+			}
+			msg, err := dhcpv6.MessageFromBytes(buf[:m])
+			if err != nil || msg.Type() != dhcpv6.MessageTypeReply {
+				continue
+			}
+			mu.Lock()
+			replies++
+			if ia := msg.Options.OneIANA(); ia != nil {
+				if a := ia.Options.OneAddress(); a != nil && a.ValidLifetime > 0 {
+					leased++
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	sid := NewServerID(net.HardwareAddr{0x52, 0x54, 0, 0xd6, 0, 1})
+	size := rangeSize(dhcp.Range{First: cfg.PoolFirst, Last: cfg.PoolLast})
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		mac := net.HardwareAddr{0x52, 0x54, 0xaa, byte(i >> 16), byte(i >> 8), byte(i)}
+		want := addOffset(cfg.PoolFirst, uint64(i)%size)
+		msg, err := dhcpv6.NewMessage(dhcpv6.WithClientID(&dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: mac}),
+			dhcpv6.WithServerID(sid), dhcpv6.WithIANA(dhcpv6.OptIAAddress{IPv6Addr: want.AsSlice(), PreferredLifetime: time.Hour, ValidLifetime: time.Hour}))
+		if err != nil {
+			return sent, 0, 0, err
+		}
+		msg.MessageType = dhcpv6.MessageTypeRequest
+		if _, err := conn.WriteToUDP(msg.ToBytes(), dst); err == nil {
+			sent++
+		}
+		if i%200 == 199 {
+			time.Sleep(20 * time.Millisecond) // about 10,000 a second at most
+		}
+	}
+	<-ctx.Done()
+	<-readDone
+	mu.Lock()
+	defer mu.Unlock()
+	return sent, replies, leased, nil
 }

@@ -279,7 +279,7 @@ func (d *daemon) serveHTTP(ctx context.Context, g *errgroup.Group) (string, erro
 	}
 	d.boot.httpAddr = strings.Join(addrs, ",")
 	if cfg.PprofAddr != "" {
-		if err := ServePprof(ctx, g, cfg.PprofAddr, srv.Guard); err != nil {
+		if err := ServePprof(ctx, g, cfg.PprofAddr, srv.Guard, nil); err != nil {
 			return "", err
 		}
 	}

@@ -223,7 +223,7 @@ var PprofRoutes = map[string]http.Handler{
 
 // ServePprof serves Go's profiles on addr (serve --pprof-addr) until ctx
 // ends: what the benchmarks profile the daemon with.
-func ServePprof(ctx context.Context, g *errgroup.Group, addr string, guard *bhttp.Guard) error {
+func ServePprof(ctx context.Context, g *errgroup.Group, addr string, guard *bhttp.Guard, wrap func(http.Handler) http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--pprof-addr: %w", err)
@@ -232,8 +232,12 @@ func ServePprof(ctx context.Context, g *errgroup.Group, addr string, guard *bhtt
 	for pattern, h := range PprofRoutes {
 		mux.Handle(pattern, h)
 	}
+	var h http.Handler = mux
+	if wrap != nil {
+		h = wrap(h) // a credential, say
+	}
 	// A profile or a trace takes as long as it was asked to.
-	serveUntil(ctx, g, ln, bhttp.Streaming(mux), guard)
+	serveUntil(ctx, g, ln, bhttp.Streaming(h), guard)
 	return nil
 }
 

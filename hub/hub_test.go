@@ -2,11 +2,13 @@ package hub
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/test/fleet"
+	"github.com/bootops/bootops/trust"
 )
 
 func freePort(t testing.TB) string {
@@ -84,6 +87,11 @@ func startCluster(ctx context.Context, dir string, n int, sites map[string]strin
 		}
 		if n > 1 {
 			cfg.ClusterListen = routes[i]
+			tlsCfg, err := routeTLS(dir, name)
+			if err != nil {
+				return nil, err
+			}
+			cfg.ClusterTLS = tlsCfg
 			for j := range n {
 				if j != i {
 					cfg.Routes = append(cfg.Routes, "nats://"+routes[j])
@@ -106,6 +114,29 @@ func startCluster(ctx context.Context, dir string, n int, sites map[string]strin
 		return nil, err
 	}
 	return nodes, nil
+}
+
+// routeTLS is server name's route TLS, of a hub CA in dir (made at the
+// first call).
+func routeTLS(dir, name string) (*tls.Config, error) {
+	caDir := filepath.Join(dir, "hub-ca")
+	if _, err := os.Stat(filepath.Join(caDir, trust.CAFile)); err != nil {
+		if err := trust.InitCA(caDir, trust.CAOptions{Hosts: []string{"127.0.0.1"}}); err != nil {
+			return nil, err
+		}
+	}
+	cert, key, err := trust.IssueRoute(caDir, name, []string{"127.0.0.1"}, 1, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	cf, kf := filepath.Join(caDir, name+".pem"), filepath.Join(caDir, name+"-key.pem")
+	if err := os.WriteFile(cf, cert, 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(kf, key, 0o600); err != nil {
+		return nil, err
+	}
+	return trust.RouteTLS(cf, kf, filepath.Join(caDir, trust.CAFile))
 }
 
 // proxy stands between a site and the hub's servers: cut drops every
@@ -339,6 +370,7 @@ func TestHubFleet(t *testing.T) {
 	pubs, kps := siteKeys(t, append(names, "west")...)
 	const dedup = 5 * time.Second
 	hubs := cluster(t, ctx, 3, pubs, func(c *Config) { c.Dedup = dedup })
+	rogueRoutes(t, hubs[0])
 	var urls []string
 	for _, h := range hubs {
 		urls = append(urls, h.cfg.Listen)

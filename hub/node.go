@@ -34,6 +34,10 @@ type Config struct {
 	// route address and the others' (nats://host:port). Empty: one server.
 	ClusterListen string
 	Routes        []string
+	// ClusterTLS is the routes' mutual TLS (trust.RouteTLS): required
+	// with ClusterListen. A server without a route certificate of the
+	// hub's CA cannot join, read or write anything.
+	ClusterTLS *tls.Config
 	// Replicas of the stream: 1, or 3 in a 3-server cluster.
 	Replicas int
 	// StoreDir is where JetStream keeps the stream.
@@ -223,7 +227,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("hub: cluster listen %q: %w", cfg.ClusterListen, err)
 		}
-		opts.Cluster = server.ClusterOpts{Name: "bootops-hub", Host: ch, Port: cp}
+		if cfg.ClusterTLS == nil {
+			return nil, fmt.Errorf("hub: a cluster's routes need their TLS: route certificates of the hub's CA (bootops ca route)")
+		}
+		opts.Cluster = server.ClusterOpts{Name: "bootops-hub", Host: ch, Port: cp, TLSConfig: cfg.ClusterTLS, TLSTimeout: 5}
 		for _, r := range cfg.Routes {
 			u, err := url.Parse(r)
 			if err != nil {

@@ -17,7 +17,7 @@ func caCmd() *command {
 	c := &command{
 		name:    "ca",
 		summary: "Make the site's CA, the boot server's TLS certificate and the overlay signing key; issue operators' client certificates.",
-		usage:   "init --host ADDR[,NAME…] [--state-dir DIR] [--force] | operator NAME --role read|operate [--days N] [--out DIR] [--state-dir DIR]",
+		usage:   "init --host ADDR[,NAME…] [--state-dir DIR] [--force] | operator NAME --role read|operate [--days N] [--out DIR] [--state-dir DIR] | route NAME --host ADDR[,NAME…] [--days N] [--out DIR] [--state-dir DIR]",
 		example: "  bootops ca init --host 198.18.0.1 --state-dir /var/lib/bootops\n" +
 			"  # writes /var/lib/bootops/tls/: ca.pem, server.pem and overlay.pub (give these out),\n" +
 			"  # ca-key.pem, server-key.pem and overlay.key (mode 0600, never served, never in Git);\n" +
@@ -27,16 +27,19 @@ func caCmd() *command {
 			"  # writes ./alice.pem and ./alice-key.pem (0600), a client certificate of the site CA; then\n" +
 			"  BOOTOPS_CERT=alice.pem BOOTOPS_KEY=alice-key.pem BOOTOPS_CA=/var/lib/bootops/tls/ca.pem \\\n" +
 			"    bootops status --server https://198.18.0.1:8443\n" +
-			"  # revoke it early with a line 'revoked SERIAL alice' in serve's --operators-file",
+			"  # revoke it early with a line 'revoked SERIAL alice' in serve's --operators-file\n" +
+			"  bootops ca route h1 --host h1.example.net --state-dir /var/lib/bootops-hub --out .\n" +
+			"  # a hub server's cluster certificate (./h1.pem, ./h1-key.pem): bootops hub --cluster-cert h1.pem\n" +
+			"  #   --cluster-key h1-key.pem --cluster-ca /var/lib/bootops-hub/tls/ca.pem; one per server, one CA",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		hosts := fs.String("host", "", "init: comma-separated IP addresses and DNS names the agents reach the boot server by (the site's serverAddress)")
+		hosts := fs.String("host", "", "init: comma-separated IP addresses and DNS names the agents reach the boot server by (the site's serverAddress); route: those the other hub servers reach this one by")
 		stateDir := fs.String("state-dir", "/var/lib/bootops", "bootops serve's state folder: the CA is in its tls/ folder")
 		force := fs.Bool("force", false, "init: replace an existing CA (every Micro-OS built with the old one must be rebuilt)")
 		role := fs.String("role", "", "operator: read (status, timelines, inventory) or operate (also power, boot device, fetch now)")
-		days := fs.Int("days", 90, "operator: how many days the certificate is valid")
-		out := fs.String("out", ".", "operator: the folder for NAME.pem and NAME-key.pem")
+		days := fs.Int("days", 0, "operator, route: how many days the certificate is valid (default 90 for an operator, 825 for a route)")
+		out := fs.String("out", ".", "operator, route: the folder for NAME.pem and NAME-key.pem")
 		pos, err := parse(fs, e, args)
 		if err != nil {
 			return err
@@ -44,7 +47,7 @@ func caCmd() *command {
 		dir := filepath.Join(*stateDir, "tls")
 		switch {
 		case len(pos) == 0:
-			return usagef("missing subcommand: want 'bootops ca init' or 'bootops ca operator NAME'")
+			return usagef("missing subcommand: want 'bootops ca init', 'bootops ca operator NAME' or 'bootops ca route NAME'")
 		case pos[0] == "operator":
 			if len(pos) != 2 {
 				return usagef("want 'bootops ca operator NAME --role read|operate'")
@@ -52,9 +55,21 @@ func caCmd() *command {
 			if *role == "" {
 				return usagef("--role is required: read or operate")
 			}
-			return issueOperator(e, dir, pos[1], *role, *days, *out)
+			return writeIssued(e, pos[1], *out, "operator "+pos[1]+", role "+*role, func() ([]byte, []byte, error) {
+				return trust.IssueOperator(dir, pos[1], *role, orInt(*days, 90), time.Now())
+			})
+		case pos[0] == "route":
+			if len(pos) != 2 {
+				return usagef("want 'bootops ca route NAME --host ADDR'")
+			}
+			if *hosts == "" {
+				return usagef("--host is required: the addresses or names the other hub servers' --routes reach this one by")
+			}
+			return writeIssued(e, pos[1], *out, "hub server "+pos[1]+"'s route certificate", func() ([]byte, []byte, error) {
+				return trust.IssueRoute(dir, pos[1], strings.Split(*hosts, ","), orInt(*days, 825), time.Now())
+			})
 		case pos[0] != "init" || len(pos) > 1:
-			return usagef("unknown subcommand %q: want 'init' or 'operator NAME'", strings.Join(pos, " "))
+			return usagef("unknown subcommand %q: want 'init', 'operator NAME' or 'route NAME'", strings.Join(pos, " "))
 		case *hosts == "":
 			return usagef("--host is required: the address the nodes reach the boot server by (the site's network.serverAddress)")
 		}
@@ -68,10 +83,10 @@ func caCmd() *command {
 	return c
 }
 
-// issueOperator writes an operator's certificate and key, refusing to
-// replace either.
-func issueOperator(e *env, caDir, name, role string, days int, out string) error {
-	cert, key, err := trust.IssueOperator(caDir, name, role, days, time.Now())
+// writeIssued writes what issue makes, NAME.pem and NAME-key.pem (0600)
+// in out, refusing to replace either, and says what it wrote.
+func writeIssued(e *env, name, out, what string, issue func() (cert, key []byte, err error)) error {
+	cert, key, err := issue()
 	if err != nil {
 		return err
 	}
@@ -92,7 +107,15 @@ func issueOperator(e *env, caDir, name, role string, days int, out string) error
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "wrote %s and %s (0600): operator %s, role %s, serial %s, valid until %s\n",
-		certFile, keyFile, name, role, c.SerialNumber.Text(16), c.NotAfter.UTC().Format(time.RFC3339))
+	fmt.Fprintf(e.stdout, "wrote %s and %s (0600): %s, serial %s, valid until %s\n",
+		certFile, keyFile, what, c.SerialNumber.Text(16), c.NotAfter.UTC().Format(time.RFC3339))
 	return nil
+}
+
+// orInt is n, or def when n is 0.
+func orInt(n, def int) int {
+	if n == 0 {
+		return def
+	}
+	return n
 }

@@ -36,7 +36,7 @@ func hubCmd() *command {
 	c := &command{
 		name:    "hub",
 		summary: "Run a hub server: every site daemon's events, over NATS JetStream, in one read-only view (status API, logs, dashboard); or register a site with it.",
-		usage:   "--sites-dir D --store D --tls-cert F --tls-key F [--name N] [--nats-addr A] [--http-addr A --view-token-file F] [--cluster-addr A --routes URL,… --replicas 3] [limits]  |  add-site NAME --sites-dir D -o SEED",
+		usage:   "--sites-dir D --store D --tls-cert F --tls-key F [--name N] [--nats-addr A] [--http-addr A --view-token-file F] [--cluster-addr A --routes URL,… --replicas 3 --cluster-cert F --cluster-key F --cluster-ca F] [limits]  |  add-site NAME --sites-dir D -o SEED",
 		example: "  bootops hub --sites-dir /etc/bootops-hub/sites --store /var/lib/bootops-hub/js \\\n" +
 			"      --tls-cert /var/lib/bootops-hub/tls/server.pem --tls-key /var/lib/bootops-hub/tls/server-key.pem \\\n" +
 			"      --nats-addr :4222 --http-addr :8090 --view-token-file /etc/bootops-hub/view-token\n" +
@@ -47,7 +47,9 @@ func hubCmd() *command {
 			"  #   copy store-0042.seed (mode 0600) and /var/lib/bootops-hub/tls/ca.pem to the site; then there:\n" +
 			"  #   bootops serve … --site store-0042 --hub nats://hub.example.net:4222 --hub-seed store-0042.seed --hub-ca ca.pem\n" +
 			"  bootops status --server http://hub.example.net:8090      # every site's nodes (the view's token in $BOOTOPS_TOKEN)\n" +
-			"  # three servers: --name h1 --cluster-addr :6222 --routes nats://h2:6222,nats://h3:6222 --replicas 3",
+			"  # three servers, each with its route certificate (bootops ca route h1 --host h1.example.net …):\n" +
+			"  #   --name h1 --cluster-addr h1.example.net:6222 --routes nats://h2.example.net:6222,nats://h3.example.net:6222 --replicas 3 \\\n" +
+			"  #   --cluster-cert h1.pem --cluster-key h1-key.pem --cluster-ca /var/lib/bootops-hub/tls/ca.pem",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
@@ -65,7 +67,10 @@ func hubCmd() *command {
 		sitesDir := fs.String("sites-dir", "", "folder of the sites allowed in: NAME.pub, each a site's nkey public key (add-site writes them)")
 		tlsCert := fs.String("tls-cert", "", "PEM certificate of the NATS listener (bootops ca init's server.pem)")
 		tlsKey := fs.String("tls-key", "", "its private key, mode 0600")
-		clusterAddr := fs.String("cluster-addr", "", "route address for a 3-server cluster (e.g. :6222)")
+		clusterAddr := fs.String("cluster-addr", "", "route address for a 3-server cluster (e.g. :6222): mutual TLS only, with --cluster-cert, --cluster-key and --cluster-ca")
+		clusterCert := fs.String("cluster-cert", "", "this server's route certificate (bootops ca route NAME --host …)")
+		clusterKey := fs.String("cluster-key", "", "its private key, mode 0600")
+		clusterCA := fs.String("cluster-ca", "", "the hub's CA (its tls/ca.pem): every other server's route certificate must be of it")
 		routes := fs.String("routes", "", "the other servers' route URLs, comma-separated (nats://h2:6222,nats://h3:6222)")
 		replicas := fs.Int("replicas", 1, "copies of the stream: 1, or 3 in a 3-server cluster")
 		out := fs.String("o", "", "add-site: file to write the site's nkey seed to (mode 0600)")
@@ -90,6 +95,10 @@ func hubCmd() *command {
 			return usagef("--replicas %d: want 1 or 3", *replicas)
 		case *viewTokenFile == "" && !loopback(*httpAddr):
 			return usagef("--http-addr %s: the view shows every site; beyond loopback it needs --view-token-file", *httpAddr)
+		case *viewTokenFile == "" && *pprofAddr != "" && !loopback(*pprofAddr):
+			return usagef("--pprof-addr %s: beyond loopback the profiles need --view-token-file too", *pprofAddr)
+		case *clusterAddr != "" && (*clusterCert == "" || *clusterKey == "" || *clusterCA == ""):
+			return usagef("--cluster-addr needs --cluster-cert, --cluster-key and --cluster-ca: routes are mutual TLS, from the hub's CA (bootops ca route NAME --host …)")
 		}
 		viewToken, err := readSecret(*viewTokenFile, "--view-token-file")
 		if err != nil {
@@ -113,6 +122,11 @@ func hubCmd() *command {
 		log := slog.New(handler)
 		cfg := hub.Config{Name: *name, Listen: *natsAddr, TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 			ClusterListen: *clusterAddr, Replicas: *replicas, StoreDir: *store, Sites: sites, Limits: lim, Log: log}
+		if *clusterAddr != "" {
+			if cfg.ClusterTLS, err = trust.RouteTLS(*clusterCert, *clusterKey, *clusterCA); err != nil {
+				return usagef("--cluster-cert, --cluster-key, --cluster-ca: %v", err)
+			}
+		}
 		if *routes != "" {
 			cfg.Routes = strings.Split(*routes, ",")
 		}
@@ -246,7 +260,8 @@ func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr,
 	ln = guard.Listener(ln)
 	g, ctx := errgroup.WithContext(ctx)
 	if pprofAddr != "" {
-		if err := servePprof(ctx, g, pprofAddr, guard); err != nil {
+		// The view's token guards the profiles too (none on loopback).
+		if err := servePprof(ctx, g, pprofAddr, guard, func(h http.Handler) http.Handler { return needToken(token, h) }); err != nil {
 			ln.Close()
 			return err
 		}

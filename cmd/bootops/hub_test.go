@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/test/procstat"
+	"github.com/bootops/bootops/trust"
 )
 
 func freeAddr(t *testing.T) string { return "127.0.0.1:" + procstat.FreePort() }
@@ -145,6 +146,23 @@ func TestHubViewToken(t *testing.T) {
 		"--tls-cert", filepath.Join(hubState, "tls/server.pem"), "--tls-key", filepath.Join(hubState, "tls/server-key.pem")}
 	if code, _, errs := bootops(t, nil, append([]string{"hub", "--http-addr", ":0"}, tlsFlags...)...); code != 2 || !strings.Contains(errs, "--view-token-file") {
 		t.Errorf("a view on every address without a token: %d %s", code, errs)
+	}
+	if code, _, errs := bootops(t, nil, append([]string{"hub", "--pprof-addr", ":0"}, tlsFlags...)...); code != 2 || !strings.Contains(errs, "--view-token-file") {
+		t.Errorf("profiles on every address without a token: %d %s", code, errs)
+	}
+	// A cluster port is mutual TLS or nothing; its certificates come from
+	// bootops ca route.
+	if code, _, errs := bootops(t, nil, append([]string{"hub", "--cluster-addr", "127.0.0.1:0"}, tlsFlags...)...); code != 2 || !strings.Contains(errs, "--cluster-cert") {
+		t.Errorf("a cluster port without TLS: %d %s", code, errs)
+	}
+	if code, out, errs := bootops(t, nil, "ca", "route", "h1", "--host", "h1.example.net,127.0.0.1", "--state-dir", hubState, "--out", dir); code != 0 || !strings.Contains(out, "h1's route certificate") {
+		t.Fatalf("ca route: %d %s %s", code, out, errs)
+	}
+	if _, err := trust.RouteTLS(filepath.Join(dir, "h1.pem"), filepath.Join(dir, "h1-key.pem"), filepath.Join(hubState, "tls", trust.CAFile)); err != nil {
+		t.Errorf("the route certificate ca route wrote: %v", err)
+	}
+	if code, _, errs := bootops(t, nil, "ca", "route", "h2", "--state-dir", hubState, "--out", dir); code != 2 || !strings.Contains(errs, "--host") {
+		t.Errorf("ca route without --host: %d %s", code, errs)
 	}
 	if code, out, errs := bootops(t, nil, "hub", "--help"); !strings.Contains(out+errs, `"127.0.0.1:4222"`) || !strings.Contains(out+errs, `"127.0.0.1:8090"`) {
 		t.Errorf("the listeners' defaults are not loopback: %d\n%s", code, errs)

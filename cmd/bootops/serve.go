@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 
 	"golang.org/x/sync/errgroup"
 
@@ -103,6 +104,6 @@ func (cfg serveConfig) daemonConfig(worker []string) bootopsd.Config {
 }
 
 // servePprof serves Go's profiles on addr (serve and hub --pprof-addr).
-func servePprof(ctx context.Context, g *errgroup.Group, addr string, guard *bhttp.Guard) error {
-	return bootopsd.ServePprof(ctx, g, addr, guard)
+func servePprof(ctx context.Context, g *errgroup.Group, addr string, guard *bhttp.Guard, wrap func(http.Handler) http.Handler) error {
+	return bootopsd.ServePprof(ctx, g, addr, guard, wrap)
 }

@@ -127,6 +127,8 @@ hub:
     store-0042: UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4
   tls:
     existingSecret: hub-tls
+  clusterTLS:
+    existingSecret: hub-routes
   existingSecret: hub-view
   extraArgs: ["--site-max-machines", "40000"]
   storage:
@@ -182,19 +184,20 @@ var badValueSets = map[string]struct {
 	values, want string
 	schema       bool
 }{
-	"no source":          {``, "serve.config.source is required", false},
-	"chart-owned key":    {"serve:\n  config:\n    source: x\n    state-dir: /tmp\n", "state-dir", true},
-	"unknown serve key":  {"serve:\n  config:\n    source: x\n    intervall: 1m\n", "intervall", true},
-	"bad dhcp mode":      {"serve:\n  config:\n    source: x\n    dhcp: on\n", "dhcp", true},
-	"bad duration":       {"serve:\n  config:\n    source: x\n    interval: soon\n", "interval", true},
-	"port as text":       {"serve:\n  config:\n    source: x\n  httpPort: eighty\n", "httpPort", true},
-	"hub of two":         {"serve:\n  config:\n    source: x\nhub:\n  enabled: true\n  replicas: 2\n", "replicas", true},
-	"bad digest":         {"serve:\n  config:\n    source: x\nimage:\n  digest: sha256:xyz\n", "digest", true},
-	"unknown top value":  {"serve:\n  config:\n    source: x\nreplicaCount: 2\n", "replicaCount", true},
-	"hub without tls":    {"serve:\n  config:\n    source: x\nhub:\n  enabled: true\n  viewToken: t\n", "hub.tls.existingSecret is required", false},
-	"hub without token":  {"serve:\n  config:\n    source: x\nhub:\n  enabled: true\n  tls:\n    existingSecret: t\n", "hub.viewToken or hub.existingSecret is required", false},
-	"non-root with dhcp": {"serve:\n  config:\n    source: x\n  runAsNonRoot: true\n  tftp: false\n", "serve.runAsNonRoot=true needs", false},
-	"bad site key":       {"serve:\n  config:\n    source: x\nhub:\n  sites:\n    s1: not-a-key\n", "sites", true},
+	"no source":              {``, "serve.config.source is required", false},
+	"chart-owned key":        {"serve:\n  config:\n    source: x\n    state-dir: /tmp\n", "state-dir", true},
+	"unknown serve key":      {"serve:\n  config:\n    source: x\n    intervall: 1m\n", "intervall", true},
+	"bad dhcp mode":          {"serve:\n  config:\n    source: x\n    dhcp: on\n", "dhcp", true},
+	"bad duration":           {"serve:\n  config:\n    source: x\n    interval: soon\n", "interval", true},
+	"port as text":           {"serve:\n  config:\n    source: x\n  httpPort: eighty\n", "httpPort", true},
+	"hub of two":             {"serve:\n  config:\n    source: x\nhub:\n  enabled: true\n  replicas: 2\n", "replicas", true},
+	"bad digest":             {"serve:\n  config:\n    source: x\nimage:\n  digest: sha256:xyz\n", "digest", true},
+	"unknown top value":      {"serve:\n  config:\n    source: x\nreplicaCount: 2\n", "replicaCount", true},
+	"hub without tls":        {"serve:\n  config:\n    source: x\nhub:\n  enabled: true\n  viewToken: t\n", "hub.tls.existingSecret is required", false},
+	"hub without token":      {"serve:\n  config:\n    source: x\nhub:\n  enabled: true\n  replicas: 1\n  tls:\n    existingSecret: t\n", "hub.viewToken or hub.existingSecret is required", false},
+	"hub routes without tls": {"serve:\n  config:\n    source: x\nhub:\n  enabled: true\n  viewToken: t\n  tls:\n    existingSecret: t\n", "hub.clusterTLS.existingSecret is required", false},
+	"non-root with dhcp":     {"serve:\n  config:\n    source: x\n  runAsNonRoot: true\n  tftp: false\n", "serve.runAsNonRoot=true needs", false},
+	"bad site key":           {"serve:\n  config:\n    source: x\nhub:\n  sites:\n    s1: not-a-key\n", "sites", true},
 }
 
 // enabled is a value set's COMPONENT.enabled, def when unset.
@@ -799,6 +802,11 @@ func checkHub(t *testing.T, name string, r rendered) {
 		}
 		if routes != strings.Join(want, ",") || !slices.Contains(c.Args, "--cluster-addr=:6222") {
 			t.Errorf("routes %q, want %q", routes, strings.Join(want, ","))
+		}
+		for _, a := range []string{"--cluster-cert=/etc/bootops-hub/cluster/tls.crt", "--cluster-key=/etc/bootops-hub/cluster/tls.key", "--cluster-ca=/etc/bootops-hub/cluster/ca.crt"} {
+			if !slices.Contains(c.Args, a) {
+				t.Errorf("args %v lack %s", c.Args, a)
+			}
 		}
 		if r.get("NetworkPolicy", full+"-hub") == nil {
 			t.Errorf("no NetworkPolicy guarding the route port")

@@ -1,0 +1,104 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/bootops/bootops/trust"
+)
+
+// A cluster server without route TLS does not start.
+func TestHubClusterNeedsTLS(t *testing.T) {
+	sites, _ := siteKeys(t, "s1")
+	_, err := Start(context.Background(), Config{Name: "hub-x", Listen: freePort(t), ClusterListen: freePort(t), StoreDir: t.TempDir(), Sites: sites})
+	if err == nil || !strings.Contains(err.Error(), "bootops ca route") {
+		t.Errorf("a cluster server without route TLS: %v", err)
+	}
+}
+
+// rogueRoutes checks, on a server of a running cluster, that its cluster
+// port lets in only hub servers with a route certificate of the hub's CA:
+// a rogue server with no TLS, with a route certificate of another CA, or
+// with a certificate of the hub's CA that is no route's (an operator's)
+// forms no route; one with a route certificate does. TestHubFleet runs it
+// on its cluster.
+func rogueRoutes(t *testing.T, node *Node) {
+	t.Helper()
+	began := time.Now()
+	clusterAddr := node.cfg.ClusterListen
+	dir := filepath.Dir(filepath.Dir(node.cfg.StoreDir))
+	routes := node.srv.NumRoutes()
+	other := t.TempDir()
+	otherTLS, err := routeTLS(other, "rogue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubCA := filepath.Join(dir, "hub-ca")
+	opCert, opKey, err := trust.IssueOperator(hubCA, "mallory", "operate", 1, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, kf := filepath.Join(t.TempDir(), "op.pem"), filepath.Join(t.TempDir(), "op-key.pem")
+	os.WriteFile(cf, opCert, 0o644)
+	os.WriteFile(kf, opKey, 0o600)
+	opTLS, err := trust.RouteTLS(cf, kf, filepath.Join(hubCA, trust.CAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodTLS, err := routeTLS(dir, "hub-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		tls   *tls.Config
+		joins bool
+	}{
+		{"no TLS", nil, false},
+		{"another CA's route certificate", otherTLS, false},
+		{"the hub CA's operator certificate", opTLS, false},
+		{"the hub CA's route certificate", goodTLS, true},
+	} {
+		rogue := rogueServer(t, clusterAddr, c.tls)
+		joined := false
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !joined; time.Sleep(100 * time.Millisecond) {
+			joined = node.srv.NumRoutes() > routes && rogue.NumRoutes() > 0
+		}
+		if joined != c.joins {
+			t.Errorf("%s: joined %v, want %v", c.name, joined, c.joins)
+		}
+		rogue.Shutdown()
+		rogue.WaitForShutdown()
+		for deadline := time.Now().Add(10 * time.Second); node.srv.NumRoutes() > routes && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	t.Logf("rogue routes refused, a real one taken: %v", time.Since(began).Round(time.Millisecond))
+}
+
+// rogueServer is a NATS server that dials the hub's cluster port with
+// tlsCfg (nil: none) as a route.
+func rogueServer(t *testing.T, clusterAddr string, tlsCfg *tls.Config) *server.Server {
+	t.Helper()
+	u, _ := url.Parse("nats://" + clusterAddr)
+	opts := &server.Options{ServerName: "rogue", Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
+		Cluster: server.ClusterOpts{Name: "bootops-hub", Host: "127.0.0.1", Port: -1, TLSConfig: tlsCfg, TLSTimeout: 2},
+		Routes:  []*url.URL{u}}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("the rogue server did not start")
+	}
+	return s
+}

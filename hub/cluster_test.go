@@ -102,3 +102,49 @@ func rogueServer(t *testing.T, clusterAddr string, tlsCfg *tls.Config) *server.S
 	}
 	return s
 }
+
+// A damaged sequences file never hangs the start: one cut short is moved
+// aside (the view rebuilds the sequences from the stream); one that cannot
+// be read is an error, at once.
+func TestHubDamagedSequences(t *testing.T) {
+	sites, _ := siteKeys(t, "s1")
+	start := func(store string) (*Node, error) {
+		type res struct {
+			n   *Node
+			err error
+		}
+		done := make(chan res, 1)
+		go func() {
+			n, err := Start(context.Background(), Config{Name: "hub-1", Listen: freePort(t), StoreDir: store, Sites: sites})
+			done <- res{n, err}
+		}()
+		select {
+		case r := <-done:
+			return r.n, r.err
+		case <-time.After(60 * time.Second):
+			t.Fatal("the hub did not start or fail within 60 s")
+			return nil, nil
+		}
+	}
+	cut := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cut, "sequences.json"), []byte(`{"s1/e1": 12`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, err := start(cut)
+	if err != nil {
+		t.Fatalf("a sequences file cut short: %v", err)
+	}
+	n.Close()
+	aside, _ := filepath.Glob(filepath.Join(cut, "sequences.json.corrupt-*"))
+	if len(aside) != 1 {
+		t.Errorf("the damaged file was not moved aside: %v", aside)
+	}
+	unreadable := t.TempDir()
+	if err := os.Mkdir(filepath.Join(unreadable, "sequences.json"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := start(unreadable); err == nil {
+		n.Close()
+		t.Error("a sequences file that cannot be read: started anyway")
+	}
+}

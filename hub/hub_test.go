@@ -656,4 +656,17 @@ func TestHubSetSites(t *testing.T) {
 	if _, err := connect("north"); err == nil {
 		t.Error("north, removed, got in again")
 	}
+	// The last site removed: nobody is let in, and south is cut off.
+	if err := hubs[0].SetSites(map[string]string{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); south.IsConnected() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if south.IsConnected() {
+		t.Error("south, the last site, removed, is still connected")
+	}
+	if _, err := connect("south"); err == nil {
+		t.Error("south, the last site, removed, got in again")
+	}
 }

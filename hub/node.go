@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -268,8 +269,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("hub %s: connect to itself: %w", cfg.Name, err)
 	}
 	n := &Node{cfg: cfg, srv: srv, nc: nc, viewNC: viewNC, View: NewViewLimits(cfg.Limits, log), opts: opts.Clone(), self: selfPub,
-		marks: filepath.Join(cfg.StoreDir, "sequences.json"), stop: make(chan struct{}), stopped: make(chan struct{})}
-	if err := n.View.LoadMarks(n.marks); err != nil {
+		marks: filepath.Join(cfg.StoreDir, "sequences.json")}
+	if err := n.loadMarks(); err != nil {
 		n.Close()
 		return nil, err
 	}
@@ -278,6 +279,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.Close()
 		return nil, err
 	}
+	n.stop, n.stopped = make(chan struct{}), make(chan struct{})
 	go n.follow(ctx, js)
 	go n.keepMarks()
 	return n, nil
@@ -296,6 +298,26 @@ func selfConn(srv *server.Server, pub string, kp nkeys.KeyPair, name string, log
 			}
 			log.Warn("hub: its own connection", "conn", name, "subject", subject, "err", err)
 		}))
+}
+
+// loadMarks reads the view's per-site sequences. A file that is no JSON
+// (cut short by a crash of the days before they were synced) is moved
+// aside, said in the log, and the marks are rebuilt from the stream as
+// the view reads it from its start; a file that cannot be read is an
+// error: the hub says so and exits rather than start without it.
+func (n *Node) loadMarks() error {
+	err := n.View.LoadMarks(n.marks)
+	var bad *json.SyntaxError
+	var wrong *json.UnmarshalTypeError
+	if !errors.As(err, &bad) && !errors.As(err, &wrong) {
+		return err
+	}
+	aside := fmt.Sprintf("%s.corrupt-%d", n.marks, time.Now().Unix())
+	if rerr := os.Rename(n.marks, aside); rerr != nil {
+		return fmt.Errorf("hub: %w; and it could not be moved aside: %w", err, rerr)
+	}
+	n.cfg.Log.Warn("hub: the sites' sequences file is damaged: moved aside; the sequences are rebuilt from the stream", "file", n.marks, "aside", aside, "err", err)
+	return nil
 }
 
 // keepMarks writes the view's sequence marks every second they moved, and

@@ -582,8 +582,22 @@ func (v *View) SaveMarks(file string) error {
 	b, _ := json.Marshal(v.marks)
 	v.dirty = false
 	v.mu.Unlock()
+	// Synced before the rename: a crash leaves the old file or the new
+	// one, never one cut short.
 	tmp := file + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
 		return err
 	}
 	return os.Rename(tmp, file)

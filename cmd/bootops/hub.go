@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -100,13 +103,21 @@ func hubCmd() *command {
 		case *clusterAddr != "" && (*clusterCert == "" || *clusterKey == "" || *clusterCA == ""):
 			return usagef("--cluster-addr needs --cluster-cert, --cluster-key and --cluster-ca: routes are mutual TLS, from the hub's CA (bootops ca route NAME --host …)")
 		}
+		if *viewTokenFile != "" {
+			if err := trust.CheckPrivate(*viewTokenFile); err != nil {
+				return usagef("--view-token-file: %v", err)
+			}
+		}
 		viewToken, err := readSecret(*viewTokenFile, "--view-token-file")
 		if err != nil {
 			return usagef("%v", err)
 		}
-		sites, err := readSites(*sitesDir)
-		if err != nil {
+		sites, errs := readSites(*sitesDir)
+		if err := errors.Join(errs...); err != nil {
 			return err
+		}
+		if len(sites) == 0 {
+			return fmt.Errorf("--sites-dir %s: no NAME.pub file: add sites with bootops hub add-site NAME", *sitesDir)
 		}
 		if err := trust.CheckPrivate(*tlsKey); err != nil {
 			return usagef("--tls-key: %v", err)
@@ -166,8 +177,18 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// viewCookie holds the view's token in a browser that opened /?token=….
+// viewCookie holds, in a browser that opened /?token=…, a value derived
+// from the view's token (cookieOf): the token itself never sits in a
+// cookie jar.
 const viewCookie = "bootops_view"
+
+// cookieOf is the view cookie's value for token: an HMAC of a fixed label
+// under it, so it proves the token without being it.
+func cookieOf(token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("bootops hub view cookie"))
+	return hex.EncodeToString(m.Sum(nil))
+}
 
 // needToken lets through a request that carries token: as a bearer, as
 // the cookie, or as ?token= (which sets the cookie, for the dashboard's
@@ -181,12 +202,12 @@ func needToken(token string, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if c, err := r.Cookie(viewCookie); err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(token)) == 1 {
+		if c, err := r.Cookie(viewCookie); err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(cookieOf(token))) == 1 {
 			next.ServeHTTP(w, r)
 			return
 		}
 		if q := r.URL.Query().Get("token"); q != "" && subtle.ConstantTimeCompare([]byte(q), []byte(token)) == 1 {
-			http.SetCookie(w, &http.Cookie{Name: viewCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			http.SetCookie(w, &http.Cookie{Name: viewCookie, Value: cookieOf(token), Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -297,10 +318,11 @@ func followSites(ctx context.Context, log *slog.Logger, node *hub.Node, dir stri
 			return
 		case <-t.C:
 		}
-		next, err := readSites(dir)
-		if err != nil {
-			log.Warn("hub: sites folder unreadable; the sites stay as they were", "err", err)
-			continue
+		// Fail closed: a site whose key cannot be read is not let in,
+		// and an empty or unreadable folder lets nobody in.
+		next, errs := readSites(dir)
+		for _, err := range errs {
+			log.Warn("hub: a site's key cannot be read: it is not let in", "err", err)
 		}
 		if maps.Equal(next, current) {
 			continue
@@ -325,32 +347,35 @@ func followSites(ctx context.Context, log *slog.Logger, node *hub.Node, dir stri
 	}
 }
 
-// readSites reads NAME.pub files: the sites allowed to publish.
-func readSites(dir string) (map[string]string, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.pub"))
+// readSites reads NAME.pub files: the sites allowed to publish. A file
+// that cannot be read or holds no key is an error of its own, its site
+// left out; a folder that cannot be read gives no site.
+func readSites(dir string) (map[string]string, []error) {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, err
+		return map[string]string{}, []error{fmt.Errorf("--sites-dir: %w", err)}
 	}
 	sites := map[string]string{}
-	for _, f := range files {
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".pub") {
+			continue
+		}
+		f := filepath.Join(dir, e.Name())
+		name := strings.TrimSuffix(e.Name(), ".pub")
 		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
+		switch pub := strings.TrimSpace(string(b)); {
+		case err != nil:
+			errs = append(errs, err)
+		case !hub.ValidSite(name):
+			errs = append(errs, fmt.Errorf("%s: site name %q: lowercase letters, digits and '-' (a subject token)", f, name))
+		case !nkeys.IsValidPublicUserKey(pub):
+			errs = append(errs, fmt.Errorf("%s: not an nkey user public key (bootops hub add-site writes them)", f))
+		default:
+			sites[name] = pub
 		}
-		name := strings.TrimSuffix(filepath.Base(f), ".pub")
-		if !hub.ValidSite(name) {
-			return nil, fmt.Errorf("%s: site name %q: lowercase letters, digits and '-' (a subject token)", f, name)
-		}
-		pub := strings.TrimSpace(string(b))
-		if !nkeys.IsValidPublicUserKey(pub) {
-			return nil, fmt.Errorf("%s: not an nkey user public key (bootops hub add-site writes them)", f)
-		}
-		sites[name] = pub
 	}
-	if len(sites) == 0 {
-		return nil, fmt.Errorf("--sites-dir %s: no NAME.pub file: add sites with bootops hub add-site NAME", dir)
-	}
-	return sites, nil
+	return sites, errs
 }
 
 // addSite makes a site's nkey pair: the seed for the site (out, 0600),

@@ -147,6 +147,11 @@ func TestHubViewToken(t *testing.T) {
 	if code, _, errs := bootops(t, nil, append([]string{"hub", "--http-addr", ":0"}, tlsFlags...)...); code != 2 || !strings.Contains(errs, "--view-token-file") {
 		t.Errorf("a view on every address without a token: %d %s", code, errs)
 	}
+	loose := filepath.Join(dir, "loose-token")
+	os.WriteFile(loose, []byte("s3cret-view\n"), 0o644)
+	if code, _, errs := bootops(t, nil, append([]string{"hub", "--view-token-file", loose}, tlsFlags...)...); code != 2 || !strings.Contains(errs, "chmod 600") {
+		t.Errorf("a view token file others may read: %d %s", code, errs)
+	}
 	if code, _, errs := bootops(t, nil, append([]string{"hub", "--pprof-addr", ":0"}, tlsFlags...)...); code != 2 || !strings.Contains(errs, "--view-token-file") {
 		t.Errorf("profiles on every address without a token: %d %s", code, errs)
 	}
@@ -198,9 +203,46 @@ func TestHubViewToken(t *testing.T) {
 	}
 	resp, err := http.Get(hub + "/?token=s3cret-view")
 	if err != nil || resp.StatusCode != 200 || len(resp.Cookies()) != 1 {
-		t.Errorf("the dashboard with ?token=: %v %v", resp.StatusCode, err)
+		t.Fatalf("the dashboard with ?token=: %v %v", resp.StatusCode, err)
+	}
+	// The cookie proves the token without being it, and lets in.
+	cookie := resp.Cookies()[0]
+	if strings.Contains(cookie.Value, "s3cret-view") || !cookie.HttpOnly {
+		t.Errorf("the view's cookie: %+v", cookie)
+	}
+	req, _ := http.NewRequest("GET", hub+"/api/v1/status", nil)
+	req.AddCookie(cookie)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Errorf("the view with its cookie: %v %v", resp.StatusCode, err)
+	}
+	req.Header.Set("Cookie", viewCookie+"=s3cret-view")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the raw token as the cookie: %v %v", resp.StatusCode, err)
 	}
 	if code, out, errs := bootops(t, map[string]string{"BOOTOPS_TOKEN": "s3cret-view"}, "status", "--server", hub); code != 0 || !strings.Contains(out, "SITE") && !strings.Contains(out, "NODE") {
 		t.Errorf("status with the token: %d %s %s", code, out, errs)
+	}
+}
+
+// The sites folder fails closed: a key that cannot be read, or that is no
+// key, lets its site out (the others stay); an empty folder, or one that
+// cannot be read, lets nobody in.
+func TestReadSitesFailsClosed(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, errs := bootops(t, nil, "hub", "add-site", "north", "--sites-dir", dir, "-o", filepath.Join(t.TempDir(), "north.seed")); code != 0 {
+		t.Fatal(errs)
+	}
+	os.Mkdir(filepath.Join(dir, "south.pub"), 0o700) // unreadable as a file
+	os.WriteFile(filepath.Join(dir, "east.pub"), []byte("not a key\n"), 0o644)
+	sites, errs := readSites(dir)
+	if len(sites) != 1 || sites["north"] == "" || len(errs) != 2 {
+		t.Errorf("sites %v, errors %v: want north alone and two errors", sites, errs)
+	}
+	empty := t.TempDir()
+	if sites, errs := readSites(empty); len(sites) != 0 || len(errs) != 0 {
+		t.Errorf("an empty folder: %v %v", sites, errs)
+	}
+	if sites, errs := readSites(filepath.Join(empty, "gone")); len(sites) != 0 || len(errs) != 1 {
+		t.Errorf("a folder that is gone: %v %v", sites, errs)
 	}
 }

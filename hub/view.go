@@ -40,7 +40,6 @@ type Hello struct {
 type siteState struct {
 	name      string
 	mem       *status.Memory
-	keys      map[string]struct{} // the machines it has, for its bound
 	lastHeard time.Time           // the newest message from the site (event or hello)
 	hello     *Hello
 	events    uint64
@@ -141,7 +140,7 @@ func (v *View) OnChange(f func()) { v.changed = f }
 func (v *View) site(name string) *siteState {
 	s := v.sites[name]
 	if s == nil {
-		s = &siteState{name: name, keys: map[string]struct{}{}, seqs: map[string]*sequence{},
+		s = &siteState{name: name, seqs: map[string]*sequence{},
 			mem: &status.Memory{PerMachine: v.limits.MachineEvents, PerUnknown: v.limits.UnknownEvents, MaxUnknown: v.limits.SiteMachines}}
 		v.sites[name] = s
 	}
@@ -383,13 +382,12 @@ func (v *View) apply(s *siteState, e *status.Event) {
 		v.refuse(s, RefusedTooBig)
 		return
 	}
-	k := e.Key()
-	if _, ok := s.keys[k]; !ok {
-		if len(s.keys) >= v.limits.SiteMachines {
-			v.refuse(s, RefusedMachines, "machines", len(s.keys))
-			return
-		}
-		s.keys[k] = struct{}{}
+	// The bound counts the machines the view holds now: not those
+	// evicted, and a machine first seen by its MAC that turns out to be
+	// a node is one machine, not two.
+	if held, n := s.mem.Holds(e.Key(), e.MAC); !held && n >= v.limits.SiteMachines {
+		v.refuse(s, RefusedMachines, "machines", n)
+		return
 	}
 	s.events++
 	s.mem.Record(*e)

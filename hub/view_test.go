@@ -81,3 +81,28 @@ func TestViewShowsTheTPMProof(t *testing.T) {
 	}
 	t.Errorf("s/n is not in the hub's status: %+v", v.Doc("hub"))
 }
+
+// A site's machine bound counts the machines the view holds now: three
+// machines first seen by their MACs that turn out to be nodes are three,
+// not six; a fourth is refused.
+func TestViewMachineBoundCountsHeld(t *testing.T) {
+	v := NewViewLimits(Limits{SiteMachines: 3}, nil)
+	seq := uint64(0)
+	send := func(e status.Event) {
+		seq++
+		b, _ := json.Marshal(e)
+		v.Apply(Message{Site: "s", Kind: KindEvent, Data: b, Stream: seq, At: time.Now(), Seq: seq, Prev: seq - 1})
+	}
+	for i := range 3 {
+		mac := fmt.Sprintf("52:54:00:00:00:%02x", i)
+		send(status.Event{Kind: status.KindDHCP, Site: "s", MAC: mac, Message: "seen"})
+		send(status.Event{Kind: status.KindScript, Site: "s", Node: fmt.Sprintf("n%d", i), MAC: mac, Message: "booting"})
+	}
+	if n := v.Refused("s", RefusedMachines); n != 0 {
+		t.Errorf("%d refused of three machines, each seen first by its MAC", n)
+	}
+	send(status.Event{Kind: status.KindScript, Site: "s", Node: "n9", Message: "booting"})
+	if n := v.Refused("s", RefusedMachines); n != 1 {
+		t.Errorf("a fourth machine: %d refused, want 1", n)
+	}
+}

@@ -349,6 +349,19 @@ func (s *Memory) evictOldest() {
 	}
 }
 
+// Holds says whether the store holds a machine under key (or, for a node
+// with mac, the machine first seen by that MAC, whose history joins the
+// node's), and how many machines it holds now.
+func (s *Memory) Holds(key, mac string) (bool, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.machines[key]
+	if !ok && mac != "" && IsNodeKey(key) {
+		_, ok = s.machines["mac:"+mac]
+	}
+	return ok, len(s.machines)
+}
+
 // Machines lists every machine seen, registered nodes first, by key.
 func (s *Memory) Machines() []Machine {
 	s.mu.Lock()

@@ -40,7 +40,7 @@ type Hello struct {
 type siteState struct {
 	name      string
 	mem       *status.Memory
-	lastHeard time.Time           // the newest message from the site (event or hello)
+	lastHeard time.Time // the newest message from the site (event or hello)
 	hello     *Hello
 	events    uint64
 	epoch     string               // the epoch of its newest event

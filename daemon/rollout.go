@@ -46,10 +46,16 @@ type rollouts struct {
 	// outOfDate is bootops_nodes_out_of_date{site,profile}.
 	outOfDate *prometheus.GaugeVec
 
-	mu     sync.Mutex
-	groups map[string]*rollout.Group // by site/profile, as stored
-	shown  []bhttp.RolloutStatus
+	// groups are the controller's own (by site/profile, as stored): only
+	// the round touches them, from one goroutine.
+	groups map[string]*rollout.Group
 	poke   chan struct{}
+
+	mu sync.Mutex
+	// published is a copy of each group as last stored, for the boot
+	// plane's questions (Reinstalling): never a group the round changes.
+	published map[string]*rollout.Group
+	shown     []bhttp.RolloutStatus
 	// skipped is why each node was last passed over (site/node), so its
 	// timeline says it once, not every round.
 	skipped map[string]string
@@ -59,7 +65,7 @@ type rollouts struct {
 
 func newRollouts(plans *boot.Live, sites []string, store *status.Durable, pm *power.Manager, log *slog.Logger, reg prometheus.Registerer) (*rollouts, error) {
 	r := &rollouts{plans: plans, sites: sites, store: store, power: pm, log: log, now: time.Now,
-		groups: map[string]*rollout.Group{}, poke: make(chan struct{}, 1), skipped: map[string]string{},
+		groups: map[string]*rollout.Group{}, published: map[string]*rollout.Group{}, poke: make(chan struct{}, 1), skipped: map[string]string{},
 		outOfDate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "bootops_nodes_out_of_date",
 			Help: "Installed nodes whose install (image, workflow or cloud-init) is not what Git says now, by site and profile.",
@@ -75,8 +81,21 @@ func newRollouts(plans *boot.Live, sites []string, store *status.Durable, pm *po
 			return nil, fmt.Errorf("rollouts: group %s in the status store: %w", k, err)
 		}
 		r.groups[k] = &g
+		r.publish(k, b)
 	}
 	return r, nil
+}
+
+// publish makes b, group key as just stored, what the boot plane sees.
+func (r *rollouts) publish(key string, b []byte) {
+	var g rollout.Group
+	if err := json.Unmarshal(b, &g); err != nil {
+		r.log.Error("rollout: publish", "group", key, "err", err)
+		return
+	}
+	r.mu.Lock()
+	r.published[key] = &g
+	r.mu.Unlock()
 }
 
 // Poke has the controller look now (a new Plan).
@@ -169,9 +188,7 @@ func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, n
 		}
 	}
 	r.outOfDate.WithLabelValues(site.Name, profile).Set(float64(stale))
-	r.mu.Lock()
 	g := r.groups[key]
-	r.mu.Unlock()
 	if g == nil {
 		g = &rollout.Group{}
 	}
@@ -193,9 +210,8 @@ func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, n
 			r.log.Error("rollout: status store", "group", key, "err", err)
 			return st, true
 		}
-		r.mu.Lock()
 		r.groups[key] = g
-		r.mu.Unlock()
+		r.publish(key, after)
 	}
 	r.tell(site.Name, key, d)
 	for _, name := range d.Start {
@@ -282,6 +298,7 @@ func (r *rollouts) reinstall(ctx context.Context, site *plan.Site, key, name str
 	if perr := r.store.PutRollout(key, b); perr != nil {
 		r.log.Error("rollout: status store", "group", key, "err", perr)
 	}
+	r.publish(key, b)
 	r.store.Record(status.Event{Kind: status.KindRollout, Site: site.Name, Node: name, Rollout: key, Error: true,
 		Message: fmt.Sprintf("rollout %s halted: %s: %s", key, name, why)})
 }
@@ -299,7 +316,7 @@ func (r *rollouts) Status() []bhttp.RolloutStatus {
 func (r *rollouts) Reinstalling(site, profile, node string, installed *plan.Install) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	g := r.groups[site+"/"+profile]
+	g := r.published[site+"/"+profile]
 	if g == nil {
 		return false
 	}

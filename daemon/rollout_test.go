@@ -293,3 +293,44 @@ func forgeReports(t *testing.T, f *fleet) {
 		t.Errorf("n1's own report: %d %s", code, body)
 	}
 }
+
+// Finding 1 of the BMC issue: the boot plane asks, for every script
+// request of a provisioned node, whether a rollout is reinstalling it,
+// while the controller's rounds start, judge and fail nodes. Under -race
+// the two must share nothing unlocked.
+func TestRolloutRoundsBesideScriptRequests(t *testing.T) {
+	f := newFleet(t)
+	d := &daemon{events: f.store, overlays: &overlaySwap{live: f.live}, rollouts: f.r}
+	done, stop := make(chan struct{}), make(chan struct{})
+	asked := 0
+	go func() {
+		defer close(done)
+		for i := 0; i < 1_000_000; i++ { // bounded; stopped after the rounds
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, n := range []string{"n1", "n2", "n3"} {
+				d.provisioned("lab", n)
+				asked++
+			}
+		}
+	}()
+	for i := 0; i < 30; i++ {
+		f.round()
+		switch i {
+		case 3:
+			v2 := f.v2["n1"]
+			f.report("n1", &v2)
+		case 8:
+			f.report("n2", nil) // a failure: the group halts
+		}
+	}
+	close(stop)
+	<-done
+	if got := f.cycled(); len(got) != 2 {
+		t.Errorf("cycled %v, want n1 and n2 (then the halt)", got)
+	}
+	t.Logf("%d questions beside 30 rounds", asked)
+}

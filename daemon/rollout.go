@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -61,6 +64,10 @@ type rollouts struct {
 	skipped map[string]string
 	// syncBudget is what is left of this round's syncEventsPerRound.
 	syncBudget int
+	// bmcTries and bmcBackoff bound a reinstall's BMC retries (0:
+	// defaultBMCTries, defaultBMCBackoff).
+	bmcTries   int
+	bmcBackoff time.Duration
 }
 
 func newRollouts(plans *boot.Live, sites []string, store *status.Durable, pm *power.Manager, log *slog.Logger, reg prometheus.Registerer) (*rollouts, error) {
@@ -214,8 +221,18 @@ func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, n
 		r.publish(key, after)
 	}
 	r.tell(site.Name, key, d)
-	for _, name := range d.Start {
+	for i, name := range d.Start {
+		if g.Halt != nil {
+			// Halted by a node of this wave: the rest are touched no
+			// further, and were never started.
+			r.unstart(site.Name, key, g, d.Start[i:])
+			break
+		}
 		r.reinstall(ctx, site, key, name, g, d)
+	}
+	if g.Halt != nil {
+		st.Halted = g.Halt.Node + ": " + g.Halt.Why // the moment it is
+		st.Summary = rollout.Summary(d, g)
 	}
 	worth := pol.Strategy == plan.RolloutRolling || d.OutOfDate > 0 || d.InProgress > 0 || g.Halt != nil
 	return st, worth
@@ -282,10 +299,7 @@ func (r *rollouts) reinstall(ctx context.Context, site *plan.Site, key, name str
 		Message: fmt.Sprintf("rollout: reinstalling%s for %s: PXE once and a power cycle through its BMC", canary, what)})
 	nodeKey := site.Name + "/" + name
 	ctx = power.AskedBy(ctx, "the rollout "+key)
-	err := r.power.BootDevice(ctx, nodeKey, "pxe", true)
-	if err == nil {
-		_, err = r.power.Act(ctx, nodeKey, "cycle")
-	}
+	err := r.pxeCycle(ctx, nodeKey)
 	if err == nil {
 		return
 	}
@@ -301,6 +315,84 @@ func (r *rollouts) reinstall(ctx context.Context, site *plan.Site, key, name str
 	r.publish(key, b)
 	r.store.Record(status.Event{Kind: status.KindRollout, Site: site.Name, Node: name, Rollout: key, Error: true,
 		Message: fmt.Sprintf("rollout %s halted: %s: %s", key, name, why)})
+}
+
+// pxeCycle sets the node's next boot to the network, once, and power
+// cycles it: both again, after a backoff with jitter, when the BMC failed
+// in a way that may pass (busy with the daemon's own poll, a timeout, a
+// dropped connection, a 5xx), up to bmcTries in all. The pair is retried
+// whole: a cycle that timed out may still have happened and used up the
+// network boot.
+func (r *rollouts) pxeCycle(ctx context.Context, nodeKey string) error {
+	tries, wait := r.bmcTries, r.bmcBackoff
+	if tries <= 0 {
+		tries = defaultBMCTries
+	}
+	if wait <= 0 {
+		wait = defaultBMCBackoff
+	}
+	var err error
+	for try := 1; ; try++ {
+		err = r.power.BootDevice(ctx, nodeKey, "pxe", true)
+		if err == nil {
+			_, err = r.power.Act(ctx, nodeKey, "cycle")
+		}
+		if err == nil || try >= tries || !transientBMC(err) {
+			break
+		}
+		d := wait<<(try-1) + time.Duration(rand.Int64N(int64(wait)))
+		r.log.Warn("rollout: a BMC failed; trying again", "node", nodeKey, "try", try, "in", d.String(), "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(d):
+		}
+	}
+	if err != nil && transientBMC(err) {
+		return fmt.Errorf("%w (after %d tries)", err, tries)
+	}
+	return err
+}
+
+// The BMC retries of a reinstall: 4 tries, waiting 2 s, 4 s, 8 s (plus up
+// to 2 s of jitter each) in between.
+const (
+	defaultBMCTries   = 4
+	defaultBMCBackoff = 2 * time.Second
+)
+
+// transientBMC says whether a BMC's failure may pass on its own.
+func transientBMC(err error) bool {
+	if errors.Is(err, power.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	msg := strings.ToLower(err.Error())
+	for _, s := range []string{"connection reset", "connection refused", "broken pipe", "unexpected eof", "timeout", "timed out",
+		"500 internal", "502 bad gateway", "503 service", "504 gateway", "status code: 50", "statuscode: 50"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// unstart forgets the marks of nodes a halted wave never touched, and
+// stores the group: they were not reinstalled, and are not waited for.
+func (r *rollouts) unstart(site, key string, g *rollout.Group, names []string) {
+	for _, n := range names {
+		delete(g.Marks, n)
+		r.store.Record(status.Event{Kind: status.KindRollout, Site: site, Node: n, Rollout: key,
+			Message: fmt.Sprintf("rollout %s halted before this node was touched: not reinstalled", key)})
+	}
+	b, _ := json.Marshal(g)
+	if err := r.store.PutRollout(key, b); err != nil {
+		r.log.Error("rollout: status store", "group", key, "err", err)
+	}
+	r.publish(key, b)
 }
 
 // Status is what GET /api/v1/status shows of the rollouts.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"net/netip"
@@ -25,15 +27,31 @@ import (
 	"github.com/bootops/bootops/power"
 )
 
-// bmc is a BMC that is always on and keeps what it was told.
+// bmc is a BMC that is always on and keeps what it was told; fail, when
+// set, is how each boot-device call fails (nil: it works), in turn.
 type bmc struct {
 	mu    sync.Mutex
 	calls []string
+	fail  []error
+	tries int
 }
 
 func (b *bmc) PowerState(context.Context) (string, error) { return power.On, nil }
 func (b *bmc) SetPower(_ context.Context, a string) error { b.add("power " + a); return nil }
 func (b *bmc) SetBootDevice(_ context.Context, d string, once bool) error {
+	b.mu.Lock()
+	b.tries++
+	if len(b.fail) > 0 {
+		err := b.fail[0]
+		if len(b.fail) > 1 {
+			b.fail = b.fail[1:]
+		}
+		if err != nil {
+			b.mu.Unlock()
+			return err
+		}
+	}
+	b.mu.Unlock()
 	b.add("boot " + d)
 	return nil
 }
@@ -333,4 +351,53 @@ func TestRolloutRoundsBesideScriptRequests(t *testing.T) {
 		t.Errorf("cycled %v, want n1 and n2 (then the halt)", got)
 	}
 	t.Logf("%d questions beside 30 rounds", asked)
+}
+
+// Finding 2 of the BMC issue: a BMC busy for a moment (the daemon's own
+// poll) or dropping a connection is tried again with backoff; the node is
+// reinstalled and nothing halts.
+func TestRolloutRetriesTransientBMC(t *testing.T) {
+	f := newFleet(t)
+	f.r.bmcBackoff = 10 * time.Millisecond
+	b := f.bmcs["198.18.0.1"]
+	b.fail = []error{fmt.Errorf("%w: a poll of this BMC is running", power.ErrBusy), errors.New("read tcp: connection reset by peer"), nil}
+	f.round()
+	if got := f.cycled(); len(got) != 1 || got[0] != "n1" || b.tries != 3 {
+		t.Errorf("cycled %v after %d tries, want n1 after 3", got, b.tries)
+	}
+	if st := f.r.Status(); len(st) != 1 || st[0].Halted != "" {
+		t.Errorf("status: %+v", st)
+	}
+}
+
+// A BMC that keeps failing fails its node after the retry budget, and the
+// halt stops the wave at once: the other node started with it is not
+// touched (and not waited for), and the status says halted in that round.
+func TestRolloutHaltStopsTheWave(t *testing.T) {
+	f := newFleet(t)
+	p := f.live.Current()
+	p.Sites[0].Rollouts["base"] = &plan.Rollout{Strategy: plan.RolloutRolling, MaxUnavailable: "2", HealthTimeout: "20m"}
+	f.live.Swap(p)
+	f.restart()
+	f.r.bmcTries, f.r.bmcBackoff = 3, 10*time.Millisecond
+	b := f.bmcs["198.18.0.1"]
+	b.fail = []error{errors.New("dial tcp 198.18.0.1:623: i/o timeout")}
+	f.round()
+	if b.tries != 3 {
+		t.Errorf("n1's BMC was tried %d times, want 3", b.tries)
+	}
+	if got := f.cycled(); len(got) != 0 {
+		t.Errorf("cycled %v after the wave halted", got)
+	}
+	st := f.r.Status()
+	if len(st) != 1 || !strings.HasPrefix(st[0].Halted, "n1: power: ") || !strings.Contains(st[0].Halted, "after 3 tries") {
+		t.Errorf("status in the round that halted: %+v", st)
+	}
+	d := &daemon{events: f.store, overlays: &overlaySwap{live: f.live}, rollouts: f.r}
+	if _, ok := d.provisioned("lab", "n2"); !ok {
+		t.Error("n2, never touched, is served the Micro-OS")
+	}
+	if tl := f.timeline("n2"); !strings.Contains(tl, "halted before this node was touched") {
+		t.Errorf("n2's timeline:\n%s", tl)
+	}
 }

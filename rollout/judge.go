@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/bootops/bootops/plan"
@@ -70,8 +71,14 @@ func (s *step) verdict(n *Node, m *Mark) (healthy bool, why string) {
 		return false, strings.TrimSuffix("install failed: "+n.Error, ": ")
 	case s.pol.CloudInit && installed && strings.HasPrefix(n.CloudInit, "error"):
 		return false, "cloud-init: " + n.CloudInit
+	case s.now.Sub(m.Started) > s.pol.timeout && !fresh:
+		// Nothing of the node since its BMC cycled it: it never booted
+		// from the network (a BMC that took the cycle and did nothing, a
+		// boot order that skips the NIC).
+		return false, fmt.Sprintf("cycled at %s, no network boot seen since: not running with the new install after %s",
+			m.Started.UTC().Format("2006-01-02 15:04:05Z"), s.pol.timeoutText)
 	case s.now.Sub(m.Started) > s.pol.timeout:
-		return false, "not running with the new install after " + s.pol.timeoutText
+		return false, fmt.Sprintf("not running with the new install after %s (%s since %s)", s.pol.timeoutText, n.State, n.Since.UTC().Format("15:04:05Z"))
 	}
 	return false, ""
 }

@@ -52,7 +52,10 @@ func TestStepJudge(t *testing.T) {
 			node: with(up("a", "", "v2"), func(n *Node) { n.State, n.Since = stateBooting, after }), now: 30},
 		"past the timeout": {
 			node: with(up("a", "", "v2"), func(n *Node) { n.State, n.Since = stateBooting, after }), now: 31,
-			failed: "not running with the new install after 30m", halt: true},
+			failed: "not running with the new install after 30m (booting since " + after.UTC().Format("15:04:05Z") + ")", halt: true},
+		"past the timeout, never booted after the cycle": {
+			node: with(up("a", "v1", "v2"), func(n *Node) { n.State = stateRunning }), now: 31,
+			failed: "cycled at " + at(0).UTC().Format("2006-01-02 15:04:05Z") + ", no network boot seen since: not running with the new install after 30m", halt: true},
 		"healthy past the timeout": {
 			node: with(up("a", "v2", "v2"), func(n *Node) { n.Since = after }), now: 90, healthy: true},
 		// Rule 4: Git moved from v2 to v3 while a was installing v2.

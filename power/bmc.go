@@ -163,11 +163,20 @@ func (x *bmcLib) do(ctx context.Context, what string, f func(context.Context, *b
 	}
 	var cl *bmclib.Client
 	var err error
+	var refused []string // each cipher suite's failed login, said as its own
 	for _, suite := range suites {
 		cl = x.client(deadline, suite)
 		if err = cl.Open(opCtx); err == nil || opCtx.Err() != nil {
 			break
 		}
+		if suite != "" {
+			refused = append(refused, "cipher suite "+suite+": "+tidy(err))
+		}
+	}
+	if err != nil && len(refused) > 1 && opCtx.Err() == nil {
+		// Not only the last suite's error: a wrong password shows as the
+		// first suite's, another suite's says only that it is not offered.
+		err = errors.New(strings.Join(refused, "; "))
 	}
 	if err == nil {
 		err = f(opCtx, cl)

@@ -51,3 +51,34 @@ func TestIPMIRefusedCommandIsNotALoginFailure(t *testing.T) {
 		t.Errorf("refused boot device: %v", err)
 	}
 }
+
+// wrongPasswordIpmitool is an ipmitool for a BMC that offers cipher suite
+// 3 only and refuses the password, as ipmi_sim answers: suite 3 fails the
+// session (the password), suite 17 is not offered.
+const wrongPasswordIpmitool = `#!/bin/sh
+suite=""; prev=""
+for a in "$@"; do
+	[ "$prev" = "-C" ] && suite=$a
+	prev=$a
+done
+[ "$suite" = 3 ] || echo "Error in open session response message : invalid authentication algorithm"
+echo "Error: Unable to establish IPMI v2 / RMCP+ session"
+exit 1
+`
+
+// A refused login says what each cipher suite answered, not only the last
+// one's "invalid authentication algorithm".
+func TestIPMIRefusedLoginSaysEverySuite(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ipmitool"), []byte(wrongPasswordIpmitool), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	c := DialBMCLib(&plan.BMC{Address: "bmc.invalid", Port: 6230, Protocol: plan.BMCIPMI}, loopback, Credentials{Username: "admin", Password: "wrong"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.PowerState(ctx)
+	if err == nil || !strings.Contains(err.Error(), "cipher suite 3: ") || !strings.Contains(err.Error(), "cipher suite 17: ") || !strings.Contains(err.Error(), "invalid authentication algorithm") {
+		t.Errorf("a refused password: %v", err)
+	}
+}

@@ -2,12 +2,15 @@ package power
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,6 +110,12 @@ type nodePower struct {
 	// retry is when Run visits the node for its next try, between
 	// rounds: zero when none is waiting.
 	retry time.Time
+	// loginFails counts the BMC's failed logins in a row with the
+	// credentials of fingerprint; past LoginFailures it is polled only
+	// from quiet (a real BMC locks an account that keeps failing).
+	loginFails  int
+	fingerprint string
+	quiet       time.Time
 }
 
 // Status is a node's power as last seen.
@@ -336,7 +345,18 @@ func (m *Manager) visit(ctx context.Context, t target) {
 		return
 	}
 	defer m.unlock(np)
+	fp := m.fingerprint(t.node.BMC)
+	m.mu.Lock()
+	if fp != np.fingerprint {
+		np.fingerprint, np.loginFails, np.quiet = fp, 0, time.Time{} // Git or the secret changed: try again
+	}
+	waiting := m.Now().Before(np.quiet)
+	m.mu.Unlock()
+	if waiting {
+		return // its credentials were refused: no login until quiet ends
+	}
 	state, err := m.poll(ctx, t, np)
+	m.loginFailed(t, np, err)
 	if t.site.Power != plan.PowerAuto {
 		return
 	}
@@ -368,6 +388,69 @@ func (m *Manager) poll(ctx context.Context, t target, np *nodePower) (string, er
 		m.Log.Info("power: BMC answers again", "node", t.key(), "power", state)
 	}
 	return state, err
+}
+
+// LoginFailures is how many failed logins in a row make a BMC's
+// credentials "refused": it is then polled only after a wait that doubles
+// each time (the poll interval, then twice that, … at most MaxQuiet),
+// until Git's BMC or its secret changes.
+const (
+	LoginFailures = 3
+	MaxQuiet      = time.Hour
+)
+
+// fingerprint names a BMC's address and credentials as they are now
+// ("" when its secret cannot be read).
+func (m *Manager) fingerprint(b *plan.BMC) string {
+	c, err := m.Secrets.Lookup(b)
+	if err != nil {
+		return ""
+	}
+	h := sha256.Sum256([]byte(b.Host() + "\x00" + b.Protocol + "\x00" + b.Auth + "\x00" + c.Username + "\x00" + c.Password))
+	return hex.EncodeToString(h[:8])
+}
+
+// loginRefused says whether err is a BMC refusing the login (not a BMC
+// that did not answer): an IPMI session that could not be established,
+// a Redfish 401.
+func loginRefused(err error) bool {
+	var te *TimeoutError
+	if err == nil || errors.As(err, &te) {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"RMCP+ session", "401", "Unauthorized", "unauthorized", "authentication failed", "invalid user", "Invalid user"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// loginFailed counts a poll's refused login and, past LoginFailures,
+// keeps the BMC quiet and says so in its status; any other outcome
+// starts the count again.
+func (m *Manager) loginFailed(t target, np *nodePower, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !loginRefused(err) {
+		np.loginFails = 0
+		return
+	}
+	np.loginFails++
+	if np.loginFails < LoginFailures {
+		return
+	}
+	wait := min(m.Interval<<(np.loginFails-LoginFailures), MaxQuiet)
+	if wait <= 0 {
+		wait = MaxQuiet
+	}
+	np.quiet = m.Now().Add(wait)
+	np.err = fmt.Sprintf("credentials refused (%d logins failed in a row; next try at %s, or when Git or the secret changes): %s",
+		np.loginFails, np.quiet.UTC().Format("15:04:05Z"), np.err)
+	if np.loginFails == LoginFailures {
+		m.Log.Warn("power: BMC credentials refused: polled less often, so that the BMC does not lock the account", "node", t.key(), "next", np.quiet, "err", err)
+	}
 }
 
 // due says whether the policy wants t cycled now, for which generation.

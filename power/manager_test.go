@@ -469,3 +469,50 @@ func (f refusingBoot) SetBootDevice(context.Context, string, bool) error {
 	f.tries.Add(1)
 	return errors.New("boot device pxe: the BMC refused")
 }
+
+// A BMC that refuses the login is polled less and less once it has refused
+// LoginFailures in a row (a real BMC locks an account that keeps failing),
+// its status says so; a changed secret tries again at once.
+func TestRefusedCredentialsBackOff(t *testing.T) {
+	r := newRig(t, plan.PowerManual, bmcNode("n1", "10.0.0.1", 0))
+	now := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	r.m.Now = func() time.Time { return now }
+	r.m.Interval = time.Minute
+	b := r.bmcs["10.0.0.1"]
+	b.fail = errors.New("status: BMC 10.0.0.1 (ipmi): cipher suite 3: Error: Unable to establish IPMI v2 / RMCP+ session")
+	ctx := context.Background()
+	tries := func() int { b.mu.Lock(); defer b.mu.Unlock(); return len(b.calls) }
+	for range 3 {
+		r.m.Round(ctx)
+		now = now.Add(time.Minute)
+	}
+	if n := tries(); n != 3 {
+		t.Fatalf("%d polls, want 3", n)
+	}
+	st, _ := r.m.Status("lab/n1")
+	if !strings.Contains(st.Error, "credentials refused (3 logins failed in a row") {
+		t.Errorf("status after 3 refused logins: %+v", st)
+	}
+	// Quiet for one interval (it ended a minute after the third), then
+	// two, then four: 10 more minutes of rounds try 3 more logins, not 10.
+	for range 10 {
+		r.m.Round(ctx)
+		now = now.Add(time.Minute)
+	}
+	if n := tries(); n != 6 {
+		t.Errorf("%d polls after 13 rounds, want 6", n)
+	}
+	// A new password: tried at once.
+	os.WriteFile(filepath.Join(filepath.Dir(r.m.StateFile), "rack"), []byte("admin:pw2\nallow: 10.0.0.0/24\n"), 0o600)
+	r.m.Dial = func(bm *plan.BMC, _ netip.Addr, c Credentials) Controller { return r.bmcs[bm.Address] }
+	b.mu.Lock()
+	b.fail = nil
+	b.mu.Unlock()
+	r.m.Round(ctx)
+	if n := tries(); n != 7 {
+		t.Errorf("%d polls after the secret changed, want 7", n)
+	}
+	if st, _ := r.m.Status("lab/n1"); st.Error != "" || st.Power != Off {
+		t.Errorf("status with the new secret: %+v", st)
+	}
+}

@@ -143,16 +143,22 @@ func (r *rollouts) Round(ctx context.Context) {
 	}
 	r.outOfDate.Reset()
 	r.syncBudget = syncEventsPerRound
-	var shown []bhttp.RolloutStatus
+	var groups []*shownGroup
+	waves := &waves{sem: make(chan struct{}, parallelWaves)}
 	for _, site := range servedSites(r.sites, p) {
 		byProfile := map[string][]*plan.Node{}
 		for _, n := range site.Nodes {
 			byProfile[n.Profile] = append(byProfile[n.Profile], n)
 		}
 		for _, profile := range sortedProfiles(byProfile) {
-			if st, ok := r.group(ctx, site, profile, byProfile[profile], machines); ok {
-				shown = append(shown, st)
-			}
+			groups = append(groups, r.group(ctx, site, profile, byProfile[profile], machines, waves))
+		}
+	}
+	waves.wg.Wait()
+	var shown []bhttp.RolloutStatus
+	for _, sg := range groups {
+		if sg.worth {
+			shown = append(shown, sg.st)
 		}
 	}
 	r.mu.Lock()
@@ -169,10 +175,37 @@ func sortedProfiles(m map[string][]*plan.Node) []string {
 	return out
 }
 
+// shownGroup is a group's line in the status, and whether it is worth
+// showing: set once its wave is over.
+type shownGroup struct {
+	st    bhttp.RolloutStatus
+	worth bool
+}
+
+// waves runs the groups' reinstall waves side by side, parallelWaves at
+// once: one slow BMC (15 s a call, retried) delays its own group only.
+type waves struct {
+	sem chan struct{}
+	wg  sync.WaitGroup
+}
+
+// parallelWaves bounds the groups whose nodes are being started at once.
+const parallelWaves = 8
+
+func (w *waves) run(f func()) {
+	w.wg.Add(1)
+	w.sem <- struct{}{}
+	go func() {
+		defer func() { <-w.sem; w.wg.Done() }()
+		f()
+	}()
+}
+
 // group is one group's round: sync events and the metric, then the
-// planner's step, stored, then acted on. ok says whether it is worth a
-// line in the status.
-func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, nodes []*plan.Node, machines map[string]*status.Machine) (bhttp.RolloutStatus, bool) {
+// planner's step, stored, then acted on — its wave of reinstalls run by
+// waves beside the other groups'. The group is the wave's alone until the
+// round ends.
+func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, nodes []*plan.Node, machines map[string]*status.Machine, waves *waves) *shownGroup {
 	key := site.Name + "/" + profile
 	pol := site.Rollout(profile)
 	in := make([]rollout.Node, 0, len(nodes))
@@ -204,7 +237,7 @@ func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, n
 	st := bhttp.RolloutStatus{Site: site.Name, Profile: profile, Strategy: pol.Strategy, OutOfDate: d.OutOfDate, InProgress: d.InProgress}
 	if err != nil {
 		st.Summary = "error: " + err.Error()
-		return st, true
+		return &shownGroup{st, true}
 	}
 	st.Summary = rollout.Summary(d, g)
 	if g.Halt != nil {
@@ -215,27 +248,35 @@ func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, n
 		// node twice nor forgets a halt.
 		if err := r.store.PutRollout(key, after); err != nil {
 			r.log.Error("rollout: status store", "group", key, "err", err)
-			return st, true
+			return &shownGroup{st, true}
 		}
 		r.groups[key] = g
 		r.publish(key, after)
 	}
 	r.tell(site.Name, key, d)
-	for i, name := range d.Start {
-		if g.Halt != nil {
-			// Halted by a node of this wave: the rest are touched no
-			// further, and were never started.
-			r.unstart(site.Name, key, g, d.Start[i:])
-			break
+	sg := &shownGroup{st: st}
+	wave := func() {
+		for i, name := range d.Start {
+			if g.Halt != nil {
+				// Halted by a node of this wave: the rest are touched no
+				// further, and were never started.
+				r.unstart(site.Name, key, g, d.Start[i:])
+				break
+			}
+			r.reinstall(ctx, site, key, name, g, d)
 		}
-		r.reinstall(ctx, site, key, name, g, d)
+		if g.Halt != nil {
+			sg.st.Halted = g.Halt.Node + ": " + g.Halt.Why // the moment it is
+			sg.st.Summary = rollout.Summary(d, g)
+		}
+		sg.worth = pol.Strategy == plan.RolloutRolling || d.OutOfDate > 0 || d.InProgress > 0 || g.Halt != nil
 	}
-	if g.Halt != nil {
-		st.Halted = g.Halt.Node + ": " + g.Halt.Why // the moment it is
-		st.Summary = rollout.Summary(d, g)
+	if len(d.Start) == 0 {
+		wave()
+	} else {
+		waves.run(wave)
 	}
-	worth := pol.Strategy == plan.RolloutRolling || d.OutOfDate > 0 || d.InProgress > 0 || g.Halt != nil
-	return st, worth
+	return sg
 }
 
 // node is what the planner needs of one node.

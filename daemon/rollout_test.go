@@ -34,11 +34,19 @@ type bmc struct {
 	calls []string
 	fail  []error
 	tries int
+	block chan struct{} // when set, a boot-device call waits for it
 }
 
 func (b *bmc) PowerState(context.Context) (string, error) { return power.On, nil }
 func (b *bmc) SetPower(_ context.Context, a string) error { b.add("power " + a); return nil }
-func (b *bmc) SetBootDevice(_ context.Context, d string, once bool) error {
+func (b *bmc) SetBootDevice(ctx context.Context, d string, once bool) error {
+	if b.block != nil {
+		select {
+		case <-b.block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	b.mu.Lock()
 	b.tries++
 	if len(b.fail) > 0 {
@@ -399,5 +407,33 @@ func TestRolloutHaltStopsTheWave(t *testing.T) {
 	}
 	if tl := f.timeline("n2"); !strings.Contains(tl, "halted before this node was touched") {
 		t.Errorf("n2's timeline:\n%s", tl)
+	}
+}
+
+// Finding 3 of the BMC issue: groups' waves run side by side, so a slow
+// BMC in one group does not hold another group's reinstall: n3 (another
+// profile) is cycled while n1's BMC is still stuck in its call.
+func TestRolloutWavesSideBySide(t *testing.T) {
+	f := newFleet(t)
+	p := f.live.Current()
+	p.Sites[0].Nodes[2].Profile = "other"
+	p.Sites[0].Rollouts["other"] = &plan.Rollout{Strategy: plan.RolloutRolling, MaxUnavailable: "1", HealthTimeout: "20m"}
+	f.live.Swap(p)
+	f.restart()
+	slow, other := f.bmcs["198.18.0.1"], f.bmcs["198.18.0.3"]
+	slow.block = make(chan struct{})
+	done := make(chan struct{})
+	go func() { f.round(); close(done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(other.said(), "power cycle") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(slow.block)
+	<-done
+	if !strings.Contains(other.said(), "power cycle") {
+		t.Fatalf("n3 waited for n1's stuck BMC: %q", other.said())
+	}
+	if got := f.cycled(); len(got) != 2 {
+		t.Errorf("cycled %v, want n1 and n3", got)
 	}
 }

@@ -85,6 +85,11 @@ type Manager struct {
 	nodes  map[string]*nodePower
 	cycled map[string]int
 	poke   chan struct{}
+	// slots bound Run's polls in flight (Parallel); bg waits for them;
+	// swept tells Run a visit ended (it may have set a retry).
+	slots chan struct{}
+	bg    sync.WaitGroup
+	swept chan struct{}
 }
 
 // nodePower is what the Manager knows of one node's BMC.
@@ -143,6 +148,8 @@ func (m *Manager) init() {
 		if m.Parallel <= 0 {
 			m.Parallel = DefaultParallel
 		}
+		m.slots = make(chan struct{}, m.Parallel)
+		m.swept = make(chan struct{}, 1)
 		if m.Settle <= 0 {
 			m.Settle = DefaultSettle
 		}
@@ -186,10 +193,13 @@ func (m *Manager) Poke() {
 // are a minute apart, the first backoff 15 s).
 func (m *Manager) Run(ctx context.Context) error {
 	m.init()
+	defer m.bg.Wait()
 	t := time.NewTicker(m.Interval)
 	defer t.Stop()
 	for {
-		m.Round(ctx)
+		ts := m.targets()
+		m.forget(ts)
+		m.sweep(ctx, ts)
 		for round := false; !round; {
 			var due <-chan time.Time
 			stop := func() bool { return false }
@@ -206,10 +216,46 @@ func (m *Manager) Run(ctx context.Context) error {
 			case <-m.poke:
 				round = true
 			case <-due:
-				m.retry(ctx)
+				m.sweep(ctx, m.dueRetries())
+			case <-m.swept:
+				// A visit ended: its retry, if it set one, is waited for.
 			}
 			stop()
 		}
+	}
+}
+
+// sweep starts a visit of each of ts whose BMC is not busy, Parallel at
+// once across sweeps, and returns at once: a BMC still in its last call (a
+// hung one, for the whole --bmc-timeout) is skipped this time, and never
+// delays the others' next poll.
+func (m *Manager) sweep(ctx context.Context, ts []target) {
+	for _, t := range ts {
+		np := m.node(t.key())
+		select {
+		case np.call <- struct{}{}:
+		default:
+			continue // busy: its last poll, or an operator's call, still runs
+		}
+		m.mu.Lock()
+		np.holder = "a poll"
+		m.mu.Unlock()
+		m.bg.Add(1)
+		go func() {
+			defer m.bg.Done()
+			defer m.unlock(np)
+			select {
+			case m.slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-m.slots }()
+			m.visitHeld(ctx, t, np)
+			select {
+			case m.swept <- struct{}{}:
+			default:
+			}
+		}()
 	}
 }
 
@@ -226,21 +272,21 @@ func (m *Manager) nextRetry() (time.Time, bool) {
 	return next, !next.IsZero()
 }
 
-// retry visits the nodes whose retry is due (it polls them, and tries
-// again where the policy still wants it), Parallel at once.
-func (m *Manager) retry(ctx context.Context) {
+// dueRetries are the nodes whose retry is due (Run polls them, and tries
+// again where the policy still wants it), taken off the wait.
+func (m *Manager) dueRetries() []target {
 	ts := m.targets()
 	now := m.Now()
 	var due []target
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, t := range ts {
 		if np := m.nodes[t.key()]; np != nil && !np.retry.IsZero() && !now.Before(np.retry) {
 			np.retry = time.Time{}
 			due = append(due, t)
 		}
 	}
-	m.mu.Unlock()
-	m.visitAll(ctx, due)
+	return due
 }
 
 // visitAll visits ts, Parallel at once, and returns when every BMC has
@@ -345,6 +391,12 @@ func (m *Manager) visit(ctx context.Context, t target) {
 		return
 	}
 	defer m.unlock(np)
+	m.visitHeld(ctx, t, np)
+}
+
+// visitHeld polls t and applies the site's policy; the caller holds
+// np.call.
+func (m *Manager) visitHeld(ctx context.Context, t target, np *nodePower) {
 	fp := m.fingerprint(t.node.BMC)
 	m.mu.Lock()
 	if fp != np.fingerprint {

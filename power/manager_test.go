@@ -516,3 +516,29 @@ func TestRefusedCredentialsBackOff(t *testing.T) {
 		t.Errorf("status with the new secret: %+v", st)
 	}
 }
+
+// Run's polls do not wait for the slowest BMC: while one hangs for its
+// whole timeout, the others are polled at the interval (Interval 50 ms,
+// Timeout 3 s: before, one poll of the other per 3 s).
+func TestRunPollsPastAHungBMC(t *testing.T) {
+	r := newRig(t, plan.PowerManual, bmcNode("n1", "10.0.0.1", 0), bmcNode("n2", "10.0.0.2", 0))
+	r.m.Interval, r.m.Timeout = 50*time.Millisecond, 3*time.Second
+	hung := r.bmcs["10.0.0.1"]
+	hung.hang = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.m.Run(ctx) }()
+	polls := func(b *fakeBMC) int { b.mu.Lock(); defer b.mu.Unlock(); return len(b.calls) }
+	other := r.bmcs["10.0.0.2"]
+	deadline := time.Now().Add(30 * time.Second)
+	for polls(other) < 10 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	n, h := polls(other), polls(hung)
+	close(hung.hang)
+	cancel()
+	<-done
+	if n < 10 || h != 1 {
+		t.Errorf("n2 polled %d times while n1 hung in its first call (n1 asked %d times): want 10, and n1 once", n, h)
+	}
+}

@@ -79,8 +79,8 @@ type Limits struct {
 	// a site stores an event's message within 8 KiB).
 	MaxEventBytes int
 	// MaxSeqJump is how far ahead of the last event applied a site's
-	// next may be (default 1,000,000): one further is refused, so one
-	// message cannot hide the site's later events.
+	// next may not be (default 1,000,000): one that far or further is
+	// refused, so one message cannot hide the site's later events.
 	MaxSeqJump uint64
 	// SiteEarly is the events of a site that may wait for a predecessor
 	// (default 100,000).

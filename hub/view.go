@@ -324,7 +324,7 @@ func (v *View) inOrder(s *siteState, q *sequence, seq, prev uint64, e *status.Ev
 		if base == 0 {
 			base = q.mark // nothing applied yet: since the hub's restart
 		}
-		return base > 0 && seq > base && seq-base > v.limits.MaxSeqJump
+		return base > 0 && seq > base && seq-base >= v.limits.MaxSeqJump
 	}
 	switch {
 	case seq == 0: // no sequence: as it comes

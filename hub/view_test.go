@@ -106,3 +106,22 @@ func TestViewMachineBoundCountsHeld(t *testing.T) {
 		t.Errorf("a fourth machine: %d refused, want 1", n)
 	}
 }
+
+// A sequence jump of exactly MaxSeqJump is refused; one short of it is
+// taken.
+func TestViewSequenceJumpBound(t *testing.T) {
+	v := NewViewLimits(Limits{MaxSeqJump: 100}, nil)
+	send := func(seq, prev uint64) {
+		b, _ := json.Marshal(status.Event{Kind: status.KindDHCP, Site: "s", MAC: "52:54:00:00:00:01", Message: "x"})
+		v.Apply(Message{Site: "s", Kind: KindEvent, Data: b, Stream: seq, At: time.Now(), Seq: seq, Prev: prev})
+	}
+	send(1, 0)
+	send(101, 1) // exactly 100 ahead
+	if n := v.Refused("s", RefusedSequence); n != 1 {
+		t.Errorf("a jump of exactly MaxSeqJump: %d refused, want 1", n)
+	}
+	send(100, 1) // 99 ahead
+	if n := v.Refused("s", RefusedSequence); n != 1 {
+		t.Errorf("a jump of 99: %d refused, want still 1", n)
+	}
+}

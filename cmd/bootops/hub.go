@@ -65,7 +65,7 @@ func hubCmd() *command {
 		fs.Func("site-max-msgs", "messages a site keeps on the stream; past it its own oldest go (default 1000000); with --max-msg-size it bounds a site's bytes", intFlag(&lim.SiteMsgs))
 		fs.Func("stream-max-bytes", "bytes of the whole stream (default 0: no bound but the per-site ones and 30 days)", intFlag(&lim.StreamBytes))
 		fs.Func("site-max-machines", "machines a site may have in the view, nodes and unknown machines (default 20000)", intFlag(&lim.SiteMachines))
-		fs.Func("max-seq-jump", "how far past the last event the hub applied a site's next may be (default 1000000): further is refused, not let hide what follows", intFlag(&lim.MaxSeqJump))
+		fs.Func("max-seq-jump", "a site's next event this far or further past the last one the hub applied is refused (default 1000000), not let hide what follows", intFlag(&lim.MaxSeqJump))
 		store := fs.String("store", "/var/lib/bootops-hub/js", "folder of the JetStream stream")
 		sitesDir := fs.String("sites-dir", "", "folder of the sites allowed in: NAME.pub, each a site's nkey public key (add-site writes them)")
 		tlsCert := fs.String("tls-cert", "", "PEM certificate of the NATS listener (bootops ca init's server.pem)")

@@ -99,18 +99,37 @@ func CSVCell(s string) string {
 // the cut says how much went.
 const MaxMessage = 8 << 10
 
+// MaxField bounds every other string of an event as stored (an
+// identifier, a state, a hostname; 2 KiB for the boot chain and
+// cloud-init's result): a padded field costs the store no more than this.
+const MaxField = 1 << 10
+
 // printable is e as the store keeps it: every string it carries made
-// Printable, and its message within MaxMessage.
+// Printable, its message within MaxMessage and every other string within
+// MaxField (the boot chain and cloud-init's result, twice that).
 func (e Event) printable() Event {
-	for _, f := range []*string{&e.Kind, &e.Site, &e.Node, &e.MAC, &e.UUID, &e.Serial, &e.IP, &e.State, &e.Message, &e.Action, &e.Boot, &e.Hostname, &e.Kernel} {
+	for _, f := range []*string{&e.Kind, &e.Site, &e.Node, &e.MAC, &e.UUID, &e.Serial, &e.IP, &e.State, &e.Message, &e.Action, &e.Boot, &e.Hostname, &e.Kernel,
+		&e.InstallID, &e.CloudInit, &e.Revision, &e.Held, &e.EK, &e.TPM, &e.Sync, &e.Rollout} {
 		*f = Printable(*f)
 	}
-	if len(e.Message) > MaxMessage {
-		cut := MaxMessage
-		for cut > 0 && !utf8.RuneStart(e.Message[cut]) {
-			cut--
-		}
-		e.Message = fmt.Sprintf("%s … [cut: %d more bytes]", e.Message[:cut], len(e.Message)-cut)
+	e.Message = cutString(e.Message, MaxMessage)
+	for _, f := range []*string{&e.Kind, &e.Site, &e.Node, &e.MAC, &e.UUID, &e.Serial, &e.IP, &e.State, &e.Action, &e.Hostname, &e.Kernel,
+		&e.InstallID, &e.Revision, &e.Held, &e.EK, &e.TPM, &e.Sync, &e.Rollout} {
+		*f = cutString(*f, MaxField)
 	}
+	e.Boot, e.CloudInit = cutString(e.Boot, 2*MaxField), cutString(e.CloudInit, 2*MaxField)
 	return e
+}
+
+// cutString is s within max bytes (on a rune's start), saying how much
+// went.
+func cutString(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s … [cut: %d more bytes]", s[:cut], len(s)-cut)
 }

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -123,6 +124,33 @@ func TestNodeYAMLTPM(t *testing.T) {
 	for _, bad := range []string{"sha256:ee08", "ee08903b864743955c122523cfc868b09e2cd9d67e6d629130e8cb55aa11f7ca", ek + "\nkind: Secret"} {
 		if out, err := NodeYAML(Machine{Serial: "S1", EK: bad}, "n1"); err == nil {
 			t.Errorf("EK %q written:\n%s", bad, out)
+		}
+	}
+}
+
+// Every string of an event is bounded as stored, not the message alone: a
+// field padded to 60 KB (what a hostile site sent the hub) costs at most
+// MaxField (2 × for the boot chain and cloud-init's result).
+func TestEventFieldsBounded(t *testing.T) {
+	pad := strings.Repeat("x", 60<<10)
+	e := Event{Kind: KindAgent, Node: "n1", Site: "s", Message: "m", Hostname: pad, Kernel: pad, EK: pad, TPM: pad, Boot: pad,
+		CloudInit: pad, InstallID: pad, Revision: pad, Held: pad, Sync: pad, Rollout: pad, Action: pad, State: pad}
+	d := open(t, filepath.Join(t.TempDir(), "status.db"), Options{})
+	mem := &Memory{}
+	mem.Record(e)
+	if err := d.RecordSync(e); err != nil {
+		t.Fatal(err)
+	}
+	for name, evs := range map[string][]Event{"durable": d.Events("s/n1"), "memory": mem.Events("s/n1")} {
+		if len(evs) != 1 {
+			t.Fatalf("%s: %d events", name, len(evs))
+		}
+		b, _ := json.Marshal(evs[0])
+		if len(b) > 40<<10 {
+			t.Errorf("%s: a %d KB event stored as %d bytes", name, 13*60, len(b))
+		}
+		if got := evs[0].Hostname; len(got) > MaxField+64 || !strings.HasSuffix(got, "more bytes]") {
+			t.Errorf("%s: hostname stored as %d bytes", name, len(got))
 		}
 	}
 }

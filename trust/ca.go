@@ -96,14 +96,7 @@ func InitCA(dir string, opt CAOptions) error {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 	}
-	for _, h := range opt.Hosts {
-		h = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(h), "["), "]") // [2001:db8::1] as in a URL
-		if ip := net.ParseIP(h); ip != nil {
-			srv.IPAddresses = append(srv.IPAddresses, ip)
-		} else {
-			srv.DNSNames = append(srv.DNSNames, h)
-		}
-	}
+	addHosts(srv, opt.Hosts)
 	srvDER, err := x509.CreateCertificate(rand.Reader, srv, caCert, &srvKey.PublicKey, caKey)
 	if err != nil {
 		return err
@@ -134,6 +127,19 @@ func InitCA(dir string, opt CAOptions) error {
 		}
 	}
 	return nil
+}
+
+// addHosts names hosts in c: IP addresses ("[2001:db8::1]" as in a URL
+// too) and DNS names.
+func addHosts(c *x509.Certificate, hosts []string) {
+	for _, h := range hosts {
+		h = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(h), "["), "]")
+		if ip := net.ParseIP(h); ip != nil {
+			c.IPAddresses = append(c.IPAddresses, ip)
+		} else if h != "" {
+			c.DNSNames = append(c.DNSNames, h)
+		}
+	}
 }
 
 func serial() *big.Int {

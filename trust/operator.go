@@ -10,7 +10,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -42,11 +41,24 @@ var operatorName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
 // CA in dir, for name with role, valid for days: the certificate (PEM) and
 // its private key (PEM, ECDSA P-256).
 func IssueOperator(dir, name, role string, days int, now time.Time) (cert, key []byte, err error) {
+	if !slices.Contains(OperatorRoles, role) {
+		return nil, nil, fmt.Errorf("role %q: want read or operate", role)
+	}
+	u, _ := url.Parse(operatorURI + role)
+	return issue(dir, name, days, now, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: name, Organization: []string{"bootops operators"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		URIs:        []*url.URL{u},
+	})
+}
+
+// issue signs tmpl (its names, usages and URIs) for name with the CA in
+// dir, valid for days from now, with a new ECDSA P-256 key: the
+// certificate and its private key, PEM.
+func issue(dir, name string, days int, now time.Time, tmpl *x509.Certificate) (cert, key []byte, err error) {
 	switch {
 	case !operatorName.MatchString(name):
-		return nil, nil, fmt.Errorf("operator name %q: letters, digits, '.', '_', '@', '-', at most 64", name)
-	case !slices.Contains(OperatorRoles, role):
-		return nil, nil, fmt.Errorf("role %q: want read or operate", role)
+		return nil, nil, fmt.Errorf("name %q: letters, digits, '.', '_', '@', '-', at most 64", name)
 	case days < 1 || days > 825:
 		return nil, nil, fmt.Errorf("%d days: want 1 to 825", days)
 	}
@@ -58,17 +70,9 @@ func IssueOperator(dir, name, role string, days int, now time.Time) (cert, key [
 	if err != nil {
 		return nil, nil, err
 	}
-	u, _ := url.Parse(operatorURI + role)
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: name, Organization: []string{"bootops operators"}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.AddDate(0, 0, days),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		URIs:                  []*url.URL{u},
-		BasicConstraintsValid: true,
-	}
+	tmpl.SerialNumber = serial()
+	tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.AddDate(0, 0, days)
+	tmpl.KeyUsage, tmpl.BasicConstraintsValid = x509.KeyUsageDigitalSignature, true
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
 	if err != nil {
 		return nil, nil, err
@@ -172,99 +176,4 @@ func ClientTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 	cfg.Certificates = []tls.Certificate{pair}
 	cfg.NextProtos = []string{OperatorALPN, "http/1.1"}
 	return cfg, nil
-}
-
-// routeURI marks a certificate of the hub's CA as one of its servers' in
-// a cluster: only such a certificate may open a route.
-const routeURI = "urn:bootops:hub-route"
-
-// IssueRoute makes a hub server's cluster certificate, signed by the CA in
-// dir: server and client authentication (a route is dialled both ways),
-// the route URI, and hosts (the addresses and names the other servers'
-// --routes URLs use) as its names; valid for days.
-func IssueRoute(dir, name string, hosts []string, days int, now time.Time) (cert, key []byte, err error) {
-	switch {
-	case !operatorName.MatchString(name):
-		return nil, nil, fmt.Errorf("server name %q: letters, digits, '.', '_', '@', '-', at most 64", name)
-	case len(hosts) == 0:
-		return nil, nil, errors.New("give the addresses or names the other servers reach this one by (--host h1.example.net)")
-	case days < 1 || days > 825:
-		return nil, nil, fmt.Errorf("%d days: want 1 to 825", days)
-	}
-	ca, caKey, err := loadCA(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	u, _ := url.Parse(routeURI)
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: name, Organization: []string{"bootops hub"}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.AddDate(0, 0, days),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		URIs:                  []*url.URL{u},
-		BasicConstraintsValid: true,
-	}
-	for _, h := range hosts {
-		h = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(h), "["), "]")
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else if h != "" {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), nil
-}
-
-// RouteTLS is a hub server's cluster TLS: its route certificate and key
-// (files), and the hub's CA (a file) that must have signed every other
-// server's — which must carry the route URI too. Both ends of a route
-// present and check a certificate.
-func RouteTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
-	if err := private(keyFile); err != nil {
-		return nil, err
-	}
-	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, err
-	}
-	b, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, err
-	}
-	cas, err := PoolFromPEM(string(b))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", caFile, err)
-	}
-	return &tls.Config{
-		Certificates:          []tls.Certificate{pair},
-		RootCAs:               cas,
-		ClientCAs:             cas,
-		ClientAuth:            tls.RequireAndVerifyClientCert,
-		MinVersion:            tls.VersionTLS12,
-		VerifyPeerCertificate: requireRoute,
-	}, nil
-}
-
-// requireRoute refuses a peer whose verified certificate is no route's.
-func requireRoute(_ [][]byte, chains [][]*x509.Certificate) error {
-	for _, ch := range chains {
-		if len(ch) > 0 && slices.ContainsFunc(ch[0].URIs, func(u *url.URL) bool { return u.String() == routeURI }) {
-			return nil
-		}
-	}
-	return errors.New("the peer's certificate is no hub server's route certificate (" + routeURI + ")")
 }

@@ -1,0 +1,75 @@
+package trust
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"time"
+)
+
+// routeURI marks a certificate of the hub's CA as one of its servers' in
+// a cluster: only such a certificate may open a route.
+const routeURI = "urn:bootops:hub-route"
+
+// IssueRoute makes a hub server's cluster certificate, signed by the CA in
+// dir: server and client authentication (a route is dialled both ways),
+// the route URI, and hosts (the addresses and names the other servers'
+// --routes URLs use) as its names; valid for days.
+func IssueRoute(dir, name string, hosts []string, days int, now time.Time) (cert, key []byte, err error) {
+	if len(hosts) == 0 {
+		return nil, nil, errors.New("give the addresses or names the other servers reach this one by (--host h1.example.net)")
+	}
+	u, _ := url.Parse(routeURI)
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: name, Organization: []string{"bootops hub"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		URIs:        []*url.URL{u},
+	}
+	addHosts(tmpl, hosts)
+	return issue(dir, name, days, now, tmpl)
+}
+
+// RouteTLS is a hub server's cluster TLS: its route certificate and key
+// (files), and the hub's CA (a file) that must have signed every other
+// server's — which must carry the route URI too. Both ends of a route
+// present and check a certificate.
+func RouteTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	if err := private(keyFile); err != nil {
+		return nil, err
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	cas, err := PoolFromPEM(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", caFile, err)
+	}
+	return &tls.Config{
+		Certificates:          []tls.Certificate{pair},
+		RootCAs:               cas,
+		ClientCAs:             cas,
+		ClientAuth:            tls.RequireAndVerifyClientCert,
+		MinVersion:            tls.VersionTLS12,
+		VerifyPeerCertificate: requireRoute,
+	}, nil
+}
+
+// requireRoute refuses a peer whose verified certificate is no route's.
+func requireRoute(_ [][]byte, chains [][]*x509.Certificate) error {
+	for _, ch := range chains {
+		if len(ch) > 0 && slices.ContainsFunc(ch[0].URIs, func(u *url.URL) bool { return u.String() == routeURI }) {
+			return nil
+		}
+	}
+	return errors.New("the peer's certificate is no hub server's route certificate (" + routeURI + ")")
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-tpm-tools/simulator"
 
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/test/flood"
 	"github.com/bootops/bootops/tpm"
 )
 
@@ -65,13 +66,13 @@ func challenge(args []string) (any, error) {
 		case 5:
 			kind = "none"
 		default:
-			code, body, _ := do(ctx, hc, "GET", script, "", nil)
+			code, body, _ := flood.Do(ctx, hc, "GET", script, "", nil)
 			scripts.add("", code)
 			if m := tokenRe.FindStringSubmatch(body); m != nil {
 				tok = m[1]
 			}
 		}
-		code, body, _ := do(ctx, hc, "POST", o.server+plan.AgentCheckInPath, tok, in)
+		code, body, _ := flood.Do(ctx, hc, "POST", o.server+plan.AgentCheckInPath, tok, in)
 		c.add(kind, code)
 		if code == 200 && strings.Contains(body, `"challenge"`) {
 			c.mu.Lock()
@@ -81,9 +82,9 @@ func challenge(args []string) (any, error) {
 	}
 	var p probe
 	ask := func(i int) error {
-		pc := client(o.probeFrom[i%len(o.probeFrom)], 1)
+		pc := flood.Client(o.probeFrom[i%len(o.probeFrom)], 1, 10*time.Second)
 		defer pc.CloseIdleConnections()
-		code, body, err := do(ctx, pc, "GET", script, "", nil)
+		code, body, err := flood.Do(ctx, pc, "GET", script, "", nil)
 		if err != nil {
 			return err
 		}
@@ -91,7 +92,7 @@ func challenge(args []string) (any, error) {
 		if code != 200 || m == nil {
 			return fmt.Errorf("script: %d %.200s", code, body)
 		}
-		code, body, err = do(ctx, pc, "POST", o.server+plan.AgentCheckInPath, m[1], in)
+		code, body, err = flood.Do(ctx, pc, "POST", o.server+plan.AgentCheckInPath, m[1], in)
 		var r plan.CheckInReply
 		switch {
 		case err != nil:

@@ -12,6 +12,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+
+	"github.com/bootops/bootops/test/flood"
 )
 
 // LeaseSummary is what the made-up clients' REQUESTs got, counted on the
@@ -137,7 +139,7 @@ func lease(args []string) (any, error) {
 	if err != nil || !server.Is4() {
 		return nil, fmt.Errorf("-server-ip %q: want an IPv4 address", *serverIP)
 	}
-	pool, err := parseSources(*poolRange)
+	pool, err := flood.Sources(*poolRange)
 	if err != nil || len(pool) == 0 {
 		return nil, fmt.Errorf("-pool %q: want FIRST-LAST", *poolRange)
 	}

@@ -19,20 +19,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/bootops/bootops/test/flood"
 )
 
 func main() {
@@ -78,8 +75,8 @@ func httpFlags(name string) *options {
 func (o *options) parse(args []string) error {
 	o.flags.Parse(args)
 	var err1, err2 error
-	o.sources, err1 = parseSources(o.sourceList)
-	o.probeFrom, err2 = parseSources(o.probeList)
+	o.sources, err1 = flood.Sources(o.sourceList)
+	o.probeFrom, err2 = flood.Sources(o.probeList)
 	switch {
 	case err1 != nil || err2 != nil:
 		return fmt.Errorf("addresses: %v", firstErr(err1, err2))
@@ -98,65 +95,6 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
-}
-
-func parseSources(s string) ([]string, error) {
-	if first, last, ok := strings.Cut(s, "-"); ok {
-		a, err1 := netip.ParseAddr(first)
-		b, err2 := netip.ParseAddr(last)
-		if err1 != nil || err2 != nil || b.Less(a) {
-			return nil, fmt.Errorf("%q: want FIRST-LAST", s)
-		}
-		var out []string
-		for ; a.Compare(b) <= 0 && len(out) < 256; a = a.Next() {
-			out = append(out, a.String())
-		}
-		return out, nil
-	}
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if _, err := netip.ParseAddr(a); err != nil {
-			return nil, fmt.Errorf("%q: %v", a, err)
-		}
-		out = append(out, a)
-	}
-	return out, nil
-}
-
-// client is an HTTP client whose connections leave from src.
-func client(src string, conns int) *http.Client {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}}
-}
-
-// do sends a request (v, when set, as its JSON body) and returns the
-// status and body.
-func do(ctx context.Context, c *http.Client, method, url, token string, v any) (int, string, error) {
-	var body io.Reader
-	if v != nil {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return 0, "", err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return 0, "", err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if v != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, string(b), nil
 }
 
 // codes counts answers by status (0: no answer).
@@ -259,7 +197,7 @@ func (o *options) flood(ctx context.Context, n int, send func(c *http.Client, i 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := client(o.sources[w%len(o.sources)], 2)
+			c := flood.Client(o.sources[w%len(o.sources)], 2, 10*time.Second)
 			for i := range next {
 				send(c, i)
 			}

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/test/flood"
 )
 
 // ReportSummary counts the reports' answers by kind and status: real (the
@@ -57,13 +59,13 @@ func report(args []string) (any, error) {
 		case 5:
 			kind, tok = "other", *other
 		}
-		code, _, _ := do(ctx, hc, "POST", o.server+plan.ReportPath, tok, rep)
+		code, _, _ := flood.Do(ctx, hc, "POST", o.server+plan.ReportPath, tok, rep)
 		c.add(kind, code)
 	}
-	pc := client(o.probeFrom[0], 1)
+	pc := flood.Client(o.probeFrom[0], 1, 10*time.Second)
 	var p probe
 	ask := func(int) error {
-		code, body, err := do(ctx, pc, "GET", o.server+*probePath, "", nil)
+		code, body, err := flood.Do(ctx, pc, "GET", o.server+*probePath, "", nil)
 		if err == nil && code != 200 {
 			err = fmt.Errorf("%d %.200s", code, body)
 		}

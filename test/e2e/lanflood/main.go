@@ -11,7 +11,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -19,7 +18,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"regexp"
 	"slices"
@@ -27,6 +25,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/bootops/bootops/test/flood"
 )
 
 type summary struct {
@@ -71,7 +71,7 @@ func main() {
 	probePath := flag.String("probe", "/healthz", "what the probe asks for, every second")
 	deadline := flag.Duration("deadline", 5*time.Minute, "give up on everything after this long")
 	flag.Parse()
-	sources, err := parseSources(*sourceList)
+	sources, err := flood.Sources(*sourceList)
 	if err != nil || len(sources) == 0 || *identities > 200000 || *idle > 5000 || *slow > 1000 {
 		fmt.Fprintln(os.Stderr, "lanflood: want -sources, and bounded counts:", err)
 		os.Exit(2)
@@ -90,7 +90,7 @@ func main() {
 		probeWG.Add(1)
 		go func() {
 			defer probeWG.Done()
-			c := client(*probeFrom, 1)
+			c := flood.Client(*probeFrom, 1, 30*time.Second)
 			c.Timeout = 30 * time.Second
 			for {
 				select {
@@ -165,7 +165,7 @@ func main() {
 		fw.Add(1)
 		go func() {
 			defer fw.Done()
-			c := client(sources[w%len(sources)], 2)
+			c := flood.Client(sources[w%len(sources)], 2, 30*time.Second)
 			for ctx.Err() == nil {
 				i := int(next.Add(1)) - 1
 				if i >= *identities {
@@ -173,7 +173,7 @@ func main() {
 				}
 				serial := fmt.Sprintf("FLOOD-%06d", i)
 				mac := fmt.Sprintf("02:f1:%02x:%02x:%02x:%02x", w, i>>16&0xff, i>>8&0xff, i&0xff)
-				code, body, err := do(ctx, c, "GET", *server+"/ipxe?serial="+serial+"&mac="+mac+"&site=lab", "", nil)
+				code, body, err := flood.Do(ctx, c, "GET", *server+"/ipxe?serial="+serial+"&mac="+mac+"&site=lab", "", nil)
 				if err != nil {
 					s.mu.Lock()
 					s.Errors++
@@ -183,13 +183,13 @@ func main() {
 				s.count(s.Scripts, code)
 				if tok, key := tokenRe.FindStringSubmatch(body), machineRe.FindStringSubmatch(body); code == 200 && tok != nil && key != nil {
 					in := map[string]any{"site": "lab", "machine": key[1], "identity": map[string]any{"serial": serial, "macs": []string{strings.TrimPrefix(key[1], "mac:")}}}
-					if code, _, err := do(ctx, c, "POST", *server+"/api/v1/agent/checkin", tok[1], in); err == nil {
+					if code, _, err := flood.Do(ctx, c, "POST", *server+"/api/v1/agent/checkin", tok[1], in); err == nil {
 						s.count(s.CheckIns, code)
 					}
 				}
 				if i%5 == 0 {
 					in := map[string]any{"site": "lab", "machine": "serial:" + serial + "-X", "identity": map[string]any{"serial": serial + "-X"}}
-					if code, _, err := do(ctx, c, "POST", *server+"/api/v1/agent/checkin", strings.Replace(forged, "s1", "b1", 1), in); err == nil {
+					if code, _, err := flood.Do(ctx, c, "POST", *server+"/api/v1/agent/checkin", strings.Replace(forged, "s1", "b1", 1), in); err == nil {
 						s.count(s.Forged, code)
 					}
 				}
@@ -208,50 +208,6 @@ func main() {
 	s.SlowLongest = time.Duration(longest.Load()).Round(time.Second).String()
 	s.Elapsed = time.Since(start).Round(time.Second).String()
 	json.NewEncoder(os.Stdout).Encode(s)
-}
-
-func parseSources(s string) ([]string, error) {
-	if first, last, ok := strings.Cut(s, "-"); ok {
-		a, err1 := netip.ParseAddr(first)
-		b, err2 := netip.ParseAddr(last)
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("sources %q", s)
-		}
-		var out []string
-		for ; a.Compare(b) <= 0 && len(out) < 256; a = a.Next() {
-			out = append(out, a.String())
-		}
-		return out, nil
-	}
-	return strings.Split(s, ","), nil
-}
-
-// client is an HTTP client whose connections leave from src.
-func client(src string, conns int) *http.Client {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}}
-}
-
-func do(ctx context.Context, c *http.Client, method, url, token string, v any) (int, string, error) {
-	var body io.Reader
-	if v != nil {
-		b, _ := json.Marshal(v)
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return 0, "", err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, string(b), nil
 }
 
 func dial(ctx context.Context, src, host string) (net.Conn, error) {

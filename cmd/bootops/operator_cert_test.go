@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -41,28 +39,15 @@ func TestOperatorCertificates(t *testing.T) {
 	if err := os.WriteFile(ops, []byte("revoked "+serials["carol"]+" carol\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		e := &env{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
-		done <- run(ctx, e, []string{"serve", "--source", demoRepo(t), "--state-dir", state, "--http-addr", "127.0.0.1:0", "--https-addr", "127.0.0.1:0",
-			"--dhcp", "off", "--tftp-addr", "", "--operators-file", ops})
-	}()
-	defer func() { cancel(); <-done }()
+	d := runServe(t, nil, "--source", demoRepo(t), "--state-dir", state, "--http-addr", "127.0.0.1:0", "--https-addr", "127.0.0.1:0",
+		"--dhcp", "off", "--tftp-addr", "", "--operators-file", ops)
 	var addr string
 	for i := 0; i < 400 && addr == ""; i++ {
-		for _, line := range strings.Split(stderr.String(), "\n") {
-			var l struct{ Msg, Addr string }
-			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "https" {
-				addr = l.Addr
-			}
-		}
+		addr = d.logged("https", "addr")
 		time.Sleep(25 * time.Millisecond)
 	}
 	if addr == "" {
-		t.Fatalf("serve did not start HTTPS:\n%s", stderr.String())
+		t.Fatalf("serve did not start HTTPS:\n%s", d.stderr.String())
 	}
 	server := "https://" + addr
 	ca := filepath.Join(state, "tls", trust.CAFile)

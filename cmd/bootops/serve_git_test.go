@@ -32,23 +32,25 @@ type daemon struct {
 	done   chan int
 }
 
+// startDaemon runs serve with reads open: these tests are of Git and the
+// CLI's views (TestServeAndStatus reads with the operator token).
 func startDaemon(t *testing.T, environ map[string]string, args ...string) *daemon {
+	t.Helper()
+	return runServe(t, environ, append([]string{"--open-reads"}, args...)...)
+}
+
+// runServe runs `bootops serve args…` in-process until its HTTP listener
+// is up; the test's end stops it.
+func runServe(t *testing.T, environ map[string]string, args ...string) *daemon {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &daemon{t: t, stderr: &lockedBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	go func() {
 		e := &env{stdout: io.Discard, stderr: d.stderr, getenv: func(k string) string { return environ[k] }}
-		// Reads are open: these tests are of Git and the CLI's views
-		// (TestServeAndStatus reads with the operator token).
-		d.done <- run(ctx, e, append([]string{"serve", "--open-reads"}, args...))
+		d.done <- run(ctx, e, append([]string{"serve"}, args...))
 	}()
 	for i := 0; i < 400 && d.addr == ""; i++ {
-		for _, line := range strings.Split(d.stderr.String(), "\n") {
-			var l struct{ Msg, HTTP string }
-			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "started" {
-				d.addr = l.HTTP
-			}
-		}
+		d.addr = d.logged("started", "http")
 		select {
 		case code := <-d.done:
 			t.Fatalf("serve exited %d:\n%s", code, d.stderr.String())
@@ -60,6 +62,20 @@ func startDaemon(t *testing.T, environ map[string]string, args ...string) *daemo
 	}
 	t.Cleanup(d.stop)
 	return d
+}
+
+// logged is the field key of the daemon's last log line msg ("" if none).
+func (d *daemon) logged(msg, key string) string {
+	v := ""
+	for _, line := range strings.Split(d.stderr.String(), "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) == nil && l["msg"] == msg {
+			if s, ok := l[key].(string); ok {
+				v = s
+			}
+		}
+	}
+	return v
 }
 
 func (d *daemon) stop() {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/power"
+	"github.com/bootops/bootops/test/ipmisim"
 )
 
 // ipmiChassis is ipmi_sim's chassis_control program: it keeps the power
@@ -60,16 +61,14 @@ func ipmiSim(t *testing.T, name string) (int, string) {
 	port := c.LocalAddr().(*net.UDPAddr).Port
 	c.Close()
 	dir := filepath.Join(t.TempDir(), name)
-	os.MkdirAll(filepath.Join(dir, "state"), 0o755)
+	os.MkdirAll(dir, 0o755)
 	control := filepath.Join(dir, "chassis-control")
 	os.WriteFile(control, []byte(fmt.Sprintf(ipmiChassis, dir)), 0o755)
-	conf := fmt.Sprintf("name %q\nset_working_mc 0x20\n  startlan 1\n    addr 127.0.0.1 %d\n    priv_limit admin\n"+
-		"    allowed_auths_admin none md2 md5 straight\n    guid a123456789abcdefa123456789abcd%02x\n  endlan\n"+
-		"  chassis_control \"%s 0x20\"\n  user 2 true \"admin\" \"secret\" admin 10 none md2 md5 straight\n", name, port, port%256, control)
-	os.WriteFile(filepath.Join(dir, "lan.conf"), []byte(conf), 0o644)
-	os.WriteFile(filepath.Join(dir, "bmc.emu"), []byte("mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n"), 0o644)
-	cmd := exec.Command("ipmi_sim", "-c", filepath.Join(dir, "lan.conf"), "-f", filepath.Join(dir, "bmc.emu"), "-s", filepath.Join(dir, "state"), "-n")
-	cmd.Stdout, cmd.Stderr = nil, nil
+	args, err := ipmisim.Prepare(dir, name, "127.0.0.1", port, control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ipmi_sim", args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

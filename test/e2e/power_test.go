@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/test/ipmisim"
 )
 
 // chassisControl is ipmi_sim's chassis_control program for one VM: power
@@ -68,17 +70,11 @@ exit 0
 // with user admin/secret; control, when set, is its chassis_control.
 func (l *lab) ipmiSim(name string, port int, control string) {
 	l.t.Helper()
-	dir := filepath.Join(l.dir, name)
-	os.MkdirAll(filepath.Join(dir, "state"), 0o755)
-	conf := fmt.Sprintf("name %q\nset_working_mc 0x20\n  startlan 1\n    addr 198.18.0.1 %d\n    priv_limit admin\n"+
-		"    allowed_auths_admin none md2 md5 straight\n    guid a123456789abcdefa123456789abcd%02x\n  endlan\n", name, port, port%256)
-	if control != "" {
-		conf += fmt.Sprintf("  chassis_control \"%s 0x20\"\n", control)
+	args, err := ipmisim.Prepare(filepath.Join(l.dir, name), name, "198.18.0.1", port, control)
+	if err != nil {
+		l.t.Fatal(err)
 	}
-	conf += "  user 2 true \"admin\" \"secret\" admin 10 none md2 md5 straight\n"
-	os.WriteFile(filepath.Join(dir, "lan.conf"), []byte(conf), 0o644)
-	os.WriteFile(filepath.Join(dir, "bmc.emu"), []byte("mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n"), 0o644)
-	l.start(name, "ip", "netns", "exec", l.lan, "ipmi_sim", "-c", filepath.Join(dir, "lan.conf"), "-f", filepath.Join(dir, "bmc.emu"), "-s", filepath.Join(dir, "state"), "-n")
+	l.start(name, append([]string{"ip", "netns", "exec", l.lan, "ipmi_sim"}, args...)...)
 }
 
 // The IPMI loop: bootops, through bmclib and ipmitool, drives a VM's BMC

@@ -245,8 +245,10 @@ func (j *Journal) flush() error {
 		j.mu.Lock()
 		j.pending = append(batch, j.pending...)
 		j.mu.Unlock()
-		j.closeFile() // a partial line is past the next compaction's reach; reopen anyway
-		j.lines = -1  // rewrite the file whole next time
+		// The file may end in part of a line: the next Sync rewrites
+		// it whole from the pool's memory.
+		j.closeFile()
+		j.lines = -1
 		return fmt.Errorf("leases %s: %w", j.Path, err)
 	}
 	j.written = batch[len(batch)-1].seq
@@ -316,19 +318,4 @@ func (j *Journal) compact(snap Snapshot) error {
 	j.mu.Unlock()
 	j.written = max(j.written, upto)
 	return nil
-}
-
-// Close closes the file (a later Sync opens it again).
-func (j *Journal) Close() error {
-	j.wmu.Lock()
-	defer j.wmu.Unlock()
-	j.closeFile()
-	return nil
-}
-
-// WriteLeases writes a lease file whole, as a journal compacted: for tools
-// and tests that make one.
-func WriteLeases(path string, leases map[string]LeaseRecord) error {
-	j := &Journal{Path: path, lines: -1}
-	return j.compact(func() (map[string]LeaseRecord, uint64) { return leases, 0 })
 }

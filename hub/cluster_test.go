@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"crypto/tls"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -30,17 +31,18 @@ func TestHubClusterNeedsTLS(t *testing.T) {
 // with a certificate of the hub's CA that is no route's (an operator's)
 // forms no route; one with a route certificate does. TestHubFleet runs it
 // on its cluster.
-func rogueRoutes(t *testing.T, node *Node) {
+func rogueRoutes(t *testing.T, node *Node, hubLog *syncBuffer) {
 	t.Helper()
 	began := time.Now()
 	clusterAddr := node.cfg.ClusterListen
 	dir := filepath.Dir(filepath.Dir(node.cfg.StoreDir))
-	routes := node.srv.NumRoutes()
 	other := t.TempDir()
 	otherTLS, err := routeTLS(other, "rogue")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The rogue takes any server: the refusal to see is the hub's.
+	otherTLS.InsecureSkipVerify, otherTLS.VerifyPeerCertificate = true, nil
 	hubCA := filepath.Join(dir, "hub-ca")
 	opCert, opKey, err := trust.IssueOperator(hubCA, "mallory", "operate", 1, time.Now())
 	if err != nil {
@@ -58,44 +60,51 @@ func rogueRoutes(t *testing.T, node *Node) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		name  string
-		tls   *tls.Config
-		joins bool
+		name    string
+		tls     *tls.Config
+		joins   bool
+		refusal string // in the hub's log
 	}{
-		{"no TLS", nil, false},
-		{"another CA's route certificate", otherTLS, false},
-		{"the hub CA's operator certificate", opTLS, false},
-		{"the hub CA's route certificate", goodTLS, true},
+		{"no TLS", nil, false, ""},
+		{"another CA's route certificate", otherTLS, false, "unknown authority"},
+		{"the hub CA's operator certificate", opTLS, false, "no hub server's route certificate"},
+		{"the hub CA's route certificate", goodTLS, true, ""},
 	} {
-		rogue := rogueServer(t, clusterAddr, c.tls)
+		var log syncBuffer
+		before := len(hubLog.String())
+		rogue := rogueServer(t, clusterAddr, c.tls, &log)
 		joined := false
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !joined; time.Sleep(100 * time.Millisecond) {
-			joined = node.srv.NumRoutes() > routes && rogue.NumRoutes() > 0
+			joined = rogue.NumRoutes() > 0
 		}
 		if joined != c.joins {
 			t.Errorf("%s: joined %v, want %v", c.name, joined, c.joins)
 		}
+		if said := hubLog.String()[before:]; c.refusal != "" && !(strings.Contains(said, "TLS route handshake error") && strings.Contains(said, c.refusal)) {
+			t.Errorf("%s: the hub's log does not say the route was refused (%q):\n%.2000s", c.name, c.refusal, said)
+		}
+		if c.tls == nil && !strings.Contains(log.String(), "Router connection closed") {
+			t.Errorf("no TLS: the rogue's route was not closed:\n%s", log.String())
+		}
 		rogue.Shutdown()
 		rogue.WaitForShutdown()
-		for deadline := time.Now().Add(10 * time.Second); node.srv.NumRoutes() > routes && time.Now().Before(deadline); {
-			time.Sleep(50 * time.Millisecond)
-		}
 	}
 	t.Logf("rogue routes refused, a real one taken: %v", time.Since(began).Round(time.Millisecond))
 }
 
 // rogueServer is a NATS server that dials the hub's cluster port with
 // tlsCfg (nil: none) as a route.
-func rogueServer(t *testing.T, clusterAddr string, tlsCfg *tls.Config) *server.Server {
+func rogueServer(t *testing.T, clusterAddr string, tlsCfg *tls.Config, log *syncBuffer) *server.Server {
 	t.Helper()
 	u, _ := url.Parse("nats://" + clusterAddr)
-	opts := &server.Options{ServerName: "rogue", Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
+	opts := &server.Options{ServerName: "rogue", Host: "127.0.0.1", Port: -1, NoSigs: true,
 		Cluster: server.ClusterOpts{Name: "bootops-hub", Host: "127.0.0.1", Port: -1, TLSConfig: tlsCfg, TLSTimeout: 2},
 		Routes:  []*url.URL{u}}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.SetLoggerV2(natsLogger{slog.New(slog.NewTextHandler(log, nil))}, false, false, false)
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("the rogue server did not start")
@@ -148,3 +157,4 @@ func TestHubDamagedSequences(t *testing.T) {
 		t.Error("a sequences file that cannot be read: started anyway")
 	}
 }
+

@@ -369,8 +369,9 @@ func TestHubFleet(t *testing.T) {
 	names := []string{"north", "south", "east"}
 	pubs, kps := siteKeys(t, append(names, "west")...)
 	const dedup = 5 * time.Second
-	hubs := cluster(t, ctx, 3, pubs, func(c *Config) { c.Dedup = dedup })
-	rogueRoutes(t, hubs[0])
+	var hubLog syncBuffer
+	hubs := cluster(t, ctx, 3, pubs, func(c *Config) { c.Dedup = dedup }, slog.New(slog.NewTextHandler(&hubLog, nil)))
+	rogueRoutes(t, hubs[0], &hubLog)
 	var urls []string
 	for _, h := range hubs {
 		urls = append(urls, h.cfg.Listen)

@@ -630,13 +630,13 @@ func TestDhcpcdDuringARequestFlood(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	type result struct {
-		sent, replies, leased int
-		err                   error
+		sent, replies, leased, refused int
+		err                            error
 	}
 	done := make(chan result, 1)
 	go func() {
 		var r result
-		r.sent, r.replies, r.leased, r.err = requestFlood(ctx, l.cli, cfg, 20000)
+		r.sent, r.replies, r.leased, r.refused, r.err = requestFlood(ctx, l.cli, cfg, 20000)
 		done <- r
 	}()
 	time.Sleep(time.Second) // the flood is on
@@ -649,12 +649,12 @@ func TestDhcpcdDuringARequestFlood(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	t.Logf("figure: the flood sent %d Requests, got %d Replies, %d of them with an address", r.sent, r.replies, r.leased)
+	t.Logf("figure: the flood sent %d Requests, got %d Replies (%d NoAddrsAvail), %d of them with an address", r.sent, r.replies, r.refused, r.leased)
 	if r.sent < 100 || r.replies == 0 {
 		t.Fatalf("the flood sent %d and got %d Replies: it did not reach the server", r.sent, r.replies)
 	}
-	if r.leased != 0 {
-		t.Errorf("%d made-up clients were leased an address they were never offered", r.leased)
+	if r.leased != 0 || r.refused != r.replies {
+		t.Errorf("%d made-up clients were leased an address they were never offered; %d of %d Replies said NoAddrsAvail, want all", r.leased, r.refused, r.replies)
 	}
 	if n := pool.Leases(); n != 1 {
 		t.Errorf("the pool holds %d leases after the flood, want dhcpcd's one", n)
@@ -670,19 +670,19 @@ func TestDhcpcdDuringARequestFlood(t *testing.T) {
 // made-up DUID-LL clients to All_DHCP_Relay_Agents_and_Servers on vcli,
 // each naming the next address of cfg's pool, until ctx ends; it counts
 // the Replies, and those that lease an address.
-func requestFlood(ctx context.Context, ns string, cfg Config, n int) (sent, replies, leased int, err error) {
+func requestFlood(ctx context.Context, ns string, cfg Config, n int) (sent, replies, leased, refused int, err error) {
 	runtime.LockOSThread() // the thread stays in ns and ends with its goroutine
 	f, err := os.Open("/run/netns/" + ns)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	defer f.Close()
 	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6unspecified, Zone: "vcli"})
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	defer conn.Close()
 	dst := &net.UDPAddr{IP: net.ParseIP("ff02::1:2"), Port: 547, Zone: "vcli"}
@@ -706,9 +706,13 @@ func requestFlood(ctx context.Context, ns string, cfg Config, n int) (sent, repl
 			}
 			mu.Lock()
 			replies++
-			if ia := msg.Options.OneIANA(); ia != nil {
+			ia := msg.Options.OneIANA()
+			if ia != nil {
 				if a := ia.Options.OneAddress(); a != nil && a.ValidLifetime > 0 {
 					leased++
+				}
+				if st := ia.Options.Status(); st != nil && st.StatusCode == iana.StatusNoAddrsAvail {
+					refused++
 				}
 			}
 			mu.Unlock()
@@ -722,7 +726,7 @@ func requestFlood(ctx context.Context, ns string, cfg Config, n int) (sent, repl
 		msg, err := dhcpv6.NewMessage(dhcpv6.WithClientID(&dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: mac}),
 			dhcpv6.WithServerID(sid), dhcpv6.WithIANA(dhcpv6.OptIAAddress{IPv6Addr: want.AsSlice(), PreferredLifetime: time.Hour, ValidLifetime: time.Hour}))
 		if err != nil {
-			return sent, 0, 0, err
+			return sent, 0, 0, 0, err
 		}
 		msg.MessageType = dhcpv6.MessageTypeRequest
 		if _, err := conn.WriteToUDP(msg.ToBytes(), dst); err == nil {
@@ -736,5 +740,5 @@ func requestFlood(ctx context.Context, ns string, cfg Config, n int) (sent, repl
 	<-readDone
 	mu.Lock()
 	defer mu.Unlock()
-	return sent, replies, leased, nil
+	return sent, replies, leased, refused, nil
 }

@@ -157,4 +157,3 @@ func TestHubDamagedSequences(t *testing.T) {
 		t.Error("a sequences file that cannot be read: started anyway")
 	}
 }
-

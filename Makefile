@@ -19,7 +19,7 @@ AGENT    := bin/bootops-agent
 FUZZTIME ?= 2m
 CUE_VERSION := v0.17.1
 # What the tests (a Git server, VMs) and the demo need (DESIGN.md §5).
-LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium sbsigntool systemd-boot-efi efitools shim-signed grub-efi-amd64-signed binutils openssl tcpdump openipmi ipmitool nftables swtpm swtpm-tools osslsigncode radvd kea-dhcp6-server dhcpcd-base
+LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium sbsigntool systemd-boot-efi efitools shim-signed grub-efi-amd64-signed binutils openssl tcpdump openipmi ipmitool nftables swtpm swtpm-tools osslsigncode radvd kea-dhcp6-server dhcpcd-base tpm2-tools
 
 export GOFLAGS := -buildvcs=false
 
@@ -59,14 +59,14 @@ test: go-check lab-deps
 	$(GO) vet -tags browser ./test/browser
 	$(GO) vet -tags image ./packaging/image
 	$(GO) vet -tags package ./test/package
-	$(GO) vet -tags swtpm ./tpm
+	$(GO) vet -tags swtpm ./tpm ./boot/http
 	$(GO) vet -tags e2e ./boot/dhcp6
 	$(GO) vet -tags ipmi ./daemon
 	$(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
 	$(GO) test -count=1 -race -tags ipmi -timeout 10m -run IPMI ./daemon
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -E '^github.com/bootops/bootops/(agent|boot|daemon|hub|power|reconciler|swarm)(/|$$)')
 	$(GO) test -count=1 -tags browser -timeout 20m ./test/browser
-	$(GO) test -count=1 -tags swtpm -timeout 10m -run Swtpm ./tpm
+	$(GO) test -count=1 -tags swtpm -timeout 10m -run Swtpm ./tpm ./boot/http
 	$(GO) test -count=1 -tags e2e -timeout 10m -run 'Dhclient|Dhcpcd' ./boot/dhcp6
 	@$(MAKE) --no-print-directory package-test
 	@$(MAKE) --no-print-directory image-test

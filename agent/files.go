@@ -164,6 +164,19 @@ func (r *Runner) cloudInit(ctx context.Context, s *step) error {
 			}
 			s.log("wrote the first-boot report script to " + ReportScriptPath)
 		}
+		if k := seed.ReportKey; k != nil && seed.Report != "" {
+			// Wrapped by the TPM's storage root key: only that TPM can
+			// load it. Root reads it all the same.
+			for _, f := range []struct {
+				ext  string
+				data []byte
+			}{{".pub", k.Public}, {".priv", k.Private}} {
+				if err := writeIn(mnt, ReportKeyPath+f.ext, f.data, 0o600); err != nil {
+					return err
+				}
+			}
+			s.log("wrote the TPM key the reports are quoted with to " + ReportKeyPath + ".{pub,priv}")
+		}
 		return nil
 	})
 }

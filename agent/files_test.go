@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/tpm"
 )
 
 // withTarget gives r a fake /dev/vda whose partition 2 is root.
@@ -113,6 +114,13 @@ func TestCloudInit(t *testing.T) {
 			action: plan.Action{Path: "/seed", Content: "#cloud-config\n"},
 			dir:    "seed",
 			want:   map[string]string{"user-data": "#cloud-config\n", "meta-data": "instance-id: x\n"},
+		},
+		"the TPM key the reports are quoted with": {
+			seed:    &Seed{MetaData: "instance-id: n1-0\n", Report: "#!/bin/sh\n", ReportKey: &tpm.ReportKey{Public: []byte("\x00\x02pk"), Private: []byte("\x00\x03prv")}},
+			action:  plan.Action{Path: DefaultSeedPath},
+			dir:     "var/lib/bootops",
+			want:    map[string]string{"report-key.pub": "\x00\x02pk", "report-key.priv": "\x00\x03prv"},
+			wantLog: "wrote the TPM key the reports are quoted with to /var/lib/bootops/report-key.{pub,priv}",
 		},
 		"no seed": {
 			dir:     "var/lib/cloud/seed/nocloud",

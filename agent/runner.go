@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/tpm"
 )
 
 // Reporter receives the agent's events (the caller numbers, batches and
@@ -37,11 +38,19 @@ type Seed struct {
 	// Report is the installed OS's per-boot report script (with the
 	// node's report credential), written to ReportScriptPath.
 	Report string
+	// ReportKey, on a machine whose check-in proved its TPM, is the key
+	// that check-in proved: written beside the report script
+	// (ReportKeyPath), the script quotes its reports with it.
+	ReportKey *tpm.ReportKey
 }
 
 // ReportScriptPath is where cloud-init finds the report script: it runs
 // what is in scripts/per-boot at every boot.
 const ReportScriptPath = "/var/lib/cloud/scripts/per-boot/bootops-report"
+
+// ReportKeyPath is where the report key's blobs go in the new system,
+// with .pub and .priv after it (tpm2_load -u, -r).
+const ReportKeyPath = "/var/lib/bootops/report-key"
 
 // Defaults of a Runner and its actions.
 const (

@@ -143,7 +143,18 @@ checkIn:
 			if reply.CloudInit == nil {
 				return Seed{}, nil
 			}
-			return Seed{UserData: reply.CloudInit.UserData, MetaData: reply.CloudInit.MetaData, NetworkConfig: reply.CloudInit.NetworkConfig, Report: reply.CloudInit.Report}, nil
+			seed := Seed{UserData: reply.CloudInit.UserData, MetaData: reply.CloudInit.MetaData, NetworkConfig: reply.CloudInit.NetworkConfig, Report: reply.CloudInit.Report}
+			if m != nil {
+				// The key the check-in proved (a server challenges
+				// every check-in with a TPM): it keeps its public area
+				// with this install.
+				k, err := m.ReportKey()
+				if err != nil {
+					return Seed{}, err
+				}
+				seed.ReportKey = &k
+			}
+			return seed, nil
 		}
 	}
 	err = r.Run(ctx, *reply.Workflow)

@@ -2,6 +2,7 @@ package http
 
 import (
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,15 +81,25 @@ func (s *Server) agentFail(w http.ResponseWriter, code int, result, msg string) 
 // readJSON reads a body of at most limit bytes into v; the status to
 // refuse it with when it cannot (413 past the limit, else 400).
 func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) (int, error) {
+	b, code, err := readBody(w, r, limit)
+	if err != nil {
+		return code, err
+	}
+	return http.StatusBadRequest, json.Unmarshal(b, v)
+}
+
+// readBody reads a request's body of at most limit bytes; on error, the
+// status to answer with.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int, error) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", limit)
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", limit)
 	}
 	if err != nil {
-		return http.StatusBadRequest, err
+		return nil, http.StatusBadRequest, err
 	}
-	return http.StatusBadRequest, json.Unmarshal(b, v)
+	return b, 0, nil
 }
 
 // precheck refuses a request whose credential is missing, malformed, of
@@ -317,8 +328,15 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 	if !byIdentity {
 		asker = g.ID + "@" + ev.IP
 	}
-	if !resumed && s.attest(w, c, p, site, n, key, asker, &ev) {
-		return
+	var reportKey string
+	if !resumed {
+		ak, answered := s.attest(w, c, p, site, n, key, asker, &ev)
+		if answered {
+			return
+		}
+		if ak != nil {
+			reportKey = base64.StdEncoding.EncodeToString(ak)
+		}
 	}
 	if !resumed && !byIdentity {
 		fresh, err := s.sessions().UseToken(g.ID, g.Expires)
@@ -338,7 +356,7 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 			s.conflict(ev, fmt.Sprintf("claimed again from %s while the session opened from %s at %s is in flight (%d of %d actions done): the newer check-in replaces it",
 				ev.IP, cur.Peer, cur.Started.UTC().Format(time.RFC3339), cur.Done, cur.Steps))
 		}
-		sess = status.Session{ID: boot.NewID(), Generation: g.Generation, Peer: ev.IP, Started: now}
+		sess = status.Session{ID: boot.NewID(), Generation: g.Generation, Peer: ev.IP, Started: now, ReportKey: reportKey}
 	}
 
 	var reply plan.CheckInReply
@@ -594,7 +612,7 @@ func (s *Server) agentEvents(w http.ResponseWriter, r *http.Request) {
 		e := agentEvent(b, a)
 		if e.State == status.StateProvisioned {
 			// What the session's workflow installed, named by the session.
-			e.Install, e.Revision, e.InstallID = cur.Install, cur.Revision, cur.ID
+			e.Install, e.Revision, e.InstallID, e.ReportKey = cur.Install, cur.Revision, cur.ID, cur.ReportKey
 		}
 		evs = append(evs, e)
 	}

@@ -1,6 +1,9 @@
 package http
 
 import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -9,6 +12,7 @@ import (
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/tpm"
 )
 
 // The installed OS's report: the agent writes a script into the new
@@ -48,7 +52,7 @@ const (
 const reportScript = `#!/bin/sh
 # bootops: tell the boot server this node's OS is up (cloud-init runs it at every boot)
 exec python3 - <<'BOOTOPS_REPORT'
-import json, os, socket, ssl, subprocess, sys, time, urllib.request
+import base64, hashlib, json, os, socket, ssl, subprocess, sys, tempfile, time, urllib.request
 url, token, site, node, ca, install = %q, %q, %q, %q, %q, %q
 run = os.environ.get("BOOTOPS_CLOUD_INIT_RUN", "/run/cloud-init")  # tests point it elsewhere
 saved = os.path.join(os.environ.get("BOOTOPS_REPORT_STATE", "/var/lib/bootops"), "report-credential")
@@ -87,10 +91,32 @@ def cloud_init():
 result = cloud_init()
 body = json.dumps({"site": site, "node": node, "instanceId": instance_id(), "hostname": socket.gethostname(),
                    "kernel": os.uname().release, "addresses": addresses(), "install": install, "cloudInit": result}).encode()
+def quote(key, nonce):  # the install's TPM key quotes the credential and body (tpm2-tools)
+    tcti = os.environ.get("BOOTOPS_TPM_TCTI", "device:/dev/tpmrm0")
+    with tempfile.TemporaryDirectory() as d:
+        for argv in (["tpm2_load", "-T", tcti, "-C", "0x81000002", "-u", key + ".pub", "-r", key + ".priv", "-c", d + "/key.ctx"],
+                     ["tpm2_quote", "-T", tcti, "-c", d + "/key.ctx", "-l", "sha256:0", "-q", nonce, "-m", d + "/quote", "-s", d + "/sig", "-g", "sha256"]):
+            try:
+                p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            except FileNotFoundError:
+                raise RuntimeError(argv[0] + " is not installed (Debian package tpm2-tools)")
+            if p.returncode != 0:
+                raise RuntimeError(argv[0] + ": " + p.stderr.strip()[-300:])
+        return {"Bootops-Tpm-Quote": base64.b64encode(open(d + "/quote", "rb").read()).decode(),
+                "Bootops-Tpm-Signature": base64.b64encode(open(d + "/sig", "rb").read()).decode()}
+headers = {"Authorization": "Bearer " + token, "Content-Type": "application/json"}
+key = os.path.join(os.path.dirname(saved), "report-key")
+if os.path.exists(key + ".priv"):  # this install is bound to the machine's TPM
+    nonce = hashlib.sha256(b"bootops report v1\0" + token.encode() + b"\0" + hashlib.sha256(body).digest()).hexdigest()
+    try:
+        headers.update(quote(key, nonce))
+        print("bootops: quoted by the TPM")
+    except Exception as e:
+        print("bootops: no TPM quote, the report will be refused:", e)
 ctx = ssl.create_default_context(cadata=ca) if ca else None
 for attempt in range(24):
     try:
-        req = urllib.request.Request(url, data=body, headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+        req = urllib.request.Request(url, data=body, headers=headers)
         answer = json.loads(urllib.request.urlopen(req, timeout=10, context=ctx).read() or b"{}")
         print("bootops: reported to", url, "cloud-init:", result or "no result")
         if answer.get("credential"):
@@ -136,7 +162,11 @@ func (s *Server) osReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rep plan.OSReport
-	if code, err := readJSON(w, r, maxReportBody, &rep); err != nil {
+	body, code, err := readBody(w, r, maxReportBody)
+	if err == nil {
+		code, err = http.StatusBadRequest, json.Unmarshal(body, &rep)
+	}
+	if err != nil {
 		s.agentFail(w, code, AgentBadRequest, "report: "+err.Error())
 		return
 	}
@@ -181,12 +211,24 @@ func (s *Server) osReport(w http.ResponseWriter, r *http.Request) {
 		s.refuseReport(w, r, n, http.StatusConflict, fmt.Sprintf("instance-id %q, want %s-%d: this is not the seed bootops wrote", clean(rep.InstanceID, 64), n.Name, n.Reprovision))
 		return
 	}
+	// An install whose check-in proved a TPM: the report's quote by that
+	// TPM's key is checked once the report names the install.
+	ev.Quoted = m.ReportKey != ""
 	if why := m.Proves(ev); why != "" {
 		s.refuseReport(w, r, n, http.StatusConflict, why+": a report says only that the install bootops recorded booted; it changes nothing else")
 		return
 	}
+	if ev.Quoted {
+		if why := quoted(r, m.ReportKey, body); why != "" {
+			s.refuseReport(w, r, n, http.StatusUnauthorized, why+": a credential without the TPM that installed the node proves nothing")
+			return
+		}
+	}
 	ev.Message = fmt.Sprintf("running: hostname %s, kernel %s, addresses %s (instance-id %s), install %s", ev.Hostname, ev.Kernel,
 		strings.Join(cleanAll(rep.Addresses), " "), rep.InstanceID, plan.Short(m.Installed.Digest))
+	if ev.Quoted {
+		ev.Message += ", quoted by its TPM"
+	}
 	ci := status.Printable(strings.TrimSpace(rep.CloudInit))
 	if len(ci) > 1000 {
 		ci = ci[:1000] + "…"
@@ -205,6 +247,33 @@ func (s *Server) osReport(w http.ResponseWriter, r *http.Request) {
 	}
 	s.count(AgentOK)
 	writeJSON(w, map[string]string{"state": status.StateRunning, "credential": s.reportCredential(n.Site, n.Name, g.Generation, g.ID)})
+}
+
+// The headers of a report's TPM quote (base64): the TPMS_ATTEST and its
+// TPMT_SIGNATURE, as tpm2_quote writes them (-m, -s).
+const (
+	HeaderTPMQuote     = "Bootops-Tpm-Quote"
+	HeaderTPMSignature = "Bootops-Tpm-Signature"
+)
+
+// quoted says why a report does not carry a quote of the install's TPM
+// key (key, base64 TPMT_PUBLIC) over its credential and body, "" when
+// it does.
+func quoted(r *http.Request, key string, body []byte) string {
+	q, s := r.Header.Get(HeaderTPMQuote), r.Header.Get(HeaderTPMSignature)
+	if q == "" || s == "" {
+		return "the install is bound to the node's TPM, and the report carries no TPM quote (the installed OS needs tpm2-tools and /dev/tpmrm0)"
+	}
+	ak, err1 := base64.StdEncoding.DecodeString(key)
+	attest, err2 := base64.StdEncoding.DecodeString(q)
+	sig, err3 := base64.StdEncoding.DecodeString(s)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return "the report's TPM quote is not base64: " + err.Error()
+	}
+	if err := tpm.VerifyReport(ak, tpm.ReportNonce(bearer(r), body), attest, sig); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // refuseReport refuses a report, on the node's timeline when the sender

@@ -130,19 +130,21 @@ func mustProveTPM(site *plan.Site, n *plan.Node) string {
 // is required, quote a measured boot with Secure Boot on and the node's
 // Micro-OS in PCR 4. A node that must prove a TPM and sends none is
 // refused. On success the event carries the proof (ev.EK, ev.TPM) and
-// attest returns false; otherwise it has answered and returns true.
+// attest returns the proved attestation key's public area (nil when the
+// machine sent no TPM) and false; otherwise it has answered and returns
+// true.
 //
 // asker names who asks: the boot token's ID (none over TLS by identity)
 // and the address; the proof must come from the same.
-func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, site *plan.Site, n *plan.Node, key, asker string, ev *status.Event) bool {
+func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, site *plan.Site, n *plan.Node, key, asker string, ev *status.Event) (ak []byte, answered bool) {
 	must := mustProveTPM(site, n)
 	if c.TPM == nil {
 		if must == "" {
-			return false
+			return nil, false
 		}
 		ev.TPM = "tpm: none sent"
 		s.refuseTPM(w, *ev, fmt.Sprintf("node %s must prove its TPM (%s), and this machine sent no TPM identity", n.Name, must))
-		return true
+		return nil, true
 	}
 	now := s.now()
 	if c.Proof == nil {
@@ -150,34 +152,34 @@ func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, sit
 		ch, exp, err := tpm.NewChallenge(*c.TPM, nil)
 		if err != nil {
 			s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "check-in: "+err.Error())
-			return true
+			return nil, true
 		}
 		if !s.challengeBudget().AllowSource(ev.IP) {
 			w.Header().Set("Retry-After", "10")
 			s.agentFail(w, http.StatusTooManyRequests, AgentThrottled, fmt.Sprintf("check-in: %s asked for too many TPM challenges (%d at once, then one per %s)", ev.IP, DefaultChallengeBurst, DefaultChallengeEvery))
-			return true
+			return nil, true
 		}
 		id := boot.NewID()
 		if !s.challenges.put(id, pending{key: key, asker: asker, exp: exp, quote: quote, expires: now.Add(ChallengeTTL)}, now) {
 			w.Header().Set("Retry-After", "10")
 			s.agentFail(w, http.StatusTooManyRequests, AgentThrottled, "check-in: too many TPM challenges waiting for a proof")
-			return true
+			return nil, true
 		}
 		s.count(AgentChallenged)
 		writeJSON(w, plan.CheckInReply{Challenge: &plan.TPMChallenge{ID: id, Challenge: ch, Quote: quote}})
-		return true
+		return nil, true
 	}
 	pend, ok := s.challenges.take(c.Proof.Challenge, key, asker, now)
 	if !ok {
 		s.agentFail(w, http.StatusGone, AgentBadRequest, "check-in: the TPM challenge is unknown, spent or expired: check in again for a new one")
-		return true
+		return nil, true
 	}
 	var policy tpm.Policy
 	if pend.quote {
 		digest := microOSDigest(p, n)
 		if digest == "" {
 			s.refuseTPM(w, *ev, fmt.Sprintf("node %s's attestation is required, but the plan has no digest of its Micro-OS", n.Name))
-			return true
+			return nil, true
 		}
 		policy = tpm.Policy{MeasuredBoot: true, SecureBoot: true, MicroOSDigests: []string{digest}}
 	}
@@ -189,17 +191,17 @@ func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, sit
 			what = "node " + n.Name
 		}
 		s.refuseTPM(w, *ev, fmt.Sprintf("%s checking in from %s failed its TPM proof: %v", what, ev.IP, err))
-		return true
+		return nil, true
 	}
 	if n != nil {
 		if why := tpmMatches(site, n, c.TPM.EKCert, res.EK); why != "" {
 			ev.EK, ev.TPM = res.EK, "tpm: refused: "+why
 			s.refuseTPM(w, *ev, why)
-			return true
+			return nil, true
 		}
 	}
 	ev.EK, ev.TPM = res.EK, res.String()
-	return false
+	return pend.exp.AK, false
 }
 
 func (s *Server) challengeBudget() *status.Budgets {

@@ -7,10 +7,13 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"math/big"
+	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -368,4 +371,120 @@ func TestTPMChallengesBudgeted(t *testing.T) {
 	if code, body := from("198.18.0.10", real, proven); code != 200 || !strings.Contains(body, `"workflow"`) {
 		t.Errorf("the real machine's proof: %d %s", code, body)
 	}
+}
+
+// A node whose check-in proved its TPM installs with that TPM's key
+// recorded: its report counts only when quoted by that key over the
+// report's own credential and body. The credential alone (copied off the
+// disk or the wire), a quote of another body, and another TPM's quote
+// are refused, and none makes the node running.
+func TestTPMBoundReport(t *testing.T) {
+	m1, id1, ek1, close1 := tpmtest.Machine(t, 3)
+	h, mem, cred, _ := tpmInstalled(t, m1, id1, ek1)
+
+	key, err := m1.ReportKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := json.Marshal(plan.OSReport{Site: "lab", Node: "t", InstanceID: "t-0", Hostname: "node-t", Kernel: "6.1"})
+	other, _ := json.Marshal(plan.OSReport{Site: "lab", Node: "t", InstanceID: "t-0", Hostname: "forged", Kernel: "6.1"})
+	report := func(body []byte, attest, sig []byte) (int, string) {
+		req := httptest.NewRequest("POST", plan.ReportPath, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+cred)
+		if attest != nil {
+			req.Header.Set(HeaderTPMQuote, base64.StdEncoding.EncodeToString(attest))
+			req.Header.Set(HeaderTPMSignature, base64.StdEncoding.EncodeToString(sig))
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code, w.Body.String()
+	}
+	notRunning := func(what string) {
+		t.Helper()
+		if m, _ := mem.Machine("lab/t"); m.State == status.StateRunning || m.Hostname == "forged" {
+			t.Errorf("after %s: %s, hostname %q", what, m.State, m.Hostname)
+		}
+	}
+	code, body := report(good, nil, nil)
+	if code != 401 || !strings.Contains(body, "carries no TPM quote") {
+		t.Errorf("the credential alone: %d %s", code, body)
+	}
+	notRunning("the credential alone")
+	attest, sig := tpmtest.QuoteReport(t, key, tpm.ReportNonce(cred, good))
+	code, body = report(other, attest, sig)
+	if code != 401 || !strings.Contains(body, "quotes other data") {
+		t.Errorf("a quote of another body: %d %s", code, body)
+	}
+	notRunning("a quote of another body")
+	if code, body = report(good, attest, sig[:len(sig)-3]); code != 401 {
+		t.Errorf("a cut signature: %d %s", code, body)
+	}
+	close1()
+	m2, _, _, _ := tpmtest.Machine(t, 4)
+	key2, err := m2.ReportKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, s2 := tpmtest.QuoteReport(t, key2, tpm.ReportNonce(cred, good))
+	if code, body = report(good, a2, s2); code != 401 || !strings.Contains(body, "not the install's key's") {
+		t.Errorf("another TPM's quote: %d %s", code, body)
+	}
+	notRunning("another TPM's quote")
+	if code, body = report(good, attest, sig); code != 200 {
+		t.Fatalf("the install's TPM's quote: %d %s", code, body)
+	}
+	if m, _ := mem.Machine("lab/t"); m.State != status.StateRunning || !strings.Contains(m.Last.Message, "quoted by its TPM") {
+		t.Errorf("after the quoted report: %s, %q", m.State, m.Last.Message)
+	}
+}
+
+// tpmInstalled installs node t, registered by the EK of m's TPM: its
+// check-in proves the TPM, the agent's events record the install. It
+// returns the server's handler and store, the install's report
+// credential and its report script.
+func tpmInstalled(t *testing.T, m *tpm.Machine, id tpm.Identity, ek string) (h http.Handler, mem *status.Memory, cred, reportScript string) {
+	t.Helper()
+	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
+	n := &plan.Node{Name: "t", Site: "lab", Profile: "base", Source: "t.yaml:1",
+		Identity: plan.Identity{Serial: "SER-T", TPM: &plan.TPMIdentity{EK: ek}},
+		Artifacts: plan.Artifacts{IPXE: "#!ipxe\nkernel k bootops.node=t bootops.token=" + plan.TokenPlaceholder + "\n",
+			Workflow: plan.Workflow{Node: "t", Actions: []plan.Action{{Action: "wipe-disk"}}},
+			UserData: "#cloud-config\n", MetaData: "instance-id: t-0\n"}}
+	n.Install = plan.InstallOf(n)
+	p.Sites[0].Nodes = append(p.Sites[0].Nodes, n)
+	s, mem, _ := newServer(t, p)
+	h = s.Handler()
+
+	token := script(t, h, "serial=SER-T&site=lab")
+	in := plan.CheckIn{Site: "lab", Node: "t", Identity: plan.Identity{Serial: "SER-T"}, TPM: &id}
+	_, body := post(t, h, plan.AgentCheckInPath, token, in)
+	ch := reply(t, body).Challenge
+	if ch == nil {
+		t.Fatalf("no challenge: %s", body)
+	}
+	proof, err := m.Prove(ch.Challenge, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Proof = &plan.TPMProof{Challenge: ch.ID, Proof: proof}
+	code, body := post(t, h, plan.AgentCheckInPath, token, in)
+	r := reply(t, body)
+	if code != 200 || r.CloudInit == nil {
+		t.Fatalf("proven check-in: %d %s", code, body)
+	}
+	c := regexp.MustCompile(`url, token, site, node, ca, install = "[^"]*", "([^"]+)"`).FindStringSubmatch(r.CloudInit.Report)
+	if c == nil {
+		t.Fatalf("no credential in the report script:\n%s", r.CloudInit.Report)
+	}
+	b := plan.EventBatch{Site: "lab", Node: "t", Events: []plan.AgentEvent{
+		{Seq: 1, Time: time.Now(), Type: plan.AgentActionDone, Step: 1, Steps: 1, Action: "wipe-disk"},
+		{Seq: 2, Time: time.Now(), Type: plan.AgentProvisioned}}}
+	if code, body := post(t, h, plan.AgentEventsPath, r.Session, b); code != 200 {
+		t.Fatalf("install: %d %s", code, body)
+	}
+	rec, _ := mem.Machine("lab/t")
+	if want := base64.StdEncoding.EncodeToString(id.AK.Public); rec.ReportKey != want {
+		t.Fatalf("the install's report key %q, want the proved AK %q", rec.ReportKey, want)
+	}
+	return h, mem, c[1], r.CloudInit.Report
 }

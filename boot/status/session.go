@@ -39,6 +39,10 @@ type Session struct {
 	// Revision the Git revision it came from.
 	Install  *plan.Install `json:"install,omitempty"`
 	Revision string        `json:"revision,omitempty"`
+	// ReportKey is the public area (base64) of the TPM attestation key
+	// the check-in proved ("" without a TPM): the install's "provisioned"
+	// event carries it, and its reports must be quoted by it.
+	ReportKey string `json:"reportKey,omitempty"`
 	// Peer is the address the check-in came from.
 	Peer    string    `json:"peer,omitempty"`
 	Started time.Time `json:"started"`

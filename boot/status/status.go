@@ -111,6 +111,12 @@ type Event struct {
 	// sha256:…, attested, secure boot, micro-os digest ok", or why not.
 	EK  string `json:"ek,omitempty"`
 	TPM string `json:"tpm,omitempty"`
+	// ReportKey, on a "provisioned" event, is the public area
+	// (TPMT_PUBLIC, base64) of the TPM key the session's check-in proved:
+	// the install's reports must be quoted by it (see Proves). Quoted, on
+	// a "running" report, says the server checked such a quote.
+	ReportKey string `json:"reportKey,omitempty"`
+	Quoted    bool   `json:"quoted,omitempty"`
 	// Inventory is the machine's hardware as its agent sent it at
 	// check-in (cleaned by the server).
 	Inventory *plan.Inventory `json:"inventory,omitempty"`
@@ -203,6 +209,10 @@ type Machine struct {
 	// ran it); "" when unknown, or for an install recorded before bootops
 	// kept it.
 	InstallID string `json:"installId,omitempty"`
+	// ReportKey is the public area (base64) of the TPM key the install's
+	// reports must be quoted by (the key its check-in proved); "" when
+	// the machine proved no TPM: its reports need its credential alone.
+	ReportKey string `json:"reportKey,omitempty"`
 	// Inventory is the hardware its agent last sent; the status API
 	// leaves it out unless asked (?inventory=1).
 	Inventory *plan.Inventory `json:"inventory,omitempty"`
@@ -415,13 +425,13 @@ func (m *Machine) apply(e Event) {
 // record holds (Proves).
 func (m *Machine) applyInstall(e Event) {
 	if e.Installing {
-		m.Installed, m.InstallID, m.CloudInit = nil, "", ""
+		m.Installed, m.InstallID, m.CloudInit, m.ReportKey = nil, "", "", ""
 	}
 	switch e.State {
 	case StateFailed:
-		m.Installed, m.InstallID, m.CloudInit = nil, "", ""
+		m.Installed, m.InstallID, m.CloudInit, m.ReportKey = nil, "", "", ""
 	case StateProvisioned:
-		m.Installed, m.InstallID, m.CloudInit, m.Revision = e.Install, e.InstallID, "", e.Revision
+		m.Installed, m.InstallID, m.CloudInit, m.Revision, m.ReportKey = e.Install, e.InstallID, "", e.Revision, e.ReportKey
 	case StateRunning:
 		if m.Proves(e) == "" {
 			m.CloudInit = or(e.CloudInit, m.CloudInit)
@@ -434,7 +444,9 @@ func (m *Machine) applyInstall(e Event) {
 // bootops' own install path), the report's credential minted for that
 // very install, and the digest it claims, if any, the one recorded. An
 // install recorded before installs had IDs (InstallID "") is proved by
-// its digest alone.
+// its digest alone. An install whose check-in proved a TPM is proved only
+// by a report quoted by that TPM's key (the handler checks the quote,
+// tpm.VerifyReport, and sets Quoted).
 func (m *Machine) Proves(e Event) string {
 	switch {
 	case !Installed(m.State) || m.Installed == nil:
@@ -445,6 +457,8 @@ func (m *Machine) Proves(e Event) string {
 		return fmt.Sprintf("it claims install %s; bootops recorded install %s", plan.Short(e.Install.Digest), plan.Short(m.Installed.Digest))
 	case m.InstallID == "" && e.Install == nil:
 		return "it names no install, and bootops recorded this one without an ID"
+	case len(m.ReportKey) > 0 && !e.Quoted:
+		return fmt.Sprintf("the install is bound to the TPM that proved itself at its check-in (ek %s), and the report carries no quote by that TPM's key", m.EK)
 	}
 	return ""
 }

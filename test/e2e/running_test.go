@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -114,7 +115,9 @@ func bootDisk(path string) []string {
 // from their disks (the boot plane sends them on from PXE: on UEFI iPXE
 // hands back with an error, so OVMF tries the disk's \EFI\BOOT\BOOTX64.EFI
 // instead of opening its menu), cloud-init sets the hostname from the
-// node's seed and the report script reports: running. A reboot keeps them
+// node's seed and the report script reports: running — the UEFI VM's
+// reports quoted by its TPM (swtpm, registered in Git: its check-in
+// proved it, and its install is bound to it). A reboot keeps them
 // running, without a reinstall; raising reprovision reinstalls one, and
 // it is running again at generation 1.
 func TestRunning(t *testing.T) {
@@ -127,9 +130,13 @@ func TestRunning(t *testing.T) {
 		"image: {url: \"http://198.18.0.1:8081/debian.raw.gz\", sha256: "+gzSHA+", compression: gz}\n"+
 		"workflow:\n  - {action: wipe-disk}\n  - {action: image-to-disk}\n  - {action: cloud-init, partition: 2}\n  - {action: reboot}\n"), 0o644)
 	nodes := map[string]string{"vm-bios": "52:54:00:e2:40:01", "vm-uefi": "52:54:00:e2:40:02"}
+	// vm-uefi has a TPM, registered in Git: its install is bound to it,
+	// and the installed Debian's reports are quoted by the TPM's key.
+	tp := l.tpm("running")
+	ids := map[string]string{"vm-bios": "", "vm-uefi": `, tpm: {ek: "` + tp.EKHash + `"}`}
 	os.MkdirAll(filepath.Join(repo, "sites/lab/nodes"), 0o755)
 	for name, mac := range nodes {
-		os.WriteFile(filepath.Join(repo, "sites/lab/nodes", name+".yaml"), []byte(strings.Replace(node(name, `mac: "`+mac+`"`), "test-os", "debian", 1)+
+		os.WriteFile(filepath.Join(repo, "sites/lab/nodes", name+".yaml"), []byte(strings.Replace(node(name, `mac: "`+mac+`"`+ids[name]), "test-os", "debian", 1)+
 			"hostname: e2e-"+strings.TrimPrefix(name, "vm-")+"\n"), 0o644)
 	}
 	l.serve(repo)
@@ -149,7 +156,7 @@ func TestRunning(t *testing.T) {
 			// OVMF's own PXE and HTTP boot (romfile=: no iPXE ROM on the
 			// NIC), as on a machine from the factory.
 			noV6 := []string{"-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=n"}
-			return l.uefiBoot("uefi"+round, nodes[name], ",romfile=,bootindex=1", append(noV6, bootDisk(disks[name])...)...)
+			return l.uefiBoot("uefi"+round, nodes[name], ",romfile=,bootindex=1", slices.Concat(l.tpmArgs(tp), noV6, bootDisk(disks[name]))...)
 		}
 		return l.boot("bios"+round, nodes[name], ",bootindex=1", bootDisk(disks[name])...)
 	}
@@ -209,8 +216,15 @@ func TestRunning(t *testing.T) {
 		if m["hostname"] != host || !strings.HasPrefix(fmt.Sprint(m["kernel"]), "6.") {
 			t.Errorf("%s: hostname %v, kernel %v in the status", name, m["hostname"], m["kernel"])
 		}
-		if log := l.logs("lab/" + name); !strings.Contains(log, "served local-disk script") {
+		log := l.logs("lab/" + name)
+		if !strings.Contains(log, "served local-disk script") {
 			t.Errorf("%s: its boot from disk is not on its timeline:\n%s", name, log)
+		}
+		// The TPM's machine: its report quoted by the TPM (with
+		// tpm2-tools, through the kernel's /dev/tpmrm0); the other's by
+		// its credential alone.
+		if quoted := strings.Contains(log, "quoted by its TPM"); quoted != (ids[name] != "") {
+			t.Errorf("%s: quoted by its TPM: %v, want %v:\n%s", name, quoted, ids[name] != "", log)
 		}
 	}
 	// OVMF says on the console which boot option it starts: after iPXE
@@ -273,6 +287,11 @@ func TestRunning(t *testing.T) {
 		i := strings.Index(log, "provisioned (generation 1)")
 		return i >= 0 && strings.Contains(log[i:], "running: hostname e2e-uefi") && strings.Contains(log[i:], "instance-id vm-uefi-1")
 	})
+	// The reinstall's check-in proved the TPM with a key of its own: the
+	// report of generation 1 is quoted by that one.
+	if log := l.logs("lab/vm-uefi"); !strings.Contains(log[strings.Index(log, "provisioned (generation 1)"):], "quoted by its TPM") {
+		t.Errorf("vm-uefi's report after the reinstall is not quoted by its TPM:\n%s", log)
+	}
 	again.cmd.Process.Kill()
 }
 

@@ -46,6 +46,8 @@ type swTPM struct {
 	// EKHash is what a node's identity.tpm.ek holds: sha256:<hex> of
 	// the EK public key's PKIX DER (the certificate's SubjectPublicKeyInfo).
 	EKHash string
+	// on is the swtpm of the machine's current boot.
+	on *exec.Cmd
 }
 
 // tpmCADir is the folder of the lab's TPM maker (swtpm_localca's state).
@@ -109,8 +111,20 @@ func (l *lab) tpm(name string) *swTPM {
 func (l *lab) tpmArgs(tp *swTPM) []string {
 	l.t.Helper()
 	sock := filepath.Join(l.dir, "swtpm-"+tp.name+".sock")
+	if tp.on != nil {
+		// The previous boot's swtpm ends when its QEMU lets go; its
+		// state folder is locked until then.
+		done := make(chan struct{})
+		go func() { tp.on.Process.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			tp.on.Process.Kill()
+			<-done
+		}
+	}
 	os.Remove(sock)
-	l.start("swtpm-"+tp.name, "swtpm", "socket", "--tpm2", "--terminate", "--tpmstate", "dir="+tp.state,
+	tp.on = l.start("swtpm-"+tp.name, "swtpm", "socket", "--tpm2", "--terminate", "--tpmstate", "dir="+tp.state,
 		"--ctrl", "type=unixio,path="+sock, "--log", "level=1")
 	waitSocket(l.t, sock)
 	id := "tpm-" + tp.name

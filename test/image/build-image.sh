@@ -73,6 +73,7 @@ PACKAGES=(
   cloud-init cloud-guest-utils             # NoCloud seed; growpart for the root fs
   ifupdown isc-dhcp-client iproute2        # cloud-init's "eni" renderer + DHCP
   python3 ca-certificates
+  tpm2-tools                               # the report script's TPM quote (tpm2_load, tpm2_quote)
   e2fsprogs                                # resize2fs for cloud-init resizefs
 )
 INCLUDE=$(IFS=,; echo "${PACKAGES[*]}")${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bootops/bootops/tpm"
 	"github.com/google/go-tpm-tools/simulator"
+	"github.com/google/go-tpm/legacy/tpm2"
 )
 
 // keepOpen lets a tpm.Machine close without closing the simulator under it.
@@ -28,6 +29,7 @@ func Machine(t testing.TB, seed int64) (m *tpm.Machine, id tpm.Identity, ek stri
 	if err != nil {
 		t.Fatalf("TPM simulator (needs cgo and a C compiler): %v", err)
 	}
+	current = sim
 	if m, err = tpm.Open(keepOpen{sim}); err != nil {
 		sim.Close()
 		t.Fatal(err)
@@ -48,6 +50,33 @@ func Machine(t testing.TB, seed int64) (m *tpm.Machine, id tpm.Identity, ek stri
 		t.Fatal(err)
 	}
 	return m, id, ek, close
+}
+
+// current is the simulator of the newest Machine.
+var current *simulator.Simulator
+
+// QuoteReport does in the newest Machine's TPM what the installed OS's
+// report script does with tpm2-tools: it loads the report key under the
+// storage root key and quotes PCR 0 with nonce as qualifying data. It
+// returns the TPMS_ATTEST and the TPMT_SIGNATURE.
+func QuoteReport(t testing.TB, key tpm.ReportKey, nonce []byte) (attest, sig []byte) {
+	t.Helper()
+	if current == nil || len(key.Public) < 2 || len(key.Private) < 2 {
+		t.Fatal("tpmtest.QuoteReport: no Machine, or no key")
+	}
+	h, _, err := tpm2.Load(current, tpm.SRKHandle, "", key.Public[2:], key.Private[2:])
+	if err != nil {
+		t.Fatalf("load the report key: %v", err)
+	}
+	defer tpm2.FlushContext(current, h)
+	attest, s, err := tpm2.Quote(current, h, "", "", nonce, tpm2.PCRSelection{Hash: tpm2.AlgSHA256, PCRs: []int{0}}, tpm2.AlgNull)
+	if err != nil {
+		t.Fatalf("quote: %v", err)
+	}
+	if sig, err = s.Encode(); err != nil {
+		t.Fatal(err)
+	}
+	return attest, sig
 }
 
 // PE is the smallest PE32+ image tpm.PEDigest reads: headers, no section,

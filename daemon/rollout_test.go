@@ -70,7 +70,8 @@ func (b *bmc) said() string { b.mu.Lock(); defer b.mu.Unlock(); return strings.J
 // v2 under rolling (one at a time, one canary), a status store, a power
 // manager on fake BMCs, and the rollout controller.
 type fleet struct {
-	t      *testing.T
+	t      testing.TB
+	names  []string
 	dir    string
 	live   *boot.Live
 	store  *status.Durable
@@ -81,12 +82,19 @@ type fleet struct {
 	reg    *prometheus.Registry
 }
 
-func newFleet(t *testing.T) *fleet {
+func newFleet(t *testing.T) *fleet { return newFleetOf(t, 3, nil) }
+
+// newFleetOf is a fleet of count nodes (n1…), node i's BMC at 198.18.0.i;
+// dial, when set, gives node i's BMC controller (else a fake bmc).
+func newFleetOf(t testing.TB, count int, dial func(i int) power.Controller) *fleet {
 	f := &fleet{t: t, dir: t.TempDir(), live: &boot.Live{}, bmcs: map[string]*bmc{}, v1: map[string]plan.Install{}, v2: map[string]plan.Install{}}
 	os.WriteFile(filepath.Join(f.dir, "rack"), []byte("admin:pw\nallow: 198.18.0.0/24\n"), 0o600)
 	site := &plan.Site{Name: "lab", Rollouts: map[string]*plan.Rollout{"base": {Strategy: plan.RolloutRolling, MaxUnavailable: "1", Canary: 1, HealthTimeout: "20m"}}}
-	for i, name := range []string{"n1", "n2", "n3"} {
-		addr := "198.18.0." + string(rune('1'+i))
+	index := map[string]int{}
+	for i := 1; i <= count; i++ {
+		name, addr := fmt.Sprintf("n%d", i), fmt.Sprintf("198.18.0.%d", i)
+		index[addr] = i
+		f.names = append(f.names, name)
 		n := &plan.Node{Name: name, Site: "lab", Profile: "base", BMC: &plan.BMC{Address: addr, Protocol: plan.BMCIPMI, Secret: "rack"},
 			Artifacts: plan.Artifacts{Workflow: plan.Workflow{Node: name, Actions: []plan.Action{{Action: "image-to-disk", SHA256: "v1"}}}}}
 		f.v1[name] = plan.InstallOf(n)
@@ -103,7 +111,7 @@ func newFleet(t *testing.T) *fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.store.Close() })
-	for _, name := range []string{"n1", "n2", "n3"} {
+	for _, name := range f.names {
 		in := f.v1[name]
 		f.report(name, &in)
 	}
@@ -113,6 +121,9 @@ func newFleet(t *testing.T) *fleet {
 		Record:  func(string, string, string, bool, int) {},
 		Secrets: &power.Secrets{Dir: f.dir},
 		Dial: func(b *plan.BMC, _ netip.Addr, _ power.Credentials) power.Controller {
+			if dial != nil {
+				return dial(index[b.Address])
+			}
 			return f.bmcs[b.Address]
 		},
 		Timeout: time.Minute,
@@ -123,7 +134,7 @@ func newFleet(t *testing.T) *fleet {
 	return f
 }
 
-func mustAllow(t *testing.T, s string) power.AllowList {
+func mustAllow(t testing.TB, s string) power.AllowList {
 	a, err := power.ParseAllowList(s)
 	if err != nil {
 		t.Fatal(err)

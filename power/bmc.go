@@ -95,9 +95,36 @@ func (x *bmcLib) client(deadline time.Time, suite string) *bmclib.Client {
 			}
 			return conn, err
 		}
+		conf := &tls.Config{InsecureSkipVerify: !x.b.TLSVerify} // tlsVerify: false in Git, and the daemon allows it
+		// gofish (through bmclib) opens a connection per request: a BMC
+		// whose web server drops connections it cannot serve yet would
+		// fail every call. A connection dropped before its handshake
+		// ends is opened again, once, at once.
+		dialTLS := func(ctx context.Context, network, addr string) (net.Conn, error) {
+			for try := 1; ; try++ {
+				conn, err := dial(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				c := conf.Clone()
+				c.ServerName, _, _ = net.SplitHostPort(addr)
+				hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				tc := tls.Client(conn, c)
+				err = tc.HandshakeContext(hctx)
+				cancel()
+				if err == nil {
+					return tc, nil
+				}
+				conn.Close()
+				if try >= 2 || !Dropped(err) || ctx.Err() != nil {
+					return nil, err
+				}
+			}
+		}
 		hc := &http.Client{Transport: &http.Transport{
 			DialContext:         dial,
-			TLSClientConfig:     &tls.Config{InsecureSkipVerify: !x.b.TLSVerify}, // tlsVerify: false in Git, and the daemon allows it
+			DialTLSContext:      dialTLS,
+			TLSClientConfig:     conf,
 			TLSHandshakeTimeout: 10 * time.Second,
 		}}
 		opts = append(opts, bmclib.WithHTTPClient(hc))
@@ -231,6 +258,10 @@ type TimeoutError struct {
 func (e *TimeoutError) Error() string {
 	return fmt.Sprintf("%s: BMC %s did not answer within %s", e.What, e.BMC, e.After.Round(time.Second))
 }
+
+// Unwrap makes a TimeoutError a context.DeadlineExceeded: what waits on
+// a BMC (a rollout's retries) sees a timeout.
+func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
 
 func isTimeout(err error) bool {
 	var t *TimeoutError

@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/bootops/bootops/plan"
@@ -420,7 +422,7 @@ func (m *Manager) poll(ctx context.Context, t target, np *nodePower) (string, er
 	c, err := m.controller(ctx, t)
 	var state string
 	if err == nil {
-		err = m.bounded(ctx, func(ctx context.Context) (err error) { state, err = c.PowerState(ctx); return err })
+		err = m.again(ctx, func(ctx context.Context) (err error) { state, err = c.PowerState(ctx); return err })
 	}
 	m.mu.Lock()
 	before := np.err
@@ -747,6 +749,28 @@ func (m *Manager) bounded(ctx context.Context, f func(context.Context) error) er
 	return f(ctx)
 }
 
+// again is bounded for a call that may be made twice (a read, a boot
+// device): a connection the BMC dropped is tried once more at once, on a
+// new one — a BMC's web server that drops connections answers the next.
+// Never for a power action: a dropped answer may be of a cycle taken.
+func (m *Manager) again(ctx context.Context, f func(context.Context) error) error {
+	err := m.bounded(ctx, f)
+	if err != nil && Dropped(err) && ctx.Err() == nil {
+		err = m.bounded(ctx, f)
+	}
+	return err
+}
+
+// Dropped says whether err is a connection the other side closed or
+// reset before it answered.
+func Dropped(err error) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe") || strings.HasSuffix(msg, "eof")
+}
+
 // Last is the node's power as last polled, Unknown before the first poll:
 // it asks no BMC.
 func (m *Manager) Last(key string) (Status, error) {
@@ -806,7 +830,7 @@ func (m *Manager) Act(ctx context.Context, key, action string) (Status, error) {
 		said := "power: " + action
 		if action == "cycle" {
 			var state string
-			if err := m.bounded(ctx, func(ctx context.Context) (err error) { state, err = c.PowerState(ctx); return err }); err != nil {
+			if err := m.again(ctx, func(ctx context.Context) (err error) { state, err = c.PowerState(ctx); return err }); err != nil {
 				return err
 			}
 			if state == Off {
@@ -846,7 +870,7 @@ func (m *Manager) settle(ctx context.Context, c Controller, np *nodePower, actio
 	every := m.Settle / reads
 	for i := 0; ; i++ {
 		var state string
-		err := m.bounded(ctx, func(ctx context.Context) (err error) { state, err = c.PowerState(ctx); return err })
+		err := m.again(ctx, func(ctx context.Context) (err error) { state, err = c.PowerState(ctx); return err })
 		if err == nil {
 			m.mu.Lock()
 			np.state, np.err, np.checked, np.requested = state, "", m.Now(), ""
@@ -882,7 +906,7 @@ func (m *Manager) BootDevice(ctx context.Context, key, device string, once bool)
 		how = "once"
 	}
 	return m.operator(ctx, key, func(t target, _ *nodePower, c Controller) error {
-		if err := m.bounded(ctx, func(ctx context.Context) error { return c.SetBootDevice(ctx, device, once) }); err != nil {
+		if err := m.again(ctx, func(ctx context.Context) error { return c.SetBootDevice(ctx, device, once) }); err != nil {
 			m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: set next boot %s (%s) failed: %v", device, how, err), true, 0)
 			return err
 		}

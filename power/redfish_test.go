@@ -218,3 +218,28 @@ func TestRedfishBasicAuth(t *testing.T) {
 		t.Errorf("auth: basic, a wrong password: %v", err)
 	}
 }
+
+// A BMC that drops every second connection before its TLS handshake
+// (bmclib opens one per request): each call still goes through, the
+// dropped connections opened again.
+func TestRedfishDroppedConnections(t *testing.T) {
+	b, srv := newRedfishBMC(t)
+	b.SetFaults(redfishsim.Faults{DropEvery: 2})
+	c := DialBMCLib(redfishPlan(srv), loopback, Credentials{Username: "root", Password: "calvin"})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 3 {
+		if s, err := c.PowerState(ctx); err != nil || s != Off {
+			t.Fatalf("power status %d: %q %v", i, s, err)
+		}
+	}
+	if err := c.SetBootDevice(ctx, "pxe", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetPower(ctx, "on"); err != nil {
+		t.Fatal(err)
+	}
+	if p := b.Power(); p != "On" {
+		t.Errorf("power %s after on", p)
+	}
+}

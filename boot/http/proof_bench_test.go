@@ -1,12 +1,18 @@
 package http
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/tpm"
+	"github.com/bootops/bootops/tpm/tpmtest"
 )
 
 // BenchmarkReport: the installed OS's report of a node installed by the
@@ -48,6 +54,34 @@ func BenchmarkReport(b *testing.B) {
 		now = now.Add(5 * time.Minute)
 		if code, body := post(b, h, plan.ReportPath, m[1], rep); code != 200 {
 			b.Fatalf("report: %d %s", code, body)
+		}
+	}
+}
+
+// BenchmarkReportQuoted is BenchmarkReport for a node whose install is
+// bound to its TPM: each report carries a quote by the install's key
+// (made once, by a simulated TPM), which the server checks.
+func BenchmarkReportQuoted(b *testing.B) {
+	m, id, ek, _ := tpmtest.Machine(b, 5)
+	s, h, _, cred, _ := tpmInstalled(b, m, id, ek)
+	now := time.Now()
+	s.Now = func() time.Time { return now }
+	key, err := m.ReportKey()
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, _ := json.Marshal(plan.OSReport{Site: "lab", Node: "t", InstanceID: "t-0", Hostname: "node-t", Kernel: "6.1.0", CloudInit: "done"})
+	attest, sig := tpmtest.QuoteReport(b, key, tpm.ReportNonce(cred, body))
+	for b.Loop() {
+		now = now.Add(5 * time.Minute)
+		req := httptest.NewRequest("POST", plan.ReportPath, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+cred)
+		req.Header.Set(HeaderTPMQuote, base64.StdEncoding.EncodeToString(attest))
+		req.Header.Set(HeaderTPMSignature, base64.StdEncoding.EncodeToString(sig))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatalf("report: %d %s", w.Code, w.Body.String())
 		}
 	}
 }

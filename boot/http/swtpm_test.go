@@ -62,7 +62,7 @@ func TestSwtpmReportScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, mem, _, script := tpmInstalled(t, m, id, ek)
+	_, h, mem, _, script := tpmInstalled(t, m, id, ek)
 	key, err := m.ReportKey()
 	if err != nil {
 		t.Fatal(err)

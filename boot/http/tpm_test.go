@@ -380,7 +380,7 @@ func TestTPMChallengesBudgeted(t *testing.T) {
 // are refused, and none makes the node running.
 func TestTPMBoundReport(t *testing.T) {
 	m1, id1, ek1, close1 := tpmtest.Machine(t, 3)
-	h, mem, cred, _ := tpmInstalled(t, m1, id1, ek1)
+	_, h, mem, cred, _ := tpmInstalled(t, m1, id1, ek1)
 
 	key, err := m1.ReportKey()
 	if err != nil {
@@ -442,7 +442,7 @@ func TestTPMBoundReport(t *testing.T) {
 // check-in proves the TPM, the agent's events record the install. It
 // returns the server's handler and store, the install's report
 // credential and its report script.
-func tpmInstalled(t *testing.T, m *tpm.Machine, id tpm.Identity, ek string) (h http.Handler, mem *status.Memory, cred, reportScript string) {
+func tpmInstalled(t testing.TB, m *tpm.Machine, id tpm.Identity, ek string) (s *Server, h http.Handler, mem *status.Memory, cred, reportScript string) {
 	t.Helper()
 	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
 	n := &plan.Node{Name: "t", Site: "lab", Profile: "base", Source: "t.yaml:1",
@@ -452,7 +452,7 @@ func tpmInstalled(t *testing.T, m *tpm.Machine, id tpm.Identity, ek string) (h h
 			UserData: "#cloud-config\n", MetaData: "instance-id: t-0\n"}}
 	n.Install = plan.InstallOf(n)
 	p.Sites[0].Nodes = append(p.Sites[0].Nodes, n)
-	s, mem, _ := newServer(t, p)
+	s, mem, _ = newServer(t, p)
 	h = s.Handler()
 
 	token := script(t, h, "serial=SER-T&site=lab")
@@ -486,5 +486,5 @@ func tpmInstalled(t *testing.T, m *tpm.Machine, id tpm.Identity, ek string) (h h
 	if want := base64.StdEncoding.EncodeToString(id.AK.Public); rec.ReportKey != want {
 		t.Fatalf("the install's report key %q, want the proved AK %q", rec.ReportKey, want)
 	}
-	return h, mem, c[1], r.CloudInit.Report
+	return s, h, mem, c[1], r.CloudInit.Report
 }

@@ -6,12 +6,13 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/test/swtpmsim"
 )
 
 // TestSwtpm runs a check-in against swtpm, the TPM the end-to-end VMs get
@@ -39,25 +40,7 @@ func TestSwtpm(t *testing.T) {
 	write(t, filepath.Join(dir, "setup.conf"), "create_certs_tool = /usr/bin/swtpm_localca\ncreate_certs_tool_config = "+dir+"/localca.conf\ncreate_certs_tool_options = "+dir+"/localca.options\nactive_pcr_banks = sha256\n")
 	run(t, "swtpm_setup", "--tpm2", "--tpmstate", state, "--create-ek-cert", "--config", filepath.Join(dir, "setup.conf"))
 
-	sock := filepath.Join(dir, "tpm.sock")
-	swtpm := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+state,
-		"--server", "type=unixio,path="+sock, "--ctrl", "type=unixio,path="+sock+".ctrl",
-		"--flags", "not-need-init,startup-clear")
-	swtpm.Stderr = os.Stderr
-	if err := swtpm.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { swtpm.Process.Kill(); swtpm.Wait() })
-	var conn net.Conn
-	var err error
-	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
-		if conn, err = net.Dial("unix", sock); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatalf("swtpm socket: %v", err)
-	}
+	_, conn := swtpmsim.Start(t, state)
 
 	start := time.Now()
 	m, err := Open(conn)

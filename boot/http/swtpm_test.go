@@ -3,7 +3,6 @@
 package http
 
 import (
-	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/test/swtpmsim"
 	"github.com/bootops/bootops/tpm"
 )
 
@@ -31,25 +31,8 @@ func TestSwtpmReportScript(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	sock := filepath.Join(dir, "tpm.sock")
 	os.Mkdir(filepath.Join(dir, "tpm"), 0o700)
-	sw := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+filepath.Join(dir, "tpm"),
-		"--server", "type=unixio,path="+sock, "--ctrl", "type=unixio,path="+sock+".ctrl",
-		"--flags", "not-need-init,startup-clear")
-	if err := sw.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sw.Process.Kill(); sw.Wait() })
-	var conn net.Conn
-	var err error
-	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
-		if conn, err = net.Dial("unix", sock); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatalf("swtpm socket: %v", err)
-	}
+	sock, conn := swtpmsim.Start(t, filepath.Join(dir, "tpm"))
 	m, err := tpm.Open(conn)
 	if err != nil {
 		t.Fatal(err)

@@ -404,7 +404,7 @@ const (
 
 // transientBMC says whether a BMC's failure may pass on its own.
 func transientBMC(err error) bool {
-	if errors.Is(err, power.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, power.ErrBusy) || errors.Is(err, context.DeadlineExceeded) || power.Dropped(err) {
 		return true
 	}
 	var ne net.Error
@@ -412,7 +412,7 @@ func transientBMC(err error) bool {
 		return true
 	}
 	msg := strings.ToLower(err.Error())
-	for _, s := range []string{"connection reset", "connection refused", "broken pipe", "unexpected eof", "timeout", "timed out",
+	for _, s := range []string{"connection refused", "timeout", "timed out",
 		"500 internal", "502 bad gateway", "503 service", "504 gateway", "status code: 50", "statuscode: 50"} {
 		if strings.Contains(msg, s) {
 			return true

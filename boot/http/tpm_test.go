@@ -416,7 +416,7 @@ func TestTPMBoundReport(t *testing.T) {
 		t.Errorf("a quote of another body: %d %s", code, body)
 	}
 	notRunning("a quote of another body")
-	if code, body = report(good, attest, sig[:len(sig)-3]); code != 401 {
+	if code, body = report(good, attest, sig[:len(sig)-3]); code != 401 || !strings.Contains(body, "report quote refused: signature") {
 		t.Errorf("a cut signature: %d %s", code, body)
 	}
 	close1()

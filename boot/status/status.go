@@ -6,13 +6,17 @@
 package status
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/bootops/bootops/plan"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // Kinds of events.
@@ -149,6 +153,48 @@ func (e Event) Key() string {
 	return "unknown"
 }
 
+// eventOverhead is what an Event takes in memory before what its strings
+// and pointers point to.
+const eventOverhead = int(unsafe.Sizeof(Event{}))
+
+// installOverhead is the same of a plan.Install.
+const installOverhead = int(unsafe.Sizeof(plan.Install{}))
+
+// Size is an estimate of the bytes e holds in memory: the struct, the
+// bytes of every string it carries (its time has none), what Install
+// holds, and Inventory's length as JSON (marshalled only when it has one).
+// Memory bounds its events by it (MaxBytes).
+func (e Event) Size() int { return e.size(inventorySize(e.Inventory)) }
+
+// size is e's Size, inv its Inventory's (inventorySize).
+func (e Event) size(inv int) int {
+	return eventOverhead + len(e.Kind) + len(e.Site) + len(e.Node) + len(e.MAC) + len(e.UUID) + len(e.Serial) + len(e.IP) +
+		len(e.State) + len(e.Message) + len(e.Action) + len(e.Boot) + len(e.Hostname) + len(e.Kernel) + len(e.InstallID) +
+		len(e.CloudInit) + len(e.Revision) + len(e.Held) + len(e.EK) + len(e.TPM) + len(e.ReportKey) + len(e.Sync) + len(e.Rollout) +
+		installSize(e.Install) + inv
+}
+
+// installSize is what an Install holds in memory (0 for none).
+func installSize(in *plan.Install) int {
+	if in == nil {
+		return 0
+	}
+	return installOverhead + len(in.Digest) + len(in.Image) + len(in.Workflow) + len(in.CloudInit)
+}
+
+// inventorySize is what an Inventory is counted for: its length as JSON
+// (0 for none).
+func inventorySize(in *plan.Inventory) int {
+	if in == nil {
+		return 0
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return 0
+	}
+	return len(b)
+}
+
 // IsNodeKey reports whether a machine key names a registered node
 // (site/node) rather than a machine that is no node (mac:, uuid:, serial:,
 // ip:, unknown).
@@ -228,6 +274,46 @@ type Machine struct {
 	Sync string `json:"sync,omitempty"`
 }
 
+// machineOverhead is what a Machine takes in memory before what its
+// strings and pointers point to, its Last event's struct among it.
+const machineOverhead = int(unsafe.Sizeof(Machine{}))
+
+// imageOverhead is the same of an ImageSources.
+const imageOverhead = int(unsafe.Sizeof(ImageSources{}))
+
+// machineSize is an estimate of the bytes a machine's summary holds in
+// memory: the struct, the bytes of every string it carries, what its Last
+// event holds besides its struct (by its Size), Image, and Installed and
+// Inventory (Inventory by its length as JSON, as Event.Size counts it).
+// Installed or Inventory is counted once when it is Last's own (one
+// allocation). Memory bounds its machines' summaries by it (MaxBytes).
+func machineSize(m Machine) int {
+	inv := 0
+	if m.Inventory != m.Last.Inventory {
+		inv = inventorySize(m.Inventory)
+	}
+	return m.size(m.Last.Size(), inv)
+}
+
+// size is m's machineSize, last its Last event's Size and inv its
+// Inventory's (inventorySize; not counted when it is Last's).
+func (m *Machine) size(last, inv int) int {
+	n := machineOverhead - eventOverhead + last +
+		len(m.Key) + len(m.Site) + len(m.Node) + len(m.MAC) + len(m.UUID) + len(m.Serial) + len(m.EK) + len(m.TPM) + len(m.State) +
+		len(m.Boot) + len(m.Hostname) + len(m.Kernel) + len(m.Power) + len(m.PowerError) + len(m.CloudInit) + len(m.InstallID) +
+		len(m.ReportKey) + len(m.Revision) + len(m.Hardware) + len(m.Held) + len(m.Sync)
+	if m.Image != nil {
+		n += imageOverhead
+	}
+	if m.Installed != m.Last.Install {
+		n += installSize(m.Installed)
+	}
+	if m.Inventory != m.Last.Inventory {
+		n += inv
+	}
+	return n
+}
+
 // Sync values (an out-of-date node's says what changed).
 const (
 	SyncIn      = "in sync"
@@ -260,11 +346,24 @@ func SyncOf(have *plan.Install, want plan.Install) string {
 // PerMachine events per registered node, PerUnknown per unknown machine, and
 // MaxUnknown unknown machines (the least recently seen go first), so 10,000
 // different identities from one client cannot grow it without bound, nor
-// push out a registered node.
+// push out a registered node. MaxBytes bounds the events of all machines
+// together and the machines' summaries, so a few machines with large
+// events cannot either, nor many machines with large summaries.
 type Memory struct {
 	PerMachine int // default 200
 	PerUnknown int // default PerMachine
 	MaxUnknown int // default 20,000
+	// MaxBytes bounds the bytes the store keeps: its events and its
+	// machines' summaries (Bytes); past it the oldest events go, then the
+	// machines seen longest ago. Events go by their Size, the oldest
+	// recorded first, whatever machines they are of; a machine keeps its
+	// summary (Machines) when its last event goes. When the summaries
+	// and the one event left are still past it, whole machines go (the
+	// least recently seen by their Last event's time, machines that are no
+	// node before nodes; Evicted counts them). The event just recorded and
+	// its machine always stay: one larger than MaxBytes alone is kept
+	// until the next event recorded. 0: no bound but the counts.
+	MaxBytes int64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Changed, when set, is called after every event recorded, outside
@@ -274,11 +373,80 @@ type Memory struct {
 	mu       sync.Mutex
 	machines map[string]*entry
 	unknown  int // machines that are no node
+	// held and bytes are the events the machines keep, and their Size;
+	// sums is the size of the machines' summaries (entry.sum, all
+	// entries together).
+	held  int
+	bytes int64
+	sums  int64
+	// evicted counts the machines dropped for MaxBytes.
+	evicted uint64
+	// order is every event kept, oldest first, by the entry it was
+	// recorded into and its id. It also holds events gone since (trimmed,
+	// evicted): they are skipped when met, and dropped when they outnumber
+	// the rest (compact).
+	order  []ref
+	nextID uint64
 }
 
 type entry struct {
-	m      Machine
+	m Machine
+	// sum is m's size as last counted in Memory.sums (summarySize);
+	// last and inv are its Last event's Size and its Inventory's
+	// (inventorySize), kept so that counting it marshals nothing again.
+	sum       int64
+	last, inv int
+	// node: its key names a registered node (IsNodeKey).
+	node   bool
 	events []Event
+	// stamps are the events' ids and Sizes, one for each; ids ascend (the
+	// order the events were recorded in).
+	stamps []stamp
+	// dead is how many slots before events its array has: the events
+	// dropped from its front since it was made.
+	dead int
+	// into is the entry the machine's history joined (a machine first
+	// seen by its MAC that turned out to be a node); gone: the machine
+	// was evicted.
+	into *entry
+	gone bool
+}
+
+// entryOverhead is what a machine's entry adds to its summary: the rest of
+// the entry's struct, and its place in the map (the key's header, the
+// pointer, the map's own bookkeeping and slack, estimated).
+const entryOverhead = int(unsafe.Sizeof(entry{})-unsafe.Sizeof(Machine{})) + 48
+
+// summarySize is what en's machine is counted for in Memory.sums: its
+// summary (machineSize, from the sizes en keeps) and its entry.
+func (en *entry) summarySize() int64 {
+	return int64(entryOverhead + en.m.size(en.last, en.inv))
+}
+
+// stamp is an event's id and Size.
+type stamp struct {
+	id   uint64
+	size int64
+}
+
+// ref is an event in Memory.order: the entry it was recorded into (or
+// one its history joined since), and its id.
+type ref struct {
+	en *entry
+	id uint64
+}
+
+// holder is the entry that holds r's event if any is kept: where r's
+// entry's history went, nil when that machine was evicted.
+func (r ref) holder() *entry {
+	en := r.en
+	for en.into != nil {
+		en = en.into
+	}
+	if en.gone {
+		return nil
+	}
+	return en
 }
 
 var _ Recorder = (*Memory)(nil)
@@ -293,6 +461,8 @@ func (s *Memory) Record(e Event) {
 
 func (s *Memory) record(e Event) {
 	e = e.printable()
+	inv := inventorySize(e.Inventory)
+	size := int64(e.size(inv)) // its time, stamped below, is not counted
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e.Time.IsZero() {
@@ -313,11 +483,14 @@ func (s *Memory) record(e Event) {
 		if early := s.machines["mac:"+e.MAC]; early != nil {
 			delete(s.machines, "mac:"+e.MAC)
 			s.unknown--
+			// Its summary goes; its events are the node's now.
+			s.sums -= early.sum
+			early.sum = 0
 			if en == nil {
-				en = &entry{m: Machine{Key: k, State: early.m.State}}
+				en = newEntry(Machine{Key: k, State: early.m.State})
 				s.machines[k] = en
 			}
-			en.events = append(early.events, en.events...)
+			en.join(early)
 			en.m.Events += early.m.Events
 		}
 	}
@@ -329,18 +502,118 @@ func (s *Memory) record(e Event) {
 			}
 			s.unknown++
 		}
-		en = &entry{m: Machine{Key: k, State: StateRegistered}}
+		en = newEntry(Machine{Key: k, State: StateRegistered})
 		s.machines[k] = en
 	}
 	en.m.apply(e)
+	if e.isLast() {
+		en.last = int(size)
+	}
+	if e.Inventory != nil {
+		en.inv = inv
+	}
+	sum := en.summarySize()
+	s.sums += sum - en.sum
+	en.sum = sum
+	s.nextID++
+	id := s.nextID
+	if len(en.events) == cap(en.events) {
+		en.dead = 0 // append makes a new array
+	}
 	en.events = append(en.events, e)
+	en.stamps = append(en.stamps, stamp{id, size})
+	s.order = append(s.order, ref{en, id})
+	s.held++
+	s.bytes += size
 	limit := orDefault(s.PerMachine, 200)
 	if !node {
 		limit = orDefault(s.PerUnknown, limit)
 	}
 	if len(en.events) > limit {
-		en.events = append(en.events[:0:0], en.events[len(en.events)-limit:]...)
+		s.dropFront(en, len(en.events)-limit)
 	}
+	if s.MaxBytes > 0 {
+		s.dropOldest(id)
+		if s.bytes+s.sums > s.MaxBytes {
+			s.evictForBytes(en)
+		}
+	}
+	if len(s.order) > 2*s.held+1024 {
+		s.compact()
+	}
+}
+
+// newEntry is a new entry for m, whose Last is no event yet.
+func newEntry(m Machine) *entry {
+	return &entry{m: m, last: m.Last.Size(), node: IsNodeKey(m.Key)}
+}
+
+// join takes early's history (early's machine turned out to be en's) into
+// en's, in the order the events were recorded.
+func (en *entry) join(early *entry) {
+	n := len(early.events) + len(en.events)
+	events, stamps := make([]Event, 0, n), make([]stamp, 0, n)
+	a, b := 0, 0
+	for a < len(early.events) || b < len(en.events) {
+		if b == len(en.events) || a < len(early.events) && early.stamps[a].id < en.stamps[b].id {
+			events, stamps = append(events, early.events[a]), append(stamps, early.stamps[a])
+			a++
+		} else {
+			events, stamps = append(events, en.events[b]), append(stamps, en.stamps[b])
+			b++
+		}
+	}
+	en.events, en.stamps, en.dead = events, stamps, 0
+	early.events, early.stamps, early.dead, early.into = nil, nil, 0, en
+}
+
+// dropFront drops en's n oldest events. The array they leave is made
+// anew when its dropped slots outnumber the events kept, so that what
+// the store holds stays close to what it counts.
+func (s *Memory) dropFront(en *entry, n int) {
+	for _, st := range en.stamps[:n] {
+		s.bytes -= st.size
+	}
+	s.held -= n
+	clear(en.events[:n])
+	en.events, en.stamps, en.dead = en.events[n:], en.stamps[n:], en.dead+n
+	switch {
+	case len(en.events) == 0:
+		en.events, en.stamps, en.dead = nil, nil, 0
+	case en.dead > len(en.events):
+		en.events, en.stamps, en.dead = slices.Clone(en.events), slices.Clone(en.stamps), 0
+	}
+}
+
+// dropOldest drops the oldest events recorded, whatever machine they are
+// of, until the store keeps MaxBytes or less (its events and its
+// machines' summaries); never newest, the event just recorded.
+func (s *Memory) dropOldest(newest uint64) {
+	for s.bytes+s.sums > s.MaxBytes && len(s.order) > 0 && s.order[0].id != newest {
+		r := s.order[0]
+		s.order[0] = ref{}
+		s.order = s.order[1:]
+		// Every older event was dropped already: r's, when kept, is the
+		// oldest its machine keeps.
+		if en := r.holder(); en != nil && len(en.stamps) > 0 && en.stamps[0].id == r.id {
+			s.dropFront(en, 1)
+		}
+	}
+}
+
+// compact drops from order the events no longer kept.
+func (s *Memory) compact() {
+	order := make([]ref, 0, s.held+s.held/4)
+	for _, r := range s.order {
+		en := r.holder()
+		if en == nil {
+			continue
+		}
+		if _, ok := slices.BinarySearchFunc(en.stamps, r.id, func(st stamp, id uint64) int { return cmp.Compare(st.id, id) }); ok {
+			order = append(order, ref{en, r.id})
+		}
+	}
+	s.order = order
 }
 
 // evictOldest drops the least recently seen unknown machine: a scan, as
@@ -354,9 +627,74 @@ func (s *Memory) evictOldest() {
 		}
 	}
 	if oldest != "" {
-		delete(s.machines, oldest)
+		s.remove(oldest)
+	}
+}
+
+// evictForBytes drops whole machines, the least recently seen first (by
+// their Last event's time; machines that are no node before nodes; by key
+// when seen at once), until the store keeps MaxBytes or less; never keep,
+// the machine just recorded. Each is a scan of the machines: it is called
+// only when dropping events was not enough, when the summaries alone
+// fill the bound.
+func (s *Memory) evictForBytes(keep *entry) {
+	for s.bytes+s.sums > s.MaxBytes {
+		var oldest string
+		var o *entry
+		for k, en := range s.machines {
+			if en != keep && (o == nil || evictsBefore(k, en, oldest, o)) {
+				oldest, o = k, en
+			}
+		}
+		if o == nil {
+			return
+		}
+		s.remove(oldest)
+		s.evicted++
+	}
+}
+
+// evictsBefore says whether machine a (under key ka) goes before b for
+// the byte bound: a machine that is no node before a node, then the one
+// seen longest ago, then by key.
+func evictsBefore(ka string, a *entry, kb string, b *entry) bool {
+	if a.node != b.node {
+		return b.node
+	}
+	if c := a.m.Last.Time.Compare(b.m.Last.Time); c != 0 {
+		return c < 0
+	}
+	return ka < kb
+}
+
+// remove drops the machine under k, its events and its summary.
+func (s *Memory) remove(k string) {
+	en := s.machines[k]
+	delete(s.machines, k)
+	if !en.node {
 		s.unknown--
 	}
+	s.dropFront(en, len(en.events))
+	s.sums -= en.sum
+	en.sum = 0
+	en.gone = true
+}
+
+// Bytes is what the store keeps now, all machines together: the Size of
+// its events and the size of its machines' summaries (what bounds it,
+// MaxBytes).
+func (s *Memory) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes + s.sums
+}
+
+// Evicted is how many machines the store has dropped for MaxBytes (not
+// those dropped for MaxUnknown).
+func (s *Memory) Evicted() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.evicted
 }
 
 // Holds says whether the store holds a machine under key (or, for a node
@@ -409,13 +747,16 @@ func (m *Machine) apply(e Event) {
 		}
 		m.State = e.State
 	}
-	// A change of sync is on the timeline, but the newest thing that
-	// happened to the machine stays its last message.
-	if e.Kind != KindRollout || e.Sync == "" {
+	if e.isLast() {
 		m.Last = e
 	}
 	m.Events++
 }
+
+// isLast says whether e becomes its machine's Last event: a change of
+// sync is on the timeline, but the newest thing that happened to the
+// machine stays its last message.
+func (e Event) isLast() bool { return e.Kind != KindRollout || e.Sync == "" }
 
 // applyInstall keeps what the node's disk holds. Only the install path
 // writes it: an install that starts (a workflow handed out) or fails

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/trust"
 )
 
@@ -155,5 +157,54 @@ func TestHubDamagedSequences(t *testing.T) {
 	if n, err := start(unreadable); err == nil {
 		n.Close()
 		t.Error("a sequences file that cannot be read: started anyway")
+	}
+}
+
+// Issue 44: a hub server rebuilt without its sequences file (a new server,
+// or the file lost) reads a site whose oldest messages left its stream:
+// the site's first event there waits for a predecessor that will never
+// come. Once the view has read the stream to its end, what waits is
+// applied — the site is shown, with every event its stream still holds.
+func TestHubRebuiltServerShowsEverySite(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubs, kps := siteKeys(t, "north", "south")
+	store := t.TempDir()
+	cfg := Config{Name: "hub-1", Listen: freePort(t), StoreDir: store, Sites: pubs, Limits: Limits{SiteMsgs: 50}}
+	n, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	north := newSite(t, ctx, "north", 0, []string{cfg.Listen}, kps["north"])
+	south := newSite(t, ctx, "south", 1, []string{cfg.Listen}, kps["south"])
+	for i := range 100 {
+		if err := north.store.RecordSync(status.Event{Kind: status.KindDHCP, Site: "north", Node: "n1", Message: fmt.Sprint("north ", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	south.provision(t, 0, 3)
+	north.drained(t, time.Minute)
+	south.drained(t, time.Minute)
+	caughtUp(t, ctx, n, time.Minute)
+	n.Close()
+	if err := os.Remove(filepath.Join(store, "sequences.json")); err != nil {
+		t.Fatal(err)
+	}
+	n, err = Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	caughtUp(t, ctx, n, time.Minute)
+	var names []string
+	for _, s := range n.View.Sites() {
+		names = append(names, s.Name)
+	}
+	if fmt.Sprint(names) != "[north south]" {
+		t.Errorf("the rebuilt server shows sites %v, want north and south", names)
+	}
+	ev := n.View.Events("north/n1")
+	if len(ev) != 50 || ev[0].Message != "north 50" || ev[49].Message != "north 99" {
+		t.Errorf("north's events on the rebuilt server: %d, want the 50 its stream holds (north 50 … north 99)", len(ev))
 	}
 }

@@ -13,20 +13,27 @@
 //	                                                     View: /api/v1/status, dashboard
 package hub
 
-// Subjects and stream.
+// Subjects and streams.
 const (
-	// Stream holds every site's events and hellos.
-	Stream = "BOOTOPS_EVENTS"
 	// SubjectPrefix + site is where a site publishes, and only there; the
-	// hub takes its messages from there into the stream, on StreamPrefix +
-	// site, which no site may publish on.
-	SubjectPrefix = "bootops.events."
-	StreamPrefix  = "bootops.stream."
+	// hub's ingest takes its messages from there into the site's own
+	// stream (SiteStream, on SiteSubject), which no site may publish on.
+	SubjectPrefix    = "bootops.events."
+	SitePrefix       = "bootops.site."
+	SiteStreamPrefix = "BOOTOPS_SITE_"
+	// Stream is where hubs before per-site streams kept every site's
+	// messages, on StreamPrefix + site: a hub reads it once if it is there
+	// and writes it no more.
+	Stream       = "BOOTOPS_EVENTS"
+	StreamPrefix = "bootops.stream."
 	// Kind is the header that says what a message is: KindEvent (a status
-	// event, JSON) or KindHello (a site's summary, JSON).
+	// event, JSON) or KindHello (a site's summary, JSON); KindMark asks
+	// the hub for the highest sequence of the site's epoch it applied
+	// (answered with a MarkAnswer, nothing stored).
 	Kind      = "Bootops-Kind"
 	KindEvent = "event"
 	KindHello = "hello"
+	KindMark  = "mark"
 	// Seq and Prev are an event's store sequence at its site and the one
 	// sent before it (0: the first this forwarder sent since it started).
 	// A publish that failed and was sent again lands after the ones that

@@ -188,3 +188,80 @@ func TestHubWipedStoreGetsANewEpoch(t *testing.T) {
 		t.Errorf("a resend took a new epoch %q (was %q)", fwd.Epoch(), second)
 	}
 }
+
+// Issue 44: a site's state restored from a backup (its status store and
+// epoch file as they were) issues again the sequence numbers it issued
+// after the backup; the hub has those of the old epoch already. The
+// forwarder asks the hub for its mark, sees it past anything the store
+// issued, and takes a new epoch: the new events are applied, none lost.
+func TestHubRestoredSiteGetsANewEpoch(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubs, kps := siteKeys(t, "north")
+	hubs := cluster(t, ctx, 1, pubs)
+	dir, backup := t.TempDir(), t.TempDir()
+	seed, _ := kps["north"].Seed()
+	var siteLog syncBuffer
+	var fwd *Forwarder
+	files := []string{"status.db", "hub-epoch.json"}
+	open := func() *status.Durable {
+		st, err := status.Open(filepath.Join(dir, "status.db"), status.Options{Outbox: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	run := func(st *status.Durable, from, to, want int, when string) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if err := st.RecordSync(status.Event{Kind: status.KindDHCP, Site: "north", Node: "n1", Message: fmt.Sprint("event ", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fctx, fcancel := context.WithCancel(ctx)
+		fwd = &Forwarder{Site: "north", URLs: []string{"nats://" + hubs[0].cfg.Listen}, Seed: seed, Outbox: st,
+			EpochFile: filepath.Join(dir, "hub-epoch.json"), HelloEvery: 200 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&siteLog, nil))}
+		done := make(chan struct{})
+		go func() { defer close(done); fwd.Run(fctx) }()
+		defer func() { fcancel(); <-done }()
+		ok := waitFor(60*time.Second, func() bool {
+			out, _ := st.Pending(0, 1)
+			return len(out) == 0 && len(hubs[0].View.Events("north/n1")) >= want
+		})
+		if n := len(hubs[0].View.Events("north/n1")); !ok || n != want {
+			t.Fatalf("%s: %d events in the view, want %d; the site's log:\n%s", when, n, want, siteLog.String())
+		}
+	}
+	copyFiles := func(from, to string) {
+		for _, f := range files {
+			b, err := os.ReadFile(filepath.Join(from, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(to, f), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st := open()
+	run(st, 0, 20, 20, "before the backup")
+	first := fwd.Epoch()
+	st.Close()
+	copyFiles(dir, backup)
+	st = open()
+	run(st, 20, 50, 50, "after the backup")
+	if fwd.Epoch() != first {
+		t.Fatalf("a new epoch without a restore: %q, was %q", fwd.Epoch(), first)
+	}
+	st.Close()
+	copyFiles(backup, dir) // the site restored
+	st = open()
+	defer func() { st.Close() }()
+	run(st, 50, 60, 60, "restored")
+	if fwd.Epoch() == first {
+		t.Errorf("the restored store kept its epoch %q", first)
+	}
+	if !strings.Contains(siteLog.String(), "restored from a backup") {
+		t.Errorf("the site's log does not say why it took a new epoch:\n%s", siteLog.String())
+	}
+}

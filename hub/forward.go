@@ -198,9 +198,17 @@ func (f *Forwarder) session(ctx context.Context, nc *nats.Conn) {
 	}
 	subject := SubjectPrefix + f.Site
 	var cursor uint64
-	lastHello := time.Time{}
+	lastHello, lastAsked := time.Time{}, time.Time{}
 	wait := 200 * time.Millisecond
 	for ctx.Err() == nil && !nc.IsClosed() {
+		if nc.IsConnected() && time.Since(lastAsked) >= f.HelloEvery {
+			if renewed, err := f.checkRestored(nc, subject); err == nil {
+				lastAsked = time.Now()
+				if renewed {
+					cursor = 0 // what waits goes again, under the new epoch, from the start of a sequence
+				}
+			}
+		}
 		if nc.IsConnected() && f.Hello != nil && time.Since(lastHello) >= f.HelloEvery {
 			if err := f.hello(ctx, js, subject); err == nil {
 				lastHello = time.Now()
@@ -247,6 +255,42 @@ func (f *Forwarder) checkEpoch(first uint64) error {
 		"epoch", e.Epoch, "previous_epoch", f.epoch.Epoch, "seq", first, "acknowledged_before", f.epoch.Sent)
 	f.setEpoch(e)
 	return nil
+}
+
+// checkRestored asks the hub how far it has applied the store's epoch
+// (KindMark) and takes a new epoch when that is past any sequence the store
+// ever issued: the store was restored from a backup, and issues again
+// numbers the hub has had since — under the old epoch the hub would drop
+// its new events as resends. A hub that does not know the question (an
+// older one) answers with an error: nothing is learned.
+func (f *Forwarder) checkRestored(nc *nats.Conn, subject string) (bool, error) {
+	iss, ok := f.Outbox.(interface{ Issued() (uint64, error) })
+	if f.EpochFile == "" || !ok {
+		return false, nil
+	}
+	q := nats.NewMsg(subject)
+	q.Header.Set(Kind, KindMark)
+	q.Header.Set(Epoch, f.epoch.Epoch)
+	reply, err := nc.RequestMsg(q, 5*time.Second)
+	if err != nil {
+		return false, err
+	}
+	var a MarkAnswer
+	if json.Unmarshal(reply.Data, &a) != nil || a.Mark == 0 {
+		return false, nil
+	}
+	issued, err := iss.Issued()
+	if err != nil || a.Mark <= issued {
+		return false, err
+	}
+	e := storeEpoch{Epoch: newEpoch()}
+	if err := saveEpoch(f.EpochFile, e, true); err != nil {
+		return false, err
+	}
+	f.Log.Warn("hub: the hub has this status store's events numbered past any the store issued (restored from a backup?): a new epoch, the hub starts a new sequence for it",
+		"epoch", e.Epoch, "previous_epoch", f.epoch.Epoch, "hub_mark", a.Mark, "issued", issued)
+	f.setEpoch(e)
+	return true, nil
 }
 
 // acknowledged records that the hub has the store's events up to upTo

@@ -274,27 +274,23 @@ func (s *site) drained(t testing.TB, d time.Duration) {
 	t.Fatalf("site %s: %d events still not acknowledged after %s; its forwarder's log:\n%s", s.name, len(out), d, s.log.String())
 }
 
-// caughtUp waits until node's view has applied the stream's last message.
+// caughtUp waits until node's view has applied every site stream's last
+// message.
 func caughtUp(t testing.TB, ctx context.Context, n *Node, d time.Duration) {
 	t.Helper()
-	js, _ := jetstream.New(n.nc)
 	deadline := time.Now().Add(d)
+	var behind uint64
+	var err error
 	for time.Now().Before(deadline) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		s, err := js.Stream(cctx, Stream)
-		var last uint64
-		if err == nil {
-			if info, err := s.Info(cctx); err == nil {
-				last = info.State.LastSeq
-			}
-		}
+		behind, err = n.Behind(cctx)
 		cancel()
-		if last > 0 && n.View.Applied() >= last {
+		if err == nil && behind == 0 && n.View.Applied() > 0 {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("%s: the view applied up to %d, not the stream's end", n.cfg.Name, n.View.Applied())
+	t.Fatalf("%s: the view is %d messages behind the sites' streams (%v)", n.cfg.Name, behind, err)
 }
 
 type summary struct {
@@ -436,9 +432,9 @@ func TestHubFleet(t *testing.T) {
 	}
 	t.Logf("east cut off %s, caught up %s after its link came back", back.Sub(cutAt).Round(time.Second), time.Since(back).Round(time.Millisecond))
 
-	// Kill the stream's leader: the other two serve on.
+	// Kill the leader of north's stream: the other two serve on.
 	js, _ := jetstream.New(hubs[0].nc)
-	s, err := js.Stream(ctx, Stream)
+	s, err := js.Stream(ctx, SiteStream("north"))
 	if err != nil {
 		t.Fatal(err)
 	}

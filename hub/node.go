@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -56,25 +55,27 @@ type Config struct {
 
 // Limits bound what a site can make the hub keep. The defaults fit a
 // site of 10,000 machines: a hello naming every node is well under
-// MaxMsgSize, and SiteMsgs holds several whole provisionings of the site
-// (12 events a machine) besides a month of hellos.
+// MaxMsgSize, and SiteBytes holds a dozen whole provisionings of the site
+// (12 events a machine of about 700 bytes).
 type Limits struct {
 	// MaxMsgSize is the largest message (default 1 MiB): the server
 	// refuses a bigger one.
 	MaxMsgSize int32
-	// SiteMsgs is the messages a site keeps on the stream (default
-	// 1,000,000): past it its oldest go (its own, never another site's).
-	// With MaxMsgSize it bounds the site's bytes on the stream.
-	SiteMsgs int64
-	// StreamBytes bounds the whole stream (default 0: only by SiteMsgs
-	// and MaxMsgSize per site, and 30 days).
-	StreamBytes int64
+	// SiteMsgs and SiteBytes bound a site's own stream (defaults 1,000,000
+	// messages and 1 GiB): past either its oldest go — its own, never
+	// another site's (each site has a stream of its own).
+	SiteMsgs  int64
+	SiteBytes int64
 	// SiteMachines is the machines a site may have in the view (default
 	// 20,000; its registered nodes and the machines that are no node).
 	SiteMachines int
 	// MachineEvents and UnknownEvents are the events kept per node and per
 	// machine that is no node (defaults 500 and 100; the oldest go).
 	MachineEvents, UnknownEvents int
+	// ViewBytes bounds the events of a site the view keeps (default 256
+	// MiB): past it the site's oldest go, whatever machine they are of;
+	// each machine keeps its summary.
+	ViewBytes int64
 	// MaxEventBytes is the largest event the view applies (default 64 KiB;
 	// a site stores an event's message within 8 KiB).
 	MaxEventBytes int
@@ -82,9 +83,14 @@ type Limits struct {
 	// next may not be (default 1,000,000): one that far or further is
 	// refused, so one message cannot hide the site's later events.
 	MaxSeqJump uint64
-	// SiteEarly is the events of a site that may wait for a predecessor
-	// (default 100,000).
-	SiteEarly int
+	// SiteEarly and EarlyBytes bound the events of a site that wait for a
+	// predecessor (defaults 100,000 and 16 MiB).
+	SiteEarly  int
+	EarlyBytes int
+	// SiteConns is the connections one site's key may hold at once
+	// (default 16; a site daemon needs one), SiteSubs the subscriptions
+	// each may make (default 64; a forwarder makes two).
+	SiteConns, SiteSubs int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -99,53 +105,49 @@ func (l Limits) withDefaults() Limits {
 	if l.SiteMsgs <= 0 {
 		l.SiteMsgs = 1_000_000
 	}
+	if l.SiteBytes <= 0 {
+		l.SiteBytes = 1 << 30
+	}
+	if l.ViewBytes <= 0 {
+		l.ViewBytes = 256 << 20
+	}
 	def(&l.SiteMachines, 20000)
 	def(&l.MachineEvents, 500)
 	def(&l.UnknownEvents, 100)
 	def(&l.MaxEventBytes, 64<<10)
 	def(&l.SiteEarly, 100000)
+	def(&l.EarlyBytes, 16<<20)
+	def(&l.SiteConns, 16)
+	def(&l.SiteSubs, 64)
 	if l.MaxSeqJump == 0 {
 		l.MaxSeqJump = 1_000_000
 	}
 	return l
 }
 
-// Node is a running hub server: the embedded NATS server and the view it
-// reads from the stream.
+// Node is a running hub server: the embedded NATS server, each site's
+// lane through it (lane.go) and the view it reads from the sites' streams.
 type Node struct {
 	cfg    Config
+	ctx    context.Context // Start's, ended by Close
+	cancel context.CancelFunc
 	srv    *server.Server
-	nc     *nats.Conn // the ingest's
-	viewNC *nats.Conn // the view's reader's
+	nc     *nats.Conn // the hub's own, for the JetStream API
+	js     jetstream.JetStream
 	View   *View
 
-	mu   sync.Mutex
-	opts *server.Options // what the server runs with, for a reload
-	self string          // the view's own key
+	self   string // the hub's own key
+	selfKP nkeys.KeyPair
+	gate   *gate
+
+	mu       sync.Mutex
+	lanes    map[string]*lane // by site: those configured, and the streams of those removed
+	ready    bool             // JetStream answers: lanes open
+	replayed chan struct{}    // the stream of older hubs is read (or there is none)
 
 	marks         string // the file of the view's per-site sequences
 	stop, stopped chan struct{}
 	closeOnce     sync.Once
-}
-
-// siteUsers are the server's users: the hub's own reader, with every
-// permission, and each site, allowed to publish on its subject and to
-// subscribe to its own inbox (where the hub answers it), nothing else.
-func siteUsers(self string, sites map[string]string) ([]*server.NkeyUser, error) {
-	users := []*server.NkeyUser{{Nkey: self}}
-	for site, pub := range sites {
-		if !ValidSite(site) {
-			return nil, fmt.Errorf("hub: site name %q: lowercase letters, digits and '-'", site)
-		}
-		if !nkeys.IsValidPublicUserKey(pub) {
-			return nil, fmt.Errorf("hub: site %s: %q is not an nkey user public key", site, pub)
-		}
-		users = append(users, &server.NkeyUser{Nkey: pub, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{SubjectPrefix + site}},
-			Subscribe: &server.SubjectPermission{Allow: []string{Inbox(site) + ".>"}},
-		}})
-	}
-	return users, nil
 }
 
 // ValidSite says whether name can be a site's: one subject token of
@@ -163,26 +165,26 @@ func ValidSite(name string) bool {
 }
 
 // SetSites changes the sites allowed in, without a restart: a new site may
-// connect at once, and a removed one's connections are closed.
+// connect at once (its lane opens), and a removed one's connections are
+// closed (its stream stays, and the view shows it).
 func (n *Node) SetSites(sites map[string]string) error {
-	users, err := siteUsers(n.self, sites)
+	gone, err := n.gate.set(sites)
 	if err != nil {
 		return err
 	}
+	for _, id := range gone {
+		n.srv.DisconnectClientByID(id)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	next := n.opts.Clone()
-	next.Nkeys = users
-	if err := n.srv.ReloadOptions(next.Clone()); err != nil {
-		return fmt.Errorf("hub: reload the sites: %w", err)
-	}
-	n.opts = next
 	n.cfg.Sites = sites
+	n.openLanes()
 	return nil
 }
 
 // Start runs the server and, once JetStream is ready (in a cluster: once
-// the servers have a leader), makes the stream and starts reading it.
+// the servers have a leader), opens each site's lane: its stream, its
+// ingest and the view's reading of it.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -204,8 +206,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	selfPub, _ := self.PublicKey()
-	users, err := siteUsers(selfPub, cfg.Sites)
-	if err != nil {
+	log := cfg.Log.With("server", cfg.Name)
+	g := &gate{self: selfPub, limit: cfg.Limits.SiteConns, log: log}
+	if _, err := g.set(cfg.Sites); err != nil {
 		return nil, err
 	}
 	opts := &server.Options{
@@ -214,8 +217,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		Port:       port,
 		JetStream:  true,
 		StoreDir:   cfg.StoreDir,
-		Nkeys:      users,
 		NoSigs:     true,
+		// Sites come in through the gate (each key's connections bounded),
+		// with the server's nonce to sign.
+		CustomClientAuthentication: g,
+		AlwaysEnableNonce:          true,
+		// Per connection, the hub's own included (a lane's needs four).
+		MaxSubs:    cfg.Limits.SiteSubs,
 		TLSConfig:  cfg.TLS,
 		TLSTimeout: 5,
 		MaxPayload: cfg.Limits.MaxMsgSize,
@@ -250,48 +258,49 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("hub %s: not ready for connections on %s", cfg.Name, cfg.Listen)
 	}
-	log := cfg.Log.With("server", cfg.Name)
-	// Two connections to itself: the ingest's, which takes the sites'
-	// messages in and writes them to the stream, and the view's, which
-	// reads the stream. On one connection, the view's pulls and its
-	// messages queued behind the ingest's traffic: while 50 sites sent,
-	// the view applied about 3,000 events/s of the 15,000–30,000 the
-	// stream took in.
-	nc, err := selfConn(srv, selfPub, self, "bootops-hub-ingest", log)
+	g.mu.Lock()
+	g.srv = srv
+	g.mu.Unlock()
+	// The hub's own connection to itself, for the JetStream API; each
+	// site's lane has one more (lane.go).
+	nc, err := selfConn(srv, selfPub, self, "bootops-hub", log, nil)
 	if err != nil {
 		srv.Shutdown()
 		return nil, fmt.Errorf("hub %s: connect to itself: %w", cfg.Name, err)
 	}
-	viewNC, err := selfConn(srv, selfPub, self, "bootops-hub-view", log)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
 		srv.Shutdown()
-		return nil, fmt.Errorf("hub %s: connect to itself: %w", cfg.Name, err)
+		return nil, err
 	}
-	n := &Node{cfg: cfg, srv: srv, nc: nc, viewNC: viewNC, View: NewViewLimits(cfg.Limits, log), opts: opts.Clone(), self: selfPub,
+	ctx, cancel := context.WithCancel(ctx)
+	n := &Node{cfg: cfg, ctx: ctx, cancel: cancel, srv: srv, nc: nc, js: js, View: NewViewLimits(cfg.Limits, log), self: selfPub, selfKP: self, gate: g,
+		lanes: map[string]*lane{}, replayed: make(chan struct{}),
 		marks: filepath.Join(cfg.StoreDir, "sequences.json")}
 	if err := n.loadMarks(); err != nil {
 		n.Close()
 		return nil, err
 	}
-	js, err := jetstream.New(viewNC)
-	if err != nil {
-		n.Close()
-		return nil, err
-	}
 	n.stop, n.stopped = make(chan struct{}), make(chan struct{})
-	go n.follow(ctx, js)
+	go n.follow(ctx)
 	go n.keepMarks()
 	return n, nil
 }
 
 // selfConn is a connection of the hub to its own server, with the hub's
 // key; its errors go to the hub's log.
-func selfConn(srv *server.Server, pub string, kp nkeys.KeyPair, name string, log *slog.Logger) (*nats.Conn, error) {
+// A slow consumer (messages dropped: a site sending faster than the hub
+// takes in) goes to slow instead, when there is one.
+func selfConn(srv *server.Server, pub string, kp nkeys.KeyPair, name string, log *slog.Logger, slow func()) (*nats.Conn, error) {
 	return nats.Connect("", nats.InProcessServer(srv), nats.Nkey(pub, kp.Sign), nats.Name(name),
 		nats.MaxReconnects(-1),
 		// nats.go's default prints plain text on stderr: the hub logs JSON.
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if slow != nil && errors.Is(err, nats.ErrSlowConsumer) {
+				slow()
+				return
+			}
 			subject := ""
 			if sub != nil {
 				subject = sub.Subject
@@ -343,85 +352,6 @@ func (n *Node) saveMarks() {
 	}
 }
 
-// follow makes the stream (again and again until JetStream answers: a
-// cluster needs a leader first) and reads it into the view from its start.
-func (n *Node) follow(ctx context.Context, js jetstream.JetStream) {
-	l := n.cfg.Limits
-	cfg := jetstream.StreamConfig{
-		Name: Stream,
-		// Sites publish on SubjectPrefix, where the hub's ingest takes
-		// their messages in: only the hub writes the stream's subjects.
-		Subjects:          []string{StreamPrefix + "*"},
-		Storage:           jetstream.FileStorage,
-		Replicas:          n.cfg.Replicas,
-		Duplicates:        n.cfg.Dedup,
-		MaxAge:            30 * 24 * time.Hour,
-		Discard:           jetstream.DiscardOld,
-		MaxMsgSize:        l.MaxMsgSize,
-		MaxMsgsPerSubject: l.SiteMsgs,
-		MaxBytes:          -1,
-	}
-	if l.StreamBytes > 0 {
-		cfg.MaxBytes = l.StreamBytes
-	}
-	var stream jetstream.Stream
-	for ctx.Err() == nil {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		// Not while SetSites reloads the server's options: the server
-		// reads them unguarded as it makes a stream (nats-server 2.15.2,
-		// stream.go:1013; the race detector caught it in TestHubSetSites).
-		n.mu.Lock()
-		s, err := js.CreateOrUpdateStream(cctx, cfg)
-		n.mu.Unlock()
-		cancel()
-		if err == nil {
-			stream = s
-			break
-		}
-		n.cfg.Log.Debug("hub: stream not ready yet", "err", err)
-		time.Sleep(500 * time.Millisecond)
-	}
-	if stream == nil {
-		return
-	}
-	in, err := n.ingest()
-	if err != nil {
-		n.cfg.Log.Error("hub: sites' messages not taken in", "err", err)
-		return
-	}
-	defer in.Unsubscribe()
-	for ctx.Err() == nil {
-		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
-		if err != nil {
-			time.Sleep(500 * time.Millisecond)
-			continue
-		}
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			meta, _ := m.Metadata()
-			var seq uint64
-			at := time.Now()
-			if meta != nil {
-				seq, at = meta.Sequence.Stream, meta.Timestamp
-			}
-			h := m.Headers()
-			siteSeq, _ := strconv.ParseUint(h.Get(Seq), 10, 64)
-			prev, _ := strconv.ParseUint(h.Get(Prev), 10, 64)
-			site, ok := strings.CutPrefix(m.Subject(), StreamPrefix)
-			if !ok { // a stream of an older hub: sites published on it
-				site = strings.TrimPrefix(m.Subject(), SubjectPrefix)
-			}
-			n.View.Apply(Message{Site: site, Epoch: h.Get(Epoch), Kind: h.Get(Kind), Data: m.Data(),
-				Stream: seq, At: at, Seq: siteSeq, Prev: prev})
-		})
-		if err != nil {
-			time.Sleep(500 * time.Millisecond)
-			continue
-		}
-		<-ctx.Done()
-		cc.Stop()
-	}
-}
-
 // Server is the embedded NATS server (tests kill it to kill a hub).
 func (n *Node) Server() *server.Server { return n.srv }
 
@@ -430,7 +360,16 @@ func (n *Node) ClientURL() string { return n.srv.ClientURL() }
 
 // Close stops the view's reader and the server.
 func (n *Node) Close() {
-	for _, nc := range []*nats.Conn{n.nc, n.viewNC} {
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.mu.Lock()
+	conns := []*nats.Conn{n.nc}
+	for _, l := range n.lanes {
+		conns = append(conns, l.nc)
+	}
+	n.mu.Unlock()
+	for _, nc := range conns {
 		if nc != nil {
 			nc.Close()
 		}
@@ -443,55 +382,6 @@ func (n *Node) Close() {
 	})
 	n.srv.Shutdown()
 	n.srv.WaitForShutdown()
-}
-
-// ingest takes the sites' messages into the stream: each node of the
-// cluster answers in one queue group. A site chooses none of what the
-// hub writes: the subject is its own (its credential's), the message ID
-// its site/epoch/sequence, and the answer — the stream's acknowledgement —
-// goes only to the site's own inbox. A reply subject elsewhere (another
-// site's subject, $JS.API…) is refused: no site can make the hub write
-// there.
-//
-// The stream answers the site itself: the hub publishes with the site's
-// reply subject, checked above, rather than waiting for the stream's
-// acknowledgement and passing it on (one goroutine and two more trips
-// over the hub's connection per event).
-func (n *Node) ingest() (*nats.Subscription, error) {
-	return n.nc.QueueSubscribe(SubjectPrefix+"*", "bootops-ingest", func(m *nats.Msg) {
-		site := strings.TrimPrefix(m.Subject, SubjectPrefix)
-		if m.Reply != "" && !strings.HasPrefix(m.Reply, Inbox(site)+".") {
-			n.View.Refuse(site, RefusedReply)
-			return
-		}
-		kind := m.Header.Get(Kind)
-		seq, err := strconv.ParseUint(m.Header.Get(Seq), 10, 64)
-		epoch := m.Header.Get(Epoch)
-		if kind == KindEvent && (err != nil || seq == 0) || kind != KindEvent && kind != KindHello || !ValidEpoch(epoch) {
-			n.View.Refuse(site, RefusedMalformed)
-			if m.Reply != "" {
-				m.Respond([]byte(`{"error":{"code":400,"description":"bootops: an event with a Bootops-Seq, or a hello; a Bootops-Epoch of letters, digits, '-' and '_'"}}`))
-			}
-			return
-		}
-		out := nats.NewMsg(StreamPrefix + site)
-		out.Reply = m.Reply
-		out.Header.Set(Kind, kind)
-		if epoch != "" {
-			out.Header.Set(Epoch, epoch)
-		}
-		if kind == KindEvent {
-			out.Header.Set(Seq, strconv.FormatUint(seq, 10))
-			if prev, err := strconv.ParseUint(m.Header.Get(Prev), 10, 64); err == nil {
-				out.Header.Set(Prev, strconv.FormatUint(prev, 10))
-			}
-			out.Header.Set(jetstream.MsgIDHeader, msgID(site, epoch, seq))
-		}
-		out.Data = m.Data
-		if err := n.nc.PublishMsg(out); err != nil {
-			respondErr(m, err)
-		}
-	})
 }
 
 // msgID is an event's message ID on the stream: the same event sent again

@@ -57,12 +57,17 @@ func eventMsg(site string, seq, prev uint64, e status.Event) *nats.Msg {
 	return m
 }
 
-// streamReady waits until n has made the stream.
+// streamReady waits until n has made its sites' streams.
 func streamReady(t *testing.T, ctx context.Context, n *Node) {
 	t.Helper()
-	js, _ := jetstream.New(n.nc)
-	if !waitFor(15*time.Second, func() bool { _, err := js.Stream(ctx, Stream); return err == nil }) {
-		t.Fatal("no stream")
+	if !waitFor(15*time.Second, func() bool {
+		n.mu.Lock()
+		lanes := len(n.lanes)
+		n.mu.Unlock()
+		_, err := n.Behind(ctx)
+		return lanes > 0 && err == nil
+	}) {
+		t.Fatal("no streams")
 	}
 	time.Sleep(200 * time.Millisecond) // and the hub takes messages in
 }
@@ -129,7 +134,7 @@ func TestHubReplyGoesNowhereElse(t *testing.T) {
 	streamReady(t, ctx, hubs[0])
 	nc, _ := hostile(t, hubs[0], kps["north"])
 	ev := status.Event{Kind: status.KindDHCP, MAC: "52:54:00:00:00:02", Message: "north"}
-	for i, reply := range []string{SubjectPrefix + "south", "$JS.API.STREAM.PURGE." + Stream, "$JS.API.STREAM.DELETE." + Stream, "bootops.stream.south"} {
+	for i, reply := range []string{SubjectPrefix + "south", "$JS.API.STREAM.PURGE." + SiteStream("south"), "$JS.API.STREAM.DELETE." + SiteStream("north"), SiteSubject("south")} {
 		m := eventMsg("north", uint64(i+1), uint64(i), ev)
 		m.Reply = reply
 		if err := nc.PublishMsg(m); err != nil {
@@ -150,15 +155,17 @@ func TestHubReplyGoesNowhereElse(t *testing.T) {
 		}
 	}
 	js, _ := jetstream.New(hubs[0].nc)
-	s, err := js.Stream(ctx, Stream)
-	if err != nil {
-		t.Fatalf("the stream: %v", err)
-	}
-	info, _ := s.Info(ctx, jetstream.WithSubjectFilter(">"))
-	for subj := range info.State.Subjects {
-		if strings.HasSuffix(subj, ".south") {
-			t.Errorf("the stream holds a message on %s", subj)
+	for _, site := range []string{"north", "south"} {
+		s, err := js.Stream(ctx, SiteStream(site))
+		if err != nil {
+			t.Fatalf("%s's stream: %v", site, err)
 		}
+		if info, _ := s.Info(ctx); info == nil || info.State.Msgs != 0 {
+			t.Errorf("%s's stream holds messages: %+v", site, info)
+		}
+	}
+	if got := v.Refused("north", RefusedReply); got != 4 {
+		t.Errorf("%d of north's replies refused, want 4", got)
 	}
 }
 
@@ -367,13 +374,13 @@ func TestHubBoundsASite(t *testing.T) {
 		t.Errorf("no warning in the hub's log:\n%s", logBuf.String())
 	}
 	js, _ := jetstream.New(hubs[0].nc)
-	s, err := js.Stream(ctx, Stream)
+	s, err := js.Stream(ctx, SiteStream("north"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	info, _ := s.Info(ctx)
-	if info.Config.MaxMsgSize != 256<<10 || info.Config.MaxMsgsPerSubject != 500 {
-		t.Errorf("stream bounds: message size %d, per site %d", info.Config.MaxMsgSize, info.Config.MaxMsgsPerSubject)
+	if info.Config.MaxMsgSize != 256<<10 || info.Config.MaxMsgs != 500 || info.Config.MaxBytes != 1<<30 {
+		t.Errorf("stream bounds: message size %d, messages %d, bytes %d", info.Config.MaxMsgSize, info.Config.MaxMsgs, info.Config.MaxBytes)
 	}
 	if info.State.Msgs > 500 {
 		t.Errorf("the stream holds %d of north's messages, over 500", info.State.Msgs)
@@ -446,4 +453,73 @@ func TestHubOwnConnectionLogs(t *testing.T) {
 	if line.Err == "" {
 		t.Errorf("the slow consumer is not in the hub's log:\n%s", logBuf.String())
 	}
+}
+
+// Issue 44's finding 4: one site's key holds at most SiteConns connections
+// and each at most SiteSubs subscriptions; past them it is refused, the
+// other sites connect and send as before, and a closed connection frees
+// its place.
+func TestHubBoundsASiteConnections(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubs, kps := siteKeys(t, "loud", "quiet")
+	hubs := cluster(t, ctx, 1, pubs, func(c *Config) { c.Limits.SiteConns, c.Limits.SiteSubs = 4, 8 })
+	n := hubs[0]
+	streamReady(t, ctx, n)
+	url := "nats://" + n.cfg.Listen
+	connect := func(site string) (*nats.Conn, error) {
+		pub, _ := kps[site].PublicKey()
+		return nats.Connect(url, nats.Nkey(pub, kps[site].Sign), nats.MaxReconnects(0))
+	}
+	var held []*nats.Conn
+	for i := range 4 {
+		nc, err := connect("loud")
+		if err != nil {
+			t.Fatalf("connection %d of 4: %v", i+1, err)
+		}
+		held = append(held, nc)
+	}
+	if nc, err := connect("loud"); err == nil {
+		nc.Close()
+		t.Error("a fifth connection of one site's key was let in (bound 4)")
+	}
+	quiet := newSite(t, ctx, "quiet", 1, []string{n.cfg.Listen}, kps["quiet"])
+	quiet.provision(t, 0, 2)
+	quiet.drained(t, 30*time.Second)
+	held[0].Close()
+	time.Sleep(100 * time.Millisecond)
+	nc, err := connect("loud")
+	if err != nil {
+		t.Fatalf("a connection after one of four closed: %v", err)
+	}
+	defer nc.Close()
+	for _, c := range held[1:] {
+		c.Close()
+	}
+	// Subscriptions: 8 on one connection; the ninth is refused.
+	errs := make(chan error, 10)
+	sc, err := connect("loud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	sc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })
+	for i := range 12 {
+		if _, err := sc.SubscribeSync(fmt.Sprintf("%s.%d", Inbox("loud"), i)); err != nil {
+			break
+		}
+	}
+	sc.Flush()
+	select {
+	case err := <-errs:
+		if !strings.Contains(strings.ToLower(err.Error()), "maximum subscriptions") {
+			t.Errorf("past the subscription bound: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("12 subscriptions on one connection taken (bound 8)")
+	}
+	quiet.provision(t, 2, 4)
+	quiet.drained(t, 30*time.Second)
+	caughtUp(t, ctx, n, 30*time.Second)
+	sameView(t, n, []*site{quiet})
 }

@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
@@ -45,6 +47,7 @@ type siteState struct {
 	events    uint64
 	epoch     string               // the epoch of its newest event
 	seqs      map[string]*sequence // by epoch: its stores' sequences
+	early     int                  // bytes of its events waiting for a predecessor
 	refused   map[string]uint64    // by reason
 	warned    map[string]time.Time // by reason: when it was last said
 }
@@ -84,21 +87,34 @@ func (s *siteState) status() bhttp.SiteStatus {
 }
 
 type earlyEvent struct {
-	seq uint64
-	e   *status.Event // nil: one too big, counted when its turn comes
+	seq  uint64
+	e    *status.Event // nil: one too big, counted when its turn comes
+	size int           // its bytes, as the site's bound on waiting events counts them
 }
+
+// earlyBytes moves site s's count of bytes waiting for a predecessor by
+// d; v.mu is held.
+func (v *View) earlyBytes(s *siteState, d int) { s.early += d }
 
 // Reasons a message is refused, as Refused and the metric name them.
 const (
-	RefusedDuplicate = "duplicate"     // an event applied already (a resend)
-	RefusedSequence  = "sequence"      // a sequence jump past Limits.MaxSeqJump
-	RefusedEarly     = "early"         // too many events waiting for a predecessor
-	RefusedMachines  = "machines"      // a new machine past Limits.SiteMachines
-	RefusedTooBig    = "event_too_big" // an event over Limits.MaxEventBytes
-	RefusedForged    = "forged"        // an event naming another site
-	RefusedMalformed = "malformed"     // not an event or a hello
-	RefusedReply     = "reply"         // a reply subject outside the site's inbox
+	RefusedDuplicate = "duplicate"         // an event applied already (a resend)
+	RefusedSequence  = "sequence"          // a sequence jump past Limits.MaxSeqJump
+	RefusedEarly     = "early"             // too many events waiting for a predecessor
+	RefusedMachines  = "machines"          // a new machine past Limits.SiteMachines
+	RefusedTooBig    = "event_too_big"     // an event over Limits.MaxEventBytes
+	RefusedForged    = "forged"            // an event naming another site
+	RefusedMalformed = "malformed"         // not an event or a hello
+	RefusedReply     = "reply"             // a reply subject outside the site's inbox
+	RefusedInventory = "inventory_too_big" // an inventory over maxInventory: the event is kept without it
+	// RefusedBusy counts the times a site sent faster than its lane takes
+	// in: messages dropped unacknowledged (its forwarder sends them again).
+	RefusedBusy = "busy"
 )
+
+// maxInventory bounds a machine's inventory in the view: a large server's
+// (two dozen disks, a hundred PCI functions) is well under it.
+const maxInventory = 32 << 10
 
 // warnEvery is how often a site's refusals of one kind are said.
 const warnEvery = time.Minute
@@ -115,7 +131,7 @@ type View struct {
 	marks   map[string]uint64 // the highest sequence applied per site and epoch (markKey), kept on disk
 	dirty   bool
 	count   uint64        // messages applied, to tell the epochs used longest ago
-	applied atomic.Uint64 // the last stream sequence applied
+	applied atomic.Uint64 // messages applied
 	forged  atomic.Uint64 // events naming another site than their subject's
 	changed func()
 }
@@ -141,7 +157,8 @@ func (v *View) site(name string) *siteState {
 	s := v.sites[name]
 	if s == nil {
 		s = &siteState{name: name, seqs: map[string]*sequence{},
-			mem: &status.Memory{PerMachine: v.limits.MachineEvents, PerUnknown: v.limits.UnknownEvents, MaxUnknown: v.limits.SiteMachines}}
+			mem: &status.Memory{PerMachine: v.limits.MachineEvents, PerUnknown: v.limits.UnknownEvents, MaxUnknown: v.limits.SiteMachines,
+				MaxBytes: v.limits.ViewBytes}}
 		v.sites[name] = s
 	}
 	return s
@@ -159,6 +176,9 @@ func (v *View) sequence(s *siteState, epoch string) *sequence {
 				if !found || o.used < s.seqs[oldest].used {
 					oldest, found = e, true
 				}
+			}
+			for _, w := range s.seqs[oldest].early {
+				v.earlyBytes(s, -w.size)
 			}
 			delete(s.seqs, oldest)
 			delete(v.marks, markKey(s.name, oldest))
@@ -262,7 +282,7 @@ type Message struct {
 // Apply takes one message of the stream.
 func (v *View) Apply(m Message) {
 	defer func() {
-		v.applied.Store(m.Stream)
+		v.applied.Add(1)
 		if v.changed != nil {
 			v.changed()
 		}
@@ -334,14 +354,22 @@ func (v *View) inOrder(s *siteState, q *sequence, seq, prev uint64, e *status.Ev
 		v.refuse(s, RefusedDuplicate)
 		return
 	case prev > q.last && (q.last != 0 || q.mark == 0):
-		if len(q.early) >= v.limits.SiteEarly {
-			v.refuse(s, RefusedEarly, "seq", seq, "prev", prev, "last", q.last)
+		size := 0
+		if e != nil {
+			size = e.Size()
+		}
+		if len(q.early) >= v.limits.SiteEarly || s.early+size > v.limits.EarlyBytes {
+			v.refuse(s, RefusedEarly, "seq", seq, "prev", prev, "last", q.last, "waiting_bytes", s.early)
 			return
 		}
 		if q.early == nil {
 			q.early = map[uint64]earlyEvent{}
 		}
-		q.early[prev] = earlyEvent{seq, derefEvent(e)}
+		if old, ok := q.early[prev]; ok {
+			v.earlyBytes(s, -old.size)
+		}
+		q.early[prev] = earlyEvent{seq, derefEvent(e), size}
+		v.earlyBytes(s, size)
 		return
 	case jump():
 		// Its predecessor is one applied (or none: the forwarder started
@@ -364,8 +392,57 @@ func (v *View) inOrder(s *siteState, q *sequence, seq, prev uint64, e *status.Ev
 			return
 		}
 		delete(q.early, seq)
+		v.earlyBytes(s, -next.size)
 		seq, e = next.seq, next.e
 	}
+}
+
+// Settle is told that the view read site's stream to its end for the
+// first time since the hub started: an epoch of the site with nothing
+// applied and no mark kept (a new or rebuilt hub server, or
+// sequences.json lost) whose events wait for a predecessor waits for
+// one that left the stream (its oldest messages aged out). Its waiting
+// events are applied, from the oldest on.
+func (v *View) Settle(site string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s := v.sites[site]
+	if s == nil {
+		return
+	}
+	for _, q := range s.seqs {
+		if q.last != 0 || q.mark != 0 || len(q.early) == 0 {
+			continue
+		}
+		waiting := len(q.early)
+		for len(q.early) > 0 {
+			first := uint64(0)
+			for prev := range q.early {
+				if first == 0 || prev < first {
+					first = prev
+				}
+			}
+			next := q.early[first]
+			delete(q.early, first)
+			v.earlyBytes(s, -next.size)
+			q.last = first
+			v.inOrder(s, q, next.seq, first, next.e)
+		}
+		v.log.Info("hub: a site's events whose predecessors left the stream applied", "site", site, "epoch", q.epoch, "events", waiting)
+	}
+}
+
+// Mark is the highest store sequence of site's epoch the view applied, or
+// kept from before a restart (0: none).
+func (v *View) Mark(site, epoch string) uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if s := v.sites[site]; s != nil {
+		if q := s.seqs[epoch]; q != nil {
+			return max(q.mark, q.last)
+		}
+	}
+	return v.marks[markKey(site, epoch)]
 }
 
 func derefEvent(e *status.Event) *status.Event {
@@ -389,11 +466,17 @@ func (v *View) apply(s *siteState, e *status.Event) {
 		v.refuse(s, RefusedMachines, "machines", n)
 		return
 	}
+	if e.Inventory != nil {
+		if b, _ := json.Marshal(e.Inventory); len(b) > maxInventory {
+			e.Inventory = nil
+			v.refuse(s, RefusedInventory, "bytes", len(b))
+		}
+	}
 	s.events++
 	s.mem.Record(*e)
 }
 
-// Applied is the last stream sequence applied.
+// Applied counts the messages applied, every site's.
 func (v *View) Applied() uint64 { return v.applied.Load() }
 
 // Forged counts events a site sent in another site's name (dropped).
@@ -511,10 +594,19 @@ func (v *View) Events(key string) []status.Event {
 // Doc is the fleet as GET /api/v1/status has it: the same document as a
 // site daemon's, every site's nodes (a registered node no machine booted
 // yet is "registered"), and the sites with when they were last heard.
-func (v *View) Doc(hub string) bhttp.StatusDoc {
+// Each machine is a summary (Brief): what a site padded its events with
+// does not make the document big.
+func (v *View) Doc(hub string) bhttp.StatusDoc { return v.DocOf(hub, "") }
+
+// DocOf is Doc of one site ("": every site).
+func (v *View) DocOf(hub, site string) bhttp.StatusDoc {
 	doc := bhttp.StatusDoc{Nodes: []status.Machine{}, Machines: []status.Machine{}, Sites: v.Sites()}
 	seen := map[string]bool{}
 	for _, m := range v.Machines() {
+		if site != "" && m.Site != site {
+			continue
+		}
+		m = Brief(m)
 		if m.Node != "" {
 			seen[m.Key] = true
 			doc.Nodes = append(doc.Nodes, m)
@@ -522,19 +614,58 @@ func (v *View) Doc(hub string) bhttp.StatusDoc {
 			doc.Machines = append(doc.Machines, m)
 		}
 	}
-	for site, nodes := range v.registered() {
+	for name, nodes := range v.registered() {
+		if site != "" && name != site {
+			continue
+		}
 		for _, n := range nodes {
-			if k := site + "/" + n; !seen[k] {
-				doc.Nodes = append(doc.Nodes, status.Machine{Key: k, Site: site, Node: n, State: status.StateRegistered})
+			if k := name + "/" + n; !seen[k] {
+				doc.Nodes = append(doc.Nodes, status.Machine{Key: k, Site: name, Node: n, State: status.StateRegistered})
 			}
 		}
 	}
 	sort.Slice(doc.Nodes, func(i, j int) bool { return doc.Nodes[i].Key < doc.Nodes[j].Key })
 	doc.Rollouts = v.rollouts()
+	if site != "" {
+		doc.Rollouts = slices.DeleteFunc(doc.Rollouts, func(r bhttp.RolloutStatus) bool { return r.Site != site })
+		doc.Sites = slices.DeleteFunc(doc.Sites, func(s bhttp.SiteStatus) bool { return s.Name != site })
+	}
 	// The dashboard reads the sites from the source (pushed when it
 	// changes): each site's row says when it was last heard.
 	doc.Source = map[string]any{"hub": hub, "sites": doc.Sites}
 	return doc
+}
+
+// briefField bounds each string of a machine's summary in the fleet's
+// document (a site stores each within 1–2 KiB; real ones are far shorter).
+const briefField = 512
+
+// Brief is m as the fleet's document shows it: its fields within
+// briefField, its last event what happened, when and how far — without
+// what it carried (an inventory, an install) — and no TPM report key.
+// The whole record stays in the view: GET /api/v1/events has the events.
+func Brief(m status.Machine) status.Machine {
+	for _, f := range []*string{&m.Key, &m.Site, &m.Node, &m.MAC, &m.UUID, &m.Serial, &m.EK, &m.TPM, &m.State, &m.Boot, &m.Hostname, &m.Kernel,
+		&m.Held, &m.Sync, &m.Revision, &m.InstallID, &m.CloudInit} {
+		*f = cut(*f, briefField)
+	}
+	m.ReportKey = ""
+	l := m.Last
+	m.Last = status.Event{Time: l.Time, Kind: l.Kind, Site: cut(l.Site, briefField), Node: cut(l.Node, briefField), State: cut(l.State, briefField),
+		Message: cut(l.Message, 2*briefField), Error: l.Error, Action: cut(l.Action, briefField), Step: l.Step, Steps: l.Steps,
+		Bytes: l.Bytes, Total: l.Total, Rate: l.Rate}
+	return m
+}
+
+// cut is s within n bytes, on a rune's start, with an ellipsis.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // LoadMarks reads the highest sequence applied per site and epoch, as

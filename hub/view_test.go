@@ -1,13 +1,17 @@
 package hub
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
 )
 
 // Events that reach the stream out of order (a failed publish sent again
@@ -123,5 +127,87 @@ func TestViewSequenceJumpBound(t *testing.T) {
 	send(100, 1) // 99 ahead
 	if n := v.Refused("s", RefusedSequence); n != 1 {
 		t.Errorf("a jump of 99: %d refused, want still 1", n)
+	}
+}
+
+// maximalEvents makes events of machine i as large as a site may send
+// one: every field at the length the store keeps (longer is cut), an
+// inventory filling the rest of limit.
+func maximalEvents(limit int) func(i int) []byte {
+	field := func(n int) string { return strings.Repeat("x", n) }
+	k := field(status.MaxField)
+	e := status.Event{Kind: status.KindAgent, Node: "nXXXXXX", MAC: "52:54:XX:XX:XX:XX",
+		UUID: k, Serial: k, State: status.StateMicroOS, Message: field(status.MaxMessage), Action: k, Boot: field(2 * status.MaxField), Hostname: k, Kernel: k,
+		InstallID: k, CloudInit: field(2 * status.MaxField), Revision: k, Held: k, EK: k, TPM: k, Sync: k, Rollout: k}
+	b, _ := json.Marshal(e)
+	e.Inventory = &plan.Inventory{System: plan.SystemInfo{Vendor: field(limit - len(b) - 100)}}
+	tmpl, _ := json.Marshal(e)
+	if len(tmpl) > limit {
+		panic(len(tmpl))
+	}
+	return func(i int) []byte {
+		b := bytes.Replace(tmpl, []byte("nXXXXXX"), fmt.Appendf(nil, "n%06d", i), 1)
+		return bytes.Replace(b, []byte("52:54:XX:XX:XX:XX"), fmt.Appendf(nil, "52:54:00:%02x:%02x:%02x", i>>16, (i>>8)&0xff, i&0xff), 1)
+	}
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse)
+}
+
+// Issue 44's finding 3: 20,000 events as large as a site may send, and
+// 20,000 more whose predecessor never comes, keep the view within its
+// bounds in bytes (the site's events, what waits), and the status document
+// stays a summary: its size is bounded by the machines, not by what the
+// site padded its events with.
+func TestViewBoundedInBytes(t *testing.T) {
+	lim := Limits{ViewBytes: 64 << 20, EarlyBytes: 8 << 20}
+	v := NewViewLimits(lim, nil)
+	before := heapInUse()
+	events := 20000
+	if raceDetector {
+		events = 5000 // the bounds are smaller than 5,000 maximal events all the same
+	}
+	maximal := maximalEvents(v.limits.MaxEventBytes)
+	for i := range events {
+		v.Apply(Message{Site: "loud", Kind: KindEvent, Epoch: "e1", Seq: uint64(i + 1), Prev: uint64(i), Data: maximal(i)})
+	}
+	// Parked: each waits for a predecessor that never comes.
+	for i := range events {
+		seq := uint64(2*events + 2*i + 2)
+		v.Apply(Message{Site: "loud", Kind: KindEvent, Epoch: "e1", Seq: seq, Prev: seq - 1, Data: maximal(i)})
+	}
+	grew := heapInUse() - before
+	v.mu.Lock()
+	s := v.sites["loud"]
+	kept, waiting := s.mem.Bytes(), s.early
+	v.mu.Unlock()
+	start := time.Now()
+	doc := v.Doc("hub")
+	b, err := json.Marshal(doc)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after %d maximal events and %d waiting ones: heap +%d MiB (events kept %d MiB, waiting %d MiB); the status document %d machines, %d MiB, built and encoded in %s",
+		events, events, grew>>20, kept>>20, waiting>>20, len(doc.Nodes)+len(doc.Machines), len(b)>>20, took.Round(time.Millisecond))
+	if kept > lim.ViewBytes {
+		t.Errorf("the site's events hold %d bytes in the view, bound %d", kept, lim.ViewBytes)
+	}
+	if waiting > lim.EarlyBytes {
+		t.Errorf("the site's waiting events hold %d bytes, bound %d", waiting, lim.EarlyBytes)
+	}
+	if v.Refused("loud", RefusedEarly) == 0 {
+		t.Error("no waiting event refused past the bound")
+	}
+	// The machines' summaries on top of the bounds: 20,000 of them.
+	if limit := lim.ViewBytes + int64(lim.EarlyBytes) + 16<<20; grew > limit {
+		t.Errorf("the view grew by %d MiB, bound %d MiB", grew>>20, limit>>20)
+	}
+	if perMachine := len(b) / (len(doc.Nodes) + len(doc.Machines)); perMachine > 12<<10 {
+		t.Errorf("the status document holds %d bytes a machine: not a summary", perMachine)
 	}
 }

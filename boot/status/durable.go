@@ -961,6 +961,18 @@ func (d *Durable) Sent(upTo uint64) error {
 	})
 }
 
+// Issued is the highest store sequence the store has given an event: a
+// store restored from a backup issues again numbers it had issued after
+// the backup (the hub's forwarder asks the hub, and takes a new epoch).
+func (d *Durable) Issued() (uint64, error) {
+	var n uint64
+	err := d.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketEvents).Sequence()
+		return nil
+	})
+	return n, err
+}
+
 // Unsent is how many events wait in the outbox: what a site's hello
 // tells the hub (its UNSENT). Added for the hub's forwarder (issue 26);
 // it walks the bucket's pages, cheap next to a hello every 10 s.

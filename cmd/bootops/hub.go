@@ -62,8 +62,11 @@ func hubCmd() *command {
 		viewTokenFile := fs.String("view-token-file", "", "file holding the token the view asks for (Authorization: Bearer, or /?token=… once in a browser): it shows every site; read-only")
 		var lim hub.Limits
 		fs.Func("max-msg-size", "largest message a site may send, in bytes (default 1048576: a hello naming 10,000 nodes fits)", intFlag(&lim.MaxMsgSize))
-		fs.Func("site-max-msgs", "messages a site keeps on the stream; past it its own oldest go (default 1000000); with --max-msg-size it bounds a site's bytes", intFlag(&lim.SiteMsgs))
-		fs.Func("stream-max-bytes", "bytes of the whole stream (default 0: no bound but the per-site ones and 30 days)", intFlag(&lim.StreamBytes))
+		fs.Func("site-max-msgs", "messages a site keeps on its stream; past it its own oldest go (default 1000000)", intFlag(&lim.SiteMsgs))
+		fs.Func("site-max-bytes", "bytes a site keeps on its stream; past it its own oldest go, never another site's (default 1073741824)", intFlag(&lim.SiteBytes))
+		fs.Func("site-view-bytes", "bytes of a site's events and machines the view keeps; past it the site's oldest go (default 268435456)", intFlag(&lim.ViewBytes))
+		fs.Func("site-conns", "connections one site's key may hold at once (default 16)", intFlag(&lim.SiteConns))
+		fs.Func("site-subs", "subscriptions each connection may make (default 64)", intFlag(&lim.SiteSubs))
 		fs.Func("site-max-machines", "machines a site may have in the view, nodes and unknown machines (default 20000)", intFlag(&lim.SiteMachines))
 		fs.Func("max-seq-jump", "a site's next event this far or further past the last one the hub applied is refused (default 1000000), not let hide what follows", intFlag(&lim.MaxSeqJump))
 		store := fs.String("store", "/var/lib/bootops-hub/js", "folder of the JetStream stream")
@@ -238,7 +241,11 @@ func (c refusedCollector) Collect(ch chan<- prometheus.Metric) {
 // action, and the API's document.
 func hubRoutes(v *hub.View, name string, reg prometheus.Gatherer, dash *ui.Server) map[string]http.Handler {
 	routes := map[string]http.Handler{
-		"GET /api/v1/status": bhttp.StatusHandler(func() bhttp.StatusDoc { return v.Doc(name) }),
+		// ?site=NAME: one site's machines (a big fleet's document is big).
+		"GET /api/v1/status": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			site := r.URL.Query().Get("site")
+			bhttp.StatusHandler(func() bhttp.StatusDoc { return v.DocOf(name, site) }).ServeHTTP(w, r)
+		}),
 		"GET /api/v1/events": bhttp.EventsHandler(v.Events),
 		"GET /metrics":       promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		"GET " + api.Path:    api.Handler(),
@@ -260,7 +267,7 @@ func serveHub(ctx context.Context, log *slog.Logger, node *hub.Node, name, addr,
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	v := node.View
 	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bootops_hub_applied_sequence", Help: "The stream sequence this hub's view has applied."}, func() float64 { return float64(v.Applied()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bootops_hub_applied_messages_total", Help: "Messages of the sites' streams this hub's view has applied."}, func() float64 { return float64(v.Applied()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bootops_hub_forged_events_total", Help: "Events a site sent in another site's name (dropped)."}, func() float64 { return float64(v.Forged()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_hub_sites", Help: "Sites the hub has heard from."}, func() float64 { return float64(len(v.Sites())) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bootops_hub_machines", Help: "Machines in the hub's view."}, func() float64 { return float64(len(v.Machines())) }),

@@ -110,13 +110,26 @@ func TestHubCommands(t *testing.T) {
 	if code, out, _ := bootops(t, nil, "status", "--server", hub); code != 0 || !strings.Contains(out, "vm-serial") || !strings.Contains(out, "vm-uuid") || !strings.Contains(out, "LAST HEARD") || !strings.Contains(out, " ago") {
 		t.Errorf("status through the hub: %d\n%s", code, out)
 	}
+	// One site's document: its nodes only (none of a site it is not).
+	for site, want := range map[string]int{"lab": len(doc.Nodes), "east": 0} {
+		resp, err := http.Get(hub + "/api/v1/status?site=" + site)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var one struct{ Nodes []struct{ Key string } }
+		json.NewDecoder(resp.Body).Decode(&one)
+		resp.Body.Close()
+		if len(one.Nodes) != want {
+			t.Errorf("GET /api/v1/status?site=%s: %d nodes, want %d", site, len(one.Nodes), want)
+		}
+	}
 	resp, err := http.Get(hub + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(b), "bootops_hub_sites 1") {
+	if !strings.Contains(string(b), "bootops_hub_sites 1") || !strings.Contains(string(b), "bootops_hub_applied_messages_total") {
 		t.Errorf("hub metrics:\n%s", b)
 	}
 	// Read-only: no "fetch now" on the hub.

@@ -297,8 +297,8 @@ func printTimeline(ctx context.Context, start time.Time, base string, sites []*s
 			n, _ := s.store.Unsent()
 			unsent += n
 		}
-		fmt.Printf("  %5.1fs acknowledged %6d, in the outboxes %6d, view applied stream sequence %s, events %d, refused %v\n",
-			time.Since(start).Seconds(), sent, unsent, metric(base, "bootops_hub_applied_sequence"), viewEvents(base), refused(base))
+		fmt.Printf("  %5.1fs acknowledged %6d, in the outboxes %6d, view applied %s messages, events %d, refused %v\n",
+			time.Since(start).Seconds(), sent, unsent, metric(base, "bootops_hub_applied_messages_total"), viewEvents(base), refused(base))
 	}
 }
 

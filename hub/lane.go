@@ -174,14 +174,20 @@ func (n *Node) openLanes() {
 func (n *Node) open(l *lane) {
 	ctx := n.ctx
 	cfg := n.siteStream(l.site)
-	for ctx.Err() == nil {
+	var warned time.Time
+	for start := time.Now(); ctx.Err() == nil; {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := n.js.CreateOrUpdateStream(cctx, cfg)
 		cancel()
 		if err == nil {
 			break
 		}
-		n.cfg.Log.Debug("hub: a site's stream not made yet", "site", l.site, "err", err)
+		// A cluster without a leader yet answers so for a few seconds;
+		// past them it is worth an operator's look.
+		if now := time.Now(); now.Sub(start) > 10*time.Second && now.Sub(warned) >= warnEvery {
+			warned = now
+			n.cfg.Log.Warn("hub: a site's stream cannot be made: its events are not taken in", "site", l.site, "stream", cfg.Name, "err", err)
+		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	n.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -217,6 +218,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		Port:       port,
 		JetStream:  true,
 		StoreDir:   cfg.StoreDir,
+		// Each site's stream reserves its --site-max-bytes; JetStream's
+		// default store (75 % of the disk's free space) would refuse the
+		// 50th site's stream on a 64 GB disk. The bounds are per site: what
+		// all of them may use together is the disk's.
+		JetStreamMaxStore: math.MaxInt64,
 		NoSigs:     true,
 		// Sites come in through the gate (each key's connections bounded),
 		// with the server's nonce to sign.

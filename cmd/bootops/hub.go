@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -144,6 +146,7 @@ func hubCmd() *command {
 		if *routes != "" {
 			cfg.Routes = strings.Split(*routes, ",")
 		}
+		hubGC(e)
 		node, err := hub.Start(ctx, cfg)
 		if err != nil {
 			return err
@@ -164,6 +167,20 @@ func intFlag[T int | int32 | int64 | uint64](p *T) func(string) error {
 		}
 		*p = T(n)
 		return nil
+	}
+}
+
+// hubGC: the hub lives long and holds what its bounds allow (the sites'
+// views, JetStream's caches): collect at the default pace, with no soft
+// limit under them — the command's 200 MiB had the collector run without
+// end once 50 sites' lanes were open (half the throughput went to it).
+// GOGC and GOMEMLIMIT still win when set.
+func hubGC(e *env) {
+	if e.getenv("GOGC") == "" {
+		debug.SetGCPercent(100)
+	}
+	if e.getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(math.MaxInt64)
 	}
 }
 

@@ -223,7 +223,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		// 50th site's stream on a 64 GB disk. The bounds are per site: what
 		// all of them may use together is the disk's.
 		JetStreamMaxStore: math.MaxInt64,
-		NoSigs:     true,
+		NoSigs:            true,
 		// Sites come in through the gate (each key's connections bounded),
 		// with the server's nonce to sign.
 		CustomClientAuthentication: g,

@@ -28,6 +28,7 @@ type lane struct {
 	// allowed in (a removed site's stream is still read).
 	nc      *nats.Conn
 	ingest  *nats.Subscription
+	opening bool // an open runs (SetSites comes every few seconds)
 	reading bool
 	settled atomic.Bool   // the first reading reached the stream's end
 	applied atomic.Uint64 // the stream sequence the view applied
@@ -163,7 +164,9 @@ func (n *Node) openLanes() {
 		case !allowed && l.ingest != nil:
 			l.ingest.Unsubscribe()
 			l.ingest = nil
+		case l.opening:
 		case allowed && l.ingest == nil, !l.reading:
+			l.opening = true
 			go n.open(l)
 		}
 	}
@@ -192,6 +195,7 @@ func (n *Node) open(l *lane) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	l.opening = false
 	if ctx.Err() != nil {
 		return
 	}

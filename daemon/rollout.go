@@ -372,6 +372,9 @@ func (r *rollouts) pxeCycle(ctx context.Context, nodeKey string) error {
 	if wait <= 0 {
 		wait = defaultBMCBackoff
 	}
+	// Queued behind the daemon's own poll of the BMC, if one runs: not
+	// a busy answer that costs a try.
+	ctx = power.Queued(ctx)
 	var err error
 	for try := 1; ; try++ {
 		err = r.power.BootDevice(ctx, nodeKey, "pxe", true)

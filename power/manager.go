@@ -722,6 +722,26 @@ func (m *Manager) lock(ctx context.Context, np *nodePower, who string, wait time
 
 func (m *Manager) unlock(np *nodePower) { <-np.call }
 
+// queuedKey marks a context of Queued.
+type queuedKey struct{}
+
+// Queued marks ctx's calls as automatic ones (a rollout's) that queue
+// behind the call running on the same BMC — a poll ends by its deadline,
+// Timeout — instead of failing with ErrBusy after Busy: the BMC's work
+// goes one call after another in the order it came, and a rollout does
+// not spend a try on the daemon's own poll. An operator at a terminal is
+// still told at once.
+func Queued(ctx context.Context) context.Context { return context.WithValue(ctx, queuedKey{}, true) }
+
+// callWait is how long a call with ctx waits for the BMC: Busy, or for a
+// queued one the running call's deadline and Busy besides.
+func (m *Manager) callWait(ctx context.Context) time.Duration {
+	if q, _ := ctx.Value(queuedKey{}).(bool); q {
+		return m.Timeout + m.Busy
+	}
+	return m.Busy
+}
+
 // operator runs f, an operator's call, on the node key's BMC: one call to
 // a BMC at a time, as for the polls (see lock).
 func (m *Manager) operator(ctx context.Context, key string, f func(t target, np *nodePower, c Controller) error) error {
@@ -731,7 +751,7 @@ func (m *Manager) operator(ctx context.Context, key string, f func(t target, np 
 		return err
 	}
 	np := m.node(key)
-	if err := m.lock(ctx, np, "an operator's call", m.Busy); err != nil {
+	if err := m.lock(ctx, np, "an operator's call", m.callWait(ctx)); err != nil {
 		return err
 	}
 	defer m.unlock(np)
@@ -792,7 +812,7 @@ func (m *Manager) Query(ctx context.Context, key string) (Status, error) {
 		return Status{}, err
 	}
 	np := m.node(key)
-	if err := m.lock(ctx, np, "an operator's call", m.Busy); err != nil {
+	if err := m.lock(ctx, np, "an operator's call", m.callWait(ctx)); err != nil {
 		st, _ := m.Status(key)
 		return st, err
 	}

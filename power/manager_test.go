@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -425,6 +426,52 @@ func TestOperatorDoesNotWaitBehindAHungPoll(t *testing.T) {
 		if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "busy: a poll of this BMC is running") {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// A rollout's calls (Queued) wait their turn behind a poll of the same
+// BMC, up to the poll's deadline, instead of failing busy after Busy: the
+// poll hangs 300 ms, Busy is 50 ms, and the queued cycle goes once the
+// poll is over — after it, never beside it.
+func TestQueuedCallWaitsItsTurn(t *testing.T) {
+	r := newRig(t, plan.PowerAuto, bmcNode("n1", "10.0.0.1", 0))
+	b := r.bmcs["10.0.0.1"]
+	b.hang = make(chan struct{})
+	r.m.Timeout = 5 * time.Second
+	r.m.Busy = 50 * time.Millisecond
+	done := make(chan struct{})
+	go func() { defer close(done); r.m.Round(context.Background()) }()
+	for i := 0; ; i++ { // until the poll is at the BMC
+		b.mu.Lock()
+		n := len(b.calls)
+		b.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if i == 500 {
+			t.Fatal("no poll")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := r.m.Act(context.Background(), "lab/n1", "cycle"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("an operator's cycle beside a hung poll: %v, want busy", err)
+	}
+	time.AfterFunc(300*time.Millisecond, func() { close(b.hang) })
+	start := time.Now()
+	_, err := r.m.Act(Queued(context.Background()), "lab/n1", "cycle")
+	waited := time.Since(start)
+	<-done
+	if err != nil {
+		t.Fatalf("a queued cycle: %v", err)
+	}
+	if waited < 200*time.Millisecond {
+		t.Errorf("the queued cycle went after %s, beside the poll", waited)
+	}
+	b.mu.Lock()
+	calls := slices.Clone(b.calls)
+	b.mu.Unlock()
+	if len(calls) < 2 || calls[0] != "status" || !slices.Contains(calls[1:], "power cycle") {
+		t.Errorf("the BMC's calls: %q; want the poll's read, then the cycle", calls)
 	}
 }
 

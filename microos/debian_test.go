@@ -66,7 +66,7 @@ func TestDebianKernel(t *testing.T) {
 			}
 		}
 	}
-	// What the lab needs (DESIGN.md §5) is there: virtio NIC and disk, ext4, vfat.
+	// What the lab needs is there: virtio NIC and disk, ext4, vfat.
 	for _, m := range []string{"virtio_ring", "virtio", "virtio_pci", "failover", "net_failover", "virtio_net", "virtio_blk", "crc16", "mbcache", "jbd2", "ext4", "fat", "vfat", "nvme", "ahci", "e1000", "e1000e"} {
 		if _, ok := pos[m]; !ok && !deps.builtin[canonical(m)] {
 			t.Errorf("%s is neither loaded nor built in", m)

@@ -31,7 +31,7 @@ const (
 	KindRollout = "rollout" // the daemon reinstalled a node for a rolling upgrade, or judged it
 )
 
-// Node states (DESIGN.md §4) the boot plane can tell.
+// Node states the boot plane can tell (docs/microos.md lists them in order).
 const (
 	StateRegistered = "registered"
 	StateDiscovered = "discovered"

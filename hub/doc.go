@@ -1,13 +1,15 @@
 // Package hub carries the status events of many site daemons to one view,
 // over NATS JetStream: each site daemon forwards what its status store
 // keeps (its outbox: the store-and-forward buffer while the uplink is down)
-// to the stream BOOTOPS_EVENTS on a 1- or 3-server hub cluster, one subject
-// per site, deduplicated by the event's store sequence; every hub server
-// reads the stream into the fleet's status and serves it like a site daemon
-// does, read-only. Configuration still comes only from Git.
+// to a 1- or 3-server hub cluster, where the site's lane (lane.go) takes it
+// into the site's own stream, BOOTOPS_SITE_<site>, deduplicated by the
+// event's store epoch and sequence; every hub server reads each site's
+// stream into the fleet's status and serves it like a site daemon does,
+// read-only. Configuration still comes only from Git.
 //
-//	site daemon ── status.Durable (outbox) ── Forwarder ──TLS, nkey──▶ hub cluster
-//	                                                               (JetStream, R1 or R3)
+//	site daemon ── status.Durable (outbox) ── Forwarder ──TLS, nkey──▶ hub cluster: the gate (auth.go)
+//	                                                               a lane per site: ingest → its stream
+//	                                                               (JetStream, R1 or R3) → its reader
 //	                                                                  │ every hub server
 //	                                                                  ▼
 //	                                                     View: /api/v1/status, dashboard

@@ -47,6 +47,22 @@ func TestValidateInvalid(t *testing.T) {
 	}
 }
 
+// A folder that is no repository (no sites/, nothing that makes a site)
+// fails validate: a CI job pointed at the wrong path must not pass. An
+// empty sites/ is a repository with nothing in it yet.
+func TestValidateNoRepository(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "README.md", "not a repository\n")
+	code, out, stderr := bootops(t, nil, "validate", dir)
+	if code != 1 || out != "" || !strings.Contains(stderr, "no repository here: it has no sites/ folder") {
+		t.Errorf("validate of a folder with no repository: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	os.Mkdir(filepath.Join(dir, "sites"), 0o755)
+	if code, out, stderr := bootops(t, nil, "validate", dir); code != 0 || !strings.Contains(out, "valid: 0 sites") {
+		t.Errorf("validate of an empty repository: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"frobnicate"},

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/plan"
@@ -30,6 +32,11 @@ func validateCmd() *command {
 		})
 		if err != nil {
 			return err
+		}
+		// A folder that is no repository is not a valid one with nothing
+		// in it: a CI job pointed at the wrong path must fail.
+		if _, serr := os.Stat(filepath.Join(dir, "sites")); st.Sites == 0 && serr != nil {
+			return fmt.Errorf("%s: no repository here: it has no sites/ folder (give validate the repository's root, where sites/ and profiles/ are)", dir)
 		}
 		if !*quiet {
 			fmt.Fprintf(e.stdout, "%s: valid: %d sites, %d nodes, %d profiles, %d micro-os\n",

@@ -92,9 +92,6 @@ type earlyEvent struct {
 	size int           // its bytes, as the site's bound on waiting events counts them
 }
 
-// earlyBytes moves site s's count of bytes waiting for a predecessor by
-// d; v.mu is held.
-func (v *View) earlyBytes(s *siteState, d int) { s.early += d }
 
 // Reasons a message is refused, as Refused and the metric name them.
 const (
@@ -178,7 +175,7 @@ func (v *View) sequence(s *siteState, epoch string) *sequence {
 				}
 			}
 			for _, w := range s.seqs[oldest].early {
-				v.earlyBytes(s, -w.size)
+				s.early -= w.size
 			}
 			delete(s.seqs, oldest)
 			delete(v.marks, markKey(s.name, oldest))
@@ -366,10 +363,10 @@ func (v *View) inOrder(s *siteState, q *sequence, seq, prev uint64, e *status.Ev
 			q.early = map[uint64]earlyEvent{}
 		}
 		if old, ok := q.early[prev]; ok {
-			v.earlyBytes(s, -old.size)
+			s.early -= old.size
 		}
 		q.early[prev] = earlyEvent{seq, derefEvent(e), size}
-		v.earlyBytes(s, size)
+		s.early += size
 		return
 	case jump():
 		// Its predecessor is one applied (or none: the forwarder started
@@ -392,7 +389,7 @@ func (v *View) inOrder(s *siteState, q *sequence, seq, prev uint64, e *status.Ev
 			return
 		}
 		delete(q.early, seq)
-		v.earlyBytes(s, -next.size)
+		s.early -= next.size
 		seq, e = next.seq, next.e
 	}
 }
@@ -415,18 +412,18 @@ func (v *View) Settle(site string) {
 			continue
 		}
 		waiting := len(q.early)
-		for len(q.early) > 0 {
-			first := uint64(0)
-			for prev := range q.early {
-				if first == 0 || prev < first {
-					first = prev
-				}
+		// Oldest first, each chain as far as it goes; a gap's
+		// predecessor left the stream too. Sorted once: a site may have
+		// parked 100,000.
+		for _, prev := range slices.Sorted(maps.Keys(q.early)) {
+			next, ok := q.early[prev]
+			if !ok {
+				continue // applied with the chain before it
 			}
-			next := q.early[first]
-			delete(q.early, first)
-			v.earlyBytes(s, -next.size)
-			q.last = first
-			v.inOrder(s, q, next.seq, first, next.e)
+			delete(q.early, prev)
+			s.early -= next.size
+			q.last = max(q.last, prev)
+			v.inOrder(s, q, next.seq, prev, next.e)
 		}
 		v.log.Info("hub: a site's events whose predecessors left the stream applied", "site", site, "epoch", q.epoch, "events", waiting)
 	}

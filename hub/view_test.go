@@ -211,3 +211,32 @@ func TestViewBoundedInBytes(t *testing.T) {
 		t.Errorf("the status document holds %d bytes a machine: not a summary", perMachine)
 	}
 }
+
+// Settle applies what waits for predecessors that left the stream: every
+// chain, oldest first, across the gaps between them — 20,000 events that
+// each wait for another (a site's stream cut in every other place) are
+// all applied, in order, and an older resend is a duplicate afterwards.
+func TestViewSettleAppliesEveryChain(t *testing.T) {
+	v := NewView()
+	const n = 20000
+	for i := n - 1; i >= 0; i-- { // newest first: each parks
+		seq := uint64(10 + 2*i)
+		v.Apply(Message{Site: "north", Epoch: "e1", Kind: KindEvent, Seq: seq, Prev: seq - 1,
+			Data: eventJSON(status.Event{Kind: status.KindDHCP, Node: "n1", Message: fmt.Sprint("event ", i)})})
+	}
+	if got := len(v.Events("north/n1")); got != 0 {
+		t.Fatalf("%d events applied before the stream's end, want 0 (each waits)", got)
+	}
+	v.Settle("north")
+	ev := v.Events("north/n1")
+	if len(ev) != 500 || ev[0].Message != fmt.Sprint("event ", n-500) || ev[499].Message != fmt.Sprint("event ", n-1) {
+		t.Fatalf("after Settle: %d events kept (the newest 500 of %d, in order, wanted)", len(ev), n)
+	}
+	if got := v.Mark("north", "e1"); got != uint64(10+2*(n-1)) {
+		t.Errorf("the mark after Settle: %d", got)
+	}
+	v.Apply(Message{Site: "north", Epoch: "e1", Kind: KindEvent, Seq: 9, Prev: 8, Data: eventJSON(status.Event{Kind: status.KindDHCP, Node: "n1", Message: "late"})})
+	if v.Refused("north", RefusedDuplicate) != 1 {
+		t.Errorf("an older event after Settle: %d duplicates refused, want 1", v.Refused("north", RefusedDuplicate))
+	}
+}

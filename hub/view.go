@@ -92,7 +92,6 @@ type earlyEvent struct {
 	size int           // its bytes, as the site's bound on waiting events counts them
 }
 
-
 // Reasons a message is refused, as Refused and the metric name them.
 const (
 	RefusedDuplicate = "duplicate"         // an event applied already (a resend)

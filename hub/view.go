@@ -14,7 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
@@ -590,7 +589,7 @@ func (v *View) Events(key string) []status.Event {
 // Doc is the fleet as GET /api/v1/status has it: the same document as a
 // site daemon's, every site's nodes (a registered node no machine booted
 // yet is "registered"), and the sites with when they were last heard.
-// Each machine is a summary (Brief): what a site padded its events with
+// Each machine is a summary (status.Machine.Brief): what a site padded its events with
 // does not make the document big.
 func (v *View) Doc(hub string) bhttp.StatusDoc { return v.DocOf(hub, "") }
 
@@ -602,7 +601,7 @@ func (v *View) DocOf(hub, site string) bhttp.StatusDoc {
 		if site != "" && m.Site != site {
 			continue
 		}
-		m = Brief(m)
+		m = m.Brief()
 		if m.Node != "" {
 			seen[m.Key] = true
 			doc.Nodes = append(doc.Nodes, m)
@@ -630,38 +629,6 @@ func (v *View) DocOf(hub, site string) bhttp.StatusDoc {
 	// changes): each site's row says when it was last heard.
 	doc.Source = map[string]any{"hub": hub, "sites": doc.Sites}
 	return doc
-}
-
-// briefField bounds each string of a machine's summary in the fleet's
-// document (a site stores each within 1–2 KiB; real ones are far shorter).
-const briefField = 512
-
-// Brief is m as the fleet's document shows it: its fields within
-// briefField, its last event what happened, when and how far — without
-// what it carried (an inventory, an install) — and no TPM report key.
-// The whole record stays in the view: GET /api/v1/events has the events.
-func Brief(m status.Machine) status.Machine {
-	for _, f := range []*string{&m.Key, &m.Site, &m.Node, &m.MAC, &m.UUID, &m.Serial, &m.EK, &m.TPM, &m.State, &m.Boot, &m.Hostname, &m.Kernel,
-		&m.Held, &m.Sync, &m.Revision, &m.InstallID, &m.CloudInit} {
-		*f = cut(*f, briefField)
-	}
-	m.ReportKey = ""
-	l := m.Last
-	m.Last = status.Event{Time: l.Time, Kind: l.Kind, Site: cut(l.Site, briefField), Node: cut(l.Node, briefField), State: cut(l.State, briefField),
-		Message: cut(l.Message, 2*briefField), Error: l.Error, Action: cut(l.Action, briefField), Step: l.Step, Steps: l.Steps,
-		Bytes: l.Bytes, Total: l.Total, Rate: l.Rate}
-	return m
-}
-
-// cut is s within n bytes, on a rune's start, with an ellipsis.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // LoadMarks reads the highest sequence applied per site and epoch, as

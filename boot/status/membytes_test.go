@@ -448,3 +448,28 @@ func BenchmarkMemoryRecordBounded(b *testing.B) {
 		})
 	}
 }
+
+// A machine's summary for a fleet's document: every string but its
+// identifiers within BriefField (and the cut's note), its last event
+// without its inventory and install, no report key; the identifiers whole.
+func TestMachineBrief(t *testing.T) {
+	long := strings.Repeat("x", MaxField)
+	inv := &plan.Inventory{System: plan.SystemInfo{Vendor: long}}
+	m := Machine{Key: "lab/" + long, Site: "lab", Node: long, MAC: long, TPM: long, Boot: long + long, ReportKey: long, Inventory: inv,
+		Last: Event{Kind: KindAgent, Node: long, Message: long + long, Inventory: inv, Install: &plan.Install{Digest: long}, TPM: long}}
+	b := m.Brief()
+	if b.Key != m.Key || b.Node != long || b.Last.Node != long {
+		t.Errorf("an identifier was cut: key %d bytes, node %d", len(b.Key), len(b.Node))
+	}
+	for name, f := range map[string]string{"mac": b.MAC, "tpm": b.TPM, "boot": b.Boot} {
+		if len(f) > BriefField+40 || !strings.Contains(f, "[cut:") {
+			t.Errorf("%s: %d bytes in the summary", name, len(f))
+		}
+	}
+	if len(b.Last.Message) > 2*BriefField+40 || b.Last.Inventory != nil || b.Last.Install != nil || b.Last.TPM != "" || b.ReportKey != "" {
+		t.Errorf("the summary's last event carries more than what happened: %+v", b.Last)
+	}
+	if m.MAC != long || m.Last.Inventory == nil {
+		t.Error("Brief changed the machine it summed up")
+	}
+}

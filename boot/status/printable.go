@@ -104,6 +104,29 @@ const MaxMessage = 8 << 10
 // cloud-init's result): a padded field costs the store no more than this.
 const MaxField = 1 << 10
 
+// BriefField bounds each string of a machine's summary in a fleet's
+// document (Brief).
+const BriefField = 512
+
+// Brief is m as a fleet's document shows it, whatever its events were
+// padded with: its identifiers whole (Key, Site, Node: the timeline is
+// found by them; each within MaxField already), every other string within
+// BriefField, its last event what happened, when and how far — without
+// what it carried (an inventory, an install) — and no TPM report key. The
+// whole record stays in the store; its events tell the rest.
+func (m Machine) Brief() Machine {
+	for _, f := range []*string{&m.MAC, &m.UUID, &m.Serial, &m.EK, &m.TPM, &m.State, &m.Boot, &m.Hostname, &m.Kernel,
+		&m.Held, &m.Sync, &m.Revision, &m.InstallID, &m.CloudInit} {
+		*f = cutString(*f, BriefField)
+	}
+	m.ReportKey = ""
+	l := m.Last
+	m.Last = Event{Time: l.Time, Kind: l.Kind, Site: l.Site, Node: l.Node, State: cutString(l.State, BriefField),
+		Message: cutString(l.Message, 2*BriefField), Error: l.Error, Action: cutString(l.Action, BriefField),
+		Step: l.Step, Steps: l.Steps, Bytes: l.Bytes, Total: l.Total, Rate: l.Rate}
+	return m
+}
+
 // printable is e as the store keeps it: every string it carries made
 // Printable, its message within MaxMessage and every other string within
 // MaxField (the boot chain and cloud-init's result, twice that).

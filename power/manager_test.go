@@ -161,6 +161,21 @@ func (r *rig) manager(dir string) *Manager {
 	}
 }
 
+// called waits until the BMC was called (up to 5 s).
+func (b *fakeBMC) called(t *testing.T) {
+	t.Helper()
+	for range 500 {
+		b.mu.Lock()
+		n := len(b.calls)
+		b.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the BMC was never called")
+}
+
 func bmcNode(name, addr string, gen int) *plan.Node {
 	return &plan.Node{Name: name, Reprovision: gen, BMC: &plan.BMC{Address: addr, Protocol: plan.BMCIPMI, Secret: "rack"}}
 }
@@ -401,18 +416,7 @@ func TestOperatorDoesNotWaitBehindAHungPoll(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); r.m.Round(ctx) }()
 	defer func() { cancel(); close(b.hang); <-done }()
-	for i := 0; ; i++ { // until the poll is at the BMC
-		b.mu.Lock()
-		n := len(b.calls)
-		b.mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if i == 500 {
-			t.Fatal("no poll")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	b.called(t) // the poll is at the BMC
 	for name, call := range map[string]func() error{
 		"off":         func() error { _, err := r.m.Act(context.Background(), "lab/n1", "off"); return err },
 		"status":      func() error { _, err := r.m.Query(context.Background(), "lab/n1"); return err },
@@ -441,18 +445,7 @@ func TestQueuedCallWaitsItsTurn(t *testing.T) {
 	r.m.Busy = 50 * time.Millisecond
 	done := make(chan struct{})
 	go func() { defer close(done); r.m.Round(context.Background()) }()
-	for i := 0; ; i++ { // until the poll is at the BMC
-		b.mu.Lock()
-		n := len(b.calls)
-		b.mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if i == 500 {
-			t.Fatal("no poll")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	b.called(t) // the poll is at the BMC
 	if _, err := r.m.Act(context.Background(), "lab/n1", "cycle"); !errors.Is(err, ErrBusy) {
 		t.Fatalf("an operator's cycle beside a hung poll: %v, want busy", err)
 	}

@@ -141,8 +141,32 @@ func TestHubReplyGoesNowhereElse(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The mark question (KindMark) answered into south's inbox: refused;
+	// south hears nothing.
+	south, _ := hostile(t, hubs[0], kps["south"], nats.CustomInboxPrefix(Inbox("south")))
+	heard, err := south.SubscribeSync(Inbox("south") + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	south.Flush()
+	ask := nats.NewMsg(SubjectPrefix + "north")
+	ask.Header.Set(Kind, KindMark)
+	ask.Reply = Inbox("south") + ".stolen"
+	if err := nc.PublishMsg(ask); err != nil {
+		t.Fatal(err)
+	}
 	nc.Flush()
 	time.Sleep(time.Second)
+	if m, err := heard.NextMsg(100 * time.Millisecond); err == nil {
+		t.Errorf("south's inbox heard %q, an answer to north's question", m.Data)
+	}
+	// Asked into its own inbox, north hears its own mark only.
+	q := nats.NewMsg(SubjectPrefix + "north")
+	q.Header.Set(Kind, KindMark)
+	north, _ := hostile(t, hubs[0], kps["north"], nats.CustomInboxPrefix(Inbox("north")))
+	if r, err := north.RequestMsg(q, 5*time.Second); err != nil || string(r.Data) != `{"mark":0}` {
+		t.Errorf("north's own mark question: %v %+v", err, r)
+	}
 	v := hubs[0].View
 	for _, s := range v.Sites() {
 		if s.Name != "north" {
@@ -164,8 +188,8 @@ func TestHubReplyGoesNowhereElse(t *testing.T) {
 			t.Errorf("%s's stream holds messages: %+v", site, info)
 		}
 	}
-	if got := v.Refused("north", RefusedReply); got != 4 {
-		t.Errorf("%d of north's replies refused, want 4", got)
+	if got := v.Refused("north", RefusedReply); got != 5 {
+		t.Errorf("%d of north's replies refused, want 5 (4 events, 1 mark question)", got)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +43,11 @@ func TestHubRoutesDocumented(t *testing.T) {
 	}{
 		{"/api/v1/status", "view", 200},
 		{"/api/v1/status", "", 401},
+		{"/api/v1/status?site=lab", "view", 200},
+		{"/api/v1/status?site=lab", "", 401},
+		// Whatever a site name holds, it only filters: an empty
+		// document, valid as the contract says.
+		{"/api/v1/status?site=" + strings.Repeat("%2F..%00", 500), "view", 200},
 		{"/api/v1/events?key=lab/x", "view", 200},
 		{"/api/v1/openapi.json", "view", 200},
 		{"/metrics", "view", 200},

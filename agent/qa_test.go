@@ -21,7 +21,7 @@ import (
 
 // runQAAction runs a workflow of the one QA action a with r and returns
 // Run's error, the log lines and the failed event's message.
-func runQAAction(t *testing.T, r *Runner, rec *recorder, a plan.Action) (err error, logs []string, failed string) {
+func runQAAction(t *testing.T, r *Runner, rec *recorder, a plan.Action) (logs []string, failed string, err error) {
 	t.Helper()
 	a.Name, a.Retries = a.Action, 2
 	err = r.Run(context.Background(), wf(a))
@@ -31,7 +31,7 @@ func runQAAction(t *testing.T, r *Runner, rec *recorder, a plan.Action) (err err
 	if err != nil && len(rec.of(plan.AgentRetry)) > 0 {
 		t.Errorf("a failed QA check was retried: %v", rec.of(plan.AgentRetry))
 	}
-	return err, rec.logs(), failed
+	return rec.logs(), failed, err
 }
 
 func wantQA(t *testing.T, err error, logs []string, failed string, wantLog, wantErr string) {
@@ -74,7 +74,7 @@ func TestQAMemory(t *testing.T) {
 			r, rec := newRunner(t)
 			r.qaHook.memAvailable = func() (int64, error) { return 32 << 20, nil }
 			r.qaHook.corruptMem = tc.corrupt
-			err, logs, failed := runQAAction(t, r, rec, plan.Action{Action: plan.QAMemory, Share: tc.share})
+			logs, failed, err := runQAAction(t, r, rec, plan.Action{Action: plan.QAMemory, Share: tc.share})
 			wantQA(t, err, logs, failed, tc.wantLog, tc.wantErr)
 		})
 	}
@@ -122,7 +122,7 @@ func TestQACPU(t *testing.T) {
 			r, rec := newRunner(t)
 			r.qaHook.corruptCPU = tc.corrupt
 			tc.a.Action = plan.QACPU
-			err, logs, failed := runQAAction(t, r, rec, tc.a)
+			logs, failed, err := runQAAction(t, r, rec, tc.a)
 			wantQA(t, err, logs, failed, tc.wantLog, tc.wantErr)
 		})
 	}
@@ -166,7 +166,7 @@ func TestQADisk(t *testing.T) {
 			}
 			r, rec := newRunner(t)
 			tc.a.Action, tc.a.Disk = plan.QADisk, disk
-			err, logs, failed := runQAAction(t, r, rec, tc.a)
+			logs, failed, err := runQAAction(t, r, rec, tc.a)
 			wantQA(t, err, logs, failed, tc.wantLog, tc.wantErr)
 			if tc.wantErr != "" && !strings.Contains(failed, "MB/s, below min") {
 				t.Errorf("the failure does not give the measured value: %q", failed)

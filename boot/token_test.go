@@ -51,7 +51,7 @@ func TestCredential(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, err, c.want)
 		}
 	}
-	if NewID() == NewID() {
+	if a, b := NewID(), NewID(); a == b {
 		t.Error("two IDs alike")
 	}
 }

@@ -6,10 +6,6 @@ import (
 	"github.com/bootops/bootops/plan"
 )
 
-// expectFields are an expect's fields, each taken whole from the node
-// when it has it, else from its profile.
-var expectFields = []string{"cpuThreads", "memory", "disks", "nics", "pci"}
-
 // expect is node n's hardware expectations: its expect over its profile's,
 // field by field; nil when neither has any, so nodes without keep their
 // hash.

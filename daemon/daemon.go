@@ -155,8 +155,6 @@ func newDaemon(cfg Config) (*daemon, reloadable, error) {
 // its routes are in: the contract check of api/openapi.json.
 var testHTTP func(*bhttp.Server)
 
-func (d *daemon) uiToken() string { return d.settings.Load().uiToken }
-
 // authorize says whether r's credential gives role: the operators'
 // tokens as last (re)read; reads are anyone's with --open-reads.
 func (d *daemon) authorize(r *http.Request, role bhttp.Role) bool {

@@ -22,7 +22,7 @@ func UnifiedDiff(oldName, newName, a, b string, context int) string {
 	}
 	var all []op
 	for _, o := range ops {
-		all = append(all, op{o.kind, o.text})
+		all = append(all, op(o))
 	}
 	i := 0
 	for i < len(all) {

@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/cuecontext"
 	"cuelang.org/go/encoding/openapi"
 )
 
@@ -43,7 +44,15 @@ func Compile(ctx *cue.Context) (cue.Value, error) {
 // Definitions exports every definition of the schema as an OpenAPI 3 schema
 // object (a JSON Schema dialect), keyed by definition name without '#'.
 func Definitions(v cue.Value) (map[string]json.RawMessage, error) {
-	b, err := openapi.Gen(v, &openapi.Config{})
+	f, err := openapi.Generate(v, &openapi.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("schema: export definitions: %w", err)
+	}
+	top := cuecontext.New().BuildFile(f)
+	if err := top.Err(); err != nil {
+		return nil, fmt.Errorf("schema: export definitions: %w", err)
+	}
+	b, err := top.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("schema: export definitions: %w", err)
 	}

@@ -16,7 +16,6 @@ var (
 	badRequest  = fail(400, "The request is malformed: the message says what is wrong.")
 	tooLarge    = fail(413, "The body is over the route's limit.")
 	storeDown   = fail(503, "The status or session store could not write: nothing was acknowledged.")
-	unknownPlan = fail(404, "No such thing in the plan served.")
 	needUIToken = fail(401, "The operator token is missing or wrong.")
 	// reads are the status API's credentials: an operator's token, the
 	// dashboard's cookie or an operator's certificate; none only with

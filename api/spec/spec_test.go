@@ -58,7 +58,7 @@ func TestSchemaOf(t *testing.T) {
 		D    time.Time `json:"d,omitzero"`
 		E    *Inner    `json:"e,omitempty"`
 		Skip string    `json:"-"`
-		n    int
+		n    int       //lint:ignore U1000 an unexported field the schema must leave out
 	}
 	s := newSchemas()
 	got := s.of(reflect.TypeFor[Outer]())

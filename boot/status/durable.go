@@ -16,6 +16,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // ErrClosed is returned by RecordSync once the store is closed.
@@ -701,7 +702,7 @@ func (b *batch) remove(k string) error {
 	delete(b.pending, k)
 	b.removed[k] = true
 	for _, parent := range []*bolt.Bucket{b.events, b.seqs} {
-		if err := parent.DeleteBucket([]byte(k)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+		if err := parent.DeleteBucket([]byte(k)); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
 			return err
 		}
 	}

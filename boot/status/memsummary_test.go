@@ -132,7 +132,6 @@ func TestMemoryEvictForBytesOrder(t *testing.T) {
 	// n1 is seen again: u1 is now the one seen longest ago.
 	m.Record(mk("n1", ""))
 	checkBytes(t, m)
-	var gone []string
 	want := []string{"mac:u1", "mac:u2", "lab/n2", "lab/n3", "lab/n1"}
 	for i, e := range []Event{mk("n4", ""), mk("n5", ""), mk("n6", ""), mk("n7", ""), mk("n8", "")} {
 		m.Record(e)
@@ -145,7 +144,6 @@ func TestMemoryEvictForBytesOrder(t *testing.T) {
 				t.Fatalf("after %s: %s still kept", e.Key(), k)
 			}
 		}
-		gone = append(gone, want[i])
 		if !m.Known(e.Key()) || len(m.Machines()) != 5 {
 			t.Fatalf("after %s: %d machines", e.Key(), len(m.Machines()))
 		}

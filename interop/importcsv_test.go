@@ -3,6 +3,8 @@ package interop
 import (
 	"errors"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -118,9 +120,9 @@ func TestImportCSVErrors(t *testing.T) {
 }
 
 func TestImportCSVSample(t *testing.T) {
-	f, err := os.Open("/work/shared/reference/eim/bulk-import.csv")
+	f, err := os.Open("testdata/eim/bulk-import.csv")
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	defer f.Close()
 	im := &CSVImport{File: "bulk-import.csv", Site: "warehouse-1"}
@@ -140,5 +142,41 @@ func TestImportEIMProfileMissing(t *testing.T) {
 	want := "p.yaml:3: spec.osImageUrl: missing\np.yaml:3: spec.osImageSha256: missing"
 	if err == nil || err.Error() != want {
 		t.Errorf("err = %v, want %s", err, want)
+	}
+}
+
+// The EIM-format samples in testdata/eim: a relative image path resolved
+// against the release service, a folded URL kept whole, and each field
+// without an equivalent named.
+func TestImportEIMProfileSamples(t *testing.T) {
+	for file, want := range map[string]struct {
+		name, url string
+		ignored   []string
+	}{
+		"os-profile-microvisor-standalone.yaml": {
+			"microvisor-standalone",
+			"https://rs.example/files-edge/repository/immutable/edge-ro-1.4.20261001.0042.raw.gz",
+			[]string{"metadata.standalone-node", "provider", "osPackageManifestURL", "osExistingCvesURL", "osFixedCvesURL", "securityFeature", "platformBundle"},
+		},
+		"os-profile-ubuntu-24.04-lts-generic.yaml": {
+			"ubuntu-24-04-lts-generic",
+			"https://images.example.test/ubuntu/noble/20261001/noble-server-cloudimg-amd64.img",
+			[]string{"metadata.release", "metadata.version", "provider", "osPackageManifestURL", "securityFeature", "platformBundle"},
+		},
+	} {
+		data, err := os.ReadFile(filepath.Join("testdata/eim", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := ImportEIMProfile(data, file, "https://rs.example")
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if p.Name != want.name || !strings.Contains(string(p.Data), "url: "+want.url+"\n") {
+			t.Errorf("%s: name %q, profile:\n%s", file, p.Name, p.Data)
+		}
+		if !slices.Equal(p.Ignored, want.ignored) {
+			t.Errorf("%s: ignored %q, want %q", file, p.Ignored, want.ignored)
+		}
 	}
 }

@@ -1,8 +1,11 @@
 # bootops — make targets. Every target installs what it needs.
 #   make build   the bootops binary (bin/bootops)
 #   make microos the Micro-OS (Debian's kernel + an initramfs with the agent)
-#   make test    vet + every test: unit, golden, differential, CLI, and the
-#                end-to-end boots of QEMU VMs in network namespaces (root)
+#   make check   the inner loop (under 5 minutes warm): vet for every build
+#                tag, staticcheck, the unit tests under the race detector
+#                (-short: the slow ones wait for make test)
+#   make test    make check, then every test: unit, golden, differential, CLI,
+#                and the end-to-end boots of QEMU VMs in network namespaces (root)
 #   make e2e     only the end-to-end boots
 #   make browser only the dashboard's test in headless Chromium
 #   make demo    PXE-boot a VM from the demo repository in sites/
@@ -10,7 +13,7 @@
 #   make image   the container image, to out/image/ (docs/container.md)
 #   make api-diff  breaking changes of api/openapi.json since BASE
 #   make bench   benchmarks, written to test/bench/results/ (see BENCHMARKS.md)
-#   make fuzz    run the fuzz targets for a while (FUZZTIME=2m each)
+#   make fuzz    every fuzz target for a while (FUZZTIME=2m each; FUZZ=regexp)
 
 GO       ?= go
 SHELL    := /bin/bash
@@ -23,7 +26,7 @@ LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iprou
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build agent microos test e2e e2e-run browser lab-deps demo bench fuzz clean go-check image image-test api-diff package package-test
+.PHONY: build agent microos check vet lint test e2e e2e-run browser lab-deps demo bench fuzz clean go-check image image-test api-diff package package-test
 
 build: go-check
 	$(GO) build -o $(BIN) ./cmd/bootops
@@ -47,24 +50,44 @@ lab-deps:
 	@bash test/deps.sh $(LAB_DEBS)
 
 # The daemon's packages run under the race detector; the rest as they are.
-RACE_PKGS := ./agent/... ./boot/... ./daemon/... ./hub/... ./power/... ./reconciler/... ./swarm/...
+MODULE    := github.com/bootops/bootops
+RACE_DIRS := agent boot daemon hub power reconciler swarm
+RACE_PKGS := $(foreach d,$(RACE_DIRS),./$(d)/...)
+empty :=
+space := $(empty) $(empty)
+OTHER_PKGS = $$($(GO) list ./... | grep -v -E '^$(MODULE)/($(subst $(space),|,$(RACE_DIRS)))(/|$$)')
+# Each build tag with the packages that have files behind it.
+VET_TAGS := e2e:./test/e2e e2e:./boot/dhcp6 browser:./test/browser image:./packaging/image \
+	package:./test/package swtpm:./tpm swtpm:./boot/http ipmi:./daemon
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := .cache/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The end-to-end tests run side by side (each in namespaces of its own);
 # -v prints each one's time. The timeouts leave wide margins: a warm run
 # takes a fraction of them.
 E2E_FLAGS := -count=1 -tags e2e -timeout 70m -parallel 3 -v
 
-test: go-check lab-deps
+# The inner loop: what a change must pass before it is pushed.
+check: go-check lint
+	$(GO) test -count=1 -race -short -timeout 15m ./...
+
+vet: go-check
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./test/e2e
-	$(GO) vet -tags browser ./test/browser
-	$(GO) vet -tags image ./packaging/image
-	$(GO) vet -tags package ./test/package
-	$(GO) vet -tags swtpm ./tpm ./boot/http
-	$(GO) vet -tags e2e ./boot/dhcp6
-	$(GO) vet -tags ipmi ./daemon
+	@set -e; for tp in $(VET_TAGS); do echo "$(GO) vet -tags $${tp%%:*} $${tp#*:}"; $(GO) vet -tags $${tp%%:*} $${tp#*:}; done
+
+# staticcheck, pinned, built once from the module proxy into .cache/tools;
+# with every build tag's files too.
+lint: vet $(STATICCHECK)
+	$(STATICCHECK) ./...
+	@set -e; for tp in $(VET_TAGS); do echo "staticcheck -tags $${tp%%:*} $${tp#*:}"; $(STATICCHECK) -tags $${tp%%:*} $${tp#*:}; done
+
+$(STATICCHECK): | go-check
+	GOBIN=$(CURDIR)/$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+test: go-check lab-deps
+	@$(MAKE) --no-print-directory check
 	$(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
 	$(GO) test -count=1 -race -tags ipmi -timeout 10m -run IPMI ./daemon
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -E '^github.com/bootops/bootops/(agent|boot|daemon|hub|power|reconciler|swarm)(/|$$)')
+	$(GO) test -count=1 -timeout 30m $(OTHER_PKGS)
 	$(GO) test -count=1 -tags browser -timeout 20m ./test/browser
 	$(GO) test -count=1 -tags swtpm -timeout 10m -run Swtpm ./tpm ./boot/http
 	$(GO) test -count=1 -tags e2e -timeout 10m -run 'Dhclient|Dhcpcd' ./boot/dhcp6
@@ -135,10 +158,7 @@ bench: build
 	$(GO) run ./test/fleet/sim -bootops $(BIN) -nodes 1000 -concurrency 100 -rounds 2
 
 fuzz: go-check
-	$(GO) test ./compiler -run XXX -fuzz FuzzLoad -fuzztime $(FUZZTIME)
-	$(GO) test ./compiler -run XXX -fuzz FuzzFastPathAgreesWithCUE -fuzztime $(FUZZTIME)
-	$(GO) test ./compiler -run XXX -fuzz FuzzRenderIPXE -fuzztime $(FUZZTIME)
-	$(GO) test ./daemon -run XXX -fuzz FuzzAPIAttack -fuzztime $(FUZZTIME)
+	@FUZZTIME=$(FUZZTIME) bash test/fuzz.sh
 
 clean:
 	rm -rf bin out .cache

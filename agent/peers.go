@@ -27,7 +27,7 @@ type SwarmClient interface {
 type seeding struct {
 	peer   *swarm.Peer
 	disk   *os.File
-	stop   context.CancelFunc
+	stop   func() // ends the heartbeat, and waits for it
 	linger time.Duration
 	log    func(string)
 }
@@ -85,8 +85,12 @@ func (r *Runner) imageFromPeers(ctx context.Context, s *step, f *os.File, disk s
 	p.Pin(0)
 	p.Pin(m.Chunks() - 1)
 	linger, _ := time.ParseDuration(lim.Linger)
-	hctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	go p.Heartbeat(hctx, 2*time.Second)
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	beating := make(chan struct{})
+	go func() { defer close(beating); p.Heartbeat(hctx, 2*time.Second) }()
+	// Stopping waits for the heartbeat to end: one still under way after
+	// the machine said it leaves would put it back in the swarm.
+	stop := func() { cancel(); <-beating }
 	r.stopSeeding(ctx, false) // an earlier image of this workflow
 	r.seeding = &seeding{peer: p, disk: own, stop: stop, linger: linger, log: s.log}
 	return m.Size, nil

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,6 +109,45 @@ func TestImageFromPeers(t *testing.T) {
 	}
 	if st := l.sched.Stats(); st.ServerBytes != int64(len(data)) || st.Members != 0 {
 		t.Errorf("scheduler: %+v", st)
+	}
+}
+
+// A heartbeat still under way when the machine leaves must not put it
+// back in the swarm: its report is held until after the leave would have
+// gone, and the scheduler must still count no member.
+func TestImageFromPeersLeavesForGood(t *testing.T) {
+	data := bytes.Repeat(payload(), 3)
+	file := compress(t, "gz", data)
+	r, _, url := startImage(t, &imageServer{file: file})
+	l := newLocalSwarm(t)
+	c := l.client("a", url, "gz").(swarmFunc)
+	report := c.report
+	var mu sync.Mutex
+	var order []string
+	c.report = func(ctx context.Context, image string, rep swarm.Report) (swarm.Reply, error) {
+		if rep.Complete && !rep.Leaving {
+			time.Sleep(300 * time.Millisecond) // a slow heartbeat
+		}
+		mu.Lock()
+		order = append(order, map[bool]string{true: "leave", false: "report"}[rep.Leaving])
+		mu.Unlock()
+		return report(ctx, image, rep)
+	}
+	r.Swarm, r.Peers = c, &plan.Peers{PerMachine: 2, Linger: "0s"}
+	disk := newDisk(t, len(data)+1000)
+	err := r.Run(t.Context(), wf(plan.Action{Action: "image-to-disk", Name: "image", Disk: disk, URL: url,
+		SHA256: digest(file), Compression: "gz", Timeout: "1m"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // what a late heartbeat would need to land
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) == 0 || order[len(order)-1] != "leave" {
+		t.Errorf("reports in order %v: the leave must be the last", order)
+	}
+	if st := l.sched.Stats(); st.Members != 0 {
+		t.Errorf("after the machine left, the scheduler counts %d members", st.Members)
 	}
 }
 

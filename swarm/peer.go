@@ -546,7 +546,7 @@ func (p *Peer) verify() error {
 func (p *Peer) Heartbeat(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	for {
+	for ctx.Err() == nil {
 		r := p.report(0)
 		if reply, err := p.Coordinate(ctx, r); err == nil {
 			p.accept(reply)
@@ -555,7 +555,6 @@ func (p *Peer) Heartbeat(ctx context.Context, every time.Duration) {
 		}
 		select {
 		case <-ctx.Done():
-			return
 		case <-t.C:
 		}
 	}

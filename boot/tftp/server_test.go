@@ -111,7 +111,7 @@ func fetch(t *testing.T, addr, name string, blksize int, tsize bool) []byte {
 		c.SetBlockSize(blksize)
 	}
 	c.RequestTSize(tsize)
-	c.SetTimeout(2 * time.Second)
+	c.SetTimeout(10 * time.Second) // a loaded machine (the race detector, other tests) can stall a packet for seconds
 	wt, err := c.Receive(name, "octet")
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
@@ -469,7 +469,7 @@ func TestManyConcurrentClients(t *testing.T) {
 				return
 			}
 			c.SetBlockSize([]int{512, 1468, 8192}[i%3])
-			c.SetTimeout(2 * time.Second)
+			c.SetTimeout(10 * time.Second)
 			wt, err := c.Receive("ipxe.efi", "octet")
 			if err != nil {
 				errs <- err

@@ -59,14 +59,14 @@ test: go-check lab-deps
 	$(GO) vet -tags browser ./test/browser
 	$(GO) vet -tags image ./packaging/image
 	$(GO) vet -tags package ./test/package
-	$(GO) vet -tags swtpm ./tpm ./boot/http
+	$(GO) vet -tags swtpm ./tpm ./boot/agentapi
 	$(GO) vet -tags e2e ./boot/dhcp6
 	$(GO) vet -tags ipmi ./daemon
 	$(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
 	$(GO) test -count=1 -race -tags ipmi -timeout 10m -run IPMI ./daemon
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -E '^github.com/bootops/bootops/(agent|boot|daemon|hub|power|reconciler|swarm)(/|$$)')
 	$(GO) test -count=1 -tags browser -timeout 20m ./test/browser
-	$(GO) test -count=1 -tags swtpm -timeout 10m -run Swtpm ./tpm ./boot/http
+	$(GO) test -count=1 -tags swtpm -timeout 10m -run Swtpm ./tpm ./boot/agentapi
 	$(GO) test -count=1 -tags e2e -timeout 10m -run 'Dhclient|Dhcpcd' ./boot/dhcp6
 	@$(MAKE) --no-print-directory package-test
 	@$(MAKE) --no-print-directory image-test

@@ -58,7 +58,7 @@ space := $(empty) $(empty)
 OTHER_PKGS = $$($(GO) list ./... | grep -v -E '^$(MODULE)/($(subst $(space),|,$(RACE_DIRS)))(/|$$)')
 # Each build tag with the packages that have files behind it.
 VET_TAGS := e2e:./test/e2e e2e:./boot/dhcp6 browser:./test/browser image:./packaging/image \
-	package:./test/package swtpm:./tpm swtpm:./boot/http ipmi:./daemon
+	package:./test/package swtpm:./tpm swtpm:./boot/agentapi ipmi:./daemon
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := .cache/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The end-to-end tests run side by side (each in namespaces of its own);
@@ -89,7 +89,7 @@ test: go-check lab-deps
 	$(GO) test -count=1 -race -tags ipmi -timeout 10m -run IPMI ./daemon
 	$(GO) test -count=1 -timeout 30m $(OTHER_PKGS)
 	$(GO) test -count=1 -tags browser -timeout 20m ./test/browser
-	$(GO) test -count=1 -tags swtpm -timeout 10m -run Swtpm ./tpm ./boot/http
+	$(GO) test -count=1 -tags swtpm -timeout 10m -run Swtpm ./tpm ./boot/agentapi
 	$(GO) test -count=1 -tags e2e -timeout 10m -run 'Dhclient|Dhcpcd' ./boot/dhcp6
 	@$(MAKE) --no-print-directory package-test
 	@$(MAKE) --no-print-directory image-test

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/agentapi"
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/compiler"
@@ -173,7 +174,8 @@ func agentServerOn(t *testing.T, ctx context.Context, listen, identity string) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &bhttp.Server{Plans: live, Events: store, Status: store, Store: store, Sessions: store, Secret: secret}
+	agentAPI := &agentapi.Server{Plans: live, Secret: secret, Store: store}
+	srv := &bhttp.Server{Plans: live, Events: store, View: bhttp.View{Status: store}, Secret: secret, Agent: agentAPI}
 	go srv.Serve(ctx, ln)
 
 	return ln.Addr().String(), store, image, p

@@ -1,6 +1,9 @@
-// Package boot holds the network boot plane: boot/dhcp, boot/tftp and
-// boot/http serve machines from the live Plan, and boot/status records what
-// they did. The servers import plan, never the compiler: they read the Plan
+// Package boot holds the network boot plane: boot/dhcp, boot/tftp,
+// boot/http (firmware's and operators' HTTP) and boot/agentapi (the API the
+// Micro-OS agent and the installed OS call) serve machines from the live
+// Plan, and boot/status records what they did. This package has what they
+// share: the Plans interface, the credentials' Secret, and the parsers of
+// what a machine says it is. The servers import plan, never the compiler: they read the Plan
 // through the small Plans interface, which the daemon swaps atomically.
 package boot
 

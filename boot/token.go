@@ -52,6 +52,18 @@ type Grant struct {
 	Expires    time.Time
 }
 
+// Subject is who an agent's credential is for: the node, or "unknown-"
+// and an unknown machine's key ("" for neither).
+func Subject(node, machine string) string {
+	if node != "" {
+		return node
+	}
+	if machine == "" {
+		return ""
+	}
+	return "unknown-" + machine
+}
+
 // NewID returns 16 random hex digits.
 func NewID() string {
 	b := make([]byte, 8)

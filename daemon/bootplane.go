@@ -72,7 +72,7 @@ func (b *bootPlane) start(ctx context.Context, g *errgroup.Group, cfg Config, p 
 		if b.binaries, err = loadBinaries(cfg.TFTP, b.log); err != nil {
 			return err
 		}
-		b.httpSrv.Binaries = b.binaries
+		b.httpSrv.Files.Binaries = b.binaries
 	}
 	var tftpAddrs []string
 	for _, a := range Addrs(cfg.TFTP.Addr) {
@@ -124,7 +124,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		pool := &dhcp.Pool{Path: filepath.Join(cfg.StateDir, "leases-"+site.Name+".json")}
 		b.pools.Add(pool)
 		ds := &dhcp.Server{Plans: b.plans, Site: site.Name, Interface: iface, Events: b.events, Log: b.log, Metrics: b.metrics,
-			Newcomers: newcomers, Known: b.httpSrv.Known,
+			Newcomers: newcomers, Known: b.httpSrv.Machines.Known,
 			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m, Leases: pool}}
 		g.Go(func() error { return ds.Serve(ctx) })
 	}
@@ -137,7 +137,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		b.pools.Add(pool6)
 		b.metrics6.Site(site.Name)
 		ds6 := &dhcp6.Server{Plans: b.plans, Site: site.Name, Interface: iface, Config: c6, Events: b.events, Log: b.log,
-			Metrics: b.metrics6, Newcomers: newcomers, Known: b.httpSrv.Known}
+			Metrics: b.metrics6, Newcomers: newcomers, Known: b.httpSrv.Machines.Known}
 		g.Go(func() error { return ds6.Serve(ctx) })
 		b.log.Info("serving DHCPv6", "site", site.Name, "dhcp6", n.DHCP, "server", n.ServerAddress, "tftp", b.tftp6)
 		if _, ok := b.binaries.Lookup(dhcp6.UEFIFile); !ok {

@@ -90,8 +90,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if d.rollouts, err = newRollouts(d.overlays.live, cfg.Source.Sites, d.events, d.power, d.log, d.reg); err != nil {
 		return err
 	}
-	d.http.Rollouts = d.rollouts.Status
-	d.http.Provisioned = d.provisioned
+	d.http.View.Rollouts = d.rollouts.Status
+	d.http.Machines.Provisioned, d.http.Agent.Provisioned = d.provisioned, d.provisioned
 	g.Go(func() error { return d.rollouts.Run(ctx) })
 	planChanged := d.onPlanChange()
 	g.Go(func() error {
@@ -108,7 +108,7 @@ func Run(ctx context.Context, cfg Config) error {
 		g.Go(func() error { return fwd.Run(ctx) })
 	}
 	// The swarm, then the HTTP, pprof and HTTPS listeners.
-	if d.http.Swarm, err = newSwarm(ctx, g, cfg.Swarm, cfg.StateDir, d.log, d.reg, d.http.Guard); err != nil {
+	if d.http.Agent.Swarm, err = newSwarm(ctx, g, cfg.Swarm, cfg.StateDir, d.log, d.reg, d.http.Guard); err != nil {
 		return err
 	}
 	addr, err := d.serveHTTP(ctx, g)
@@ -262,7 +262,7 @@ func (d *daemon) provisioned(site, node string) (int, bool) {
 // HTTP listener's address.
 func (d *daemon) serveHTTP(ctx context.Context, g *errgroup.Group) (string, error) {
 	cfg, srv := d.cfg.HTTP, d.http
-	srv.Overlay, srv.SiteCA = d.overlays.overlay, d.overlays.ca
+	srv.Files.Overlay, srv.Agent.SiteCA = d.overlays.overlay, d.overlays.ca
 	var addrs []string
 	for _, a := range Addrs(cfg.Addr) {
 		ln, err := listenHTTP(a, srv.Guard)

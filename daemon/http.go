@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/agentapi"
 	"github.com/bootops/bootops/boot/dhcp"
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
@@ -53,15 +54,23 @@ func newHTTP(cfg Config, d httpDeps) *bhttp.Server {
 		Name: "bootops_status_events_dropped_total",
 		Help: "Boot-plane events the status store did not keep: its queue was full, a write failed, or a node was past its event budget (--node-events-burst).",
 	}, func() float64 { return float64(d.events.Dropped()) }))
-	for _, r := range []string{bhttp.AgentOK, bhttp.AgentUnauthorized, bhttp.AgentMismatch, bhttp.AgentConflict, bhttp.AgentRefused, bhttp.AgentReportRefused, bhttp.AgentBadRequest} {
+	for _, r := range []string{agentapi.ResultOK, agentapi.ResultUnauthorized, agentapi.ResultMismatch, agentapi.ResultConflict, agentapi.ResultRefused, agentapi.ResultReportRefused, agentapi.ResultBadRequest} {
 		agentRequests.WithLabelValues(r)
 	}
 	events := d.events
+	// One budget of newcomers per address, for a script and a check-in alike.
+	newcomers := &status.Newcomers{Burst: cfg.HTTP.NewBurst, Every: cfg.HTTP.NewEvery}
+	agent := &agentapi.Server{Plans: d.plans, Secret: d.secret, Store: events, Provisioned: events.Provisioned,
+		Revision: func() string { return d.rec.Status().Applied.Revision },
+		Limits:   agentapi.Limits{Newcomers: newcomers},
+		Count:    func(r string) { agentRequests.WithLabelValues(r).Inc() },
+		Log:      d.log,
+	}
 	srv := &bhttp.Server{
-		Plans: d.plans, Events: events, Status: events, Store: events, Provisioned: events.Provisioned, Secret: d.secret, Sessions: events, MACOf: d.pools.MACOf, Source: sourceStatus{d.rec}, Log: d.log,
-		AgentCount:   func(r string) { agentRequests.WithLabelValues(r).Inc() },
-		Revision:     func() string { return d.rec.Status().Applied.Revision },
-		Artifacts:    &bhttp.Artifacts{Repo: d.root, CacheDir: filepath.Join(cfg.StateDir, "cache"), Redirect: cfg.HTTP.ArtifactMode == "redirect"},
+		Plans: d.plans, Events: events, Secret: d.secret, Agent: agent, Log: d.log,
+		Machines:     bhttp.Machines{Provisioned: events.Provisioned, Known: events.Known, Newcomers: newcomers, MACOf: d.pools.MACOf},
+		Files:        bhttp.Files{Artifacts: &bhttp.Artifacts{Repo: d.root, CacheDir: filepath.Join(cfg.StateDir, "cache"), Redirect: cfg.HTTP.ArtifactMode == "redirect"}},
+		View:         bhttp.View{Status: events, Source: sourceStatus{d.rec}},
 		DrainTimeout: cfg.DrainTimeout,
 		Routes: map[string]http.Handler{
 			"POST /hooks/git": d.hook,
@@ -107,11 +116,9 @@ func (l HTTPConfig) Conns() int {
 }
 
 // guardLAN wires what bounds the LAN's traffic into the HTTP server: the
-// connection guard, the newcomers' budget, and their metrics.
+// connection guard, and the metrics of it and of the newcomers' budget.
 func guardLAN(l HTTPConfig, srv *bhttp.Server, store *status.Durable, reg prometheus.Registerer) {
 	srv.Guard = &bhttp.Guard{Max: l.Conns(), PerSource: l.PerSource}
-	srv.Newcomers = &status.Newcomers{Burst: l.NewBurst, Every: l.NewEvery}
-	srv.Known = store.Known
 	counter := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
 	}
@@ -119,7 +126,7 @@ func guardLAN(l HTTPConfig, srv *bhttp.Server, store *status.Durable, reg promet
 		counter("bootops_unknown_evicted_total", "Machines that are no node dropped from the status store to stay within --unknown-max/--unknown-max-mb (never a registered node).",
 			func() float64 { return float64(store.Evicted()) }),
 		counter("bootops_newcomers_refused_total", "Script requests and check-ins of machines new to the daemon turned away (429): their address was past --new-machines-burst.",
-			func() float64 { return float64(srv.Newcomers.Denied()) }),
+			func() float64 { return float64(srv.Machines.Newcomers.Denied()) }),
 		counter("bootops_http_conns_refused_total", "HTTP connections closed at once: their address had --max-conns-per-source open, or every slot was busy.",
 			func() float64 { return float64(srv.Guard.Refused()) }),
 		counter("bootops_http_conns_reclaimed_total", "Idle HTTP keep-alive connections closed to make room under --max-conns.",

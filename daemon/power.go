@@ -77,7 +77,7 @@ func routePower(srv *bhttp.Server, pm *power.Manager) {
 		}
 		srv.Routes[pattern] = bhttp.Streaming(h)
 	}
-	srv.Power = func(key string) (string, string) {
+	srv.View.Power = func(key string) (string, string) {
 		st, ok := pm.Status(key)
 		if !ok {
 			return "", ""

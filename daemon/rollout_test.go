@@ -21,7 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bootops/bootops/boot"
-	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/agentapi"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/power"
@@ -277,7 +277,7 @@ func TestForgedReportsDecideNothing(t *testing.T) {
 // BMCs, or IPMI ones (TestForgedReportsIPMI).
 func forgeReports(t *testing.T, f *fleet) {
 	secret := boot.Secret(strings.Repeat("k", 32))
-	srv := &bhttp.Server{Plans: f.live, Events: f.store, Status: f.store, Store: f.store, Secret: secret}
+	srv := &agentapi.Server{Plans: f.live, Secret: secret, Store: f.store}
 	h := srv.Handler()
 	credential := func(node, install string) string {
 		return secret.Mint(boot.Grant{Kind: boot.KindReport, Site: "lab", Subject: node, ID: install, Expires: time.Now().Add(time.Hour)})

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/bootops/bootops/boot/agentapi"
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/swarm"
 )
@@ -21,8 +22,8 @@ import (
 // each other (a site's imageDelivery: peers): images prepared under the
 // state folder, the scheduler, its metrics, and, with --swarm-addr, a
 // listener of its own for chunks.
-func newSwarm(ctx context.Context, g *errgroup.Group, cfg SwarmConfig, stateDir string, log *slog.Logger, reg *prometheus.Registry, guard *bhttp.Guard) (*bhttp.Swarm, error) {
-	sw := &bhttp.Swarm{
+func newSwarm(ctx context.Context, g *errgroup.Group, cfg SwarmConfig, stateDir string, log *slog.Logger, reg *prometheus.Registry, guard *bhttp.Guard) (*agentapi.Swarm, error) {
+	sw := &agentapi.Swarm{
 		Cache:     &swarm.Cache{Dir: filepath.Join(stateDir, "images"), Client: &http.Client{Timeout: 6 * time.Hour}},
 		Scheduler: &swarm.Scheduler{ServerStreams: cfg.Streams},
 	}

@@ -68,7 +68,7 @@ type CheckIn struct {
 
 // TPMChallenge is the server's answer to a check-in with a TPM identity
 // and no proof: a credential for the machine's TPM to activate, good for
-// one check-in within ChallengeTTL.
+// one check-in within agentapi.ChallengeTTL (boot/agentapi).
 type TPMChallenge struct {
 	ID string `json:"id"`
 	tpm.Challenge

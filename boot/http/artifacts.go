@@ -64,15 +64,16 @@ func (s *Server) artifact(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	if s.Artifacts == nil {
+	store := s.Files.Artifacts
+	if store == nil {
 		http.Error(w, "no artifact store", http.StatusServiceUnavailable)
 		return
 	}
-	if a.URL != "" && s.Artifacts.Redirect {
+	if a.URL != "" && store.Redirect {
 		http.Redirect(w, r, a.URL, http.StatusFound)
 		return
 	}
-	f, etag, err := s.Artifacts.open(r.Context(), a)
+	f, etag, err := store.open(r.Context(), a)
 	if err != nil {
 		s.logger().Warn("artifact", "microos", name, "file", file, "err", err)
 		s.Events.Record(status.Event{Kind: status.KindFile, Message: fmt.Sprintf("micro-os %s %s: %v", name, file, err), Error: true, MAC: r.URL.Query().Get("mac")})

@@ -96,7 +96,7 @@ func (s *Server) TFTPFile(name, peer string) ([]byte, bool) {
 // artifactBytes reads a Micro-OS file whole (TFTP serves from memory).
 func (s *Server) artifactBytes(name, file string) ([]byte, bool) {
 	p := s.Plans.Current()
-	if p == nil || s.Artifacts == nil {
+	if p == nil || s.Files.Artifacts == nil {
 		return nil, false
 	}
 	m := p.MicroOSNamed(name)
@@ -109,7 +109,7 @@ func (s *Server) artifactBytes(name, file string) ([]byte, bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	f, _, err := s.Artifacts.open(ctx, a)
+	f, _, err := s.Files.Artifacts.open(ctx, a)
 	if err != nil {
 		s.Events.Record(status.Event{Kind: status.KindFile, Message: fmt.Sprintf("micro-os %s %s: %v", name, file, err), Error: true})
 		return nil, false
@@ -120,12 +120,12 @@ func (s *Server) artifactBytes(name, file string) ([]byte, bool) {
 }
 
 // overlay is the signed site overlay of site, as built when the Plan was
-// swapped in (Server.Overlay).
+// swapped in (Files.Overlay).
 func (s *Server) overlay(site string) ([]byte, error) {
-	if s.Overlay == nil {
+	if s.Files.Overlay == nil {
 		return nil, fmt.Errorf("no overlays are served here")
 	}
-	return s.Overlay(site)
+	return s.Files.Overlay(site)
 }
 
 func (s *Server) overlayHandler(w http.ResponseWriter, r *http.Request) {

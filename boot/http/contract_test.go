@@ -105,7 +105,7 @@ func (b binaries) Lookup(name string) ([]byte, bool) { v, ok := b[name]; return 
 // for a build the server does not have.
 func TestServesIPXEBinary(t *testing.T) {
 	s, _, _ := newServer(t, testPlan("", ""))
-	s.Binaries = binaries{"ipxe.efi": []byte("MZ-an-efi-binary")}
+	s.Files.Binaries = binaries{"ipxe.efi": []byte("MZ-an-efi-binary")}
 	h := s.Handler()
 	if r := get(t, h, "/tftp/ipxe.efi"); r.StatusCode != 200 || r.Header.Get("Content-Type") != "application/efi" || body(t, r) != "MZ-an-efi-binary" {
 		t.Errorf("ipxe.efi: %d %s", r.StatusCode, r.Header.Get("Content-Type"))

@@ -168,6 +168,23 @@ func (o *Operators) certRole(r *http.Request) (Role, string) {
 	return RoleNone, ""
 }
 
+// Authorized checks the request's bearer token against want, in constant
+// time; an empty want authorizes nothing.
+func Authorized(r *http.Request, want string) bool {
+	got := bearer(r)
+	return got != "" && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// bearer is the request's bearer credential ("" without the "Bearer "
+// scheme).
+func bearer(r *http.Request) string {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return tok
+}
+
 // Needs wraps h: a request whose credential gives less than role gets 401
 // (403 when it has a credential of a lesser role), before h runs. The
 // daemon wraps the routes it adds (power, the dashboard's stream) too.

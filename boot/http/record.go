@@ -45,11 +45,11 @@ type QAResult struct {
 // provisioned since (zero: ever), by node.
 func (s *Server) DeliveryRecords(site string, since time.Time) []DeliveryRecord {
 	p := s.Plans.Current()
-	if p == nil || s.Status == nil {
+	if p == nil || s.View.Status == nil {
 		return nil
 	}
 	var out []DeliveryRecord
-	for _, m := range s.Status.Machines() {
+	for _, m := range s.View.Status.Machines() {
 		if m.Node == "" || site != "" && m.Site != site {
 			continue
 		}
@@ -71,7 +71,7 @@ func (s *Server) DeliveryRecords(site string, since time.Time) []DeliveryRecord 
 		if m.Installed != nil {
 			r.Image, r.Install = m.Installed.Image, m.Installed.Digest
 		}
-		r.QA, r.Provisioned, r.Running = lastInstall(s.Status.Events(m.Key))
+		r.QA, r.Provisioned, r.Running = lastInstall(s.View.Status.Events(m.Key))
 		if !since.IsZero() && r.Provisioned.Before(since) {
 			continue
 		}

@@ -1,6 +1,10 @@
-// Package http serves the boot plane over HTTP: the entry script that makes
-// iPXE say who it is, the per-machine script chosen by plan.Decide (the
-// function `bootops explain` calls), the Micro-OS files, and the status API.
+// Package http serves the boot plane over HTTP to machines' firmware and
+// to operators: the entry script that makes iPXE say who it is, the
+// per-machine script chosen by plan.Decide (the function `bootops
+// explain` calls), GRUB's configs over TFTP, the Micro-OS files, the site
+// overlays, the iPXE builds, and the status API. The API the Micro-OS
+// agent and the installed OS call is boot/agentapi's; Server mounts it on
+// the same listeners (Server.Agent).
 package http
 
 import (
@@ -16,11 +20,11 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/bootops/bootops/api"
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/agentapi"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
@@ -43,66 +47,20 @@ type Source interface {
 type Server struct {
 	Plans  boot.Plans
 	Events status.Recorder
-	// Secret signs the agent's credentials: a boot token in each served
-	// script (in place of plan.TokenPlaceholder), a session at check-in.
+	// Secret signs the boot token in each served script (in place of
+	// plan.TokenPlaceholder), which the agent API's check-in spends.
 	Secret boot.Secret
-	// Sessions remembers used boot tokens and each machine's session
-	// (nil: in memory, forgotten on restart).
-	Sessions Sessions
-	// BootTokenTTL and SessionTTL bound the credentials' lives (defaults
-	// DefaultBootTokenTTL, DefaultSessionTTL).
-	BootTokenTTL, SessionTTL time.Duration
-	// MACOf, when set, gives the MAC the DHCP server knows for a client
-	// address: an unknown machine that reports no usable identifier is
-	// keyed by it (else by its address).
-	MACOf func(ip string) string
-	// Overlay is a site's signed overlay, built (and signed) when the Plan
-	// being served was swapped in: bytes, like every other artifact (nil:
-	// none are served). SiteCA is the PEM CA of the TLS sites, which their
-	// installed OS's report script trusts.
-	Overlay func(site string) ([]byte, error)
-	SiteCA  string
-	// Now is the clock (default time.Now).
-	Now       func() time.Time
-	Artifacts *Artifacts
-	Status    StatusReader
-	Source    Source
-	// Provisioned reports the generation a node was last provisioned at;
-	// a node provisioned at its current reprovision generation boots from
-	// its disk. Nil: no node is provisioned.
-	Provisioned func(site, node string) (generation int, ok bool)
-	// Binaries are the iPXE builds, also served over HTTP for UEFI HTTP
-	// boot (GET /tftp/<name>). Nil: none.
-	Binaries interface {
-		Lookup(name string) ([]byte, bool)
-	}
-	// Store keeps the agent's events durably (nil: Events, in memory).
-	Store AgentStore
-	// Revision, when set, is the Git revision of the Plan served.
-	Revision func() string
-	// Rollouts, when set, is every rollout group worth showing.
-	Rollouts func() []RolloutStatus
-	// Power, when set, is a node's power as its BMC last said, and why it
-	// is unreachable (both "" for a node without a BMC).
-	Power func(key string) (state, problem string)
-	// Known reports whether the status store keeps a machine, by its key;
-	// a machine it does not know is a newcomer, and must fit in its source
-	// address's budget (Newcomers) before it is recorded or given a
-	// credential. Nil Known: every machine that is no node is a newcomer.
-	// Nil Newcomers: no budget.
-	Known     func(key string) bool
-	Newcomers *status.Newcomers
-	// Reports is each node's budget of installed-OS reports (nil: a
-	// burst of DefaultReportBurst, then one per DefaultReportEvery).
-	Reports *status.Budgets
-	// Challenges is each source's budget of TPM challenges (nil: a burst
-	// of DefaultChallengeBurst, then one per DefaultChallengeEvery).
-	Challenges *status.Budgets
-	// Swarm, when set, has the machines of sites with imageDelivery: peers
-	// fetch their image from each other (nil: every site from the server).
-	Swarm *Swarm
-	// AgentCount counts agent requests by result (AgentOK, …); may be nil.
-	AgentCount func(result string)
+	// BootTokenTTL bounds a boot token's life (default
+	// DefaultBootTokenTTL).
+	BootTokenTTL time.Duration
+	// Machines is what the daemon knows of machines beyond the Plan.
+	Machines Machines
+	// Files are what is served beside the scripts.
+	Files Files
+	// View is what the status API shows beside the Plan.
+	View View
+	// Agent is the agent API, served on the same listeners (nil: none).
+	Agent *agentapi.Server
 	// Authorize says whether a request's credential gives role (see
 	// Operators): the status, timelines and delivery record need
 	// RoleRead. Nil allows every request (this package's tests; the
@@ -120,15 +78,61 @@ type Server struct {
 	// DrainTimeout bounds how long requests in flight may finish after the
 	// context ends (default 10 s).
 	DrainTimeout time.Duration
-	Log          *slog.Logger
-
-	reportsOnce    sync.Once
-	challengesOnce sync.Once
-	memSessions    sync.Once
-	mem            *status.MemorySessions
-	locks          [64]sync.Mutex
-	challenges     challenges
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	Log *slog.Logger
 }
+
+// Machines is what the script server knows of machines beyond the Plan.
+type Machines struct {
+	// Provisioned reports the generation a node was last provisioned at;
+	// a node provisioned at its current reprovision generation boots from
+	// its disk. Nil: no node is provisioned.
+	Provisioned func(site, node string) (generation int, ok bool)
+	// Known reports whether the status store keeps a machine, by its key;
+	// a machine it does not know is a newcomer, and must fit in its source
+	// address's budget (Newcomers) before it is recorded or given a
+	// credential. Nil Known: every machine that is no node is a newcomer.
+	// Nil Newcomers: no budget.
+	Known     func(key string) bool
+	Newcomers *status.Newcomers
+	// MACOf, when set, gives the MAC the DHCP server knows for a client
+	// address: an unknown machine that reports no usable identifier is
+	// keyed by it (else by its address).
+	MACOf func(ip string) string
+}
+
+// Files are what the server serves beside the scripts.
+type Files struct {
+	// Artifacts are the Micro-OS files (nil: none are served).
+	Artifacts *Artifacts
+	// Binaries are the iPXE builds, also served over HTTP for UEFI HTTP
+	// boot (GET /tftp/<name>). Nil: none.
+	Binaries interface {
+		Lookup(name string) ([]byte, bool)
+	}
+	// Overlay is a site's signed overlay, built (and signed) when the Plan
+	// being served was swapped in: bytes, like every other artifact (nil:
+	// none are served).
+	Overlay func(site string) ([]byte, error)
+}
+
+// View is what the status API shows beside the Plan.
+type View struct {
+	// Status is every machine seen, and its timeline (nil: none).
+	Status StatusReader
+	// Source is the revision served (nil: none shown).
+	Source Source
+	// Rollouts, when set, is every rollout group worth showing.
+	Rollouts func() []RolloutStatus
+	// Power, when set, is a node's power as its BMC last said, and why it
+	// is unreachable (both "" for a node without a BMC).
+	Power func(key string) (state, problem string)
+}
+
+// DefaultBootTokenTTL bounds the time from a served script to the agent's
+// check-in (the Micro-OS's download and boot).
+const DefaultBootTokenTTL = 30 * time.Minute
 
 func (s *Server) now() time.Time {
 	if s.Now != nil {
@@ -137,25 +141,14 @@ func (s *Server) now() time.Time {
 	return time.Now()
 }
 
-func (s *Server) sessions() Sessions {
-	if s.Sessions != nil {
-		return s.Sessions
-	}
-	s.memSessions.Do(func() { s.mem = &status.MemorySessions{Now: s.Now} })
-	return s.mem
-}
-
-func orDuration(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
 // bootToken mints the one-use token a served script carries.
 func (s *Server) bootToken(site, subject string, generation int) string {
+	ttl := s.BootTokenTTL
+	if ttl <= 0 {
+		ttl = DefaultBootTokenTTL
+	}
 	return s.Secret.Mint(boot.Grant{Kind: boot.KindBoot, Site: site, Subject: subject, Generation: generation,
-		ID: boot.NewID(), Expires: s.now().Add(orDuration(s.BootTokenTTL, DefaultBootTokenTTL))})
+		ID: boot.NewID(), Expires: s.now().Add(ttl)})
 }
 
 // unknownKey is what an unknown machine is known by, which the agent
@@ -164,11 +157,11 @@ func (s *Server) bootToken(site, subject string, generation int) string {
 // its address, else its address. Never "": machines that report nothing
 // must not share one key, nor one token.
 func (s *Server) unknownKey(m plan.Machine, ip string) string {
-	if k := plan.MachineKey(m); k != "" && safeKey(k) {
+	if k := plan.MachineKey(m); k != "" && boot.SafeKey(k) {
 		return k
 	}
-	if s.MACOf != nil && ip != "" {
-		if mac := plan.NormalizeMAC(s.MACOf(ip)); mac != "" {
+	if s.Machines.MACOf != nil && ip != "" {
+		if mac := plan.NormalizeMAC(s.Machines.MACOf(ip)); mac != "" {
 			return "mac:" + mac
 		}
 	}
@@ -178,18 +171,6 @@ func (s *Server) unknownKey(m plan.Machine, ip string) string {
 	return ""
 }
 
-// safeKey keeps a key that can stand on a kernel command line and in an
-// iPXE script as it is: no spaces, no "${" expansion, no quotes.
-func safeKey(k string) bool {
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == ':' || c == '-' || c == '.' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
-
 // Route is one of the server's patterns (net/http's ServeMux syntax) and
 // its handler.
 type Route struct {
@@ -197,8 +178,31 @@ type Route struct {
 	Handler http.Handler
 }
 
-// routes are the server's own routes; Routes come on top.
+// routes are the server's own routes and the agent API's; Routes come on
+// top.
 func (s *Server) routes() []Route {
+	return append(s.firmwareRoutes(), s.agentRoutes()...)
+}
+
+// agentRoutes are the agent API's routes, those that stream let run past
+// the listeners' write deadline.
+func (s *Server) agentRoutes() []Route {
+	if s.Agent == nil {
+		return nil
+	}
+	var rs []Route
+	for _, r := range s.Agent.Routes() {
+		h := r.Handler
+		if r.Streams {
+			h = Streaming(h)
+		}
+		rs = append(rs, Route{r.Pattern, h})
+	}
+	return rs
+}
+
+// firmwareRoutes are what firmware, boot loaders and operators fetch.
+func (s *Server) firmwareRoutes() []Route {
 	return []Route{
 		{"GET /boot.ipxe", http.HandlerFunc(s.entry)},
 		{"GET /ipxe", http.HandlerFunc(s.script)},
@@ -207,15 +211,8 @@ func (s *Server) routes() []Route {
 		{"GET /tftp/{file}", Streaming(http.HandlerFunc(s.binary))},
 		{"GET /api/v1/status", s.Needs(RoleRead, http.HandlerFunc(s.status))},
 		{"POST /api/v1/login", http.HandlerFunc(s.login)},
-		{"POST " + plan.AgentCheckInPath, http.HandlerFunc(s.checkin)},
-		{"POST " + plan.AgentEventsPath, http.HandlerFunc(s.agentEvents)},
-		{"POST " + plan.ReportPath, http.HandlerFunc(s.osReport)},
 		{"GET /api/v1/events", s.Needs(RoleRead, http.HandlerFunc(s.events))},
 		{"GET /api/v1/report", s.Needs(RoleRead, http.HandlerFunc(s.deliveryRecord))},
-		{"GET " + plan.AgentSwarmPath + "{image}/manifest", http.HandlerFunc(s.swarmManifest)},
-		{"POST " + plan.AgentSwarmPath + "{image}", http.HandlerFunc(s.swarmReport)},
-		{"GET /swarm/{source}/chunk/{i}", Streaming(http.HandlerFunc(s.Swarm.ServeChunk))},
-		{"GET " + plan.QAStreamPath, Streaming(http.HandlerFunc(s.qaStream))},
 		{"GET " + api.Path, api.Handler()},
 		{"GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
 		{"GET /readyz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -301,7 +298,7 @@ func (s *Server) logger() *slog.Logger {
 
 // entry is the first script iPXE fetches: it comes back with its identity.
 func (s *Server) entry(w http.ResponseWriter, r *http.Request) {
-	site := word(r.URL.Query().Get("site"), 63)
+	site := boot.Word(r.URL.Query().Get("site"), 63)
 	q := "mac=${netX/mac}&uuid=${uuid}&serial=${serial:uristring}&arch=${buildarch}&platform=${platform}"
 	if site != "" {
 		q += "&site=" + site
@@ -353,10 +350,11 @@ func (s *Server) machineScript(w http.ResponseWriter, r *http.Request, f flavor)
 // not keep and its source ip has no budget left for: it is turned away,
 // unrecorded. A node is never a newcomer.
 func (s *Server) newcomer(e status.Event, ip string) bool {
-	if e.Node != "" || s.Newcomers == nil || (s.Known != nil && s.Known(e.Key())) {
+	m := s.Machines
+	if e.Node != "" || m.Newcomers == nil || (m.Known != nil && m.Known(e.Key())) {
 		return false
 	}
-	return !s.Newcomers.Allow(ip)
+	return !m.Newcomers.Allow(ip)
 }
 
 // registered is what of m's identifiers Git registers for node n.
@@ -371,11 +369,6 @@ func registered(n *plan.Node, m plan.Machine) (mac, uuid, serial string) {
 		serial = m.Serial
 	}
 	return mac, uuid, serial
-}
-
-// tooMany is what a newcomer over its address's budget is told.
-func tooMany(ip string) string {
-	return "too many machines new to this server from " + ip + " at once: try again in 10 s"
 }
 
 // decideScript is the script in flavor f for the machine q names (mac,
@@ -399,81 +392,11 @@ func (s *Server) decideScript(q url.Values, ip string, f flavor) (string, int) {
 	var body string
 	switch {
 	case d.Outcome == plan.Match:
-		n := d.Node
-		ev.Site, ev.Node = n.Site, n.Name
-		// Only what Git registers for the node goes on its record: another
-		// identifier the request names beside it is the request's word,
-		// and must not join an unknown machine's history to the node's.
-		ev.MAC, ev.UUID, ev.Serial = registered(n, id.Machine)
-		if gen, ok := s.provisioned(n.Site, n.Name); ok && gen >= n.Reprovision {
-			body = f.local(fmt.Sprintf("node %s is provisioned (generation %d): booting from its disk", n.Name, gen))
-			ev.Message = "served local-disk script: provisioned at generation " + fmt.Sprint(gen)
-			break
-		}
-		script := f.of(&n.Artifacts)
-		if script == "" {
-			ev.Error, ev.Message = true, fmt.Sprintf("not answered: profile %s's Micro-OS has no %s script (its chain is not %s)", n.Profile, f.name, f.name)
-			body = f.notHere(ev.Message)
-			break
-		}
-		body = strings.ReplaceAll(script, plan.TokenPlaceholder, s.bootToken(n.Site, n.Name, n.Reprovision))
-		ev.State, ev.Message = status.StateBooting, fmt.Sprintf("served the Micro-OS %s script of profile %s (%s)", f.name, n.Profile, d.Reason)
-		if f.name == "iPXE" {
-			ev.Message = fmt.Sprintf("served the Micro-OS script of profile %s (%s)", n.Profile, d.Reason)
-		}
+		body = s.nodeScript(d, id.Machine, f, &ev)
 	case d.Outcome == plan.Mismatch:
-		ev.State, ev.Error = status.StateMismatch, true
-		ev.Message = "refused: " + d.Reason
-		body = f.refuse(d.Reason)
-		// Every node the machine's identifiers point at gets the event.
-		if d.Node == nil {
-			for i, c := range d.Conflicts {
-				if i > 0 && c.Node == d.Conflicts[0].Node {
-					continue
-				}
-				e := ev
-				e.Site, e.Node = c.Site, c.Node
-				if i < len(d.Conflicts)-1 {
-					s.Events.Record(e)
-				} else {
-					ev = e
-				}
-			}
-		} else {
-			ev.Site, ev.Node = d.Node.Site, d.Node.Name
-		}
+		body = s.refusedScript(d, f, &ev)
 	case d.Boots():
-		// The token is bound to what the machine booted as, which the
-		// agent presents again: it follows the token on the kernel line.
-		key := s.unknownKey(id.Machine, ip)
-		if key == "" {
-			ev.Error, ev.Message = true, "not answered: the machine reports no identifier and no address"
-			body = f.notHere("this machine reports no MAC, UUID or serial: it cannot be told apart from others")
-			break
-		}
-		if key != plan.MachineKey(id.Machine) {
-			// Keyed by what the agent will present, as its events are.
-			ev.MAC, ev.UUID, ev.Serial = "", "", ""
-			keyed(&ev, key)
-		}
-		script := f.of(d.Site.Unknown)
-		if script == "" {
-			ev.Error, ev.Message = true, fmt.Sprintf("not answered: the unknown machines' Micro-OS has no %s script", f.name)
-			body = f.notHere(ev.Message)
-			break
-		}
-		token := s.bootToken(d.Site.Name, subject("", key), 0) + " " + plan.CmdlineMachine + "=" + key
-		if d.Site.TLS() {
-			// No token on a line that crosses the LAN in clear: the agent
-			// checks in over TLS by its identity.
-			token = ""
-		}
-		body = strings.ReplaceAll(script, plan.TokenPlaceholder, token)
-		ev.State = status.StateBooting
-		if d.Policy == plan.PolicyHold {
-			ev.State = status.StateHeld
-		}
-		ev.Message = "unknown machine: " + d.Reason
+		body = s.unknownScript(d, id.Machine, ip, f, &ev)
 	default:
 		ev.Message = "not answered: " + d.Reason
 		body = f.notHere(d.Reason)
@@ -481,20 +404,103 @@ func (s *Server) decideScript(q url.Values, ip string, f flavor) (string, int) {
 	if s.newcomer(ev, ip) {
 		// Neither recorded nor given a token: a flood of made-up
 		// identities from one address stops here.
-		return f.notHere(tooMany(ip)), http.StatusTooManyRequests
+		return f.notHere(boot.TooManyNewcomers(ip)), http.StatusTooManyRequests
 	}
 	s.Events.Record(ev)
 	s.logger().Info("script", "loader", f.name, "site", ev.Site, "node", ev.Node, "mac", ev.MAC, "uuid", ev.UUID, "serial", ev.Serial, "outcome", string(d.Outcome), "message", ev.Message)
-	return forFamily(p.Site(ev.Site), ip)(body), http.StatusOK
+	return boot.ForFamily(p.Site(ev.Site), ip)(body), http.StatusOK
+}
+
+// nodeScript is a registered node's script: its disk when it is
+// provisioned at its generation, else its Micro-OS with a boot token.
+func (s *Server) nodeScript(d plan.Decision, m plan.Machine, f flavor, ev *status.Event) string {
+	n := d.Node
+	ev.Site, ev.Node = n.Site, n.Name
+	// Only what Git registers for the node goes on its record: another
+	// identifier the request names beside it is the request's word, and
+	// must not join an unknown machine's history to the node's.
+	ev.MAC, ev.UUID, ev.Serial = registered(n, m)
+	if gen, ok := s.provisioned(n.Site, n.Name); ok && gen >= n.Reprovision {
+		ev.Message = "served local-disk script: provisioned at generation " + fmt.Sprint(gen)
+		return f.local(fmt.Sprintf("node %s is provisioned (generation %d): booting from its disk", n.Name, gen))
+	}
+	script := f.of(&n.Artifacts)
+	if script == "" {
+		ev.Error, ev.Message = true, fmt.Sprintf("not answered: profile %s's Micro-OS has no %s script (its chain is not %s)", n.Profile, f.name, f.name)
+		return f.notHere(ev.Message)
+	}
+	ev.State, ev.Message = status.StateBooting, fmt.Sprintf("served the Micro-OS %s script of profile %s (%s)", f.name, n.Profile, d.Reason)
+	if f.name == "iPXE" {
+		ev.Message = fmt.Sprintf("served the Micro-OS script of profile %s (%s)", n.Profile, d.Reason)
+	}
+	return strings.ReplaceAll(script, plan.TokenPlaceholder, s.bootToken(n.Site, n.Name, n.Reprovision))
+}
+
+// refusedScript stops a machine that contradicts its registration; every
+// node its identifiers point at gets the event.
+func (s *Server) refusedScript(d plan.Decision, f flavor, ev *status.Event) string {
+	ev.State, ev.Error = status.StateMismatch, true
+	ev.Message = "refused: " + d.Reason
+	if d.Node != nil {
+		ev.Site, ev.Node = d.Node.Site, d.Node.Name
+		return f.refuse(d.Reason)
+	}
+	for i, c := range d.Conflicts {
+		if i > 0 && c.Node == d.Conflicts[0].Node {
+			continue
+		}
+		e := *ev
+		e.Site, e.Node = c.Site, c.Node
+		if i < len(d.Conflicts)-1 {
+			s.Events.Record(e)
+		} else {
+			*ev = e
+		}
+	}
+	return f.refuse(d.Reason)
+}
+
+// unknownScript is the site's unknown machines' Micro-OS, with a boot
+// token bound to the key the machine is known by (unknownKey).
+func (s *Server) unknownScript(d plan.Decision, m plan.Machine, ip string, f flavor, ev *status.Event) string {
+	// The token is bound to what the machine booted as, which the agent
+	// presents again: it follows the token on the kernel line.
+	key := s.unknownKey(m, ip)
+	if key == "" {
+		ev.Error, ev.Message = true, "not answered: the machine reports no identifier and no address"
+		return f.notHere("this machine reports no MAC, UUID or serial: it cannot be told apart from others")
+	}
+	if key != plan.MachineKey(m) {
+		// Keyed by what the agent will present, as its events are.
+		ev.MAC, ev.UUID, ev.Serial = "", "", ""
+		ev.SetKey(key)
+	}
+	script := f.of(d.Site.Unknown)
+	if script == "" {
+		ev.Error, ev.Message = true, fmt.Sprintf("not answered: the unknown machines' Micro-OS has no %s script", f.name)
+		return f.notHere(ev.Message)
+	}
+	token := s.bootToken(d.Site.Name, boot.Subject("", key), 0) + " " + plan.CmdlineMachine + "=" + key
+	if d.Site.TLS() {
+		// No token on a line that crosses the LAN in clear: the agent
+		// checks in over TLS by its identity.
+		token = ""
+	}
+	ev.State = status.StateBooting
+	if d.Policy == plan.PolicyHold {
+		ev.State = status.StateHeld
+	}
+	ev.Message = "unknown machine: " + d.Reason
+	return strings.ReplaceAll(script, plan.TokenPlaceholder, token)
 }
 
 // binary serves an iPXE build to a UEFI HTTP-boot client.
 func (s *Server) binary(w http.ResponseWriter, r *http.Request) {
-	if s.Binaries == nil {
+	if s.Files.Binaries == nil {
 		http.NotFound(w, r)
 		return
 	}
-	b, ok := s.Binaries.Lookup(r.PathValue("file"))
+	b, ok := s.Files.Binaries.Lookup(r.PathValue("file"))
 	if !ok {
 		http.NotFound(w, r)
 		return
@@ -512,18 +518,11 @@ func clientIP(r *http.Request) string {
 	return host
 }
 
-func (s *Server) revision() string {
-	if s.Revision == nil {
-		return ""
-	}
-	return s.Revision()
-}
-
 func (s *Server) provisioned(site, node string) (int, bool) {
-	if s.Provisioned == nil {
+	if s.Machines.Provisioned == nil {
 		return 0, false
 	}
-	return s.Provisioned(site, node)
+	return s.Machines.Provisioned(site, node)
 }
 
 // localBoot hands the machine back to its firmware, which boots the disk.
@@ -584,8 +583,8 @@ func (d *StatusDoc) StripInventory(strip bool) {
 // that is no node.
 func (s *Server) StatusDoc(nodes bool) StatusDoc {
 	doc := StatusDoc{Machines: []status.Machine{}}
-	if s.Source != nil {
-		doc.Source = s.Source.Status()
+	if s.View.Source != nil {
+		doc.Source = s.View.Source.Status()
 	}
 	p := s.Plans.Current()
 	if p == nil {
@@ -597,8 +596,8 @@ func (s *Server) StatusDoc(nodes bool) StatusDoc {
 	}
 	seen := map[string]bool{}
 	var machines []status.Machine
-	if s.Status != nil {
-		machines = s.Status.Machines()
+	if s.View.Status != nil {
+		machines = s.View.Status.Machines()
 	}
 	for _, m := range machines {
 		seen[m.Key] = true
@@ -617,9 +616,9 @@ func (s *Server) StatusDoc(nodes bool) StatusDoc {
 			doc.Machines = append(doc.Machines, m)
 		}
 	}
-	if s.Power != nil {
+	if s.View.Power != nil {
 		for i := range doc.Nodes {
-			doc.Nodes[i].Power, doc.Nodes[i].PowerError = s.Power(doc.Nodes[i].Key)
+			doc.Nodes[i].Power, doc.Nodes[i].PowerError = s.View.Power(doc.Nodes[i].Key)
 		}
 	}
 	for i := range doc.Nodes {
@@ -628,8 +627,8 @@ func (s *Server) StatusDoc(nodes bool) StatusDoc {
 			n.Sync = status.NodeSync(n, pn.Install)
 		}
 	}
-	if s.Rollouts != nil {
-		doc.Rollouts = s.Rollouts()
+	if s.View.Rollouts != nil {
+		doc.Rollouts = s.View.Rollouts()
 	}
 	return doc
 }
@@ -675,11 +674,11 @@ type SiteStatus struct {
 }
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	if s.Status == nil {
+	if s.View.Status == nil {
 		writeJSON(w, []status.Event{})
 		return
 	}
-	EventsHandler(s.Status.Events).ServeHTTP(w, r)
+	EventsHandler(s.View.Status.Events).ServeHTTP(w, r)
 }
 
 // EventsHandler is GET /api/v1/events over a timeline lookup: one

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/agentapi"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
@@ -60,15 +61,31 @@ func newServer(t testing.TB, p *plan.Plan) (*Server, *status.Memory, string) {
 	live := &boot.Live{}
 	live.Swap(p)
 	mem := &status.Memory{}
-	s := &Server{Plans: live, Events: mem, Status: mem, Secret: testSecret,
-		Artifacts: &Artifacts{Repo: root, CacheDir: t.TempDir()},
-		Provisioned: func(site, node string) (int, bool) {
-			if node == "b" {
-				return 1, true // provisioned at generation 1; the node is at 2
-			}
-			return 0, false
-		}}
+	provisioned := func(site, node string) (int, bool) {
+		if node == "b" {
+			return 1, true // provisioned at generation 1; the node is at 2
+		}
+		return 0, false
+	}
+	s := &Server{Plans: live, Events: mem, View: View{Status: mem}, Secret: testSecret,
+		Files:    Files{Artifacts: &Artifacts{Repo: root, CacheDir: t.TempDir()}},
+		Machines: Machines{Provisioned: provisioned},
+		Agent:    &agentapi.Server{Plans: live, Secret: testSecret, Store: memStore{mem, &status.MemorySessions{}}, Provisioned: provisioned},
+	}
 	return s, mem, repo
+}
+
+// memStore is the status store in memory, with the agents' sessions.
+type memStore struct {
+	*status.Memory
+	*status.MemorySessions
+}
+
+func (m memStore) RecordSync(evs ...status.Event) error {
+	for _, e := range evs {
+		m.Record(e)
+	}
+	return nil
 }
 
 func get(t testing.TB, h http.Handler, target string, hdr ...string) *http.Response {
@@ -210,12 +227,12 @@ func TestArtifacts(t *testing.T) {
 	if m := mem.Machines(); len(m) != 1 || !m[0].Last.Error {
 		t.Errorf("no error event: %+v", m)
 	}
-	if ents, _ := os.ReadDir(s2.Artifacts.CacheDir); len(ents) != 0 {
+	if ents, _ := os.ReadDir(s2.Files.Artifacts.CacheDir); len(ents) != 0 {
 		t.Errorf("cache kept %d files after a bad download", len(ents))
 	}
 
 	// Redirect mode sends machines to the URL itself.
-	s2.Artifacts.Redirect = true
+	s2.Files.Artifacts.Redirect = true
 	r = get(t, s2.Handler(), "/artifacts/microos/default/initrd")
 	if r.StatusCode != http.StatusFound || r.Header.Get("Location") != origin.URL+"/initrd" {
 		t.Errorf("redirect: %d %q", r.StatusCode, r.Header.Get("Location"))

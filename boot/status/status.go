@@ -153,6 +153,22 @@ func (e Event) Key() string {
 	return "unknown"
 }
 
+// SetKey sets the identifier of e that makes e.Key() key, a machine key
+// (mac:, uuid:, serial: or ip: and its value); anything else sets none.
+func (e *Event) SetKey(key string) {
+	kind, v, _ := strings.Cut(key, ":")
+	switch kind {
+	case "mac":
+		e.MAC = v
+	case "uuid":
+		e.UUID = v
+	case "serial":
+		e.Serial = v
+	case "ip":
+		e.IP = v
+	}
+}
+
 // eventOverhead is what an Event takes in memory before what its strings
 // and pointers point to.
 const eventOverhead = int(unsafe.Sizeof(Event{}))

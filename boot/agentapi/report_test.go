@@ -1,4 +1,4 @@
-package http
+package agentapi
 
 import (
 	"encoding/json"
@@ -32,16 +32,16 @@ func TestOSReport(t *testing.T) {
 		n.Artifacts.Workflow = plan.Workflow{Node: n.Name, Actions: []plan.Action{{Action: "wipe-disk"}}}
 		n.Install = plan.InstallOf(n)
 	}
-	s, mem, _ := newServer(t, p)
-	s.Reports = &status.Budgets{Burst: 20, Every: time.Hour}
+	s, mem := newServer(t, p)
+	s.Limits.Reports = &status.Budgets{Burst: 20, Every: time.Hour}
 	var mu sync.Mutex // the script's requests come through a real listener
 	counts := map[string]int{}
-	s.AgentCount = func(r string) { mu.Lock(); counts[r]++; mu.Unlock() }
+	s.Count = func(r string) { mu.Lock(); counts[r]++; mu.Unlock() }
 	h := s.Handler()
 	// checkIn boots the machine and checks it in: its report script and
 	// that script's credential, and the session.
 	checkIn := func(query, node string, id plan.Identity) (rs, token, session string) {
-		code, body := post(t, h, plan.AgentCheckInPath, script(t, h, query), plan.CheckIn{Site: "lab", Node: node, Identity: id})
+		code, body := post(t, h, plan.AgentCheckInPath, nodeToken(s, "lab", node), plan.CheckIn{Site: "lab", Node: node, Identity: id})
 		var r plan.CheckInReply
 		if json.Unmarshal([]byte(body), &r); code != 200 || r.CloudInit == nil || r.CloudInit.Report == "" {
 			t.Fatalf("check-in of %s: %d, no report script: %s", node, code, body)
@@ -101,8 +101,8 @@ func TestOSReport(t *testing.T) {
 			t.Errorf("after %s: node a's install %+v, want %s", c.name, a.Installed, want.Digest)
 		}
 	}
-	if counts[AgentReportRefused] != 6 {
-		t.Errorf("refused reports counted: %d, want 6", counts[AgentReportRefused])
+	if counts[ResultReportRefused] != 6 {
+		t.Errorf("refused reports counted: %d, want 6", counts[ResultReportRefused])
 	}
 	a := machine("lab/a")
 	if a.State != status.StateRunning || a.Hostname != "node-a" || a.Kernel != "6.1.0-56-amd64" || !strings.Contains(a.Last.Message, "198.18.0.100") {
@@ -203,9 +203,9 @@ func TestNetworkConfigTakesTheReportedMAC(t *testing.T) {
 	a.Artifacts.UserData, a.Artifacts.MetaData = "#cloud-config\n", "instance-id: a-0\n"
 	a.Artifacts.NetworkConfig = "version: 2\nethernets:\n  primary:\n" + plan.NetworkMatchAny + "    dhcp4: true\n"
 	a.Artifacts.Workflow = plan.Workflow{Node: "a", Actions: []plan.Action{{Action: "wipe-disk"}}}
-	s, _, _ := newServer(t, p)
+	s, _ := newServer(t, p)
 	h := s.Handler()
-	code, body := post(t, h, plan.AgentCheckInPath, script(t, h, "serial=SER-A&site=lab"),
+	code, body := post(t, h, plan.AgentCheckInPath, nodeToken(s, "lab", "a"),
 		plan.CheckIn{Site: "lab", Node: "a", Identity: plan.Identity{Serial: "SER-A", MACs: []string{"52:54:00:AA:00:01", "52:54:00:aa:00:02"}}})
 	var r plan.CheckInReply
 	json.Unmarshal([]byte(body), &r)

@@ -1,4 +1,4 @@
-package http
+package agentapi
 
 import (
 	"errors"
@@ -40,52 +40,61 @@ func (sw *Swarm) ServeChunk(w http.ResponseWriter, r *http.Request) {
 	im.ServeChunk(w, r, sw.Scheduler.Key(im.Manifest.Source))
 }
 
+// swarmChunk serves the swarm's chunks through Swarm as it is now (the
+// daemon sets it once its cache is ready).
+func (s *Server) swarmChunk(w http.ResponseWriter, r *http.Request) { s.Swarm.ServeChunk(w, r) }
+
 // swarmImage checks a swarm request's session credential and finds the
 // image-to-disk action of the machine's workflow the request is about:
-// a machine joins the swarm of its own image only.
+// a machine joins the swarm of its own image only. It answers the
+// request itself when it cannot (false).
 func (s *Server) swarmImage(w http.ResponseWriter, r *http.Request) (plan.Action, *plan.Site, string, bool) {
 	if s.Swarm == nil {
 		http.Error(w, "this server shares no images between machines", http.StatusNotFound)
 		return plan.Action{}, nil, "", false
 	}
 	q := r.URL.Query()
-	site, node, machine := q.Get("site"), q.Get("node"), q.Get("machine")
-	subj := subject(node, machine)
-	g, err := s.Secret.Verify(bearer(r), boot.KindSession, site, subj, s.now())
-	if subj == "" || err != nil {
-		s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "swarm: "+credentialError(err))
+	if ref := s.authorizeSession(bearer(r), "swarm", q); ref != nil {
+		s.refuse(w, status.Event{}, ref)
 		return plan.Action{}, nil, "", false
 	}
-	key := site + "/" + subj
-	if cur, ok := s.sessions().Session(key); !ok || cur.ID != g.ID {
-		s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "swarm: "+errSuperseded.Error())
-		return plan.Action{}, nil, "", false
-	}
+	site, node := q.Get("site"), q.Get("node")
+	key := site + "/" + boot.Subject(node, q.Get("machine"))
 	p := s.Plans.Current()
 	if p == nil {
 		http.Error(w, "no plan loaded yet", http.StatusServiceUnavailable)
 		return plan.Action{}, nil, "", false
 	}
 	st := p.Site(site)
-	var wf *plan.Workflow
-	switch n := p.Node(site, node); {
-	case st == nil || st.Peers == nil:
+	if st == nil || st.Peers == nil {
 		http.Error(w, "site "+site+" does not share images between machines", http.StatusNotFound)
 		return plan.Action{}, nil, "", false
+	}
+	if a, ok := imageAction(p, st, node, r.PathValue("image")); ok {
+		return a, st, key, true
+	}
+	http.Error(w, "no image-to-disk action of this machine's workflow has sha256 "+r.PathValue("image"), http.StatusNotFound)
+	return plan.Action{}, nil, "", false
+}
+
+// imageAction is the image-to-disk action of sha256 image in the workflow
+// of node (an unknown machine's: its site's, node "").
+func imageAction(p *plan.Plan, st *plan.Site, node, image string) (plan.Action, bool) {
+	var wf *plan.Workflow
+	switch n := p.Node(st.Name, node); {
 	case n != nil:
 		wf = &n.Artifacts.Workflow
 	case node == "" && st.Unknown != nil:
 		wf = &st.Unknown.Workflow
+	default:
+		return plan.Action{}, false
 	}
-	if wf != nil {
-		for _, a := range wf.Actions {
-			if a.Action == "image-to-disk" && a.SHA256 == r.PathValue("image") {
-				return a, st, key, true
-			}
+	for _, a := range wf.Actions {
+		if a.Action == "image-to-disk" && a.SHA256 == image {
+			return a, true
 		}
 	}
-	http.Error(w, "no image-to-disk action of this machine's workflow has sha256 "+r.PathValue("image"), http.StatusNotFound)
-	return plan.Action{}, nil, "", false
+	return plan.Action{}, false
 }
 
 // swarmManifest gives a machine its image's manifest, preparing the image
@@ -104,7 +113,7 @@ func (s *Server) swarmManifest(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		s.logger().Warn("image for peers", "url", a.URL, "err", err)
-		s.Events.Record(status.Event{Kind: status.KindFile, Site: st.Name, Message: fmt.Sprintf("image %s for peers: %v", a.URL, err), Error: true})
+		s.Store.Record(status.Event{Kind: status.KindFile, Site: st.Name, Message: fmt.Sprintf("image %s for peers: %v", a.URL, err), Error: true})
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
@@ -138,7 +147,7 @@ func (s *Server) swarmReport(w http.ResponseWriter, r *http.Request) {
 // ip: the site's address in the machine's family, on the swarm's own port
 // when it has one (0: the HTTP listener).
 func chunkServer(st *plan.Site, ip string, port int) string {
-	server := baseURL(st, ip)
+	server := boot.BaseURL(st, ip)
 	if port == 0 {
 		return server
 	}

@@ -1,10 +1,12 @@
-package http
+package agentapi
 
 import (
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -14,27 +16,21 @@ import (
 // cost the server nothing to make, and TCP's checksums already guard them:
 // the action measures the network, not the data.
 func (s *Server) qaStream(w http.ResponseWriter, r *http.Request) {
-	if !s.precheck(w, r, "qa", false, boot.KindSession) {
-		return
+	tok, q := bearer(r), r.URL.Query()
+	ref := s.precheck(tok, "qa", false, boot.KindSession)
+	if ref == nil {
+		ref = s.authorizeSession(tok, "qa", q)
 	}
-	q := r.URL.Query()
-	site, node, machine := q.Get("site"), q.Get("node"), q.Get("machine")
-	subj := subject(node, machine)
-	g, err := s.Secret.Verify(bearer(r), boot.KindSession, site, subj, s.now())
-	if subj == "" || err != nil {
-		s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "qa: "+credentialError(err))
-		return
-	}
-	if cur, ok := s.sessions().Session(site + "/" + subj); !ok || cur.ID != g.ID {
-		s.agentFail(w, http.StatusUnauthorized, AgentUnauthorized, "qa: "+errSuperseded.Error())
+	if ref != nil {
+		s.refuse(w, status.Event{}, ref)
 		return
 	}
 	n, err := strconv.ParseInt(q.Get("bytes"), 10, 64)
 	if err != nil || n <= 0 || n > plan.MaxQAStream {
-		s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "qa: bytes="+q.Get("bytes")+": want a count from 1 to "+strconv.Itoa(plan.MaxQAStream))
+		s.refuse(w, status.Event{}, badRequest(http.StatusBadRequest, "qa: bytes="+q.Get("bytes")+": want a count from 1 to "+strconv.Itoa(plan.MaxQAStream)))
 		return
 	}
-	s.count(AgentOK)
+	s.count(ResultOK)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
 	w.Header().Set("Cache-Control", "no-store")
@@ -49,4 +45,15 @@ func (s *Server) qaStream(w http.ResponseWriter, r *http.Request) {
 		}
 		n -= int64(k)
 	}
+}
+
+// authorizeSession checks the session credential of a request that names
+// its machine in the query (site, and node or machine), as qa's and the
+// swarm's do: signed for it, and its current session.
+func (s *Server) authorizeSession(tok, what string, q url.Values) *refusal {
+	key, g, ref := s.sessionGrant(tok, what, q.Get("site"), q.Get("node"), q.Get("machine"))
+	if ref == nil {
+		_, ref = s.currentSession(what, key, g)
+	}
+	return ref
 }

@@ -1,4 +1,4 @@
-package http
+package agentapi
 
 import (
 	"io"
@@ -16,9 +16,9 @@ import (
 func TestQAStream(t *testing.T) {
 	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
 	p.Sites[0].Nodes[0].Artifacts.Workflow = plan.Workflow{Node: "a", Profile: "base", Actions: []plan.Action{{Action: plan.QANetwork, Name: "qa-network", Size: "64Mi"}}}
-	s, _, _ := newServer(t, p)
+	s, _ := newServer(t, p)
 	h := s.Handler()
-	code, reply := post(t, h, plan.AgentCheckInPath, script(t, h, "serial=SER-A&site=lab"), plan.CheckIn{Site: "lab", Node: "a", Identity: plan.Identity{Serial: "SER-A"}})
+	code, reply := post(t, h, plan.AgentCheckInPath, nodeToken(s, "lab", "a"), plan.CheckIn{Site: "lab", Node: "a", Identity: plan.Identity{Serial: "SER-A"}})
 	if code != 200 {
 		t.Fatalf("check-in: %d %s", code, reply)
 	}

@@ -1,4 +1,4 @@
-package http
+package agentapi
 
 import (
 	"bytes"
@@ -27,14 +27,14 @@ func BenchmarkReport(b *testing.B) {
 	n.Artifacts.UserData, n.Artifacts.MetaData = "#cloud-config\n", "instance-id: a-0\n"
 	n.Artifacts.Workflow = plan.Workflow{Node: "a", Actions: []plan.Action{{Action: "wipe-disk"}}}
 	n.Install = plan.InstallOf(n)
-	s, _, _ := newServer(b, p)
+	s, _ := newServer(b, p)
 	now := time.Now()
 	s.Now = func() time.Time { return now }
 	saved := checkRoutes
 	checkRoutes = nil
 	h := s.Handler()
 	checkRoutes = saved
-	code, body := post(b, h, plan.AgentCheckInPath, script(b, h, "serial=SER-A&site=lab"), plan.CheckIn{Site: "lab", Node: "a", Identity: plan.Identity{Serial: "SER-A"}})
+	code, body := post(b, h, plan.AgentCheckInPath, nodeToken(s, "lab", "a"), plan.CheckIn{Site: "lab", Node: "a", Identity: plan.Identity{Serial: "SER-A"}})
 	r := reply(b, body)
 	if code != 200 || r.CloudInit == nil {
 		b.Fatalf("check-in: %d %s", code, body)

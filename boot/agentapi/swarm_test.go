@@ -1,4 +1,4 @@
-package http
+package agentapi
 
 import (
 	"bytes"
@@ -40,12 +40,12 @@ func TestSwarmEndpoints(t *testing.T) {
 	p.Sites[0].Nodes[0].Artifacts.Workflow = plan.Workflow{Node: "a", Actions: []plan.Action{image(good)}}
 	p.Sites[0].Nodes[1].Artifacts.Workflow = plan.Workflow{Node: "b", Actions: []plan.Action{image(bad)}}
 	p.Sites[0].Peers = &plan.Peers{PerMachine: 2, Linger: "1m"}
-	s, _, _ := newServer(t, p)
+	s, _ := newServer(t, p)
 	s.Swarm = &Swarm{Cache: &swarm.Cache{Dir: t.TempDir()}, Scheduler: &swarm.Scheduler{}}
 	h := s.Handler()
 
 	checkIn := func(node, query string, id plan.Identity) string {
-		code, body := post(t, h, plan.AgentCheckInPath, script(t, h, query), plan.CheckIn{Site: "lab", Node: node, Identity: id})
+		code, body := post(t, h, plan.AgentCheckInPath, nodeToken(s, "lab", node), plan.CheckIn{Site: "lab", Node: node, Identity: id})
 		if code != 200 || !strings.Contains(body, `"peers":{"perMachine":2,"linger":"1m"}`) {
 			t.Fatalf("check-in of %s: %d %s", node, code, body)
 		}
@@ -131,7 +131,7 @@ func TestSwarmEndpoints(t *testing.T) {
 
 	// A site without peers: no limits at check-in, no swarm.
 	p.Sites[0].Peers = nil
-	code, body = post(t, h, plan.AgentCheckInPath, script(t, h, "serial=SER-A&site=lab"), plan.CheckIn{Site: "lab", Node: "a", Identity: plan.Identity{Serial: "SER-A"}})
+	code, body = post(t, h, plan.AgentCheckInPath, nodeToken(s, "lab", "a"), plan.CheckIn{Site: "lab", Node: "a", Identity: plan.Identity{Serial: "SER-A"}})
 	if code != 200 || strings.Contains(body, `"peers"`) {
 		t.Errorf("check-in on a site without peers: %d %s", code, body)
 	}

@@ -1,4 +1,4 @@
-package http
+package agentapi
 
 import (
 	"bytes"
@@ -24,15 +24,6 @@ import (
 	"github.com/bootops/bootops/tpm/tpmtest"
 )
 
-func reply(t testing.TB, body string) plan.CheckInReply {
-	t.Helper()
-	var r plan.CheckInReply
-	if err := json.Unmarshal([]byte(body), &r); err != nil {
-		t.Fatalf("reply %s: %v", body, err)
-	}
-	return r
-}
-
 // TestTPMCheckIn: a node registered by its TPM gets its workflow and
 // user-data only after its TPM activated the server's credential; a
 // machine with its serial and another TPM, one that copies its EK, one
@@ -48,11 +39,11 @@ func TestTPMCheckIn(t *testing.T) {
 			Workflow: plan.Workflow{Node: "t", Profile: "base", Actions: []plan.Action{{Action: "wipe-disk", Name: "wipe"}}},
 			UserData: "#cloud-config\npassword: the-secret\n"}}
 	p.Sites[0].Nodes = append(p.Sites[0].Nodes, n)
-	s, mem, _ := newServer(t, p)
+	s, mem := newServer(t, p)
 	counts := map[string]int{}
-	s.AgentCount = func(r string) { counts[r]++ }
+	s.Count = func(r string) { counts[r]++ }
 	h := s.Handler()
-	tok := func() string { return script(t, h, "serial=SER-T&site=lab") }
+	tok := func() string { return nodeToken(s, "lab", "t") }
 	in := plan.CheckIn{Site: "lab", Node: "t", Identity: plan.Identity{Serial: "SER-T"}}
 	noSecrets := func(what, body string) {
 		t.Helper()
@@ -159,7 +150,7 @@ func TestTPMCheckIn(t *testing.T) {
 		t.Errorf("copied EK: %d %s", code, body)
 	}
 	noSecrets("copied EK", body)
-	if counts[AgentChallenged] != 4 || counts[AgentConflict] != 4 || counts[AgentOK] != 1 {
+	if counts[ResultChallenged] != 4 || counts[ResultConflict] != 4 || counts[ResultOK] != 1 {
 		t.Errorf("counts: %v", counts)
 	}
 	var conflicts int
@@ -261,8 +252,8 @@ func BenchmarkCheckIn(b *testing.B) {
 		}
 		p.Sites[0].Nodes = append(p.Sites[0].Nodes, n)
 	}
-	s, _, _ := newServer(b, p)
-	s.Challenges = &status.Budgets{Burst: 1 << 30} // one address asks for every challenge here
+	s, _ := newServer(b, p)
+	s.Limits.Challenges = &status.Budgets{Burst: 1 << 30} // one address asks for every challenge here
 	// The server alone, without the tests' contract check around it.
 	saved := checkRoutes
 	checkRoutes = nil
@@ -270,7 +261,7 @@ func BenchmarkCheckIn(b *testing.B) {
 	checkRoutes = saved
 	checkIn := func(b *testing.B, name string, withTPM bool) {
 		serial := "S-" + strings.ToUpper(name)
-		tok := script(b, h, "serial="+serial+"&site=lab")
+		tok := nodeToken(s, "lab", name)
 		in := plan.CheckIn{Site: "lab", Node: name, Identity: plan.Identity{Serial: serial}}
 		if withTPM {
 			in.TPM = &id
@@ -315,7 +306,7 @@ func TestTPMChallengesBudgeted(t *testing.T) {
 		Artifacts: plan.Artifacts{IPXE: "#!ipxe\nkernel k bootops.node=t bootops.token=" + plan.TokenPlaceholder + "\n",
 			Workflow: plan.Workflow{Node: "t", Profile: "base", Actions: []plan.Action{{Action: "wipe-disk", Name: "wipe"}}}}}
 	p.Sites[0].Nodes = append(p.Sites[0].Nodes, n)
-	s, _, _ := newServer(t, p)
+	s, _ := newServer(t, p)
 	h := s.Handler()
 	from := func(ip, token string, c plan.CheckIn) (int, string) {
 		b, _ := json.Marshal(c)
@@ -327,7 +318,7 @@ func TestTPMChallengesBudgeted(t *testing.T) {
 		return rec.Code, rec.Body.String()
 	}
 	in := plan.CheckIn{Site: "lab", Node: "t", Identity: plan.Identity{Serial: "SER-T"}, TPM: &id1}
-	tok := func() string { return script(t, h, "serial=SER-T&site=lab") }
+	tok := func() string { return nodeToken(s, "lab", "t") }
 
 	// One token, asked with 100 times: one challenge waits, and the
 	// address is past its budget after the first few.
@@ -452,10 +443,10 @@ func tpmInstalled(t testing.TB, m *tpm.Machine, id tpm.Identity, ek string) (s *
 			UserData: "#cloud-config\n", MetaData: "instance-id: t-0\n"}}
 	n.Install = plan.InstallOf(n)
 	p.Sites[0].Nodes = append(p.Sites[0].Nodes, n)
-	s, mem, _ = newServer(t, p)
+	s, mem = newServer(t, p)
 	h = s.Handler()
 
-	token := script(t, h, "serial=SER-T&site=lab")
+	token := nodeToken(s, "lab", "t")
 	in := plan.CheckIn{Site: "lab", Node: "t", Identity: plan.Identity{Serial: "SER-T"}, TPM: &id}
 	_, body := post(t, h, plan.AgentCheckInPath, token, in)
 	ch := reply(t, body).Challenge

@@ -1,4 +1,4 @@
-package http
+package agentapi
 
 import (
 	"crypto/x509"
@@ -29,9 +29,6 @@ const (
 	DefaultChallengeBurst = 8
 	DefaultChallengeEvery = 10 * time.Second
 )
-
-// AgentChallenged counts check-ins answered with a TPM challenge.
-const AgentChallenged = "challenged"
 
 // challenges are the TPM challenges handed out and not yet answered, by ID.
 // Each is for one machine (site/subject), asked by one asker (the boot
@@ -131,55 +128,58 @@ func mustProveTPM(site *plan.Site, n *plan.Node) string {
 // Micro-OS in PCR 4. A node that must prove a TPM and sends none is
 // refused. On success the event carries the proof (ev.EK, ev.TPM) and
 // attest returns the proved attestation key's public area (nil when the
-// machine sent no TPM) and false; otherwise it has answered and returns
-// true.
+// machine sent no TPM); otherwise the challenge to answer with, or the
+// refusal.
 //
 // asker names who asks: the boot token's ID (none over TLS by identity)
 // and the address; the proof must come from the same.
-func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, site *plan.Site, n *plan.Node, key, asker string, ev *status.Event) (ak []byte, answered bool) {
-	must := mustProveTPM(site, n)
+func (s *Server) attest(p *plan.Plan, c plan.CheckIn, who claimant, asker string, ev *status.Event) ([]byte, *plan.TPMChallenge, *refusal) {
 	if c.TPM == nil {
-		if must == "" {
-			return nil, false
+		if must := mustProveTPM(who.site, who.node); must != "" {
+			ev.TPM = "tpm: none sent"
+			return nil, nil, refuseTPM(fmt.Sprintf("node %s must prove its TPM (%s), and this machine sent no TPM identity", who.node.Name, must))
 		}
-		ev.TPM = "tpm: none sent"
-		s.refuseTPM(w, *ev, fmt.Sprintf("node %s must prove its TPM (%s), and this machine sent no TPM identity", n.Name, must))
-		return nil, true
+		return nil, nil, nil
 	}
-	now := s.now()
 	if c.Proof == nil {
-		quote := n != nil && n.Attestation != nil && n.Attestation.Require
-		ch, exp, err := tpm.NewChallenge(*c.TPM, nil)
-		if err != nil {
-			s.agentFail(w, http.StatusBadRequest, AgentBadRequest, "check-in: "+err.Error())
-			return nil, true
-		}
-		if !s.challengeBudget().AllowSource(ev.IP) {
-			w.Header().Set("Retry-After", "10")
-			s.agentFail(w, http.StatusTooManyRequests, AgentThrottled, fmt.Sprintf("check-in: %s asked for too many TPM challenges (%d at once, then one per %s)", ev.IP, DefaultChallengeBurst, DefaultChallengeEvery))
-			return nil, true
-		}
-		id := boot.NewID()
-		if !s.challenges.put(id, pending{key: key, asker: asker, exp: exp, quote: quote, expires: now.Add(ChallengeTTL)}, now) {
-			w.Header().Set("Retry-After", "10")
-			s.agentFail(w, http.StatusTooManyRequests, AgentThrottled, "check-in: too many TPM challenges waiting for a proof")
-			return nil, true
-		}
-		s.count(AgentChallenged)
-		writeJSON(w, plan.CheckInReply{Challenge: &plan.TPMChallenge{ID: id, Challenge: ch, Quote: quote}})
-		return nil, true
+		ch, ref := s.challenge(c, who, asker, ev.IP)
+		return nil, ch, ref
 	}
-	pend, ok := s.challenges.take(c.Proof.Challenge, key, asker, now)
+	ak, ref := s.prove(p, c, who, asker, ev)
+	return ak, nil, ref
+}
+
+// challenge hands the machine a challenge for its TPM, within its
+// address's budget and the table's bound.
+func (s *Server) challenge(c plan.CheckIn, who claimant, asker, ip string) (*plan.TPMChallenge, *refusal) {
+	quote := who.node != nil && who.node.Attestation != nil && who.node.Attestation.Require
+	ch, exp, err := tpm.NewChallenge(*c.TPM, nil)
+	if err != nil {
+		return nil, badRequest(http.StatusBadRequest, "check-in: "+err.Error())
+	}
+	if !s.challengeBudget().AllowSource(ip) {
+		return nil, throttled("10", fmt.Sprintf("check-in: %s asked for too many TPM challenges (%d at once, then one per %s)", ip, DefaultChallengeBurst, DefaultChallengeEvery))
+	}
+	id, now := boot.NewID(), s.now()
+	if !s.challenges.put(id, pending{key: who.key, asker: asker, exp: exp, quote: quote, expires: now.Add(ChallengeTTL)}, now) {
+		return nil, throttled("10", "check-in: too many TPM challenges waiting for a proof")
+	}
+	return &plan.TPMChallenge{ID: id, Challenge: ch, Quote: quote}, nil
+}
+
+// prove checks the machine's proof against the challenge it answers, and
+// the TPM it proves against the node's.
+func (s *Server) prove(p *plan.Plan, c plan.CheckIn, who claimant, asker string, ev *status.Event) ([]byte, *refusal) {
+	pend, ok := s.challenges.take(c.Proof.Challenge, who.key, asker, s.now())
 	if !ok {
-		s.agentFail(w, http.StatusGone, AgentBadRequest, "check-in: the TPM challenge is unknown, spent or expired: check in again for a new one")
-		return nil, true
+		return nil, badRequest(http.StatusGone, "check-in: the TPM challenge is unknown, spent or expired: check in again for a new one")
 	}
+	n := who.node
 	var policy tpm.Policy
 	if pend.quote {
 		digest := microOSDigest(p, n)
 		if digest == "" {
-			s.refuseTPM(w, *ev, fmt.Sprintf("node %s's attestation is required, but the plan has no digest of its Micro-OS", n.Name))
-			return nil, true
+			return nil, refuseTPM(fmt.Sprintf("node %s's attestation is required, but the plan has no digest of its Micro-OS", n.Name))
 		}
 		policy = tpm.Policy{MeasuredBoot: true, SecureBoot: true, MicroOSDigests: []string{digest}}
 	}
@@ -190,35 +190,31 @@ func (s *Server) attest(w http.ResponseWriter, c plan.CheckIn, p *plan.Plan, sit
 		if n != nil {
 			what = "node " + n.Name
 		}
-		s.refuseTPM(w, *ev, fmt.Sprintf("%s checking in from %s failed its TPM proof: %v", what, ev.IP, err))
-		return nil, true
+		return nil, refuseTPM(fmt.Sprintf("%s checking in from %s failed its TPM proof: %v", what, ev.IP, err))
 	}
 	if n != nil {
-		if why := tpmMatches(site, n, c.TPM.EKCert, res.EK); why != "" {
+		if why := tpmMatches(who.site, n, c.TPM.EKCert, res.EK); why != "" {
 			ev.EK, ev.TPM = res.EK, "tpm: refused: "+why
-			s.refuseTPM(w, *ev, why)
-			return nil, true
+			return nil, refuseTPM(why)
 		}
 	}
 	ev.EK, ev.TPM = res.EK, res.String()
-	return pend.exp.AK, false
+	return pend.exp.AK, nil
 }
 
 func (s *Server) challengeBudget() *status.Budgets {
 	s.challengesOnce.Do(func() {
-		if s.Challenges == nil {
-			s.Challenges = &status.Budgets{Burst: DefaultChallengeBurst, Every: DefaultChallengeEvery, Now: s.Now}
+		if s.Limits.Challenges == nil {
+			s.Limits.Challenges = &status.Budgets{Burst: DefaultChallengeBurst, Every: DefaultChallengeEvery, Now: s.Now}
 		}
 	})
-	return s.Challenges
+	return s.Limits.Challenges
 }
 
-// refuseTPM answers 409 identity-conflict, on the timeline and in the log;
+// refuseTPM is a 409 identity-conflict, on the timeline and in the log;
 // nothing of the node crosses.
-func (s *Server) refuseTPM(w http.ResponseWriter, ev status.Event, why string) {
-	ev.State = status.StateMismatch
-	s.conflict(ev, why)
-	s.agentFail(w, http.StatusConflict, AgentConflict, "check-in refused: identity-conflict: "+why)
+func refuseTPM(why string) *refusal {
+	return conflict(http.StatusConflict, why, "check-in refused: identity-conflict: "+why)
 }
 
 // tpmMatches says why the TPM a machine proved (ek) is not node n's, ""

@@ -1,6 +1,6 @@
 //go:build swtpm
 
-package http
+package agentapi
 
 import (
 	"net/http/httptest"
@@ -23,7 +23,7 @@ import (
 // (a copied disk, a stolen credential) are refused. It needs the swtpm
 // tag and Debian's swtpm and tpm2-tools:
 //
-//	go test -tags swtpm -run Swtpm ./boot/http
+//	go test -tags swtpm -run Swtpm ./boot/agentapi
 func TestSwtpmReportScript(t *testing.T) {
 	for _, tool := range []string{"swtpm", "tpm2_load", "tpm2_quote", "python3"} {
 		if _, err := exec.LookPath(tool); err != nil {

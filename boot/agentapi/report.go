@@ -1,4 +1,4 @@
-package http
+package agentapi
 
 import (
 	"encoding/base64"
@@ -23,11 +23,6 @@ import (
 // and how cloud-init went: it never says what the disk holds (only the
 // install path does, see status.Machine.Proves). Each accepted report is
 // answered with the credential renewed, which the script keeps.
-
-// AgentReportRefused counts refused reports (a wrong, another node's, an
-// old generation's or another install's credential, or none; a claim of
-// an install bootops did not record).
-const AgentReportRefused = "report_refused"
 
 // ReportTTL bounds how long after its install, or its last report, a
 // machine may report (a machine may sit powered off in a warehouse for
@@ -154,82 +149,119 @@ func (s *Server) reportCredential(site, node string, generation int, install str
 // node's, of the node's current generation and of the install bootops
 // recorded; its instance-id the one the node's meta-data gave
 // (node-generation); at a site with TLS it must come over TLS; and the
-// node's report budget must not be spent.
+// node's report budget must not be spent. It is answered with the
+// credential renewed (ResultReportRefused counts the refused).
 func (s *Server) osReport(w http.ResponseWriter, r *http.Request) {
-	if err := boot.Peek(bearer(r), s.now(), boot.KindReport); err != nil {
-		s.logger().Warn("report refused", "ip", clientIP(r), "why", credentialError(err))
-		s.agentFail(w, http.StatusUnauthorized, AgentReportRefused, "report refused: wrong or missing credential (from "+clientIP(r)+"): "+credentialError(err))
+	ev := status.Event{Kind: status.KindReport, IP: clientIP(r)}
+	rep, body, ref := s.readReport(w, r)
+	var g boot.Grant
+	if ref == nil {
+		ev, g, ref = s.checkReport(r, rep, body)
+	}
+	if ref != nil {
+		// What the report said stays off the timeline: only that it was refused.
+		s.refuse(w, status.Event{Kind: status.KindReport, Site: ev.Site, Node: ev.Node, IP: ev.IP}, ref)
 		return
 	}
+	if ev.Quoted {
+		ev.Message += ", quoted by its TPM"
+	}
+	cloudInit(&ev, rep.CloudInit)
+	if err := s.Store.RecordSync(ev); err != nil {
+		s.refuse(w, ev, unavailable("status store: "+err.Error()))
+		return
+	}
+	s.count(ResultOK)
+	writeJSON(w, map[string]string{"state": status.StateRunning, "credential": s.reportCredential(ev.Site, ev.Node, g.Generation, g.ID)})
+}
+
+// readReport reads a report: its credential's shape first (before the
+// body is read), then its body, bounded and decoded.
+func (s *Server) readReport(w http.ResponseWriter, r *http.Request) (plan.OSReport, []byte, *refusal) {
 	var rep plan.OSReport
+	if err := boot.Peek(bearer(r), s.now(), boot.KindReport); err != nil {
+		why := credentialError(err)
+		ref := reportRefused(http.StatusUnauthorized, "wrong or missing credential (from "+clientIP(r)+"): "+why, false)
+		ref.why = why
+		return rep, nil, ref
+	}
 	body, code, err := readBody(w, r, maxReportBody)
 	if err == nil {
 		code, err = http.StatusBadRequest, json.Unmarshal(body, &rep)
 	}
 	if err != nil {
-		s.agentFail(w, code, AgentBadRequest, "report: "+err.Error())
-		return
+		return rep, nil, badRequest(code, "report: "+err.Error())
 	}
+	return rep, body, nil
+}
+
+// checkReport checks a report against the node it names and what bootops
+// recorded of it; it returns the node's running event (its install as
+// recorded) and the credential's grant.
+func (s *Server) checkReport(r *http.Request, rep plan.OSReport, body []byte) (status.Event, boot.Grant, *refusal) {
+	ev := status.Event{Kind: status.KindReport, IP: clientIP(r)}
 	p := s.Plans.Current()
 	if p == nil {
-		http.Error(w, "no plan loaded yet", http.StatusServiceUnavailable)
-		return
+		return ev, boot.Grant{}, unavailable("no plan loaded yet")
 	}
 	n := p.Node(rep.Site, rep.Node)
 	if n == nil {
-		s.refuseReport(w, r, nil, http.StatusUnauthorized, fmt.Sprintf("no node %q on site %q", rep.Node, rep.Site))
-		return
+		return ev, boot.Grant{}, reportRefused(http.StatusUnauthorized, fmt.Sprintf("no node %q on site %q", rep.Node, rep.Site), false)
 	}
 	g, err := s.Secret.Verify(bearer(r), boot.KindReport, n.Site, n.Name, s.now())
 	if err != nil {
 		// Not the node's: nothing on its timeline (anyone can name it).
-		s.refuseReport(w, r, nil, http.StatusUnauthorized, "wrong or missing credential (from "+clientIP(r)+"): "+credentialError(err))
-		return
+		return ev, g, reportRefused(http.StatusUnauthorized, "wrong or missing credential (from "+ev.IP+"): "+credentialError(err), false)
 	}
-	// From here the sender holds the node's credential: what it sends
-	// is spent from the node's budget, refused or not.
+	// From here the sender holds the node's credential: what it sends is
+	// spent from the node's budget, refused or not, and on its timeline.
+	ev.Site, ev.Node = n.Site, n.Name
 	if !s.reportBudget().Allow(n.Site+"/"+n.Name, 1) {
-		w.Header().Set("Retry-After", "300")
-		s.agentFail(w, http.StatusTooManyRequests, AgentThrottled, fmt.Sprintf("report: node %s is over its report budget (%d at once, then one per %s); not recorded", n.Name, DefaultReportBurst, DefaultReportEvery))
-		return
+		return ev, g, throttled("300", fmt.Sprintf("report: node %s is over its report budget (%d at once, then one per %s); not recorded", n.Name, DefaultReportBurst, DefaultReportEvery))
 	}
 	if site := p.Site(n.Site); site != nil && site.TLS() && r.TLS == nil {
-		s.refuseReport(w, r, n, http.StatusForbidden, "sent over plain HTTP: site "+n.Site+" has TLS, and its report credential crosses the LAN only inside it")
-		return
+		return ev, g, reportRefused(http.StatusForbidden, "sent over plain HTTP: site "+n.Site+" has TLS, and its report credential crosses the LAN only inside it", true)
 	}
-	m, _ := s.machine(n.Site + "/" + n.Name)
-	ev := status.Event{Kind: status.KindReport, Site: n.Site, Node: n.Name, IP: clientIP(r), State: status.StateRunning,
-		Hostname: clean(rep.Hostname, 253), Kernel: clean(rep.Kernel, 128), Generation: g.Generation, InstallID: g.ID}
+	ref := s.proveInstall(&ev, n, g, rep, r, body)
+	return ev, g, ref
+}
+
+// proveInstall checks that a report, with the node's credential, speaks
+// of the install bootops recorded, of the node's generation, and, for an
+// install whose check-in proved a TPM, carries a quote by that TPM's key.
+// It fills the running event in (its message says what runs).
+func (s *Server) proveInstall(ev *status.Event, n *plan.Node, g boot.Grant, rep plan.OSReport, r *http.Request, body []byte) *refusal {
+	m, _ := s.Store.Machine(n.Site + "/" + n.Name)
+	ev.State, ev.Generation, ev.InstallID = status.StateRunning, g.Generation, g.ID
+	ev.Hostname, ev.Kernel = boot.Clean(rep.Hostname, 253), boot.Clean(rep.Kernel, 128)
 	if isDigest(rep.Install) {
 		ev.Install = &plan.Install{Digest: rep.Install}
 	}
 	switch {
 	case g.Generation != n.Reprovision:
-		s.refuseReport(w, r, n, http.StatusConflict, fmt.Sprintf("the credential is of generation %d; node %s is at %d: a machine installed before the reprovision", g.Generation, n.Name, n.Reprovision))
-		return
+		return reportRefused(http.StatusConflict, fmt.Sprintf("the credential is of generation %d; node %s is at %d: a machine installed before the reprovision", g.Generation, n.Name, n.Reprovision), true)
 	case rep.InstanceID != fmt.Sprintf("%s-%d", n.Name, n.Reprovision):
-		s.refuseReport(w, r, n, http.StatusConflict, fmt.Sprintf("instance-id %q, want %s-%d: this is not the seed bootops wrote", clean(rep.InstanceID, 64), n.Name, n.Reprovision))
-		return
+		return reportRefused(http.StatusConflict, fmt.Sprintf("instance-id %q, want %s-%d: this is not the seed bootops wrote", boot.Clean(rep.InstanceID, 64), n.Name, n.Reprovision), true)
 	}
 	// An install whose check-in proved a TPM: the report's quote by that
 	// TPM's key is checked once the report names the install.
 	ev.Quoted = m.ReportKey != ""
-	if why := m.Proves(ev); why != "" {
-		s.refuseReport(w, r, n, http.StatusConflict, why+": a report says only that the install bootops recorded booted; it changes nothing else")
-		return
+	if why := m.Proves(*ev); why != "" {
+		return reportRefused(http.StatusConflict, why+": a report says only that the install bootops recorded booted; it changes nothing else", true)
 	}
 	if ev.Quoted {
 		if why := quoted(r, m.ReportKey, body); why != "" {
-			s.refuseReport(w, r, n, http.StatusUnauthorized, why+": a credential without the TPM that installed the node proves nothing")
-			return
+			return reportRefused(http.StatusUnauthorized, why+": a credential without the TPM that installed the node proves nothing", true)
 		}
 	}
 	ev.Message = fmt.Sprintf("running: hostname %s, kernel %s, addresses %s (instance-id %s), install %s", ev.Hostname, ev.Kernel,
 		strings.Join(cleanAll(rep.Addresses), " "), rep.InstanceID, plan.Short(m.Installed.Digest))
-	if ev.Quoted {
-		ev.Message += ", quoted by its TPM"
-	}
-	ci := status.Printable(strings.TrimSpace(rep.CloudInit))
+	return nil
+}
+
+// cloudInit puts cloud-init's result, as the report says it, on the event.
+func cloudInit(ev *status.Event, said string) {
+	ci := status.Printable(strings.TrimSpace(said))
 	if len(ci) > 1000 {
 		ci = ci[:1000] + "…"
 	}
@@ -241,12 +273,17 @@ func (s *Server) osReport(w http.ResponseWriter, r *http.Request) {
 		ev.CloudInit, ev.Error = ci, true
 		ev.Message += ", cloud-init " + ci
 	}
-	if err := s.record(ev); err != nil {
-		http.Error(w, "status store: "+err.Error(), http.StatusServiceUnavailable)
-		return
+}
+
+// reportRefused refuses a report, on the node's timeline when onTimeline
+// (the sender proved it holds the node's credential, within its budget),
+// and in the log.
+func reportRefused(code int, why string, onTimeline bool) *refusal {
+	f := &refusal{status: code, result: ResultReportRefused, reason: "report refused: " + why, warn: "report refused", why: why}
+	if onTimeline {
+		f.note = "report refused: " + why
 	}
-	s.count(AgentOK)
-	writeJSON(w, map[string]string{"state": status.StateRunning, "credential": s.reportCredential(n.Site, n.Name, g.Generation, g.ID)})
+	return f
 }
 
 // The headers of a report's TPM quote (base64): the TPMS_ATTEST and its
@@ -276,31 +313,13 @@ func quoted(r *http.Request, key string, body []byte) string {
 	return ""
 }
 
-// refuseReport refuses a report, on the node's timeline when the sender
-// proved it holds the node's credential (n set; within its budget).
-func (s *Server) refuseReport(w http.ResponseWriter, r *http.Request, n *plan.Node, code int, why string) {
-	s.logger().Warn("report refused", "ip", clientIP(r), "why", why)
-	if n != nil {
-		s.Events.Record(status.Event{Kind: status.KindReport, Site: n.Site, Node: n.Name, IP: clientIP(r), Error: true, Message: "report refused: " + why})
-	}
-	s.agentFail(w, code, AgentReportRefused, "report refused: "+why)
-}
-
-// machine is what the status store holds of one machine.
-func (s *Server) machine(key string) (status.Machine, bool) {
-	if s.Status == nil {
-		return status.Machine{}, false
-	}
-	return s.Status.Machine(key)
-}
-
 func (s *Server) reportBudget() *status.Budgets {
 	s.reportsOnce.Do(func() {
-		if s.Reports == nil {
-			s.Reports = &status.Budgets{Burst: DefaultReportBurst, Every: DefaultReportEvery, Now: s.Now}
+		if s.Limits.Reports == nil {
+			s.Limits.Reports = &status.Budgets{Burst: DefaultReportBurst, Every: DefaultReportEvery, Now: s.Now}
 		}
 	})
-	return s.Reports
+	return s.Limits.Reports
 }
 
 // isDigest: 64 lower-case hex digits.
@@ -319,7 +338,7 @@ func isDigest(s string) bool {
 func cleanAll(in []string) []string {
 	var out []string
 	for _, a := range in {
-		if c := clean(a, 64); c != "" && len(out) < 16 {
+		if c := boot.Clean(a, 64); c != "" && len(out) < 16 {
 			out = append(out, c)
 		}
 	}

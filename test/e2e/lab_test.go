@@ -23,7 +23,7 @@
 //   - ipv6_lab_test.go, swtpm_test.go and power_test.go add IPv6 (radvd,
 //     reference DHCPv6), software TPMs and IPMI BMCs to a lab.
 //
-// Every other file holds tests.
+// The other files hold the tests, each with the helpers only it uses.
 package e2e
 
 import (

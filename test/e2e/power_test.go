@@ -207,7 +207,7 @@ func TestPowerIPMI(t *testing.T) {
 
 	// Git raises reprovision: the daemon sets PXE once and powers it on,
 	// and it reinstalls, with no one touching it.
-	n := filepath.Join(repo, "sites/lab/nodes/n0.yaml") // writeRepo's name for the first node
+	n := filepath.Join(repo, "sites/lab/nodes/n0.yaml") // vm-ipmi, in power-ipmi.txtar
 	b, _ := os.ReadFile(n)
 	os.WriteFile(n, append(b, "reprovision: 1\n"...), 0o644)
 	raised := time.Now()

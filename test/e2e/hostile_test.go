@@ -63,7 +63,7 @@ func TestHostileLAN(t *testing.T) {
 	start := time.Now()
 	doneDisk, instDisk := disk(t, l, "done"), disk(t, l, "inst")
 	done := l.vm("done", "52:54:00:e2:50:01", append(withDisk(doneDisk), "-smbios", "type=1,serial=E2E-DONE")...)
-	waitExit(t, done, 8*time.Minute)
+	done.ended(t, 8*time.Minute)
 	waitState(t, l, "lab/vm-done", "provisioned", 30*time.Second)
 	t.Logf("timing: vm-done provisioned in %s", time.Since(start).Round(time.Second))
 	before := timeline(t, l, "lab/vm-done")
@@ -126,7 +126,7 @@ func TestHostileLAN(t *testing.T) {
 
 	// vm-inst finishes; vm-done boots from its disk; nothing of either
 	// was lost or touched by the flood.
-	waitExit(t, inst, 8*time.Minute)
+	inst.ended(t, 8*time.Minute)
 	waitState(t, l, "lab/vm-inst", "provisioned", time.Minute)
 	checkDisk(t, instDisk, rawSHA)
 	again := l.vm("done2", "52:54:00:e2:50:01", append(withDisk(doneDisk), "-smbios", "type=1,serial=E2E-DONE")...)

@@ -174,7 +174,8 @@ func waitVMs(d time.Duration, vms ...*vm) {
 }
 
 // ended waits (at most d) for the VM's QEMU to end: with -no-reboot, the
-// agent's reboot after provisioning ends it.
+// agent's reboot after provisioning ends it. After d it kills the VM and
+// fails the test.
 func (v *vm) ended(t *testing.T, d time.Duration) {
 	t.Helper()
 	done := make(chan error, 1)
@@ -184,18 +185,5 @@ func (v *vm) ended(t *testing.T, d time.Duration) {
 	case <-time.After(d):
 		v.cmd.Process.Kill()
 		t.Fatalf("%s did not provision and reboot in %s; console:\n%s", v.name, d, testutil.Tail(mustRead(v.console), 40))
-	}
-}
-
-// waitExit waits for a VM to end (-no-reboot: its agent's reboot ends it).
-func waitExit(t *testing.T, v *vm, d time.Duration) {
-	t.Helper()
-	ended := make(chan error, 1)
-	go func() { ended <- v.cmd.Wait() }()
-	select {
-	case <-ended:
-	case <-time.After(d):
-		v.cmd.Process.Kill()
-		t.Fatalf("%s did not finish within %s:\n%s", v.name, d, testutil.Tail(mustRead(v.console), 30))
 	}
 }

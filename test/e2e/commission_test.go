@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/internal/testutil"
+	"github.com/bootops/bootops/plan"
 )
 
 // Commissioning on two VMs shaped alike (1 GiB, two NICs, two disks): one
@@ -102,15 +104,7 @@ func TestCommissioning(t *testing.T) {
 	}
 
 	// The inventory is what QEMU was told.
-	var inv map[string]struct {
-		CPU    struct{ Threads int }
-		Memory struct{ Total int64 }
-		Disks  []struct {
-			Name string
-			Size int64
-		}
-		NICs []struct{ MAC string }
-	}
+	var inv map[string]plan.Inventory // what the status API has, by machine key
 	if err := json.Unmarshal([]byte(run(t, "ip", "netns", "exec", l.lan, bootops, "inventory", "-o", "json", "--server", "http://198.18.0.1:8080")), &inv); err != nil {
 		t.Fatal(err)
 	}
@@ -135,15 +129,7 @@ func TestCommissioning(t *testing.T) {
 	}
 
 	// The delivery record: both rows, with their values.
-	var recs []struct {
-		Node, Expectations, State, Image, Install string
-		QA                                        []struct {
-			Action string
-			Pass   bool
-			Result string
-		}
-		Provisioned time.Time
-	}
+	var recs []bhttp.DeliveryRecord // GET /api/v1/report?site=lab
 	if err := json.Unmarshal([]byte(run(t, "ip", "netns", "exec", l.lan, bootops, "report", "--site", "lab", "-o", "json", "--server", "http://198.18.0.1:8080")), &recs); err != nil {
 		t.Fatal(err)
 	}

@@ -75,13 +75,8 @@ func TestPeers(t *testing.T) {
 		disks[v.name] = disk(t, l, v.name)
 		vm := l.vm(v.name, v.mac, append(withDisk(disks[v.name]), "-smbios", "type=1,serial="+v.serial)...)
 		wg.Go(func() {
-			done := make(chan error, 1)
-			go func() { done <- vm.cmd.Wait() }()
-			select {
-			case <-done:
+			if vm.exit(8 * time.Minute) {
 				t.Logf("timing: VM start → provisioned and rebooted, image from peers: %s (%s)", time.Since(start).Round(time.Second), vm.name)
-			case <-time.After(8 * time.Minute):
-				vm.cmd.Process.Kill()
 			}
 		})
 	}

@@ -36,19 +36,12 @@ func TestProvisionThreeVMs(t *testing.T) {
 	for _, v := range vms {
 		disks[v.name] = disk(t, l, v.name)
 		vm := l.vm(v.name, v.mac, append(withDisk(disks[v.name]), "-smbios", "type=1,serial="+v.serial)...)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			// -no-reboot: the agent's reboot ends QEMU.
-			done := make(chan error, 1)
-			go func() { done <- vm.cmd.Wait() }()
-			select {
-			case <-done:
+			if vm.exit(8 * time.Minute) {
 				t.Logf("timing: ipxe chain (BIOS, plain HTTP, 3 VMs at once), VM start → provisioned and rebooted: %s (%s)", time.Since(start).Round(time.Second), vm.name)
-			case <-time.After(8 * time.Minute):
-				vm.cmd.Process.Kill()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	for _, v := range vms {

@@ -152,23 +152,28 @@ func (l *lab) secureVM(name, mac, code, vars string, extra ...string) *vm {
 	return l.boot(name, mac, ",romfile=", append(fw, extra...)...)
 }
 
-// waitVMs waits for the VMs' QEMU to end (-no-reboot: a reboot or a
-// power-off ends it), killing what is still running after d.
+// exit waits (at most d) for the VM's QEMU to end (-no-reboot: a reboot
+// or a power-off ends it) and reports whether it did; after d it kills the
+// VM.
+func (v *vm) exit(d time.Duration) bool {
+	done := make(chan error, 1)
+	go func() { done <- v.cmd.Wait() }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		v.cmd.Process.Kill()
+		<-done
+		return false
+	}
+}
+
+// waitVMs waits for the VMs' QEMU to end, killing what is still running
+// after d.
 func waitVMs(d time.Duration, vms ...*vm) {
 	var wg sync.WaitGroup
 	for _, v := range vms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			done := make(chan error, 1)
-			go func() { done <- v.cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(d):
-				v.cmd.Process.Kill()
-				<-done
-			}
-		}()
+		wg.Go(func() { v.exit(d) })
 	}
 	wg.Wait()
 }
@@ -178,12 +183,7 @@ func waitVMs(d time.Duration, vms ...*vm) {
 // fails the test.
 func (v *vm) ended(t *testing.T, d time.Duration) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- v.cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(d):
-		v.cmd.Process.Kill()
+	if !v.exit(d) {
 		t.Fatalf("%s did not provision and reboot in %s; console:\n%s", v.name, d, testutil.Tail(mustRead(v.console), 40))
 	}
 }

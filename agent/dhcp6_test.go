@@ -16,6 +16,7 @@ import (
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/dhcp6"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -33,7 +34,7 @@ func TestLeaseV6(t *testing.T) {
 		{plan.DHCPProxy, "", "solicit"}, // no Advertise for a client that is no boot client
 	} {
 		cfg.Mode = c.mode
-		srvAddr := freeUDP6(t)
+		srvAddr := testutil.FreeUDP(t, "udp6")
 		stop := serve6(t, cfg, srvAddr)
 		cl := client6At(t, srvAddr, 300*time.Millisecond, 2)
 		var a netip.Addr
@@ -74,7 +75,7 @@ func serve6(t *testing.T, cfg dhcp6.Config, addr netip.AddrPort) (stop func()) {
 	site.Nodes = []*plan.Node{{Name: "n1", Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:01"}}}}
 	plans := &boot.Live{}
 	plans.Swap(&plan.Plan{Sites: []*plan.Site{site}})
-	s := &dhcp6.Server{Plans: plans, Site: "lab", Config: cfg, Addr: addr, BootServiceAddr: freeUDP6(t)}
+	s := &dhcp6.Server{Plans: plans, Site: "lab", Config: cfg, Addr: addr, BootServiceAddr: testutil.FreeUDP(t, "udp6")}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx) }()
@@ -101,16 +102,6 @@ func client6At(t *testing.T, srv netip.AddrPort, timeout time.Duration, retry in
 		t.Fatal(err)
 	}
 	return cl
-}
-
-func freeUDP6(t *testing.T) netip.AddrPort {
-	t.Helper()
-	c, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).AddrPort()
 }
 
 // What an Advertise or Reply without a usable address says.
@@ -165,7 +156,7 @@ func TestKeepV6(t *testing.T) {
 		cfg.LeaseTime = 6 * time.Second
 		return cfg
 	}
-	srvAddr := freeUDP6(t)
+	srvAddr := testutil.FreeUDP(t, "udp6")
 	stop := serve6(t, config(1, r1), srvAddr)
 	cl := client6At(t, srvAddr, 500*time.Millisecond, 1)
 	defer cl.Close()

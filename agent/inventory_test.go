@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -84,7 +85,7 @@ func TestInventoryPartial(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()
 			for p, body := range tc.files {
-				write(t, root, p, body)
+				testutil.WriteFile(t, root, p, body)
 			}
 			inv, err := Inventory(root)
 			if (err != nil) != tc.wantErr {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/swarm"
 )
@@ -207,11 +208,9 @@ func TestImageServedAfterTheStep(t *testing.T) {
 		firstDone <- a.Run(t.Context(), wf(action(newDisk(t, len(data))), plan.Action{Action: "exec", Command: []string{"true"}, Timeout: "1m"}))
 	}()
 	// The first machine holds the image once it is in its exec step.
-	for deadline := time.Now().Add(30 * time.Second); l.sched.Stats().ServerBytes < int64(len(data)); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first machine did not fetch the image")
-		}
-	}
+	testutil.WaitEvery(t, "the first machine to fetch the image", 30*time.Second, 20*time.Millisecond, func() bool {
+		return l.sched.Stats().ServerBytes >= int64(len(data))
+	})
 	time.Sleep(100 * time.Millisecond)
 	b, rec := newRunner(t)
 	b.Swarm, b.Peers = l.client("b", url, "gz"), &plan.Peers{PerMachine: 2, Linger: "0s"}

@@ -21,27 +21,19 @@ import (
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/compiler"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
-
-func write(t *testing.T, dir, name, body string) {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	os.MkdirAll(filepath.Dir(p), 0o755)
-	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // machineSysfs is a machine with one NIC and one disk.
 func machineSysfs(t *testing.T, serial, mac string) string {
 	d := t.TempDir()
-	write(t, d, "class/dmi/id/product_serial", serial+"\n")
-	write(t, d, "class/dmi/id/product_uuid", "01020304-0506-0708-090a-0b0c0d0e0f10\n")
-	write(t, d, "class/net/eth0/address", mac+"\n")
+	testutil.WriteFile(t, d, "class/dmi/id/product_serial", serial+"\n")
+	testutil.WriteFile(t, d, "class/dmi/id/product_uuid", "01020304-0506-0708-090a-0b0c0d0e0f10\n")
+	testutil.WriteFile(t, d, "class/net/eth0/address", mac+"\n")
 	os.MkdirAll(filepath.Join(d, "class/net/eth0/device"), 0o755)
-	write(t, d, "block/vda/size", "524288\n")
-	write(t, d, "block/vda/removable", "0\n")
+	testutil.WriteFile(t, d, "block/vda/size", "524288\n")
+	testutil.WriteFile(t, d, "block/vda/removable", "0\n")
 	return d
 }
 
@@ -148,10 +140,10 @@ func agentServerOn(t *testing.T, ctx context.Context, listen, identity string) (
 		network = "serverAddress: 127.0.0.1, ipv6: {serverAddress: \"2001:db8::1\", prefix: \"2001:db8::/64\", dhcp: off}"
 	}
 	repo := t.TempDir()
-	write(t, repo, "microos.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {url: \"http://198.18.0.1/k\", sha256: "+strings.Repeat("1a", 32)+"}\ninitrd: {url: \"http://198.18.0.1/i\", sha256: "+strings.Repeat("1a", 32)+"}\n")
-	write(t, repo, "profile.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: base\nos: {type: immutable}\nimage: {url: \""+images.URL+"/img.raw.gz\", sha256: "+hex.EncodeToString(sum[:])+", compression: gz}\ncloudInit: {hostname: n1}\n")
-	write(t, repo, "sites/lab/site.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {"+network+", httpPort: "+port+", dhcp: off}\ndefaultProfile: base\n")
-	write(t, repo, "sites/lab/nodes/n1.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n1\nidentity: "+identity+"\nreprovision: 3\n")
+	testutil.WriteFile(t, repo, "microos.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {url: \"http://198.18.0.1/k\", sha256: "+strings.Repeat("1a", 32)+"}\ninitrd: {url: \"http://198.18.0.1/i\", sha256: "+strings.Repeat("1a", 32)+"}\n")
+	testutil.WriteFile(t, repo, "profile.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: base\nos: {type: immutable}\nimage: {url: \""+images.URL+"/img.raw.gz\", sha256: "+hex.EncodeToString(sum[:])+", compression: gz}\ncloudInit: {hostname: n1}\n")
+	testutil.WriteFile(t, repo, "sites/lab/site.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {"+network+", httpPort: "+port+", dhcp: off}\ndefaultProfile: base\n")
+	testutil.WriteFile(t, repo, "sites/lab/nodes/n1.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n1\nidentity: "+identity+"\nreprovision: 3\n")
 	c, err := compiler.New()
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bootops/bootops/api/contract"
 	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // checker validates every request and response the daemon's HTTP server
@@ -66,11 +67,13 @@ func startDaemon(t testing.TB) string {
 			t.Errorf("Run: %v", err)
 		}
 	})
+	// Each ask reads the whole log, which grows as the daemon starts: a
+	// wide margin.
 	var addr string
-	for i := 0; i < 500 && (addr == "" || log.field("serving", "site") == ""); i++ {
-		time.Sleep(10 * time.Millisecond)
+	testutil.Poll(10*time.Second, 10*time.Millisecond, func() bool {
 		addr = log.field("started", "http")
-	}
+		return addr != "" && log.field("serving", "site") != ""
+	})
 	if addr == "" {
 		t.Fatalf("not started:\n%s", log.String())
 	}

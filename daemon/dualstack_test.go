@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/pin/tftp/v3"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // A dual-stack daemon: --http-addr and --tftp-addr name one address of
@@ -36,10 +38,10 @@ func TestRunListensOnBothFamilies(t *testing.T) {
 		}
 	}()
 	var httpAddrs, tftpAddrs string
-	for i := 0; i < 500 && (httpAddrs == "" || tftpAddrs == ""); i++ {
-		time.Sleep(10 * time.Millisecond)
+	testutil.Poll(10*time.Second, 10*time.Millisecond, func() bool {
 		httpAddrs, tftpAddrs = log.field("http", "addrs"), log.field("serving", "tftp")
-	}
+		return httpAddrs != "" && tftpAddrs != ""
+	})
 	hs, ts := strings.Split(httpAddrs, ","), strings.Split(tftpAddrs, ",")
 	if len(hs) != 2 || len(ts) != 2 || !strings.HasPrefix(hs[1], "[::1]:") || !strings.HasPrefix(ts[1], "[::1]:") {
 		t.Fatalf("http %q, tftp %q:\n%s", httpAddrs, tftpAddrs, log.String())

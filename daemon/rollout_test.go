@@ -18,11 +18,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/agentapi"
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/power"
 )
@@ -198,7 +199,7 @@ func TestRolloutController(t *testing.T) {
 	f := newFleet(t)
 	d := &daemon{events: f.store, overlays: &overlaySwap{live: f.live}, rollouts: f.r}
 	f.round()
-	if got := testutil.ToFloat64(f.r.outOfDate.WithLabelValues("lab", "base")); got != 3 {
+	if got := promtest.ToFloat64(f.r.outOfDate.WithLabelValues("lab", "base")); got != 3 {
 		t.Errorf("bootops_nodes_out_of_date: %v", got)
 	}
 	if tl := f.timeline("n2"); !strings.Contains(tl, "sync: out of date: image v1→v2") {
@@ -435,10 +436,7 @@ func TestRolloutWavesSideBySide(t *testing.T) {
 	slow.block = make(chan struct{})
 	done := make(chan struct{})
 	go func() { f.round(); close(done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(other.said(), "power cycle") && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Poll(30*time.Second, 10*time.Millisecond, func() bool { return strings.Contains(other.said(), "power cycle") })
 	close(slow.block)
 	<-done
 	if !strings.Contains(other.said(), "power cycle") {

@@ -10,28 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // lockedBuffer is a log the daemon writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer struct{ testutil.SyncBuffer }
 
 // field is the value of key in the first JSON log line of msg.
 func (l *lockedBuffer) field(msg, key string) string {
@@ -75,11 +61,13 @@ func TestRunServesFolder(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg) }()
+	// Each ask reads the whole log, which grows as the daemon starts: a
+	// wide margin.
 	var addr string
-	for i := 0; i < 500 && (addr == "" || log.field("serving", "site") == ""); i++ {
-		time.Sleep(10 * time.Millisecond)
+	testutil.Poll(10*time.Second, 10*time.Millisecond, func() bool {
 		addr = log.field("started", "http")
-	}
+		return addr != "" && log.field("serving", "site") != ""
+	})
 	if addr == "" {
 		cancel()
 		t.Fatalf("not started: %v\n%s", <-done, log.String())

@@ -15,13 +15,14 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/trust"
 )
 
 // A cluster server without route TLS does not start.
 func TestHubClusterNeedsTLS(t *testing.T) {
 	sites, _ := siteKeys(t, "s1")
-	_, err := Start(context.Background(), Config{Name: "hub-x", Listen: freePort(t), ClusterListen: freePort(t), StoreDir: t.TempDir(), Sites: sites})
+	_, err := Start(context.Background(), Config{Name: "hub-x", Listen: testutil.FreePort(t), ClusterListen: testutil.FreePort(t), StoreDir: t.TempDir(), Sites: sites})
 	if err == nil || !strings.Contains(err.Error(), "bootops ca route") {
 		t.Errorf("a cluster server without route TLS: %v", err)
 	}
@@ -33,7 +34,7 @@ func TestHubClusterNeedsTLS(t *testing.T) {
 // with a certificate of the hub's CA that is no route's (an operator's)
 // forms no route; one with a route certificate does. TestHubFleet runs it
 // on its cluster.
-func rogueRoutes(t *testing.T, node *Node, hubLog *syncBuffer) {
+func rogueRoutes(t *testing.T, node *Node, hubLog *testutil.SyncBuffer) {
 	t.Helper()
 	began := time.Now()
 	clusterAddr := node.cfg.ClusterListen
@@ -72,13 +73,10 @@ func rogueRoutes(t *testing.T, node *Node, hubLog *syncBuffer) {
 		{"the hub CA's operator certificate", opTLS, false, "no hub server's route certificate"},
 		{"the hub CA's route certificate", goodTLS, true, ""},
 	} {
-		var log syncBuffer
+		var log testutil.SyncBuffer
 		before := len(hubLog.String())
 		rogue := rogueServer(t, clusterAddr, c.tls, &log)
-		joined := false
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !joined; time.Sleep(100 * time.Millisecond) {
-			joined = rogue.NumRoutes() > 0
-		}
+		joined := testutil.Poll(5*time.Second, 100*time.Millisecond, func() bool { return rogue.NumRoutes() > 0 })
 		if joined != c.joins {
 			t.Errorf("%s: joined %v, want %v", c.name, joined, c.joins)
 		}
@@ -96,7 +94,7 @@ func rogueRoutes(t *testing.T, node *Node, hubLog *syncBuffer) {
 
 // rogueServer is a NATS server that dials the hub's cluster port with
 // tlsCfg (nil: none) as a route.
-func rogueServer(t *testing.T, clusterAddr string, tlsCfg *tls.Config, log *syncBuffer) *server.Server {
+func rogueServer(t *testing.T, clusterAddr string, tlsCfg *tls.Config, log *testutil.SyncBuffer) *server.Server {
 	t.Helper()
 	u, _ := url.Parse("nats://" + clusterAddr)
 	opts := &server.Options{ServerName: "rogue", Host: "127.0.0.1", Port: -1, NoSigs: true,
@@ -126,7 +124,7 @@ func TestHubDamagedSequences(t *testing.T) {
 		}
 		done := make(chan res, 1)
 		go func() {
-			n, err := Start(context.Background(), Config{Name: "hub-1", Listen: freePort(t), StoreDir: store, Sites: sites})
+			n, err := Start(context.Background(), Config{Name: "hub-1", Listen: testutil.FreePort(t), StoreDir: store, Sites: sites})
 			done <- res{n, err}
 		}()
 		select {
@@ -170,7 +168,7 @@ func TestHubRebuiltServerShowsEverySite(t *testing.T) {
 	defer cancel()
 	pubs, kps := siteKeys(t, "north", "south")
 	store := t.TempDir()
-	cfg := Config{Name: "hub-1", Listen: freePort(t), StoreDir: store, Sites: pubs, Limits: Limits{SiteMsgs: 50}}
+	cfg := Config{Name: "hub-1", Listen: testutil.FreePort(t), StoreDir: store, Sites: pubs, Limits: Limits{SiteMsgs: 50}}
 	n, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

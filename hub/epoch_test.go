@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // epochMsg is an event as a forwarder with a store epoch sends it. The
@@ -32,7 +33,7 @@ func TestHubNewEpochStartsANewSequence(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pubs, kps := siteKeys(t, "north")
-	var logBuf syncBuffer
+	var logBuf testutil.SyncBuffer
 	// A short duplicate window: the resends below reach the view.
 	hubs := cluster(t, ctx, 1, pubs, slog.New(slog.NewTextHandler(&logBuf, nil)), func(c *Config) { c.Dedup = time.Second })
 	streamReady(t, ctx, hubs[0])
@@ -45,7 +46,7 @@ func TestHubNewEpochStartsANewSequence(t *testing.T) {
 	}
 	events := func(n *Node, want int, when string) {
 		t.Helper()
-		if !waitFor(60*time.Second, func() bool { return len(n.View.Events("north/n1")) >= want }) {
+		if !testutil.Poll(60*time.Second, 50*time.Millisecond, func() bool { return len(n.View.Events("north/n1")) >= want }) {
 			t.Fatalf("%s: %d events of north/n1 in the view, want %d: %+v", when, len(n.View.Events("north/n1")), want, n.View.Events("north/n1"))
 		}
 		caughtUp(t, ctx, n, 60*time.Second)
@@ -114,7 +115,7 @@ func TestHubWipedStoreGetsANewEpoch(t *testing.T) {
 	hubs := cluster(t, ctx, 1, pubs)
 	dir := t.TempDir()
 	seed, _ := kps["north"].Seed()
-	var siteLog syncBuffer
+	var siteLog testutil.SyncBuffer
 	var fwd *Forwarder
 	run := func(out Outbox) (stop func()) {
 		fctx, fcancel := context.WithCancel(ctx)
@@ -140,7 +141,7 @@ func TestHubWipedStoreGetsANewEpoch(t *testing.T) {
 	}
 	drain := func(st *status.Durable, want int, when string) {
 		t.Helper()
-		if !waitFor(60*time.Second, func() bool { out, _ := st.Pending(0, 1); return len(out) == 0 }) {
+		if !testutil.Poll(60*time.Second, 50*time.Millisecond, func() bool { out, _ := st.Pending(0, 1); return len(out) == 0 }) {
 			t.Fatalf("%s: the outbox did not drain", when)
 		}
 		caughtUp(t, ctx, hubs[0], 60*time.Second)
@@ -169,7 +170,7 @@ func TestHubWipedStoreGetsANewEpoch(t *testing.T) {
 		t.Fatalf("the new store's first event: %+v, want sequence 1", out)
 	}
 	stop = run(failSent{st})
-	if !waitFor(60*time.Second, func() bool { return len(hubs[0].View.Events("north/n1")) >= 30 }) {
+	if !testutil.Poll(60*time.Second, 50*time.Millisecond, func() bool { return len(hubs[0].View.Events("north/n1")) >= 30 }) {
 		t.Errorf("the new store's events are not in the view: %d events, want 30; the site's log:\n%s", len(hubs[0].View.Events("north/n1")), siteLog.String())
 	}
 	stop()
@@ -201,7 +202,7 @@ func TestHubRestoredSiteGetsANewEpoch(t *testing.T) {
 	hubs := cluster(t, ctx, 1, pubs)
 	dir, backup := t.TempDir(), t.TempDir()
 	seed, _ := kps["north"].Seed()
-	var siteLog syncBuffer
+	var siteLog testutil.SyncBuffer
 	var fwd *Forwarder
 	files := []string{"status.db", "hub-epoch.json"}
 	open := func() *status.Durable {
@@ -224,7 +225,7 @@ func TestHubRestoredSiteGetsANewEpoch(t *testing.T) {
 		done := make(chan struct{})
 		go func() { defer close(done); fwd.Run(fctx) }()
 		defer func() { fcancel(); <-done }()
-		ok := waitFor(60*time.Second, func() bool {
+		ok := testutil.Poll(60*time.Second, 50*time.Millisecond, func() bool {
 			out, _ := st.Pending(0, 1)
 			return len(out) == 0 && len(hubs[0].View.Events("north/n1")) >= want
 		})

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // flood publishes, as site with key kp, events of size bytes as fast as
@@ -107,7 +108,7 @@ func TestHubFloodIsFair(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pubs, kps := siteKeys(t, "loud", "quiet")
-	var hubLog syncBuffer
+	var hubLog testutil.SyncBuffer
 	hubs := cluster(t, ctx, 1, pubs, slog.New(slog.NewTextHandler(&hubLog, nil)))
 	n := hubs[0]
 	quiet := newSite(t, ctx, "quiet", 1, []string{n.cfg.Listen}, kps["quiet"])
@@ -166,9 +167,4 @@ func TestHubFloodIsFair(t *testing.T) {
 	if p90 > time.Second || pmax > 5*time.Second {
 		t.Errorf("the honest site's events reach the view %s late at p90, %s at most, during the flood (bounds 1 s, 5 s)", p90, pmax)
 	}
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -20,28 +20,20 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/test/fleet"
 	"github.com/bootops/bootops/trust"
 )
-
-func freePort(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // cluster starts n hub servers (n = 1 or 3) on loopback that accept sites.
 // opts are a *slog.Logger and funcs that change each server's Config.
 func cluster(t testing.TB, ctx context.Context, n int, sites map[string]string, opts ...any) []*Node {
 	t.Helper()
-	// freePort's ports are free when it looks, not when a server binds
+	// FreePorts' ports are free when it looks, not when a server binds
 	// them: another package's test may take one in between (the server
 	// is then never ready). Such a start is tried again on other ports.
 	for attempt := 1; ; attempt++ {
-		nodes, err := startCluster(ctx, t.TempDir(), n, sites, freePorts(t, 2*n), opts...)
+		nodes, err := startCluster(ctx, t.TempDir(), n, sites, testutil.FreePorts(t, 2*n), opts...)
 		if err == nil {
 			for _, node := range nodes {
 				t.Cleanup(func() {
@@ -57,14 +49,6 @@ func cluster(t testing.TB, ctx context.Context, n int, sites map[string]string, 
 		}
 		t.Logf("attempt %d: %v; again on other ports", attempt, err)
 	}
-}
-
-func freePorts(t testing.TB, n int) []string {
-	ports := make([]string, n)
-	for i := range ports {
-		ports[i] = freePort(t)
-	}
-	return ports
 }
 
 // startCluster starts n servers, their stores in dir: the first n ports are their clients',
@@ -153,7 +137,7 @@ type proxy struct {
 func newProxy(t testing.TB, backends []string) *proxy {
 	p := &proxy{t: t, backends: backends}
 	for range backends {
-		p.addrs = append(p.addrs, freePort(t))
+		p.addrs = append(p.addrs, testutil.FreePort(t))
 	}
 	p.mend()
 	t.Cleanup(p.cut)
@@ -218,7 +202,7 @@ type site struct {
 	fwd   *Forwarder
 	proxy *proxy
 	done  chan struct{}
-	log   syncBuffer // the forwarder's, shown when the site does not drain
+	log   testutil.SyncBuffer // the forwarder's, shown when the site does not drain
 }
 
 func newSite(t testing.TB, ctx context.Context, name string, idx int, hubs []string, kp nkeys.KeyPair) *site {
@@ -263,12 +247,8 @@ func (s *site) provision(t testing.TB, from, to int) {
 // drained waits until the site's outbox is empty.
 func (s *site) drained(t testing.TB, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if out, _ := s.store.Pending(0, 1); len(out) == 0 {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if testutil.Poll(d, 100*time.Millisecond, func() bool { out, _ := s.store.Pending(0, 1); return len(out) == 0 }) {
+		return
 	}
 	out, _ := s.store.Pending(0, 100000)
 	t.Fatalf("site %s: %d events still not acknowledged after %s; its forwarder's log:\n%s", s.name, len(out), d, s.log.String())
@@ -278,17 +258,15 @@ func (s *site) drained(t testing.TB, d time.Duration) {
 // message.
 func caughtUp(t testing.TB, ctx context.Context, n *Node, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
 	var behind uint64
 	var err error
-	for time.Now().Before(deadline) {
+	if testutil.Poll(d, 100*time.Millisecond, func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		behind, err = n.Behind(cctx)
 		cancel()
-		if err == nil && behind == 0 && n.View.Applied() > 0 {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err == nil && behind == 0 && n.View.Applied() > 0
+	}) {
+		return
 	}
 	t.Fatalf("%s: the view is %d messages behind the sites' streams (%v)", n.cfg.Name, behind, err)
 }
@@ -365,7 +343,7 @@ func TestHubFleet(t *testing.T) {
 	names := []string{"north", "south", "east"}
 	pubs, kps := siteKeys(t, append(names, "west")...)
 	const dedup = 5 * time.Second
-	var hubLog syncBuffer
+	var hubLog testutil.SyncBuffer
 	hubs := cluster(t, ctx, 3, pubs, func(c *Config) { c.Dedup = dedup }, slog.New(slog.NewTextHandler(&hubLog, nil)))
 	rogueRoutes(t, hubs[0], &hubLog)
 	var urls []string
@@ -409,11 +387,7 @@ func TestHubFleet(t *testing.T) {
 	east := sites[2]
 	east.proxy.cut()
 	cutAt := time.Now()
-	deadline := time.Now().Add(5 * time.Second)
-	for east.fwd.Connected() && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if east.fwd.Connected() {
+	if !testutil.Poll(5*time.Second, 50*time.Millisecond, func() bool { return !east.fwd.Connected() }) {
 		t.Fatal("east still connected after its link was cut")
 	}
 	for k := range 6 {
@@ -496,7 +470,7 @@ func TestHubFleet(t *testing.T) {
 	}
 	stop := forward(noAck{west.store})
 	want := 200 * fleet.EventsPerMachine
-	if !waitFor(time.Minute, func() bool {
+	if !testutil.Poll(time.Minute, 50*time.Millisecond, func() bool {
 		return alive[0].View.Refused("west", RefusedDuplicate) > 0 || siteEvents(alive[0], "west") >= uint64(want)
 	}) {
 		t.Fatalf("west: %d events in the view, want %d", siteEvents(alive[0], "west"), want)
@@ -537,7 +511,7 @@ func TestHubRefusesOtherSites(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pubs, kps := siteKeys(t, "north", "south")
-	var logBuf syncBuffer
+	var logBuf testutil.SyncBuffer
 	hubs := cluster(t, ctx, 1, pubs, slog.New(slog.NewTextHandler(&logBuf, nil)))
 	url := "nats://" + hubs[0].cfg.Listen
 
@@ -591,23 +565,6 @@ func TestHubRefusesOtherSites(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Sites added and removed while the hub runs: the new one gets in at
 // once, the removed one is shut out.
 func TestHubSetSites(t *testing.T) {
@@ -643,11 +600,7 @@ func TestHubSetSites(t *testing.T) {
 	if _, err := js.PublishMsg(cctx, eventMsg("south", 1, 0, status.Event{Kind: "dhcp", Site: "south", MAC: "52:54:00:00:00:01", Message: "hello"})); err != nil {
 		t.Errorf("south publishing: %v", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for north.IsConnected() && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if north.IsConnected() {
+	if !testutil.Poll(5*time.Second, 50*time.Millisecond, func() bool { return !north.IsConnected() }) {
 		t.Error("north, removed, is still connected")
 	}
 	if _, err := connect("north"); err == nil {
@@ -657,10 +610,7 @@ func TestHubSetSites(t *testing.T) {
 	if err := hubs[0].SetSites(map[string]string{}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); south.IsConnected() && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if south.IsConnected() {
+	if !testutil.Poll(5*time.Second, 50*time.Millisecond, func() bool { return !south.IsConnected() }) {
 		t.Error("south, the last site, removed, is still connected")
 	}
 	if _, err := connect("south"); err == nil {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // Fifty sites, each with a stream of its own bounded at the default
@@ -21,7 +23,7 @@ func TestHubFiftySites(t *testing.T) {
 		names = append(names, fmt.Sprintf("site-%02d", i))
 	}
 	pubs, kps := siteKeys(t, names...)
-	var hubLog syncBuffer
+	var hubLog testutil.SyncBuffer
 	hubs := cluster(t, ctx, 1, pubs, slog.New(slog.NewTextHandler(&hubLog, nil)))
 	var sites []*site
 	for i, n := range names {
@@ -32,18 +34,12 @@ func TestHubFiftySites(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for _, s := range sites {
-		for time.Now().Before(deadline) {
-			if out, _ := s.store.Pending(0, 1); len(out) == 0 {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if out, _ := s.store.Pending(0, 1); len(out) != 0 {
-			t.Errorf("%s not drained; its log:\n%s", s.name, tail(s.log.String(), 10))
+		if !testutil.Poll(time.Until(deadline), 100*time.Millisecond, func() bool { out, _ := s.store.Pending(0, 1); return len(out) == 0 }) {
+			t.Errorf("%s not drained; its log:\n%s", s.name, testutil.Tail(s.log.String(), 10))
 		}
 	}
 	if t.Failed() {
-		t.Logf("hub log:\n%s", tail(hubLog.String(), 20))
+		t.Logf("hub log:\n%s", testutil.Tail(hubLog.String(), 20))
 	}
 	caughtUp(t, ctx, hubs[0], time.Minute)
 	sameView(t, hubs[0], sites)

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // The tests of this file are issue 26's findings: a site's key, used by
@@ -60,7 +61,7 @@ func eventMsg(site string, seq, prev uint64, e status.Event) *nats.Msg {
 // streamReady waits until n has made its sites' streams.
 func streamReady(t *testing.T, ctx context.Context, n *Node) {
 	t.Helper()
-	if !waitFor(15*time.Second, func() bool {
+	if !testutil.Poll(15*time.Second, 50*time.Millisecond, func() bool {
 		n.mu.Lock()
 		lanes := len(n.lanes)
 		n.mu.Unlock()
@@ -70,18 +71,6 @@ func streamReady(t *testing.T, ctx context.Context, n *Node) {
 		t.Fatal("no streams")
 	}
 	time.Sleep(200 * time.Millisecond) // and the hub takes messages in
-}
-
-// waitFor polls cond for up to d.
-func waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return cond()
 }
 
 // Finding 1: a site's key subscribes to nothing but its own inbox: not
@@ -260,14 +249,14 @@ func TestHubResendAfterDedupWindow(t *testing.T) {
 		return func() { fcancel(); <-done }
 	}
 	stop := run(noAck{st})
-	if !waitFor(30*time.Second, func() bool { return len(hubs[0].View.Events("north/n1")) == 50 }) {
+	if !testutil.Poll(30*time.Second, 50*time.Millisecond, func() bool { return len(hubs[0].View.Events("north/n1")) == 50 }) {
 		t.Fatalf("%d events in the view, want 50", len(hubs[0].View.Events("north/n1")))
 	}
 	stop()
 	time.Sleep(2 * time.Second) // past the duplicate window
 	stop = run(st)
 	defer stop()
-	drained := waitFor(30*time.Second, func() bool { out, _ := st.Pending(0, 1); return len(out) == 0 })
+	drained := testutil.Poll(30*time.Second, 50*time.Millisecond, func() bool { out, _ := st.Pending(0, 1); return len(out) == 0 })
 	if !drained {
 		t.Fatal("the outbox did not drain")
 	}
@@ -303,7 +292,7 @@ func TestHubHelloCountsUnsent(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); f.Run(fctx) }()
 	defer func() { fcancel(); <-done }()
-	if !waitFor(30*time.Second, func() bool { s := hubs[0].View.Sites(); return len(s) == 1 && s[0].Plan == "p" }) {
+	if !testutil.Poll(30*time.Second, 50*time.Millisecond, func() bool { s := hubs[0].View.Sites(); return len(s) == 1 && s[0].Plan == "p" }) {
 		t.Fatal("no hello")
 	}
 	if s := hubs[0].View.Sites(); s[0].Pending != 300 {
@@ -317,7 +306,7 @@ func TestHubSiteComesBackAfterRefusal(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pubs, kps := siteKeys(t, "north")
-	var logBuf syncBuffer
+	var logBuf testutil.SyncBuffer
 	hubs := cluster(t, ctx, 1, pubs)
 	st, err := status.Open(filepath.Join(t.TempDir(), "status.db"), status.Options{Outbox: true})
 	if err != nil {
@@ -331,7 +320,7 @@ func TestHubSiteComesBackAfterRefusal(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); f.Run(fctx) }()
 	defer func() { fcancel(); <-done }()
-	if !waitFor(10*time.Second, f.Connected) {
+	if !testutil.Poll(10*time.Second, 50*time.Millisecond, f.Connected) {
 		t.Fatal("not connected")
 	}
 	if err := hubs[0].SetSites(map[string]string{}); err != nil {
@@ -345,7 +334,7 @@ func TestHubSiteComesBackAfterRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.RecordSync(status.Event{Kind: status.KindDHCP, Site: "north", Node: "n1", Message: "after"})
-	if !waitFor(40*time.Second, func() bool { out, _ := st.Pending(0, 1); return len(out) == 0 }) {
+	if !testutil.Poll(40*time.Second, 50*time.Millisecond, func() bool { out, _ := st.Pending(0, 1); return len(out) == 0 }) {
 		t.Errorf("the site did not come back once its key was restored; its log:\n%s", logBuf.String())
 	}
 	if !strings.Contains(strings.ToLower(logBuf.String()), "authorization violation") {
@@ -360,7 +349,7 @@ func TestHubBoundsASite(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pubs, kps := siteKeys(t, "north")
-	var logBuf syncBuffer
+	var logBuf testutil.SyncBuffer
 	hubs := cluster(t, ctx, 1, pubs, slog.New(slog.NewTextHandler(&logBuf, nil)), func(c *Config) {
 		c.Limits = Limits{MaxMsgSize: 256 << 10, SiteMsgs: 500, SiteMachines: 100}
 	})
@@ -380,7 +369,7 @@ func TestHubBoundsASite(t *testing.T) {
 		nc.PublishMsg(eventMsg("north", uint64(i+11), uint64(i+10), status.Event{Kind: status.KindDHCP, MAC: fmt.Sprintf("52:54:00:00:02:%02x", i), Message: "junk"}))
 	}
 	nc.Flush()
-	if !waitFor(10*time.Second, func() bool { return hubs[0].View.Applied() > 0 && len(hubs[0].View.Machines()) >= 100 }) {
+	if !testutil.Poll(10*time.Second, 50*time.Millisecond, func() bool { return hubs[0].View.Applied() > 0 && len(hubs[0].View.Machines()) >= 100 }) {
 		t.Fatalf("%d machines", len(hubs[0].View.Machines()))
 	}
 	caughtUp(t, ctx, hubs[0], 10*time.Second)
@@ -462,7 +451,7 @@ func TestHubOwnConnectionLogs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pubs, _ := siteKeys(t, "north")
-	var logBuf syncBuffer
+	var logBuf testutil.SyncBuffer
 	hubs := cluster(t, ctx, 1, pubs, slog.New(slog.NewJSONHandler(&logBuf, nil)))
 	// What nats.go does on a slow consumer: its handler gets the error.
 	hubs[0].nc.Opts.AsyncErrorCB(hubs[0].nc, nil, nats.ErrSlowConsumer)

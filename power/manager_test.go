@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -570,10 +571,7 @@ func TestRunPollsPastAHungBMC(t *testing.T) {
 	go func() { done <- r.m.Run(ctx) }()
 	polls := func(b *fakeBMC) int { b.mu.Lock(); defer b.mu.Unlock(); return len(b.calls) }
 	other := r.bmcs["10.0.0.2"]
-	deadline := time.Now().Add(30 * time.Second)
-	for polls(other) < 10 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Poll(30*time.Second, 10*time.Millisecond, func() bool { return polls(other) >= 10 })
 	n, h := polls(other), polls(hung)
 	close(hung.hang)
 	cancel()

@@ -2,47 +2,25 @@ package reconciler
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/compiler"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
-
-func write(t *testing.T, dir, name, body string) {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	os.MkdirAll(filepath.Dir(p), 0o755)
-	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 const node = "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n1\nidentity: {serial: S1}\n"
 
 func repo(t *testing.T) string {
 	dir := t.TempDir()
-	write(t, dir, "microos/default.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {url: \"http://198.18.0.1/k\", sha256: 1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a}\ninitrd: {url: \"http://198.18.0.1/i\", sha256: 1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a}\n")
-	write(t, dir, "profiles/base.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: base\nos: {type: immutable}\nimage: {url: \"http://198.18.0.1/b.raw\", sha256: 3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c}\n")
-	write(t, dir, "sites/s1/site.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: s1\nnetwork: {serverAddress: 198.18.0.1}\ndefaultProfile: base\n")
-	write(t, dir, "sites/s1/nodes/n1.yaml", node)
+	testutil.WriteFile(t, dir, "microos/default.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {url: \"http://198.18.0.1/k\", sha256: 1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a}\ninitrd: {url: \"http://198.18.0.1/i\", sha256: 1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a}\n")
+	testutil.WriteFile(t, dir, "profiles/base.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: base\nos: {type: immutable}\nimage: {url: \"http://198.18.0.1/b.raw\", sha256: 3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c}\n")
+	testutil.WriteFile(t, dir, "sites/s1/site.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: s1\nnetwork: {serverAddress: 198.18.0.1}\ndefaultProfile: base\n")
+	testutil.WriteFile(t, dir, "sites/s1/nodes/n1.yaml", node)
 	return dir
-}
-
-// eventually waits up to 10 s for cond.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 200; i++ {
-		if cond() {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 func TestDirFollowsEdits(t *testing.T) {
@@ -69,15 +47,15 @@ func TestDirFollowsEdits(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the watches are set
 
 	// An edit is served.
-	write(t, dir, "sites/s1/nodes/n1.yaml", node+"reprovision: 1\n")
-	eventually(t, "the edit", func() bool { n := live.Current().Node("s1", "n1"); return n != nil && n.Reprovision == 1 })
+	testutil.WriteFile(t, dir, "sites/s1/nodes/n1.yaml", node+"reprovision: 1\n")
+	testutil.WaitFor(t, "the edit", 10*time.Second, func() bool { n := live.Current().Node("s1", "n1"); return n != nil && n.Reprovision == 1 })
 
 	// A burst of writes is one compilation.
 	before := d.Compilations()
 	for i := range 20 {
-		write(t, dir, "sites/s1/nodes/n1.yaml", node+"reprovision: "+string(rune('2'+i%8))+"\n")
+		testutil.WriteFile(t, dir, "sites/s1/nodes/n1.yaml", node+"reprovision: "+string(rune('2'+i%8))+"\n")
 	}
-	eventually(t, "the burst", func() bool { return d.Compilations() > before })
+	testutil.WaitFor(t, "the burst", 10*time.Second, func() bool { return d.Compilations() > before })
 	time.Sleep(time.Second)
 	if n := d.Compilations() - before; n != 1 {
 		t.Errorf("a burst of 20 writes made %d compilations", n)
@@ -85,8 +63,8 @@ func TestDirFollowsEdits(t *testing.T) {
 
 	// A broken edit keeps the last good Plan, and says why.
 	good := live.Current()
-	write(t, dir, "sites/s1/nodes/n1.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n1\nidentity: {serial: [x]}\n")
-	eventually(t, "the failed attempt", func() bool { return d.R.Status().Attempted.Result == ResultRefused })
+	testutil.WriteFile(t, dir, "sites/s1/nodes/n1.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n1\nidentity: {serial: [x]}\n")
+	testutil.WaitFor(t, "the failed attempt", 10*time.Second, func() bool { return d.R.Status().Attempted.Result == ResultRefused })
 	if live.Current() != good {
 		t.Error("a broken commit replaced the live plan")
 	}
@@ -95,9 +73,9 @@ func TestDirFollowsEdits(t *testing.T) {
 	}
 
 	// New folders and files are followed too.
-	write(t, dir, "sites/s1/nodes/n1.yaml", node)
-	write(t, dir, "sites/s1/more/n2.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n2\nidentity: {serial: S2}\n")
-	eventually(t, "the new folder", func() bool {
+	testutil.WriteFile(t, dir, "sites/s1/nodes/n1.yaml", node)
+	testutil.WriteFile(t, dir, "sites/s1/more/n2.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n2\nidentity: {serial: S2}\n")
+	testutil.WaitFor(t, "the new folder", 10*time.Second, func() bool {
 		return live.Current().Node("s1", "n2") != nil && d.R.Status().Attempted.Result == ResultApplied
 	})
 	if live.Current().Hash == first.Hash {

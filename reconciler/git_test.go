@@ -20,6 +20,7 @@ import (
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/compiler"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/test/gitserver"
 )
@@ -77,7 +78,7 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	rem := gitserver.New(t, repo(t))
 	f, live := follow(t, rem.URL, t.TempDir())
 	running(t, f)
-	eventually(t, "the first revision", func() bool { return served(live, "S1") })
+	testutil.WaitFor(t, "the first revision", 10*time.Second, func() bool { return served(live, "S1") })
 	first := f.R.Status().Applied.Revision
 	if first != gitserver.Git(t, rem.Work, "rev-parse", "HEAD") {
 		t.Fatalf("applied %s", first)
@@ -97,7 +98,7 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	if rec.Code != http.StatusAccepted {
 		t.Fatalf("webhook: %d %s", rec.Code, rec.Body)
 	}
-	eventually(t, "the pushed node", func() bool { return served(live, "S2") })
+	testutil.WaitFor(t, "the pushed node", 10*time.Second, func() bool { return served(live, "S2") })
 	if st := f.R.Status(); st.Applied.Revision != sha || st.Applied.Message != "add n2" || st.Stale {
 		t.Errorf("status after push: %+v", st)
 	}
@@ -107,7 +108,7 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	good := live.Current()
 	bad := rem.Commit("broken", map[string]string{"sites/s1/nodes/n3.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n3\nidentity: {serial: S3}\nprofle: base\n"})
 	f.Trigger("test")
-	eventually(t, "the refused attempt", func() bool { return f.R.Status().Attempted.Revision == bad })
+	testutil.WaitFor(t, "the refused attempt", 10*time.Second, func() bool { return f.R.Status().Attempted.Revision == bad })
 	st := f.R.Status()
 	if live.Current() != good || st.Applied.Revision != sha || st.Attempted.Result != ResultRefused || !st.Stale {
 		t.Fatalf("after a broken commit: %+v", st)
@@ -119,9 +120,9 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	// Push → live through polling.
 	configured := time.Now()
 	f.Configure(150*time.Millisecond, "")
-	eventually(t, "a look after the new interval", func() bool { return f.R.Status().LastCheck.At.After(configured) })
+	testutil.WaitFor(t, "a look after the new interval", 10*time.Second, func() bool { return f.R.Status().LastCheck.At.After(configured) })
 	fixed := rem.Commit("fix", map[string]string{"sites/s1/nodes/n3.yaml": nodeYAML("n3", "S3")})
-	eventually(t, "the fix by polling", func() bool { return f.R.Status().Applied.Revision == fixed })
+	testutil.WaitFor(t, "the fix by polling", 10*time.Second, func() bool { return f.R.Status().Applied.Revision == fixed })
 	if !served(live, "S3") || f.R.Status().Stale {
 		t.Errorf("fix not served: %+v", f.R.Status())
 	}
@@ -129,7 +130,7 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	// Force-push a rewind to the first commit.
 	gitserver.Git(t, rem.Work, "reset", "-q", "--hard", first)
 	gitserver.Git(t, rem.Work, "push", "-q", "-f", "origin", "HEAD:main")
-	eventually(t, "the rewind", func() bool { return f.R.Status().Applied.Revision == first })
+	testutil.WaitFor(t, "the rewind", 10*time.Second, func() bool { return f.R.Status().Applied.Revision == first })
 	if served(live, "S2") || !served(live, "S1") {
 		t.Error("the rewind is not what is served")
 	}
@@ -140,7 +141,7 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	f.Trigger("a")
 	last := rem.Commit("b", map[string]string{"sites/s1/nodes/n5.yaml": nodeYAML("n5", "S5")})
 	f.Trigger("b")
-	eventually(t, "the last of two pushes", func() bool { return f.R.Status().Applied.Revision == last })
+	testutil.WaitFor(t, "the last of two pushes", 10*time.Second, func() bool { return f.R.Status().Applied.Revision == last })
 	if !served(live, "S4") || !served(live, "S5") {
 		t.Error("the last push is not served whole")
 	}
@@ -162,7 +163,7 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	}
 	healed := rem.Commit("c", map[string]string{"sites/s1/nodes/n6.yaml": nodeYAML("n6", "S6")})
 	f.Trigger("c")
-	eventually(t, "the push after the kept clone broke", func() bool { return f.R.Status().Applied.Revision == healed })
+	testutil.WaitFor(t, "the push after the kept clone broke", 10*time.Second, func() bool { return f.R.Status().Applied.Revision == healed })
 	if !served(live, "S6") || f.Git.keptFresh != 0 {
 		t.Errorf("after a broken kept clone: served %v, fetches into the new one %d", served(live, "S6"), f.Git.keptFresh)
 	}
@@ -179,12 +180,12 @@ func TestGitServerDownAndRestart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
-	eventually(t, "the first revision", func() bool { return served(live, "S1") })
+	testutil.WaitFor(t, "the first revision", 10*time.Second, func() bool { return served(live, "S1") })
 	good := live.Current()
 
 	// Down: still serving, status says stale and why.
 	rem.Stop()
-	eventually(t, "stale", func() bool { return f.R.Status().Stale })
+	testutil.WaitFor(t, "stale", 10*time.Second, func() bool { return f.R.Status().Stale })
 	st := f.R.Status()
 	if live.Current() != good || !strings.Contains(st.Reason, "cannot read the source") || !strings.Contains(st.LastCheck.Error, "connection refused") {
 		t.Errorf("while down: %+v", st)
@@ -192,7 +193,7 @@ func TestGitServerDownAndRestart(t *testing.T) {
 	// Back: recovery without a restart.
 	rem.Restart()
 	sha := rem.Commit("n2", map[string]string{"sites/s1/nodes/n2.yaml": nodeYAML("n2", "S2")})
-	eventually(t, "recovery", func() bool { return f.R.Status().Applied.Revision == sha })
+	testutil.WaitFor(t, "recovery", 10*time.Second, func() bool { return f.R.Status().Applied.Revision == sha })
 	if f.R.Status().Stale {
 		t.Errorf("still stale: %+v", f.R.Status())
 	}
@@ -212,14 +213,14 @@ func TestGitServerDownAndRestart(t *testing.T) {
 	f2.Restored(saved.Revision)
 	f2.Configure(100*time.Millisecond, "")
 	running(t, f2)
-	eventually(t, "stale after restart", func() bool { return f2.R.Status().Stale })
+	testutil.WaitFor(t, "stale after restart", 10*time.Second, func() bool { return f2.R.Status().Stale })
 	if st := f2.R.Status(); st.Applied.Revision != sha || !st.Restored {
 		t.Errorf("after restart: %+v", st)
 	}
 	// The server comes back at the same commit: nothing is fetched, and
 	// the kept Plan is confirmed.
 	rem.Restart()
-	eventually(t, "confirmed", func() bool { st := f2.R.Status(); return !st.Stale && !st.Restored })
+	testutil.WaitFor(t, "confirmed", 10*time.Second, func() bool { st := f2.R.Status(); return !st.Stale && !st.Restored })
 	if n := len(f2.R.Status().History); n != 0 {
 		t.Errorf("%d compilations for an unchanged remote", n)
 	}
@@ -415,7 +416,7 @@ func TestVerifyCommits(t *testing.T) {
 		t.Fatalf("signed: %+v", st.Attempted)
 	}
 	good := live.Current()
-	write(t, rem.Work, "sites/s1/nodes/n2.yaml", nodeYAML("n2", "S2"))
+	testutil.WriteFile(t, rem.Work, "sites/s1/nodes/n2.yaml", nodeYAML("n2", "S2"))
 	wrong := signedCommit(t, rem, "by a stranger", stranger)
 	f.Sync(ctx, "test")
 	if st := f.R.Status(); live.Current() != good || st.Attempted.Revision != wrong || !strings.Contains(st.Attempted.Error, "signature not verified") {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/compiler"
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // TestMain lets Child run this test binary as the compile worker.
@@ -52,9 +53,9 @@ func child(timeout time.Duration, memory int64) *Child {
 // a revision's CUE errors are the same, positions and all.
 func TestChildCompilesAsInProcess(t *testing.T) {
 	broken := repo(t)
-	write(t, broken, "sites/s1/more.cue", "package fleet\n\nn2: #Node & {apiVersion: \"bootops.dev/v1alpha1\", kind: \"Node\", name: \"n2\", identity: serial: 42}\nn3: {apiVersion: \"bootops.dev/v1alpha1\", kind: \"Node\", name: \"n3\", identity: {serial: \"S3\"}, profle: \"base\"}\n")
+	testutil.WriteFile(t, broken, "sites/s1/more.cue", "package fleet\n\nn2: #Node & {apiVersion: \"bootops.dev/v1alpha1\", kind: \"Node\", name: \"n2\", identity: serial: 42}\nn3: {apiVersion: \"bootops.dev/v1alpha1\", kind: \"Node\", name: \"n3\", identity: {serial: \"S3\"}, profle: \"base\"}\n")
 	mixed := repo(t)
-	write(t, mixed, "sites/s1/more.cue", "package fleet\n\nimport \"list\"\n\nnodes: [for i in list.Range(2, 12, 1) {apiVersion: \"bootops.dev/v1alpha1\", kind: \"Node\", name: \"n\\(i)\", identity: serial: \"S\\(i)\", labels: {rack: \"r\\(mod(i, 3))\", weight: \"\\(i * 1.5)\"}}]\n")
+	testutil.WriteFile(t, mixed, "sites/s1/more.cue", "package fleet\n\nimport \"list\"\n\nnodes: [for i in list.Range(2, 12, 1) {apiVersion: \"bootops.dev/v1alpha1\", kind: \"Node\", name: \"n\\(i)\", identity: serial: \"S\\(i)\", labels: {rack: \"r\\(mod(i, 3))\", weight: \"\\(i * 1.5)\"}}]\n")
 	for name, dir := range map[string]string{"cue-fleet": "../examples/cue-fleet", "mixed": mixed, "broken": broken} {
 		t.Run(name, func(t *testing.T) {
 			in, err := compiler.New()
@@ -90,13 +91,13 @@ func TestApplyRefusesMemoryHungryCUE(t *testing.T) {
 	c.Sandbox = child(5*time.Minute, 256<<20)
 	r := &Reconciler{Compiler: c, Live: &boot.Live{}}
 	dir := repo(t)
-	write(t, dir, "sites/s1/n2.cue", "package fleet\n\nn2: {apiVersion: \"bootops.dev/v1alpha1\", kind: \"Node\", name: \"n2\", identity: serial: \"S2\"}\n")
+	testutil.WriteFile(t, dir, "sites/s1/n2.cue", "package fleet\n\nn2: {apiVersion: \"bootops.dev/v1alpha1\", kind: \"Node\", name: \"n2\", identity: serial: \"S2\"}\n")
 	good, err := r.Apply(Snapshot{Revision: "good", FS: os.DirFS(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// 300 strings of 7 MB: 2 GB.
-	write(t, dir, "sites/s1/big.cue", "package fleet\n\nimport (\n\t\"list\"\n\t\"strings\"\n)\n\n_s: strings.Repeat(\"bootops\", 1000000)\n_x: [for i in list.Range(0, 300, 1) {_s + \"\\(i)\"}]\n")
+	testutil.WriteFile(t, dir, "sites/s1/big.cue", "package fleet\n\nimport (\n\t\"list\"\n\t\"strings\"\n)\n\n_s: strings.Repeat(\"bootops\", 1000000)\n_x: [for i in list.Range(0, 300, 1) {_s + \"\\(i)\"}]\n")
 	start := time.Now()
 	_, err = r.Apply(Snapshot{Revision: "big", FS: os.DirFS(dir)})
 	t.Logf("refused after %s: %v", time.Since(start).Round(time.Millisecond), err)
@@ -108,7 +109,7 @@ func TestApplyRefusesMemoryHungryCUE(t *testing.T) {
 	if r.Current() != good || st.Applied.Revision != "good" || !st.Stale || !strings.Contains(st.Reason, "needed more than 256 MiB") {
 		t.Errorf("after the refusal: current %p (good %p), status %+v", r.Current(), good, st)
 	}
-	write(t, dir, "sites/s1/big.cue", "package fleet\n\nn3: {apiVersion: \"bootops.dev/v1alpha1\", kind: \"Node\", name: \"n3\", identity: serial: \"S3\"}\n")
+	testutil.WriteFile(t, dir, "sites/s1/big.cue", "package fleet\n\nn3: {apiVersion: \"bootops.dev/v1alpha1\", kind: \"Node\", name: \"n3\", identity: serial: \"S3\"}\n")
 	p, err := r.Apply(Snapshot{Revision: "fixed", FS: os.DirFS(dir)})
 	if err != nil || countNodes(p) != 3 || r.Status().Applied.Revision != "fixed" {
 		t.Fatalf("the fixed revision: %v, status %+v", err, r.Status())
@@ -186,7 +187,7 @@ func TestChildStopsWithContext(t *testing.T) {
 	sb.Context = ctx
 	c.Sandbox = sb
 	dir := repo(t)
-	write(t, dir, "slow.cue", "package fleet\n\nimport \"list\"\n\n_x: [for i in list.Range(0, 500000, 1) {i * 2}]\n")
+	testutil.WriteFile(t, dir, "slow.cue", "package fleet\n\nimport \"list\"\n\n_x: [for i in list.Range(0, 500000, 1) {i * 2}]\n")
 	time.AfterFunc(500*time.Millisecond, cancel)
 	_, err = c.Compile(os.DirFS(dir))
 	if err == nil || !strings.Contains(err.Error(), "compile worker: stopped") {

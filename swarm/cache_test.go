@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // An image is fetched once, checked, decompressed into a sparse raw file
@@ -35,14 +37,13 @@ func TestCache(t *testing.T) {
 	}))
 	defer srv.Close()
 	dir := t.TempDir()
-	get := func(c *Cache, sha string) (*Image, error) {
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			im, err := c.Get(srv.URL+"/img.gz", sha, "gz")
+	get := func(c *Cache, sha string) (im *Image, err error) {
+		testutil.Poll(10*time.Second, 10*time.Millisecond, func() bool {
+			im, err = c.Get(srv.URL+"/img.gz", sha, "gz")
 			var prep *PreparingError
-			if !errors.As(err, &prep) || time.Now().After(deadline) {
-				return im, err
-			}
-		}
+			return !errors.As(err, &prep)
+		})
+		return im, err
 	}
 	im, err := get(&Cache{Dir: dir}, good)
 	if err != nil {

@@ -6,6 +6,9 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // TFTP over IPv6 (PXE over IPv6: the boot file URL of DHCPv6 names
@@ -22,7 +25,7 @@ func TestIPv6TransferWithPinClient(t *testing.T) {
 			t.Fatalf("blksize %d: %d bytes, not identical", blksize, len(got))
 		}
 	}
-	waitFor(t, func() bool { return len(r.mem.Events("ip:::1")) == 3 })
+	testutil.WaitFor(t, "three events of [::1]", 5*time.Second, func() bool { return len(r.mem.Events("ip:::1")) == 3 })
 	if ev := r.mem.Events("ip:::1"); !strings.HasPrefix(ev[0].Message, "tftp: sent ipxe.efi in ") || ev[0].IP != "::1" {
 		t.Errorf("events %+v", ev)
 	}

@@ -20,33 +20,16 @@ import (
 	"github.com/pin/tftp/v3"
 
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // running is a server on loopback for one test.
 type running struct {
 	addr   string
 	mem    *status.Memory
-	logs   *syncBuffer
+	logs   *testutil.SyncBuffer
 	cancel context.CancelFunc
 	done   chan error
-}
-
-// syncBuffer is a log sink several goroutines write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start serves files on 127.0.0.1:0; set adjusts the server first.
@@ -62,7 +45,7 @@ func startOn(t *testing.T, network, addr string, files Files, set func(*Server))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &running{addr: conn.LocalAddr().String(), mem: &status.Memory{}, logs: &syncBuffer{}, done: make(chan error, 1)}
+	r := &running{addr: conn.LocalAddr().String(), mem: &status.Memory{}, logs: &testutil.SyncBuffer{}, done: make(chan error, 1)}
 	s := &Server{Files: files, Events: r.mem, Log: slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	if set != nil {
 		set(s)
@@ -283,7 +266,7 @@ func TestLostAndDuplicateAcks(t *testing.T) {
 		t.Fatal("last block differs")
 	}
 	p.ack(4)
-	waitFor(t, func() bool { return len(r.events()) == 1 })
+	testutil.WaitFor(t, "the transfer's event", 5*time.Second, func() bool { return len(r.events()) == 1 })
 	if ev := r.events(); !strings.HasPrefix(ev[0], "tftp: sent f in ") {
 		t.Errorf("events %q", ev)
 	}
@@ -299,7 +282,7 @@ func TestClientThatStopsAnsweringFails(t *testing.T) {
 	for range 3 { // the first send and two retries
 		p.expect(opDATA, 1)
 	}
-	waitFor(t, func() bool { return len(r.events()) == 1 })
+	testutil.WaitFor(t, "the transfer's event", 5*time.Second, func() bool { return len(r.events()) == 1 })
 	if ev := r.events(); !strings.Contains(ev[0], `error: tftp: "f" failed: block 1: no acknowledgement`) && !strings.Contains(ev[0], "no acknowledgement") {
 		t.Errorf("events %q", ev)
 	}
@@ -355,7 +338,7 @@ func TestWriteRequestRefused(t *testing.T) {
 	p := dial(t, r.addr)
 	p.send(rq(opWRQ, "ipxe.efi", "octet"))
 	p.expect(opERROR, errCodeAccess)
-	waitFor(t, func() bool { return len(r.events()) == 1 })
+	testutil.WaitFor(t, "the transfer's event", 5*time.Second, func() bool { return len(r.events()) == 1 })
 	if ev := r.events(); ev[0] != `error: tftp: "ipxe.efi" failed: write requests are not served` {
 		t.Errorf("events %q", ev)
 	}
@@ -369,7 +352,7 @@ func TestNamesOutsideTheFilesRefused(t *testing.T) {
 		p.send(rq(opRRQ, name, "octet"))
 		p.expect(opERROR, errCodeNotFound)
 	}
-	waitFor(t, func() bool { return len(r.events()) == len(names) })
+	testutil.WaitFor(t, "an event for each name", 5*time.Second, func() bool { return len(r.events()) == len(names) })
 	for i, ev := range r.events() {
 		if want := "error: tftp: no file " + quote(names[i]); ev != want {
 			t.Errorf("event %q, want %q", ev, want)
@@ -447,7 +430,7 @@ func TestTooManyTransfersRefused(t *testing.T) {
 		}
 		first.ack(k)
 	}
-	waitFor(t, func() bool { return len(r.events()) == 1 })
+	testutil.WaitFor(t, "the transfer's event", 5*time.Second, func() bool { return len(r.events()) == 1 })
 	if b := first.recv(100 * time.Millisecond); b != nil {
 		t.Errorf("after the last ACK: %s", describe(b))
 	}
@@ -490,7 +473,7 @@ func TestManyConcurrentClients(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	waitFor(t, func() bool { return len(r.events()) == clients })
+	testutil.WaitFor(t, "an event for each client", 5*time.Second, func() bool { return len(r.events()) == clients })
 }
 
 func TestDrainLetsTransfersFinish(t *testing.T) {
@@ -589,14 +572,4 @@ func TestOtherClients(t *testing.T) {
 			}
 		})
 	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatal("condition not met in 5 s")
 }

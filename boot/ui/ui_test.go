@@ -17,6 +17,7 @@ import (
 
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // fleet is a dashboard over an in-memory store: nodes are machines with a
@@ -263,7 +264,7 @@ func TestSlowAndManyClients(t *testing.T) {
 	}
 	defer stalled.Close()
 	fmt.Fprintf(stalled, "GET /api/v1/stream HTTP/1.1\r\nHost: x\r\n\r\n")
-	waitFor(t, "the stalled stream to open", func() bool { n, _ := s.Stats(); return n == 1 })
+	testutil.WaitFor(t, "the stalled stream to open", 15*time.Second, func() bool { n, _ := s.Stats(); return n == 1 })
 
 	// 50 browsers that read.
 	var wg sync.WaitGroup
@@ -297,7 +298,7 @@ func TestSlowAndManyClients(t *testing.T) {
 			break
 		}
 	}
-	waitFor(t, "the stalled stream to be dropped", func() bool { n, _ := s.Stats(); return n == 50 })
+	testutil.WaitFor(t, "the stalled stream to be dropped", 15*time.Second, func() bool { n, _ := s.Stats(); return n == 50 })
 	if _, dropped := s.Stats(); dropped != 1 {
 		t.Fatalf("dropped streams counted: %d, want 1", dropped)
 	}
@@ -411,16 +412,6 @@ func TestPageAndFiles(t *testing.T) {
 			}
 		}
 	}
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if ok() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 // BenchmarkUpdate is one push with a watcher open: 10,000 machines, 100 of

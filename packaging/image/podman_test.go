@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // podman runs Debian's podman as root with all its state in dir: vfs
@@ -111,7 +112,7 @@ func runPodman(t *testing.T, tmp, archive, configHex string) {
 	if err := os.Chmod(ops, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testutil.FreePort(t)
 	name := fmt.Sprintf("bootops-image-test-%d", os.Getpid())
 	names = append(names, name)
 	start = time.Now()
@@ -206,16 +207,6 @@ func status(t *testing.T, p *podman, name, url, token string) statusDoc {
 	logs, _ := p.cmd("logs", name)
 	t.Fatalf("GET %s: %v\ncontainer's logs:\n%s", url, last, logs)
 	return statusDoc{}
-}
-
-// freeAddr is a loopback address with a port nothing listens on now.
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // readFile is a file's contents in the image's flattened filesystem.

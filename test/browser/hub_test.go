@@ -14,12 +14,9 @@ import (
 
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/hub"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/trust"
-
-	"github.com/bootops/bootops/test/procstat"
 )
-
-func freeAddr(t *testing.T) string { return "127.0.0.1:" + procstat.FreePort() }
 
 // The hub's dashboard: every site's machines, and a site whose link is
 // down says since when it was last heard.
@@ -42,7 +39,8 @@ func TestHubDashboard(t *testing.T) {
 		b, _ := os.ReadFile(seed)
 		seeds[s] = []byte(strings.TrimSpace(string(b)))
 	}
-	natsAddr, httpAddr := freeAddr(t), freeAddr(t)
+	addrs := testutil.FreePorts(t, 2)
+	natsAddr, httpAddr := addrs[0], addrs[1]
 	h := exec.Command(bin, "hub", "--name", "hub-1", "--sites-dir", sitesDir, "--store", filepath.Join(work, "js"),
 		"--tls-cert", filepath.Join(state, "tls/server.pem"), "--tls-key", filepath.Join(state, "tls/server-key.pem"),
 		"--nats-addr", natsAddr, "--http-addr", httpAddr)

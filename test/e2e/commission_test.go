@@ -11,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/internal/testutil"
+	"github.com/bootops/bootops/plan"
 )
 
 // Commissioning on two VMs shaped alike (1 GiB, two NICs, two disks): one
@@ -24,23 +28,10 @@ func TestCommissioning(t *testing.T) {
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
-	repo := provisionRepo(t, gzSHA)
-	os.WriteFile(filepath.Join(repo, "profiles/qa-os.yaml"), []byte("apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: qa-os\nos: {type: immutable}\n"+
-		"image: {url: \"http://198.18.0.1:8081/test.raw.gz\", sha256: "+gzSHA+", compression: gz}\n"+
-		"expect: {cpuThreads: \">=1\", memory: \">=800Mi\", nics: {count: \">=2\"}, disks: [{minSize: 200Mi}, {minSize: 100Mi, count: 2}]}\n"+
-		"workflow:\n  - {action: qa-memory, share: 5%}\n  - {action: qa-cpu, duration: 3s}\n  - {action: qa-network, size: 16Mi, minMbps: 1}\n"+
-		"  - {action: wipe-disk}\n  - {action: qa-disk, size: 16Mi, write: true, minReadMBps: 1, minWriteMBps: 1}\n"+
-		"  - {action: image-to-disk}\n  - {action: cloud-init}\n  - {action: reboot}\n"), 0o644)
-	os.MkdirAll(filepath.Join(repo, "sites/lab/nodes"), 0o755)
+	l.serve(provisionRepo(t, images4, gzSHA, "commissioning", nil))
+	// Each node's two NICs; the first is the MAC commissioning.txtar
+	// registers.
 	macs := map[string][2]string{"c-good": {"52:54:00:e2:70:01", "52:54:00:e2:70:11"}, "c-small": {"52:54:00:e2:70:02", "52:54:00:e2:70:12"}}
-	for name, m := range macs {
-		extra := ""
-		if name == "c-small" {
-			extra = "expect: {memory: \">=2Gi\"}\n" // over its profile's
-		}
-		os.WriteFile(filepath.Join(repo, "sites/lab/nodes", name+".yaml"), []byte(strings.Replace(node(name, `mac: "`+m[0]+`"`), "test-os", "qa-os", 1)+extra), 0o644)
-	}
-	l.serve(repo)
 
 	// Two disks each, the second smaller; the held machine's carry a
 	// marker that must survive.
@@ -73,7 +64,7 @@ func TestCommissioning(t *testing.T) {
 	good := l.logs("lab/c-good")
 	for _, a := range []string{"qa-memory", "qa-cpu", "qa-network", "qa-disk"} {
 		if !strings.Contains(good, "[provisioning] done") || !strings.Contains(good, a+": ") {
-			t.Errorf("c-good's timeline has no result of %s:\n%s", a, tail(good, 40))
+			t.Errorf("c-good's timeline has no result of %s:\n%s", a, testutil.Tail(good, 40))
 		}
 	}
 	for _, line := range strings.Split(good, "\n") {
@@ -83,10 +74,8 @@ func TestCommissioning(t *testing.T) {
 	}
 	// What each QA action took on this VM: from its start to its end on
 	// the timeline.
-	var evs []timelineEvent
-	json.Unmarshal([]byte(run(t, "ip", "netns", "exec", l.lan, bootops, "logs", "lab/c-good", "-o", "json", "--server", "http://198.18.0.1:8080")), &evs)
 	began := map[string]time.Time{}
-	for _, e := range evs {
+	for _, e := range timeline(t, l, "lab/c-good") {
 		f := strings.Fields(e.Message)
 		if len(f) == 3 && strings.HasPrefix(f[2], "qa-") {
 			switch f[0] {
@@ -115,15 +104,7 @@ func TestCommissioning(t *testing.T) {
 	}
 
 	// The inventory is what QEMU was told.
-	var inv map[string]struct {
-		CPU    struct{ Threads int }
-		Memory struct{ Total int64 }
-		Disks  []struct {
-			Name string
-			Size int64
-		}
-		NICs []struct{ MAC string }
-	}
+	var inv map[string]plan.Inventory // what the status API has, by machine key
 	if err := json.Unmarshal([]byte(run(t, "ip", "netns", "exec", l.lan, bootops, "inventory", "-o", "json", "--server", "http://198.18.0.1:8080")), &inv); err != nil {
 		t.Fatal(err)
 	}
@@ -148,15 +129,7 @@ func TestCommissioning(t *testing.T) {
 	}
 
 	// The delivery record: both rows, with their values.
-	var recs []struct {
-		Node, Expectations, State, Image, Install string
-		QA                                        []struct {
-			Action string
-			Pass   bool
-			Result string
-		}
-		Provisioned time.Time
-	}
+	var recs []bhttp.DeliveryRecord // GET /api/v1/report?site=lab
 	if err := json.Unmarshal([]byte(run(t, "ip", "netns", "exec", l.lan, bootops, "report", "--site", "lab", "-o", "json", "--server", "http://198.18.0.1:8080")), &recs); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // rolloutVMs are the three machines of TestRollout, in the rollout's
@@ -50,23 +51,16 @@ func TestRollout(t *testing.T) {
 	secrets := filepath.Join(l.dir, "secrets")
 	os.MkdirAll(secrets, 0o700)
 	os.WriteFile(filepath.Join(secrets, "lab-bmc"), []byte("admin:secret\nallow: 198.18.0.1\n"), 0o600)
-	repo := provisionRepo(t, v1SHA)
+	repo := provisionRepo(t, images4, v1SHA, "rollout", nil)
+	// Each commit of the test: the profile's image, written again.
 	profile := func(url, sha string) {
-		os.WriteFile(filepath.Join(repo, "profiles/debian.yaml"), []byte("apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: debian\nos: {type: mutable}\n"+
-			"image: {url: \""+url+"\", sha256: "+sha+", compression: gz}\n"+
-			"workflow:\n  - {action: wipe-disk}\n  - {action: image-to-disk, retries: 0}\n  - {action: cloud-init, partition: 2}\n  - {action: reboot}\n"+
-			"rollout: {strategy: rolling, maxUnavailable: 1, canary: 1, healthTimeout: 20m}\n"), 0o644)
+		writeRepo(t, repo, vars{"DebianURL": url, "DebianSHA": sha}, "rollout-profile")
 	}
 	profile("http://198.18.0.1:8081/v1.raw.gz", v1SHA)
-	site := filepath.Join(repo, "sites/lab/site.yaml")
-	b, _ := os.ReadFile(site)
-	os.WriteFile(site, append(b, "power: auto\nbmc: {protocol: ipmi, credentials: {secret: lab-bmc}}\n"...), 0o644)
-	os.MkdirAll(filepath.Join(repo, "sites/lab/nodes"), 0o755)
 	for i, name := range rolloutVMs {
+		// The MAC and BMC port rollout.txtar gives the node.
 		mac := fmt.Sprintf("52:54:00:e2:60:%02x", i+1)
 		port := 9631 + i
-		os.WriteFile(filepath.Join(repo, "sites/lab/nodes", name+".yaml"), []byte(strings.Replace(node(name, `mac: "`+mac+`"`), "test-os", "debian", 1)+
-			fmt.Sprintf("hostname: e2e-%s\nlabels: {rack: a}\nbmc: {address: 198.18.0.1, port: %d}\n", name, port)), 0o644)
 		// Its disk, its tap, and its BMC, which starts QEMU (a machine
 		// that reboots as machines do; the network once when told).
 		dir := filepath.Join(l.dir, "bmc-"+name)
@@ -119,7 +113,7 @@ func TestRollout(t *testing.T) {
 		t.Errorf("reinstalls: %v (want r1, the canary, first, then the other two)", down)
 	}
 	if log := l.logs("lab/r1"); !strings.Contains(log, "rollout: reinstalling (canary)") {
-		t.Errorf("r1 was not the canary:\n%s", tail(log, 30))
+		t.Errorf("r1 was not the canary:\n%s", testutil.Tail(log, 30))
 	}
 
 	// A broken image: the first node fails, the rollout halts, the other
@@ -183,17 +177,15 @@ func appendGzipMember(t *testing.T, src, dst string) string {
 
 // syncOf is a node's SYNC as the status API gives it.
 func syncOf(l *lab, node string) string {
-	return fmt.Sprint(l.machine("lab/" + node)["sync"])
+	m, _ := l.machine("lab/" + node)
+	return m.Sync
 }
 
 // allSync: every node running, with this SYNC.
 func allSync(l *lab, want string) bool {
-	doc := l.status()
-	ms, _ := doc["nodes"].([]any)
 	n := 0
-	for _, m := range ms {
-		mm, _ := m.(map[string]any)
-		if mm["state"] == "running" && mm["sync"] == want {
+	for _, m := range l.status().Nodes {
+		if m.State == "running" && m.Sync == want {
 			n++
 		}
 	}
@@ -202,34 +194,17 @@ func allSync(l *lab, want string) bool {
 
 // halted is the rollout's halt ("" when none).
 func halted(l *lab) string {
-	rs, _ := l.status()["rollouts"].([]any)
-	for _, r := range rs {
-		if h, _ := r.(map[string]any)["halted"].(string); h != "" {
-			return h
+	for _, r := range l.status().Rollouts {
+		if r.Halted != "" {
+			return r.Halted
 		}
 	}
 	return ""
 }
 
-type timelineEvent struct {
-	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"`
-	State   string    `json:"state"`
-	Message string    `json:"message"`
-}
-
-func nodeEvents(t *testing.T, l *lab, node string) []timelineEvent {
-	out := run(t, "ip", "netns", "exec", l.lan, bootops, "logs", "lab/"+node, "-o", "json", "--server", "http://198.18.0.1:8080")
-	var evs []timelineEvent
-	if err := json.Unmarshal([]byte(out), &evs); err != nil {
-		t.Fatalf("logs -o json: %v\n%s", err, out)
-	}
-	return evs
-}
-
 func reinstallsSince(t *testing.T, l *lab, node string, since time.Time) int {
 	n := 0
-	for _, e := range nodeEvents(t, l, node) {
+	for _, e := range timeline(t, l, "lab/"+node) {
 		if e.Time.After(since) && strings.HasPrefix(e.Message, "rollout: reinstalling") {
 			n++
 		}
@@ -254,7 +229,7 @@ func downtimes(t *testing.T, l *lab, since time.Time) []downtime {
 	var out []downtime
 	for _, n := range rolloutVMs {
 		var d *downtime
-		for _, e := range nodeEvents(t, l, n) {
+		for _, e := range timeline(t, l, "lab/"+n) {
 			switch {
 			case !e.Time.After(since):
 			case strings.HasPrefix(e.Message, "rollout: reinstalling"):

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/boot/dhcp"
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // A reservation-mode site with a pool of ten addresses on an isolated LAN:
@@ -26,7 +27,7 @@ import (
 func TestReservationPoolFlood(t *testing.T) {
 	t.Parallel()
 	l := newClientLab(t)
-	l.serveDHCPOnly(poolSite(600))
+	l.serveDHCPOnly(vars{"LeaseSeconds": "600"})
 	l.port("flood", "52:54:00:e2:f0:01")
 	l.port("dhcl", "52:54:00:e2:f0:02")
 	l.port("udhcp", "52:54:00:e2:f0:03")
@@ -110,7 +111,7 @@ func TestReservationPoolFlood(t *testing.T) {
 func TestUdhcpcRenews(t *testing.T) {
 	t.Parallel()
 	l := newClientLab(t)
-	l.serveDHCPOnly(poolSite(60))
+	l.serveDHCPOnly(vars{"LeaseSeconds": "60"})
 	const mac = "52:54:00:e2:f0:04"
 	l.port("udr", mac)
 	time.Sleep(time.Second) // let the new port settle
@@ -147,78 +148,13 @@ func TestUdhcpcRenews(t *testing.T) {
 	}
 }
 
-// poolSite is a site in reservation mode whose pool is 198.18.0.100–109,
-// leased for leaseSeconds.
-func poolSite(leaseSeconds int) string {
-	return "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: reservation, subnet: 198.18.0.0/24, " +
-		fmt.Sprintf("gateway: 198.18.0.254, leaseSeconds: %d, pool: {start: 198.18.0.100, end: 198.18.0.109}}\ndefaultProfile: test-os\nunknownNodes: provision\n", leaseSeconds)
-}
-
-// port gives a client a veth named name in namespace dhc (the clients'
-// side), with mac unless "", whose peer v<name> is a port of br0.
-func (l *lab) port(name, mac string) {
+// serveDHCPOnly runs bootops serve on br0 with the reservation-pool
+// repository (placeholderRepo), its lease time in v: DHCP and HTTP, no
+// TFTP, as the clients here never boot.
+func (l *lab) serveDHCPOnly(v vars) {
 	l.t.Helper()
-	run(l.t, "ip", "-n", l.lan, "link", "add", "v"+name, "type", "veth", "peer", "name", name, "netns", l.dhc)
-	run(l.t, "ip", "-n", l.lan, "link", "set", "v"+name, "master", "br0", "up")
-	if mac != "" {
-		run(l.t, "ip", "-n", l.dhc, "link", "set", name, "address", mac)
-	}
-	run(l.t, "ip", "-n", l.dhc, "link", "set", name, "up")
-}
-
-// newClientLab is the lab without VMs: namespace lan with br0 (the
-// server), and namespace dhc for the DHCP clients. It needs root,
-// iproute2, ISC dhclient and busybox, and fails without them.
-func newClientLab(t *testing.T) *lab {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the end-to-end tests need root (network namespaces): run them as root, as CI does")
-	}
-	for bin, pkg := range map[string]string{"ip": "iproute2", "dhclient": "isc-dhcp-client", "busybox": "busybox-static", "timeout": "coreutils"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("%s is missing: run `make e2e`, which installs %s", bin, pkg)
-		}
-	}
-	id := labID()
-	l := &lab{t: t, lan: "bo-lan-" + id, dhc: "bo-cli-" + id, dir: t.TempDir()}
-	t.Cleanup(l.close)
-	run(t, "ip", "netns", "add", l.lan)
-	run(t, "ip", "netns", "add", l.dhc)
-	run(t, "ip", "-n", l.lan, "link", "set", "lo", "up")
-	run(t, "ip", "-n", l.dhc, "link", "set", "lo", "up")
-	run(t, "ip", "-n", l.lan, "link", "add", "br0", "type", "bridge")
-	run(t, "ip", "-n", l.lan, "addr", "add", "198.18.0.1/24", "dev", "br0")
-	run(t, "ip", "-n", l.lan, "link", "set", "br0", "up")
-	return l
-}
-
-// serveDHCPOnly runs bootops serve on br0 with placeholderRepo(site):
-// DHCP and HTTP, no TFTP, as the clients here never boot.
-func (l *lab) serveDHCPOnly(site string) {
-	l.t.Helper()
-	repo, ipxe := l.placeholderRepo(site)
+	repo, ipxe := l.placeholderRepo("reservation-pool", v)
 	l.serve(repo, "--tftp-addr", "", "--ipxe-dir", ipxe) // the later flags win
-}
-
-// placeholderRepo writes a repository of site with placeholder Micro-OS
-// files, and a folder of placeholder iPXE builds (ipxe.efi and
-// undionly.kpxe, each the text "placeholder"), for daemons no machine
-// boots from.
-func (l *lab) placeholderRepo(site string) (repo, ipxe string) {
-	repo = filepath.Join(l.dir, "repo")
-	writeRepo(repo, map[string]string{
-		"microos/default.yaml":  "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\n",
-		"microos/vmlinuz":       "placeholder kernel\n",
-		"microos/initrd.img":    "placeholder initrd\n",
-		"profiles/test-os.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os\nos: {type: immutable}\nimage: {url: \"http://198.18.0.1:8080/images/test.raw.gz\", sha256: aba2c9d06fdff3e9329ddd3e8be90714ac05250b4260a0c7ae04dd4406db25a9, compression: gz}\n",
-		"sites/lab/site.yaml":   site,
-	}, nil)
-	ipxe = filepath.Join(l.dir, "ipxe")
-	os.MkdirAll(ipxe, 0o755)
-	for _, f := range []string{"undionly.kpxe", "ipxe.efi"} {
-		os.WriteFile(filepath.Join(ipxe, f), []byte("placeholder"), 0o644)
-	}
-	return repo, ipxe
 }
 
 // dhclient runs ISC dhclient on iface in namespace dhc until it is bound
@@ -250,16 +186,18 @@ func (l *lab) runDhclient(iface, name, family, bound, addr string) string {
 	l.start(name, "ip", "netns", "exec", l.dhc, "dhclient", family, "-d", "-1", "-v", "-cf", conf, "-sf", script,
 		"-lf", filepath.Join(l.dir, name+".leases"), "-pf", filepath.Join(l.dir, name+".pid"), iface)
 	re := regexp.MustCompile(`(?m)^` + bound + ` (\S+)$`)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	var got string
+	if testutil.Poll(60*time.Second, 200*time.Millisecond, func() bool {
 		b, _ := os.ReadFile(out)
 		if m := re.FindSubmatch(b); m != nil {
-			return string(m[1])
+			got = string(m[1])
 		}
-		time.Sleep(200 * time.Millisecond)
+		return got != ""
+	}) {
+		return got
 	}
 	b, _ := os.ReadFile(out)
-	l.t.Errorf("dhclient %s got no address in 60 s; script saw:\n%s\nlog:\n%s", family, b, tail(l.log(name), 30))
+	l.t.Errorf("dhclient %s got no address in 60 s; script saw:\n%s\nlog:\n%s", family, b, testutil.Tail(l.log(name), 30))
 	return ""
 }
 
@@ -280,14 +218,4 @@ func (l *lab) udhcpc(iface string) string {
 	}
 	l.t.Errorf("udhcpc got no address (%v); script saw:\n%s\nlog:\n%s", err, b, log)
 	return ""
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, line := range strings.Split(s, "\n") {
-		if strings.Contains(line, sub) {
-			out = append(out, line)
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // TestGitOverSSH follows a repository over ssh: OpenSSH's sshd listens on
@@ -62,7 +64,7 @@ func TestGitOverSSH(t *testing.T) {
 	l.start("sshd", "ip", "netns", "exec", l.lan, "/usr/sbin/sshd", "-D", "-e", "-f", cfg)
 
 	// The repository: a bare one on disk, served by sshd's git-upload-pack.
-	work := repo(t, proxySite, node("ssh-node", "serial: SSH-1"))
+	work := testRepo(t, "git-ssh")
 	bare := filepath.Join(dir, "fleet.git")
 	git := func(args ...string) string {
 		cmd := exec.Command("git", args...)
@@ -101,7 +103,7 @@ func TestGitOverSSH(t *testing.T) {
 		out, err := exec.Command("ip", "netns", "exec", l.lan, bootops, "status", "--server", "http://"+addr, "--wait", sha, "--timeout", timeout).CombinedOutput()
 		if tc.want == "" {
 			if err != nil || !strings.Contains(string(out), "serving:  "+sha+` "over ssh"`) {
-				t.Errorf("%s: %v\n%s\n%s", tc.url, err, out, tail(l.log(name), 20))
+				t.Errorf("%s: %v\n%s\n%s", tc.url, err, out, testutil.Tail(l.log(name), 20))
 			}
 		} else {
 			status, _ := exec.Command("ip", "netns", "exec", l.lan, bootops, "status", "--server", "http://"+addr).CombinedOutput()

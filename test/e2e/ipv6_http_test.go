@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // httpBootV6 turns OVMF's PXE off in both families, so its network boot
@@ -34,8 +36,7 @@ func TestIPv6HTTPBoot(t *testing.T) {
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")
 	const mac, reserved = "52:54:00:e2:60:51", "2001:db8:1::51"
-	l.serveOn(provisionRepo6(t, gzSHA, site6, node("vm6h", `mac: "`+mac+`"`)+"ipv6: "+reserved+"\n"),
-		"["+server6+"]:8080", "["+server6+"]:69")
+	l.serveOn(provisionRepo(t, images6, gzSHA, "ipv6-http-boot", nil), "["+server6+"]:8080", "["+server6+"]:69") // mac, reserved: the archive's node
 
 	d := disk(t, l, "v6http")
 	start := time.Now()
@@ -56,11 +57,11 @@ func TestIPv6HTTPBoot(t *testing.T) {
 		"bootops-microos: dhcpv6 on eth0: " + reserved,
 	} {
 		if !strings.Contains(out, want) {
-			t.Errorf("console lacks %q:\n%s", want, tail(out, 40))
+			t.Errorf("console lacks %q:\n%s", want, testutil.Tail(out, 40))
 		}
 	}
 	if strings.Contains(out, "Start PXE") {
-		t.Errorf("OVMF ran PXE; this test is about HTTP boot:\n%s", tail(out, 40))
+		t.Errorf("OVMF ran PXE; this test is about HTTP boot:\n%s", testutil.Tail(out, 40))
 	}
 	evs, js := events(t, l, url6, "lab/vm6h")
 	for _, want := range []string{

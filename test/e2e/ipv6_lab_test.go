@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // IPv6 in the lab. The link's prefix is prefix6 (documentation space); the
@@ -153,13 +155,11 @@ func (l *lab) dnsmasq6(nbp, script string) {
 func (l *lab) imageServer6(dir string) {
 	l.t.Helper()
 	l.start("images6", "ip", "netns", "exec", l.lan, imageServer, "-dir", dir, "-addr", "["+server6+"]:8080")
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if exec.Command("ip", "netns", "exec", l.lan, "busybox", "wget", "-q", "-O", "/dev/null", "http://["+server6+"]:8080/").Run() == nil ||
-			strings.Contains(l.log("images6"), "GET /") {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
+	if testutil.Poll(10*time.Second, 200*time.Millisecond, func() bool {
+		return exec.Command("ip", "netns", "exec", l.lan, "busybox", "wget", "-q", "-O", "/dev/null", "http://["+server6+"]:8080/").Run() == nil ||
+			strings.Contains(l.log("images6"), "GET /")
+	}) {
+		return
 	}
 	l.t.Fatalf("imageserver on [%s]:8080 did not answer:\n%s", server6, l.log("images6"))
 }
@@ -170,13 +170,11 @@ func (l *lab) imageServer6(dir string) {
 func (l *lab) linkLocal(ns, iface string) {
 	l.t.Helper()
 	var out []byte
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	if testutil.Poll(10*time.Second, 100*time.Millisecond, func() bool {
 		out, _ = exec.Command("ip", "-n", ns, "-6", "addr", "show", "dev", iface, "scope", "link").Output()
-		if strings.Contains(string(out), "fe80::") && !strings.Contains(string(out), "tentative") {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+		return strings.Contains(string(out), "fe80::") && !strings.Contains(string(out), "tentative")
+	}) {
+		return
 	}
 	l.t.Fatalf("%s in %s has no usable link-local address after 10 s:\n%s", iface, ns, out)
 }

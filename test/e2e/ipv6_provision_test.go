@@ -9,48 +9,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // slaac: RA flags M, O and A. OVMF's PXE takes its address from DHCPv6
 // (IA_NA) and the Micro-OS, which has no DHCPv6 client, forms one by SLAAC.
 var slaac = raFlags{managed: true, other: true, autonomous: true}
-
-// url6 is the server's HTTP URL over IPv6.
-const url6 = "http://[" + server6 + "]:8080"
-
-// site6 is an IPv6-only site whose DHCPv6 is bootops' own (reservation).
-const site6 = "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\n" +
-	"network: {interface: br0, ipv6: {serverAddress: \"" + server6 + "\", prefix: \"" + prefix6 + "\", dhcp: reservation, " +
-	"pool: {start: \"2001:db8:1::1000\", end: \"2001:db8:1::1fff\"}}}\ndefaultProfile: test-os\nunknownNodes: ignore\n"
-
-// provisionRepo6 is provisionRepo for site (its image at [server6]:8081).
-func provisionRepo6(t *testing.T, imageSHA, site string, nodes ...string) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "repo")
-	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "-o", filepath.Join(dir, "microos"))
-	writeRepo(dir, map[string]string{
-		"microos/default.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\ncmdline: console=ttyS0,115200 panic=-1 no_timer_check\n",
-		"profiles/test-os.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os\nos: {type: immutable}\n" +
-			"image: {url: \"http://[" + server6 + "]:8081/test.raw.gz\", sha256: " + imageSHA + ", compression: gz}\n" +
-			"cloudInit: {hostname: e2e}\n",
-		"sites/lab/site.yaml": site,
-	}, nodes)
-	return dir
-}
-
-// ended waits (at most d) for the VM's QEMU to end: with -no-reboot, the
-// agent's reboot after provisioning ends it.
-func (v *vm) ended(t *testing.T, d time.Duration) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- v.cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(d):
-		v.cmd.Process.Kill()
-		t.Fatalf("%s did not provision and reboot in %s; console:\n%s", v.name, d, tail(mustRead(v.console), 40))
-	}
-}
 
 // An OVMF VM on an IPv6-only link, registered by MAC with an IPv6
 // reservation, provisioned through bootops alone: its DHCPv6 (the reserved
@@ -65,8 +30,7 @@ func TestIPv6Provision(t *testing.T) {
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")
 	const mac, reserved = "52:54:00:e2:60:21", "2001:db8:1::21"
-	l.serveOn(provisionRepo6(t, gzSHA, site6, node("vm6", `mac: "`+mac+`"`)+"ipv6: "+reserved+"\n"),
-		"["+server6+"]:8080", "["+server6+"]:69")
+	l.serveOn(provisionRepo(t, images6, gzSHA, "ipv6-provision", nil), "["+server6+"]:8080", "["+server6+"]:69") // mac, reserved: the archive's node
 
 	d := disk(t, l, "v6prov")
 	start := time.Now()
@@ -74,21 +38,16 @@ func TestIPv6Provision(t *testing.T) {
 	v.ended(t, 10*time.Minute)
 	t.Logf("timing: IPv6-only, OVMF PXEv6 → TFTP snponly.efi → iPXE DHCPv6 → HTTP over IPv6 → Micro-OS (SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
 
-	deadline := time.Now().Add(30 * time.Second)
-	state, msg := nodeStateAt(t, l, url6, "lab/vm6")
-	for state != "provisioned" && time.Now().Before(deadline) {
-		time.Sleep(2 * time.Second)
-		state, msg = nodeStateAt(t, l, url6, "lab/vm6")
-	}
-	if state != "provisioned" {
-		t.Fatalf("lab/vm6: state %q (%s), want provisioned; console:\n%s", state, msg, tail(mustRead(v.console), 40))
+	var state, msg string
+	if !testutil.Poll(30*time.Second, every, func() bool { state, msg = nodeStateAt(t, l, url6, "lab/vm6"); return state == "provisioned" }) {
+		t.Fatalf("lab/vm6: state %q (%s), want provisioned; console:\n%s", state, msg, testutil.Tail(mustRead(v.console), 40))
 	}
 	checkDisk(t, d, rawSHA)
 
 	out := mustRead(v.console)
 	for _, want := range []string{">>Start PXE over IPv6", "Station IP address is 2001:DB8:1:0:0:0:0:21", "NBP filename is snponly.efi"} {
 		if !strings.Contains(out, want) {
-			t.Errorf("console lacks %q:\n%s", want, tail(out, 40))
+			t.Errorf("console lacks %q:\n%s", want, testutil.Tail(out, 40))
 		}
 	}
 	evs, js := events(t, l, url6, "lab/vm6")
@@ -143,15 +102,8 @@ func TestIPv6DualStack(t *testing.T) {
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
 	l.start("images6", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")
-	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\n" +
-		"network: {interface: br0, serverAddress: 198.18.0.1, dhcp: proxy, ipv6: {serverAddress: \"" + server6 + "\", prefix: \"" + prefix6 + "\", dhcp: reservation, " +
-		"pool: {start: \"2001:db8:1::1000\", end: \"2001:db8:1::1fff\"}}}\ndefaultProfile: test-os\nunknownNodes: ignore\n"
-	const mac4, mac6, reserved = "52:54:00:e2:60:31", "52:54:00:e2:60:32", "2001:db8:1::32"
-	repo := provisionRepo6(t, gzSHA, site,
-		strings.Replace(node("vm4", `mac: "`+mac4+`"`), "profile: test-os", "profile: test-os4", 1),
-		node("vm6", `mac: "`+mac6+`"`)+"ipv6: "+reserved+"\n")
-	writeRepo(repo, map[string]string{"profiles/test-os4.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os4\nos: {type: immutable}\n" +
-		"image: {url: \"http://198.18.0.1:8081/test.raw.gz\", sha256: " + gzSHA + ", compression: gz}\ncloudInit: {hostname: e2e}\n"}, nil)
+	const mac4, mac6, reserved = "52:54:00:e2:60:31", "52:54:00:e2:60:32", "2001:db8:1::32" // the archive's nodes
+	repo := provisionRepo(t, images6, gzSHA, "ipv6-dual-stack", nil)
 	l.serveOn(repo, "198.18.0.1:8080,["+server6+"]:8080", "198.18.0.1:69,["+server6+"]:69")
 
 	d4, d6 := disk(t, l, "ds4"), disk(t, l, "ds6")
@@ -173,7 +125,7 @@ func TestIPv6DualStack(t *testing.T) {
 		case <-timeout:
 			v4.cmd.Process.Kill()
 			v6.cmd.Process.Kill()
-			t.Fatalf("the VMs did not both provision and reboot in 15 min; consoles:\n%s\n%s", tail(mustRead(v4.console), 30), tail(mustRead(v6.console), 30))
+			t.Fatalf("the VMs did not both provision and reboot in 15 min; consoles:\n%s\n%s", testutil.Tail(mustRead(v4.console), 30), testutil.Tail(mustRead(v6.console), 30))
 		}
 	}
 
@@ -213,12 +165,12 @@ func TestIPv6DualStack(t *testing.T) {
 			t.Errorf("%s: agent checked in from %q, want an address of %s:\n%s", c.key, checkin, c.from, js)
 		}
 		if out := mustRead(c.console.console); !strings.Contains(out, c.script) {
-			t.Errorf("%s: iPXE did not fetch %s:\n%s", c.key, c.script, tail(out, 30))
+			t.Errorf("%s: iPXE did not fetch %s:\n%s", c.key, c.script, testutil.Tail(out, 30))
 		}
 		t.Logf("%s: agent checked in from %s", c.key, checkin)
 	}
 	if out := mustRead(v6.console); !strings.Contains(out, "Station IP address is 2001:DB8:1:0:0:0:0:32") || !strings.Contains(out, "NBP filename is snponly.efi") {
-		t.Errorf("OVMF did not get vm6's reserved address and snponly.efi:\n%s", tail(out, 40))
+		t.Errorf("OVMF did not get vm6's reserved address and snponly.efi:\n%s", testutil.Tail(out, 40))
 	}
 	if !strings.Contains(l.log("images"), "from=198.18.0.") || !strings.Contains(l.log("images6"), "from=[2001:db8:1:") {
 		t.Errorf("the image was not fetched once over each family:\nIPv4: %s\nIPv6: %s", l.log("images"), l.log("images6"))
@@ -239,10 +191,7 @@ func TestIPv6Running(t *testing.T) {
 	l := newLab6(t, false, slaac)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")
 	const mac, reserved = "52:54:00:e2:60:41", "2001:db8:1::41"
-	repo := provisionRepo6(t, gzSHA, site6, strings.Replace(node("vm6", `mac: "`+mac+`"`), "test-os", "debian", 1)+"ipv6: "+reserved+"\nhostname: e2e-v6\n")
-	writeRepo(repo, map[string]string{"profiles/debian.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: debian\nos: {type: mutable}\n" +
-		"image: {url: \"http://[" + server6 + "]:8081/debian.raw.gz\", sha256: " + gzSHA + ", compression: gz}\n" +
-		"workflow:\n  - {action: wipe-disk}\n  - {action: image-to-disk}\n  - {action: cloud-init, partition: 2}\n  - {action: reboot}\n"}, nil)
+	repo := provisionRepo(t, images6, gzSHA, "ipv6-running", nil) // mac, reserved: the archive's node
 	l.serveOn(repo, "["+server6+"]:8080", "["+server6+"]:69")
 
 	d := filepath.Join(l.dir, "v6run.disk")

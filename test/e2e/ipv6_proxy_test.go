@@ -10,13 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// siteProxy6 is an IPv6-only site whose DHCPv6 is proxy: the site's own
-// DHCPv6 server gives the addresses, bootops only the boot options.
-const siteProxy6 = "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\n" +
-	"network: {interface: br0, ipv6: {serverAddress: \"" + server6 + "\", prefix: \"" + prefix6 + "\", dhcp: proxy}}\n" +
-	"defaultProfile: test-os\nunknownNodes: ignore\n"
+	"github.com/bootops/bootops/internal/testutil"
+)
 
 // siteDHCP6 runs the site's own DHCPv6 server, dnsmasq, on eth0 of
 // namespace dhcp (2001:db8:1::2): addresses 2001:db8:1::100–1ff (IA_NA,
@@ -87,9 +83,8 @@ func TestIPv6Proxy(t *testing.T) {
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")
 	const macPXE, macProv, macHTTP = "52:54:00:e2:60:51", "52:54:00:e2:60:52", "52:54:00:e2:60:53"
-	l.serveOn(provisionRepo6(t, gzSHA, siteProxy6, node("pxe", `mac: "`+macPXE+`"`), node("prov", `mac: "`+macProv+`"`), node("http", `mac: "`+macHTTP+`"`)),
-		"["+server6+"]:8080", "["+server6+"]:69")
-	pool := `2001:db8:1::1[0-9a-f]{2}` // dnsmasq's
+	l.serveOn(provisionRepo(t, images6, gzSHA, "ipv6-proxy", nil), "["+server6+"]:8080", "["+server6+"]:69") // the archive's nodes, by these MACs
+	pool := `2001:db8:1::1[0-9a-f]{2}`                                                                       // dnsmasq's
 	script := url6 + "/boot.ipxe?site=lab"
 
 	t.Run("PXE", func(t *testing.T) {
@@ -115,7 +110,7 @@ func TestIPv6Proxy(t *testing.T) {
 			}
 		}
 		if missing != nil {
-			t.Errorf("console lacks %s; the firmware said:\n%s\nconsole's end:\n%s", strings.Join(missing, ", "), firmwareLines(out), tail(out, 30))
+			t.Errorf("console lacks %s; the firmware said:\n%s\nconsole's end:\n%s", strings.Join(missing, ", "), firmwareLines(out), testutil.Tail(out, 30))
 		}
 		_, js := events(t, l, url6, "lab/pxe")
 		for _, want := range []string{
@@ -150,7 +145,7 @@ func TestIPv6Proxy(t *testing.T) {
 		v.ended(t, 10*time.Minute)
 		t.Logf("timing: proxy mode, OVMF PXEv6 → snponly.efi → iPXE (script URL from the site's server) → Micro-OS (SLAAC) → image installed, VM start → provisioned and rebooted: %s", time.Since(start).Round(time.Second))
 		if state, msg := nodeStateAt(t, l, url6, "lab/prov"); state != "provisioned" {
-			t.Fatalf("lab/prov: state %q (%s), want provisioned; console:\n%s", state, msg, tail(mustRead(v.console), 40))
+			t.Fatalf("lab/prov: state %q (%s), want provisioned; console:\n%s", state, msg, testutil.Tail(mustRead(v.console), 40))
 		}
 		checkDisk(t, d, rawSHA)
 		// Under a loaded make test this VM's PXE once failed and it went
@@ -165,7 +160,7 @@ func TestIPv6Proxy(t *testing.T) {
 			regexp.QuoteMeta("Filename: " + script),
 		} {
 			if !regexp.MustCompile(re).MatchString(out) {
-				t.Errorf("console lacks %s; the firmware said:\n%s\nconsole's end:\n%s", re, firmwareLines(out), tail(out, 40))
+				t.Errorf("console lacks %s; the firmware said:\n%s\nconsole's end:\n%s", re, firmwareLines(out), testutil.Tail(out, 40))
 			}
 		}
 		_, js := events(t, l, url6, "lab/prov")
@@ -173,7 +168,7 @@ func TestIPv6Proxy(t *testing.T) {
 			t.Errorf("lab/prov's timeline lacks bootops' Reply on port 4011 or the agent's check-in:\n%s", js)
 		}
 		if log := l.log("dnsmasq-ipxe"); !strings.Contains(log, "tags: ipxe") {
-			t.Errorf("dnsmasq did not tell iPXE the script URL:\n%s", tail(log, 40))
+			t.Errorf("dnsmasq did not tell iPXE the script URL:\n%s", testutil.Tail(log, 40))
 		}
 	})
 
@@ -192,7 +187,7 @@ func TestIPv6Proxy(t *testing.T) {
 			`iPXE initialising devices`,
 		} {
 			if !regexp.MustCompile(re).MatchString(out) {
-				t.Errorf("console lacks %s:\n%s", re, tail(out, 30))
+				t.Errorf("console lacks %s:\n%s", re, testutil.Tail(out, 30))
 			}
 		}
 		if _, js := events(t, l, url6, "lab/http"); !strings.Contains(js, "DHCPv6 ADVERTISE: "+url6+"/tftp/snponly.efi") {

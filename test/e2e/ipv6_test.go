@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // The IPv6 boot path against a reference server (dnsmasq for DHCPv6 and
@@ -44,7 +46,7 @@ func TestIPv6Reference(t *testing.T) {
 		"IPV6-SCRIPT ip6=2001:db8:1::1", // iPXE's own DHCPv6 lease
 	} {
 		if !strings.Contains(out, want) {
-			t.Errorf("console lacks %q:\n%s", want, tail(out, 30))
+			t.Errorf("console lacks %q:\n%s", want, testutil.Tail(out, 30))
 		}
 	}
 	if !regexp.MustCompile(`(?m)^dnsmasq-tftp: sent \S+/ipxe\.efi to 2001:db8:1::1[0-9a-f]{2}$`).MatchString(l.log("dnsmasq6")) {
@@ -66,7 +68,7 @@ func TestIPv6Reference(t *testing.T) {
 		"tags: ipxe, dhcpv6, br0",
 	} {
 		if !strings.Contains(log, want) {
-			t.Errorf("dnsmasq's log lacks %q:\n%s", want, tail(log, 40))
+			t.Errorf("dnsmasq's log lacks %q:\n%s", want, testutil.Tail(log, 40))
 		}
 	}
 }
@@ -91,7 +93,7 @@ func TestIPv6ReferenceStateless(t *testing.T) {
 		"IPV6-SCRIPT ip6=" + slaac + "\r\n",
 	} {
 		if !strings.Contains(out, want) {
-			t.Errorf("console lacks %q:\n%s", want, tail(out, 30))
+			t.Errorf("console lacks %q:\n%s", want, testutil.Tail(out, 30))
 		}
 	}
 	log := l.log("dnsmasq6")
@@ -132,15 +134,11 @@ func TestIPv6DualStackLab(t *testing.T) {
 	t.Parallel()
 	l := newLab6(t, true, stateless)
 	var addr, route string
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	testutil.Poll(30*time.Second, 200*time.Millisecond, func() bool {
 		addr = run(t, "ip", "-n", l.dhc, "-6", "addr", "show", "dev", "eth0", "scope", "global")
 		route = run(t, "ip", "-n", l.dhc, "-6", "route", "show", "default")
-		if strings.Contains(addr, "inet6 2001:db8:1:") && !strings.Contains(addr, "tentative") && strings.Contains(route, "via fe80::") {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return strings.Contains(addr, "inet6 2001:db8:1:") && !strings.Contains(addr, "tentative") && strings.Contains(route, "via fe80::")
+	})
 	if !regexp.MustCompile(`inet6 2001:db8:1:0:[0-9a-f:]+/64 scope global dynamic`).MatchString(addr) || !strings.Contains(route, "proto ra") {
 		t.Fatalf("no SLAAC address or default route from radvd in 30 s:\n%s\n%s\nradvd:\n%s", addr, route, l.log("radvd"))
 	}
@@ -152,7 +150,7 @@ func TestIPv6DualStackLab(t *testing.T) {
 
 	// bootops serving DHCPv6 from an --ipxe-dir without snponly.efi (what
 	// x86 UEFI machines are offered over IPv6) says so when it starts.
-	dir, ipxe := l.placeholderRepo(site6)
+	dir, ipxe := l.placeholderRepo("ipv6-dual-stack-lab", nil)
 	l.serveOn(dir, "["+server6+"]:8080", "", "--ipxe-dir", ipxe) // no TFTP: UEFI HTTP boot only
 	if log := l.log("bootops"); !strings.Contains(log, "DHCPv6 offers x86 UEFI machines snponly.efi, and --ipxe-dir has none") {
 		t.Errorf("no warning of the missing snponly.efi:\n%s", log)

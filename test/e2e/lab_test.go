@@ -5,10 +5,28 @@
 // server. It needs root, iproute2, QEMU, dnsmasq and a kernel; `make e2e`
 // (and `make test`) install them. Missing any of them fails the tests: they
 // never skip.
+//
+// The harness the tests share, by file:
+//   - lab_test.go: a lab — its network namespaces, bridge and DHCP
+//     server, the processes started in it (killed, and their logs shown
+//     on failure, at cleanup) — and waiting on them (waitFor, started);
+//   - vm_test.go: QEMU guests on the lab's bridge (BIOS, UEFI, Secure
+//     Boot), their consoles, disks and the Micro-OS's kernel;
+//   - daemon_test.go: the binaries built once (TestMain) and bootops
+//     serve started in a lab;
+//   - status_test.go: the daemon's status and timelines, read from inside
+//     the lab into the types the daemon serves (statusClient);
+//   - repo_test.go: the test repositories, txtar archives in testdata/
+//     written with the values only a run knows (writeRepo);
+//   - image_test.go: the OS images the machines install (the small test
+//     image, the real Debian one) and the checks of a disk after;
+//   - ipv6_lab_test.go, swtpm_test.go and power_test.go add IPv6 (radvd,
+//     reference DHCPv6), software TPMs and IPMI BMCs to a lab.
+//
+// The other files hold the tests, each with the helpers only it uses.
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,7 +39,7 @@ import (
 	"testing"
 	"time"
 
-	microos "github.com/bootops/bootops/test/microos/initramfs"
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // lab is one provisioning LAN: namespace lan holds bridge br0
@@ -179,127 +197,80 @@ func (l *lab) close() {
 		})
 		for _, f := range logs {
 			name := strings.TrimSuffix(filepath.Base(f), ".log")
-			l.t.Logf("---- %s log\n%s", name, tail(l.log(name), 60))
+			l.t.Logf("---- %s log\n%s", name, testutil.Tail(l.log(name), 60))
 		}
 		consoles, _ := filepath.Glob(filepath.Join(l.dir, "*.console"))
 		for _, c := range consoles {
 			b, _ := os.ReadFile(c)
-			l.t.Logf("---- %s\n%s", filepath.Base(c), tail(string(b), 40))
+			l.t.Logf("---- %s\n%s", filepath.Base(c), testutil.Tail(string(b), 40))
 		}
 	}
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// vm is a QEMU guest on the lab's bridge, its serial console in a file.
-type vm struct {
-	name    string
-	console string
-	cmd     *exec.Cmd
-}
-
-func (l *lab) vm(name, mac string, extra ...string) *vm {
-	return l.boot(name, mac, "", extra...)
-}
-
-// uefiVM boots OVMF with the NIC's option ROM removed, so OVMF's own PXE
-// client runs (and fetches iPXE over TFTP).
-func (l *lab) uefiVM(name, mac string, extra ...string) *vm {
-	return l.uefiBoot(name, mac, ",romfile=", extra...)
-}
-
-func (l *lab) uefiBoot(name, mac, nicOpts string, extra ...string) *vm {
-	l.t.Helper()
-	// One NVRAM per machine (by MAC), kept across its power cycles.
-	vars := filepath.Join(l.dir, "nvram-"+strings.ReplaceAll(mac, ":", "")+".fd")
-	if _, err := os.Stat(vars); err != nil {
-		b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")
-		if err != nil {
-			l.t.Fatalf("OVMF is missing (Debian package ovmf): %v", err)
-		}
-		os.WriteFile(vars, b, 0o644)
-	}
-	fw := []string{"-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
-		"-drive", "if=pflash,format=raw,file=" + vars}
-	return l.boot(name, mac, nicOpts, append(fw, extra...)...)
 }
 
 // started waits (at most d) until process name's log says marker, and
 // fails the test with that log when it does not.
 func (l *lab) started(name, marker string, d time.Duration) {
 	l.t.Helper()
-	deadline := time.Now().Add(d)
-	for !strings.Contains(l.log(name), marker) {
-		if time.Now().After(deadline) {
-			l.t.Fatalf("%s did not start in %s (its log never said %q):\n%s", name, d, marker, l.log(name))
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testutil.Poll(d, 100*time.Millisecond, func() bool { return strings.Contains(l.log(name), marker) }) {
+		l.t.Fatalf("%s did not start in %s (its log never said %q):\n%s", name, d, marker, l.log(name))
 	}
 }
 
-func (l *lab) boot(name, mac, nicOpts string, extra ...string) *vm {
+// newClientLab is the lab without VMs: namespace lan with br0 (the
+// server), and namespace dhc for the DHCP clients. It needs root,
+// iproute2, ISC dhclient and busybox, and fails without them.
+func newClientLab(t *testing.T) *lab {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the end-to-end tests need root (network namespaces): run them as root, as CI does")
+	}
+	for bin, pkg := range map[string]string{"ip": "iproute2", "dhclient": "isc-dhcp-client", "busybox": "busybox-static", "timeout": "coreutils"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s is missing: run `make e2e`, which installs %s", bin, pkg)
+		}
+	}
+	id := labID()
+	l := &lab{t: t, lan: "bo-lan-" + id, dhc: "bo-cli-" + id, dir: t.TempDir()}
+	t.Cleanup(l.close)
+	run(t, "ip", "netns", "add", l.lan)
+	run(t, "ip", "netns", "add", l.dhc)
+	run(t, "ip", "-n", l.lan, "link", "set", "lo", "up")
+	run(t, "ip", "-n", l.dhc, "link", "set", "lo", "up")
+	run(t, "ip", "-n", l.lan, "link", "add", "br0", "type", "bridge")
+	run(t, "ip", "-n", l.lan, "addr", "add", "198.18.0.1/24", "dev", "br0")
+	run(t, "ip", "-n", l.lan, "link", "set", "br0", "up")
+	return l
+}
+
+// port gives a client a veth named name in namespace dhc (the clients'
+// side), with mac unless "", whose peer v<name> is a port of br0.
+func (l *lab) port(name, mac string) {
 	l.t.Helper()
-	tap := "tap-" + name
-	if len(tap) > 15 {
-		tap = tap[:15]
+	run(l.t, "ip", "-n", l.lan, "link", "add", "v"+name, "type", "veth", "peer", "name", name, "netns", l.dhc)
+	run(l.t, "ip", "-n", l.lan, "link", "set", "v"+name, "master", "br0", "up")
+	if mac != "" {
+		run(l.t, "ip", "-n", l.dhc, "link", "set", name, "address", mac)
 	}
-	run(l.t, "ip", "-n", l.lan, "tuntap", "add", "dev", tap, "mode", "tap")
-	run(l.t, "ip", "-n", l.lan, "link", "set", tap, "master", "br0", "up")
-	console := filepath.Join(l.dir, name+".console")
-	args := []string{"netns", "exec", l.lan, "qemu-system-x86_64", "-accel", "tcg", "-m", "512", "-nographic", "-no-reboot",
-		"-serial", "file:" + console, "-monitor", "none",
-		"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
-		"-device", "virtio-net-pci,netdev=n0,mac=" + mac + nicOpts, "-boot", "n"}
-	args = append(args, extra...)
-	cmd := l.start(name, append([]string{"ip"}, args...)...)
-	return &vm{name: name, console: console, cmd: cmd}
+	run(l.t, "ip", "-n", l.dhc, "link", "set", name, "up")
 }
 
-// wait reads the VM's console until it shows a whole line with want (the
-// console file is written as the guest prints: a line may be cut short),
-// or a prompt, or fails after d.
-func (v *vm) wait(t *testing.T, want string, d time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(v.console)
-		if i := bytes.Index(b, []byte(want)); i >= 0 && (bytes.IndexByte(b[i:], '\n') >= 0 || prompt(want)) {
-			return string(b)
+func grepLines(s, sub string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
 		}
-		time.Sleep(time.Second)
 	}
-	b, _ := os.ReadFile(v.console)
-	t.Fatalf("%s: %q not on its console after %s; console:\n%s", v.name, want, d, tail(string(b), 40))
-	return ""
+	return strings.Join(out, "\n")
 }
 
-// prompt reports whether want is a prompt (getty's "host login:"): it
-// waits for input, so no newline follows it unless something else writes
-// to the console after it.
-func prompt(want string) bool {
-	return strings.HasSuffix(want, " login:")
-}
+// every is how often the tests ask the daemon, a VM or a log how things
+// stand while they wait: each ask may run a process (the bootops CLI in
+// the lab's namespace).
+const every = 2 * time.Second
 
-// initramfs builds the test Micro-OS.
-func initramfs(t *testing.T, path string) {
+// waitFor asks cond every 2 s until it holds, and fails the test after d.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	if err := microos.Write(path, "/bin/busybox"); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// kernel is the Debian kernel (package linux-image-amd64).
-func kernel(t *testing.T) string {
-	t.Helper()
-	m, _ := filepath.Glob("/boot/vmlinuz-*")
-	if len(m) == 0 {
-		t.Fatal("no kernel in /boot: install linux-image-amd64 (make e2e does)")
-	}
-	return m[len(m)-1]
+	testutil.WaitEvery(t, what, d, every, cond)
 }

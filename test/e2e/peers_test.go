@@ -7,11 +7,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // The peers' test image: the test image's ext4 partition, and a second
@@ -64,21 +66,7 @@ func TestPeers(t *testing.T) {
 		t.Fatalf("nft: %v\n%s", err, out)
 	}
 
-	dir := filepath.Join(t.TempDir(), "repo")
-	out := filepath.Join(dir, "microos")
-	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "-o", out)
-	var nodes []string
-	for _, v := range vms {
-		nodes = append(nodes, node(v.node, "serial: "+v.serial))
-	}
-	writeRepo(dir, map[string]string{
-		"microos/default.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: default\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\ncmdline: console=ttyS0,115200 panic=-1 no_timer_check\n",
-		"profiles/test-os.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os\nos: {type: immutable}\n" +
-			"image: {url: \"http://198.18.0.1:8081/peers.raw.gz\", sha256: " + sum + ", compression: gz}\n" +
-			"cloudInit: {hostname: e2e}\n",
-		"sites/lab/site.yaml": proxySite + "imageDelivery: peers\npeers: {perMachine: 4, linger: 4m}\n",
-	}, nodes)
-	l.serve(dir, "--swarm-addr", "198.18.0.1:8082")
+	l.serve(provisionRepo(t, images4, sum, "peers", nil), "--swarm-addr", "198.18.0.1:8082")
 
 	disks := map[string]string{}
 	var wg sync.WaitGroup
@@ -87,25 +75,17 @@ func TestPeers(t *testing.T) {
 		disks[v.name] = disk(t, l, v.name)
 		vm := l.vm(v.name, v.mac, append(withDisk(disks[v.name]), "-smbios", "type=1,serial="+v.serial)...)
 		wg.Go(func() {
-			done := make(chan error, 1)
-			go func() { done <- vm.cmd.Wait() }()
-			select {
-			case <-done:
+			if vm.exit(8 * time.Minute) {
 				t.Logf("timing: VM start → provisioned and rebooted, image from peers: %s (%s)", time.Since(start).Round(time.Second), vm.name)
-			case <-time.After(8 * time.Minute):
-				vm.cmd.Process.Kill()
 			}
 		})
 	}
 	wg.Wait()
 
-	doc := l.status()
-	image := map[string]map[string]any{}
-	nodesDoc, _ := doc["nodes"].([]any)
-	for _, n := range nodesDoc {
-		m := n.(map[string]any)
-		if im, ok := m["image"].(map[string]any); ok {
-			image[m["key"].(string)] = im
+	image := map[string]*status.ImageSources{}
+	for _, m := range l.status().Nodes {
+		if m.Image != nil {
+			image[m.Key] = m.Image
 		}
 	}
 	var total float64
@@ -114,24 +94,24 @@ func TestPeers(t *testing.T) {
 		waitState(t, l, key, "provisioned", 30*time.Second)
 		logs := l.logs(key)
 		if !strings.Contains(logs, "fetching the image") || !strings.Contains(logs, "read back, sha256") || !strings.Contains(logs, "of sha256 "+sum) {
-			t.Errorf("%s: the timeline lacks the fetch with peers and its check:\n%s", v.name, tail(logs, 30))
+			t.Errorf("%s: the timeline lacks the fetch with peers and its check:\n%s", v.name, testutil.Tail(logs, 30))
 		}
 		if strings.Contains(logs, "fetching it from http") {
-			t.Errorf("%s: fell back to the image's URL:\n%s", v.name, tail(logs, 30))
+			t.Errorf("%s: fell back to the image's URL:\n%s", v.name, testutil.Tail(logs, 30))
 		}
 		im := image[key]
 		if im == nil {
 			t.Errorf("%s: no image sources in the status", key)
 			continue
 		}
-		server, peers := im["fromServer"].(float64), im["fromPeers"].(float64)
+		server, peers := float64(im.FromServer), float64(im.FromPeers)
 		t.Logf("%s: %.1f MB from the server, %.1f MB from peers", key, server/(1<<20), peers/(1<<20))
 		if i == 2 && (server != 0 || peers < peersDataSize) {
 			t.Errorf("%s (server route cut): %v bytes from the server, %v from peers", key, server, peers)
 		}
 		// The cut route's refusal, as the agent met it.
 		if i == 2 && !(strings.Contains(logs, "from the server: Get \"http://198.18.0.1:8082/swarm/") && strings.Contains(logs, "connection refused: fetching it elsewhere")) {
-			t.Errorf("%s: its timeline lacks the server's chunks refused:\n%s", key, tail(logs, 40))
+			t.Errorf("%s: its timeline lacks the server's chunks refused:\n%s", key, testutil.Tail(logs, 40))
 		}
 		total += server + peers
 		b, err := os.ReadFile(disks[v.name])

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/test/ipmisim"
 )
 
@@ -127,18 +128,7 @@ func TestPowerIPMI(t *testing.T) {
 	token := filepath.Join(l.dir, "ui-token")
 	os.WriteFile(token, []byte("operator-token\n"), 0o600)
 
-	bmc := func(port int, extra string) string {
-		return fmt.Sprintf("bmc: {address: 198.18.0.1, port: %d%s}\n", port, extra)
-	}
-	repo := provisionRepo(t, gzSHA,
-		node("vm-ipmi", `mac: "`+mac+`"`)+bmc(9623, ""),
-		node("bad-password", `mac: "52:54:00:e2:50:02"`)+bmc(9624, ", credentials: {secret: wrong-pw}"),
-		node("bmc-down", `mac: "52:54:00:e2:50:03"`)+bmc(9700, ""),
-		node("bmc-hangs", `mac: "52:54:00:e2:50:04"`)+bmc(9625, ""),
-		node("open-secret", `mac: "52:54:00:e2:50:05"`)+bmc(9626, ", credentials: {secret: open}"))
-	site := filepath.Join(repo, "sites/lab/site.yaml")
-	b, _ := os.ReadFile(site)
-	os.WriteFile(site, append(b, "power: auto\nbmc: {protocol: ipmi, credentials: {secret: lab-bmc}}\n"...), 0o644)
+	repo := provisionRepo(t, images4, gzSHA, "power-ipmi", nil)
 	start := time.Now()
 	l.serve(repo, "--secrets-dir", secrets, "--power-interval", "3s", "--bmc-timeout", "8s", "--ui-token-file", token)
 	cli := func(args ...string) (string, error) {
@@ -168,9 +158,9 @@ func TestPowerIPMI(t *testing.T) {
 		"lab/bmc-hangs":    "did not answer within 8s",
 		"lab/open-secret":  "has mode 0644: others may read it",
 	} {
-		m := l.machine(key)
-		if m["power"] != "unreachable" || !strings.Contains(fmt.Sprint(m["powerError"]), want) {
-			t.Errorf("%s: power %v (%v), want unreachable with %q", key, m["power"], m["powerError"], want)
+		m, _ := l.machine(key)
+		if m.Power != "unreachable" || !strings.Contains(m.PowerError, want) {
+			t.Errorf("%s: power %q (%q), want unreachable with %q", key, m.Power, m.PowerError, want)
 		}
 		if log, _ := cli("logs", key); !strings.Contains(log, "power: failed (attempt 1 of 6)") {
 			t.Errorf("%s: no failed attempt on its timeline:\n%s", key, log)
@@ -209,7 +199,7 @@ func TestPowerIPMI(t *testing.T) {
 		t.Errorf("boot-device: %v\n%s", err, out)
 	}
 	if c := controlLog(); !strings.Contains(c, "set boot default") && !strings.Contains(c, "set boot none") && !strings.Contains(c, "set boot disk") {
-		t.Logf("the disk boot device reached the BMC as:\n%s", tail(c, 5))
+		t.Logf("the disk boot device reached the BMC as:\n%s", testutil.Tail(c, 5))
 	}
 	if s, _ := nodeState(l, "lab/vm-ipmi"); s != "provisioned" {
 		t.Errorf("vm-ipmi after an operator's power on and off: %s", s)
@@ -217,8 +207,8 @@ func TestPowerIPMI(t *testing.T) {
 
 	// Git raises reprovision: the daemon sets PXE once and powers it on,
 	// and it reinstalls, with no one touching it.
-	n := filepath.Join(repo, "sites/lab/nodes/n0.yaml") // writeRepo's name for the first node
-	b, _ = os.ReadFile(n)
+	n := filepath.Join(repo, "sites/lab/nodes/n0.yaml") // vm-ipmi, in power-ipmi.txtar
+	b, _ := os.ReadFile(n)
 	os.WriteFile(n, append(b, "reprovision: 1\n"...), 0o644)
 	raised := time.Now()
 	waitFor(t, "vm-ipmi reinstalled at generation 1", 6*time.Minute, func() bool {

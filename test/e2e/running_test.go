@@ -3,113 +3,14 @@
 package e2e
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
-
-// debianImage is a real bootable Debian 12 image (BIOS and UEFI, cloud-init)
-// that test/image/build-image.sh makes from Debian's packages: built once
-// and kept under the user's cache directory, keyed by the script's hash.
-// It returns the folder holding debian.raw.gz and that file's sha256.
-// TestMain starts the build (startDebianImage) before any test runs: it is
-// the longest step of a fresh machine's run, and the other tests go on
-// beside it.
-func debianImage(t *testing.T) (dir, gzSHA string) {
-	t.Helper()
-	img := startDebianImage()
-	<-img.done
-	if img.err != nil {
-		t.Fatal(img.err)
-	}
-	if img.built > 0 {
-		t.Logf("timing: built the Debian test image in %s (cached in %s), beside the other tests", img.built.Round(time.Second), img.dir)
-	}
-	return img.dir, img.sha
-}
-
-// imageBuild is the Debian image's build, started once.
-type imageBuild struct {
-	done     chan struct{}
-	dir, sha string
-	built    time.Duration // 0 when it came from the cache
-	err      error
-}
-
-var (
-	imageOnce sync.Once
-	image     *imageBuild
-)
-
-func startDebianImage() *imageBuild {
-	imageOnce.Do(func() {
-		image = &imageBuild{done: make(chan struct{})}
-		go func() {
-			defer close(image.done)
-			image.dir, image.sha, image.built, image.err = buildDebianImage()
-		}()
-	})
-	return image
-}
-
-func buildDebianImage() (dir, gzSHA string, built time.Duration, err error) {
-	script, err := filepath.Abs("../image/build-image.sh")
-	if err != nil {
-		return "", "", 0, err
-	}
-	b, err := os.ReadFile(script)
-	if err != nil {
-		return "", "", 0, err
-	}
-	sum := sha256.Sum256(b)
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", "", 0, err
-	}
-	dir = filepath.Join(cache, "bootops", "debian-image", hex.EncodeToString(sum[:8]))
-	if _, err := os.Stat(filepath.Join(dir, "debian.raw.gz")); err != nil {
-		start := time.Now()
-		tmp := dir + fmt.Sprintf(".tmp-%d", os.Getpid())
-		os.RemoveAll(tmp)
-		cmd := exec.Command("bash", script, tmp)
-		// Killed with this process, like every helper of the tests.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return "", "", 0, fmt.Errorf("build the Debian test image (%s): %v\n%s", script, err, tail(string(out), 40))
-		}
-		os.Remove(filepath.Join(tmp, "debian.raw")) // the gzip is what is served
-		os.RemoveAll(dir)
-		if err := os.Rename(tmp, dir); err != nil {
-			return "", "", 0, err
-		}
-		built = time.Since(start)
-	}
-	f, err := os.Open(filepath.Join(dir, "debian.raw.gz"))
-	if err != nil {
-		return "", "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	io.Copy(h, f)
-	return dir, hex.EncodeToString(h.Sum(nil)), built, nil
-}
-
-// bootDisk is a VM's disk, booted after its NIC (bootindex: the firmware
-// tries the network first, then this disk).
-func bootDisk(path string) []string {
-	return []string{"-drive", "file=" + path + ",if=none,id=d0,format=raw", "-device", "virtio-blk-pci,drive=d0,bootindex=2"}
-}
 
 // A BIOS VM and a UEFI VM install a real Debian at once, reboot into it
 // from their disks (the boot plane sends them on from PXE: on UEFI iPXE
@@ -125,20 +26,12 @@ func TestRunning(t *testing.T) {
 	imgDir, gzSHA := debianImage(t)
 	l := newLab(t, true)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
-	repo := provisionRepo(t, gzSHA)
-	os.WriteFile(filepath.Join(repo, "profiles/debian.yaml"), []byte("apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: debian\nos: {type: mutable}\n"+
-		"image: {url: \"http://198.18.0.1:8081/debian.raw.gz\", sha256: "+gzSHA+", compression: gz}\n"+
-		"workflow:\n  - {action: wipe-disk}\n  - {action: image-to-disk}\n  - {action: cloud-init, partition: 2}\n  - {action: reboot}\n"), 0o644)
 	nodes := map[string]string{"vm-bios": "52:54:00:e2:40:01", "vm-uefi": "52:54:00:e2:40:02"}
 	// vm-uefi has a TPM, registered in Git: its install is bound to it,
 	// and the installed Debian's reports are quoted by the TPM's key.
 	tp := l.tpm("running")
-	ids := map[string]string{"vm-bios": "", "vm-uefi": `, tpm: {ek: "` + tp.EKHash + `"}`}
-	os.MkdirAll(filepath.Join(repo, "sites/lab/nodes"), 0o755)
-	for name, mac := range nodes {
-		os.WriteFile(filepath.Join(repo, "sites/lab/nodes", name+".yaml"), []byte(strings.Replace(node(name, `mac: "`+mac+`"`+ids[name]), "test-os", "debian", 1)+
-			"hostname: e2e-"+strings.TrimPrefix(name, "vm-")+"\n"), 0o644)
-	}
+	hasTPM := map[string]bool{"vm-uefi": true}
+	repo := provisionRepo(t, images4, gzSHA, "running", vars{"EK": tp.EKHash})
 	l.serve(repo)
 
 	disks := map[string]string{}
@@ -216,9 +109,9 @@ func TestRunning(t *testing.T) {
 		// on for 6 min in one CI run); the name is checked in the status,
 		// from the installed OS's report.
 		v.wait(t, " login:", 10*time.Minute)
-		m := l.machine("lab/" + name)
-		if m["hostname"] != host || !strings.HasPrefix(fmt.Sprint(m["kernel"]), "6.") {
-			t.Errorf("%s: hostname %v, kernel %v in the status", name, m["hostname"], m["kernel"])
+		m, _ := l.machine("lab/" + name)
+		if m.Hostname != host || !strings.HasPrefix(m.Kernel, "6.") {
+			t.Errorf("%s: hostname %q, kernel %q in the status", name, m.Hostname, m.Kernel)
 		}
 		log := l.logs("lab/" + name)
 		if !strings.Contains(log, "served local-disk script") {
@@ -227,8 +120,8 @@ func TestRunning(t *testing.T) {
 		// The TPM's machine: its report quoted by the TPM (with
 		// tpm2-tools, through the kernel's /dev/tpmrm0); the other's by
 		// its credential alone.
-		if quoted := strings.Contains(log, "quoted by its TPM"); quoted != (ids[name] != "") {
-			t.Errorf("%s: quoted by its TPM: %v, want %v:\n%s", name, quoted, ids[name] != "", log)
+		if quoted := strings.Contains(log, "quoted by its TPM"); quoted != hasTPM[name] {
+			t.Errorf("%s: quoted by its TPM: %v, want %v:\n%s", name, quoted, hasTPM[name], log)
 		}
 	}
 	// OVMF says on the console which boot option it starts: after iPXE

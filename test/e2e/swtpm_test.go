@@ -19,6 +19,8 @@ import (
 
 	"github.com/google/go-tpm/legacy/tpm2"
 	"github.com/google/go-tpm/tpmutil"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // A lab's VMs can have TPMs of their own: swtpm (Debian's swtpm and
@@ -139,14 +141,9 @@ func (l *lab) uefiTPMVM(name, mac string, tp *swTPM, extra ...string) *vm {
 
 func waitSocket(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testutil.Poll(10*time.Second, 50*time.Millisecond, func() bool { _, err := os.Stat(path); return err == nil }) {
+		t.Fatalf("swtpm did not open %s", path)
 	}
-	t.Fatalf("swtpm did not open %s", path)
 }
 
 // tpmContents is what the TPM holds, read through the TPM itself.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/tpm"
 )
 
@@ -52,18 +53,10 @@ func TestTPMIdentity(t *testing.T) {
 	}
 
 	const smbiosA = "type=1,serial=E2E-TPM-A,uuid=01020304-0506-0708-090a-0b0c0d0e0f41"
-	repo := provisionRepo(t, gzSHA,
-		node("vm-a", `mac: "52:54:00:e2:31:01", serial: E2E-TPM-A, uuid: 01020304-0506-0708-090a-0b0c0d0e0f41, tpm: {ek: "`+tpA.EKHash+`"}`),
-		node("vm-c", `mac: "52:54:00:e2:31:03"`))
-	const secret = "E2E-TPM-USERDATA-SECRET"
+	repo := provisionRepo(t, images4, gzSHA, "tpm-identity", vars{"EK": tpA.EKHash})
+	const secret = "E2E-TPM-USERDATA-SECRET" // in tpm-identity.txtar's user-data
 	ca, _ := os.ReadFile(issuer)
-	writeRepo(repo, map[string]string{
-		"ca/tpm-maker.pem":    string(ca),
-		"sites/lab/site.yaml": proxySite + "tpm: {ekCAs: [ca/tpm-maker.pem]}\n",
-		"profiles/test-os.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: test-os\nos: {type: immutable}\n" +
-			"image: {url: \"http://198.18.0.1:8081/test.raw.gz\", sha256: " + gzSHA + ", compression: gz}\n" +
-			"cloudInit: {hostname: e2e, runcmd: [\"echo " + secret + "\"]}\n",
-	}, nil)
+	testutil.WriteFile(t, repo, "ca/tpm-maker.pem", string(ca))
 	run(t, bootops, "validate", repo)
 	l.serve(repo)
 
@@ -77,11 +70,11 @@ func TestTPMIdentity(t *testing.T) {
 	b.cmd.Process.Kill()
 	b.cmd.Wait()
 	if !strings.Contains(out, "bootops-agent: tpm: /dev/tpmrm0") {
-		t.Errorf("the impostor's agent saw no TPM:\n%s", tail(out, 30))
+		t.Errorf("the impostor's agent saw no TPM:\n%s", testutil.Tail(out, 30))
 	}
 	log := l.logs("lab/vm-a")
 	if strings.Contains(out, secret) || strings.Contains(log, "agent checked in") {
-		t.Errorf("the impostor got vm-a's workflow or user-data:\nconsole:\n%s\ntimeline:\n%s", tail(out, 30), log)
+		t.Errorf("the impostor got vm-a's workflow or user-data:\nconsole:\n%s\ntimeline:\n%s", testutil.Tail(out, 30), log)
 	}
 
 	// The real machines: vm-a by the EK Git names, vm-c by its EK
@@ -97,15 +90,15 @@ func TestTPMIdentity(t *testing.T) {
 	checkDisk(t, aDisk, rawSHA)
 	checkDisk(t, cDisk, rawSHA)
 	for key, ek := range map[string]string{"lab/vm-a": tpA.EKHash, "lab/vm-c": tpC.EKHash} {
-		m := l.machine(key)
-		if m["ek"] != ek || !strings.HasPrefix(m["tpm"].(string), "tpm: ek "+ek+", activated") {
-			t.Errorf("%s: ek %v, tpm %v in the status, want %s", key, m["ek"], m["tpm"], ek)
+		m, _ := l.machine(key)
+		if m.EK != ek || !strings.HasPrefix(m.TPM, "tpm: ek "+ek+", activated") {
+			t.Errorf("%s: ek %q, tpm %q in the status, want %s", key, m.EK, m.TPM, ek)
 		}
 		if log := l.logs(key); !strings.Contains(log, "tpm: ek "+ek) {
 			t.Errorf("%s: the proof is not on its timeline:\n%s", key, log)
 		}
 	}
 	if out := mustRead(a.console); !strings.Contains(out, "bootops-agent: tpm: credential activated") {
-		t.Errorf("vm-a's agent did not say it proved its TPM:\n%s", tail(out, 30))
+		t.Errorf("vm-a's agent did not say it proved its TPM:\n%s", testutil.Tail(out, 30))
 	}
 }

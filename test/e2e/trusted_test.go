@@ -9,10 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/tpm"
 )
 
@@ -22,21 +22,6 @@ import (
 // with), both with TLS from the Micro-OS on.
 
 const snakeoilCert = "/usr/share/ovmf/PkKek-1-snakeoil.pem"
-
-// secureVM boots OVMF with Secure Boot enforced: code and a fresh copy
-// of the variables named, SMM on as the secure flash needs.
-func (l *lab) secureVM(name, mac, code, vars string, extra ...string) *vm {
-	l.t.Helper()
-	b, err := os.ReadFile(vars)
-	if err != nil {
-		l.t.Fatalf("OVMF is missing (Debian package ovmf): %v", err)
-	}
-	copyVars := filepath.Join(l.dir, name+"-vars.fd")
-	os.WriteFile(copyVars, b, 0o644)
-	fw := []string{"-machine", "q35,smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on",
-		"-drive", "if=pflash,format=raw,readonly=on,file=" + code, "-drive", "if=pflash,format=raw,file=" + copyVars}
-	return l.boot(name, mac, ",romfile=", append(fw, extra...)...)
-}
 
 // httpBootOnly turns OVMF's PXE off, so its network boot is UEFI HTTP
 // boot (OVMF's runtime configuration, opt/org.tianocore/*).
@@ -53,41 +38,6 @@ func trustedLab(t *testing.T, withDHCP bool) (l *lab, state, pcap string) {
 	pcap = filepath.Join(l.dir, "bridge.pcap")
 	l.start("tcpdump", "ip", "netns", "exec", l.lan, "tcpdump", "-U", "-i", "br0", "-n", "-w", pcap)
 	return l, state, pcap
-}
-
-// waitVMs waits for the VMs' QEMU to end (-no-reboot: a reboot or a
-// power-off ends it), killing what is still running after d.
-func waitVMs(d time.Duration, vms ...*vm) {
-	var wg sync.WaitGroup
-	for _, v := range vms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			done := make(chan error, 1)
-			go func() { done <- v.cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(d):
-				v.cmd.Process.Kill()
-				<-done
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// machine is a machine's entry in `bootops status -o json`.
-func (l *lab) machine(key string) map[string]any {
-	doc := l.status()
-	for _, list := range []string{"nodes", "unknown"} {
-		ms, _ := doc[list].([]any)
-		for _, m := range ms {
-			if mm := m.(map[string]any); mm["key"] == key {
-				return mm
-			}
-		}
-	}
-	return nil
 }
 
 // noSecretsOnTheWire reads the bridge's capture: nothing that authorizes
@@ -147,29 +97,7 @@ func TestSecureBootUKI(t *testing.T) {
 		"--ca", filepath.Join(state, "tls/ca.pem"), "--cmdline", "console=ttyS0,115200 panic=-1 no_timer_check bootops.other=1", "--sign-key", key, "--sign-cert", snakeoilCert,
 		"-o", other)
 
-	micro := func(name, uki, extra string) string {
-		return "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: " + name + "\nkernel: {path: microos/vmlinuz}\ninitrd: {path: microos/initrd.img}\n" +
-			"uki: {path: microos/" + uki + "}\nchain: uki\n" + extra
-	}
-	profile := func(name, micro, url string, extra ...string) string {
-		return "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: " + name + "\nmicroOS: " + micro + "\nos: {type: immutable}\n" +
-			"image: {url: \"" + url + "\", sha256: " + gzSHA + ", compression: gz}\ncloudInit: {hostname: e2e, runcmd: [\"echo E2E-USERDATA-SECRET\"]}\n" + strings.Join(extra, "")
-	}
-	site := "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\nnetwork: {interface: br0, serverAddress: 198.18.0.1, dhcp: proxy, httpsPort: 8443}\nunknownNodes: ignore\n"
-	writeRepo(dir, map[string]string{
-		"microos/signed.yaml":    micro("signed", "bootops.efi", "httpsBoot: true\n"),
-		"microos/plain.yaml":     micro("plain", "bootops.efi", ""),
-		"microos/tampered.yaml":  micro("tampered", "tampered.efi", ""),
-		"profiles/sb-os.yaml":    profile("sb-os", "signed", "http://198.18.0.1:8081/test.raw.gz", "attestation: {require: true}\n"),
-		"profiles/rogue-os.yaml": profile("rogue-os", "plain", "https://198.18.0.3:8443/test.raw.gz"),
-		"profiles/bad-os.yaml":   profile("bad-os", "tampered", "http://198.18.0.1:8081/test.raw.gz"),
-		"sites/lab/site.yaml":    site,
-	}, []string{
-		strings.Replace(node("vm-sb", `mac: "52:54:00:e2:30:01"`), "test-os", "sb-os", 1),
-		strings.Replace(node("vm-rogue", `mac: "52:54:00:e2:30:02"`), "test-os", "rogue-os", 1),
-		strings.Replace(node("vm-tampered", `mac: "52:54:00:e2:30:03"`), "test-os", "bad-os", 1),
-		strings.Replace(node("vm-other", `mac: "52:54:00:e2:30:04"`), "test-os", "sb-os", 1),
-	})
+	writeRepo(t, dir, vars{"ImageSHA": gzSHA}, "secureboot-uki")
 	l.serve(dir, "--https-addr", "198.18.0.1:8443")
 
 	// The firmware's TLS trusts the site CA (an EFI signature list): vm-sb
@@ -197,14 +125,14 @@ func TestSecureBootUKI(t *testing.T) {
 	waitState(t, l, "lab/vm-sb", "provisioned", 8*time.Minute)
 	t.Logf("timing: uki chain under TCG, VM start → provisioned: %s", time.Since(start).Round(time.Second))
 	checkDisk(t, sbDisk, rawSHA)
-	if m := l.machine("lab/vm-sb"); m["boot"] != "uefi, secure boot, uki, tls" {
-		t.Errorf("vm-sb's boot: %v, want uefi, secure boot, uki, tls", m["boot"])
+	if m, _ := l.machine("lab/vm-sb"); m.Boot != "uefi, secure boot, uki, tls" {
+		t.Errorf("vm-sb's boot: %q, want uefi, secure boot, uki, tls", m.Boot)
 	}
 	if log := l.logs("lab/vm-sb"); !strings.Contains(log, "https://198.18.0.1:8443/artifacts/microos/signed/uki") {
 		t.Errorf("vm-sb was not offered its UKI by HTTPS:\n%s", log)
 	}
 	if !strings.Contains(mustRead(sb.console), "URI: https://198.18.0.1:8443/artifacts/microos/signed/uki") {
-		t.Errorf("vm-sb's firmware did not boot from the https URI:\n%s", tail(mustRead(sb.console), 40))
+		t.Errorf("vm-sb's firmware did not boot from the https URI:\n%s", testutil.Tail(mustRead(sb.console), 40))
 	}
 
 	msg := waitState(t, l, "lab/vm-rogue", "failed", 6*time.Minute)
@@ -217,13 +145,13 @@ func TestSecureBootUKI(t *testing.T) {
 	waitVMs(2*time.Minute, sb, rogue)
 
 	// The tampered UKI: refused by the firmware, so no agent ever asked.
-	m := l.machine("lab/vm-tampered")
-	if m == nil {
+	m, ok := l.machine("lab/vm-tampered")
+	if !ok {
 		t.Fatal("vm-tampered is not in the status at all: its DHCP request should be there")
 	}
-	switch m["state"] {
+	switch m.State {
 	case "microos", "provisioning", "provisioned", "failed":
-		t.Errorf("vm-tampered's state is %v: its agent ran", m["state"])
+		t.Errorf("vm-tampered's state is %v: its agent ran", m.State)
 	}
 	if log := l.logs("lab/vm-tampered"); strings.Contains(log, "agent") || !strings.Contains(log, "/artifacts/microos/tampered/uki") {
 		t.Errorf("vm-tampered's timeline should show the UKI offered and no agent:\n%s", log)
@@ -231,8 +159,8 @@ func TestSecureBootUKI(t *testing.T) {
 	// Measured boot: vm-sb's quote shows Secure Boot and the UKI Git
 	// names; vm-other's, a UKI Git does not name for it.
 	want := "tpm: ek " + l.tpm("sb").EKHash + ", attested, secure boot, micro-os digest ok"
-	if m := l.machine("lab/vm-sb"); m["tpm"] != want {
-		t.Errorf("vm-sb's identity proof: %v, want %q", m["tpm"], want)
+	if m, _ := l.machine("lab/vm-sb"); m.TPM != want {
+		t.Errorf("vm-sb's identity proof: %q, want %q", m.TPM, want)
 	}
 	refusal := "booted a Micro-OS that is not in Git: PCR 4 has " + peDigest(t, filepath.Join(other, "bootops.efi")) +
 		" (want " + peDigest(t, filepath.Join(dir, "microos/bootops.efi")) + ")"
@@ -241,7 +169,7 @@ func TestSecureBootUKI(t *testing.T) {
 	otherVM.cmd.Process.Kill()
 	otherVM.cmd.Wait()
 	if !strings.Contains(out, "secureboot: Secure boot enabled") || !strings.Contains(out, "PCRs quoted") {
-		t.Errorf("vm-other should run its signed Micro-OS under Secure Boot and quote its PCRs:\n%s", tail(out, 30))
+		t.Errorf("vm-other should run its signed Micro-OS under Secure Boot and quote its PCRs:\n%s", testutil.Tail(out, 30))
 	}
 	if log := l.logs("lab/vm-other"); strings.Contains(log, "agent checked in") {
 		t.Errorf("vm-other got its workflow:\n%s", log)
@@ -310,26 +238,7 @@ func TestSecureBootShim(t *testing.T) {
 	if out, _ := exec.Command("sbverify", "--list", stripped).CombinedOutput(); !strings.Contains(string(out), "No signature table") {
 		t.Fatalf("the stripped kernel still has a signature:\n%s", out)
 	}
-	micro := func(name, kernel string) string {
-		return "apiVersion: bootops.dev/v1alpha1\nkind: MicroOS\nname: " + name + "\nkernel: {path: microos/" + kernel + "}\ninitrd: {path: microos/initrd.img}\n" +
-			"cmdline: console=ttyS0,115200 panic=-1 no_timer_check\nchain: shim\noverlay: true\n"
-	}
-	profile := func(name, micro string) string {
-		return "apiVersion: bootops.dev/v1alpha1\nkind: Profile\nname: " + name + "\nmicroOS: " + micro + "\nos: {type: immutable}\n" +
-			"image: {url: \"http://198.18.0.1:8081/test.raw.gz\", sha256: " + gzSHA + ", compression: gz}\ncloudInit: {hostname: e2e, runcmd: [\"echo E2E-SHIM-SECRET\"]}\n"
-	}
-	writeRepo(dir, map[string]string{
-		"microos/shim.yaml":         micro("shim", "vmlinuz"),
-		"microos/stripped.yaml":     micro("stripped", "vmlinuz-unsigned"),
-		"profiles/shim-os.yaml":     profile("shim-os", "shim"),
-		"profiles/stripped-os.yaml": profile("stripped-os", "stripped"),
-		"sites/lab/site.yaml": "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: lab\n" +
-			"network: {interface: br0, serverAddress: 198.18.0.1, dhcp: reservation, subnet: 198.18.0.0/24, pool: {start: 198.18.0.100, end: 198.18.0.150}, httpsPort: 8443}\n" +
-			"defaultProfile: shim-os\nunknownNodes: hold\nenv: {BOOTOPS_E2E: overlay}\n",
-	}, []string{
-		strings.Replace(node("vm-shim", `serial: E2E-SHIM`), "test-os", "shim-os", 1),
-		strings.Replace(node("vm-stripped", `mac: "52:54:00:e2:31:02"`), "test-os", "stripped-os", 1) + "ip: 198.18.0.32\n",
-	})
+	writeRepo(t, dir, vars{"ImageSHA": gzSHA}, "secureboot-shim")
 	l.serve(dir, "--https-addr", "198.18.0.1:8443")
 
 	code, vars := "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"
@@ -340,7 +249,7 @@ func TestSecureBootShim(t *testing.T) {
 
 	out := shim.wait(t, "secureboot: Secure boot enabled", 8*time.Minute)
 	if !strings.Contains(out, "bootops: node vm-shim") {
-		t.Errorf("GRUB did not run vm-shim's own config (found by its SMBIOS serial):\n%s", tail(out, 30))
+		t.Errorf("GRUB did not run vm-shim's own config (found by its SMBIOS serial):\n%s", testutil.Tail(out, 30))
 	}
 	shim.wait(t, "signed site overlay", 4*time.Minute)
 	t.Logf("timing: shim chain under TCG, VM start → agent running: %s", time.Since(start).Round(time.Second))
@@ -349,8 +258,8 @@ func TestSecureBootShim(t *testing.T) {
 	waitState(t, l, "lab/vm-shim", "provisioned", 8*time.Minute)
 	t.Logf("timing: shim chain under TCG, VM start → provisioned: %s", time.Since(start).Round(time.Second))
 	checkDisk(t, shimDisk, rawSHA)
-	if m := l.machine("lab/vm-shim"); m["boot"] != "uefi, secure boot, shim, tls" {
-		t.Errorf("vm-shim's boot: %v, want uefi, secure boot, shim, tls", m["boot"])
+	if m, _ := l.machine("lab/vm-shim"); m.Boot != "uefi, secure boot, shim, tls" {
+		t.Errorf("vm-shim's boot: %q, want uefi, secure boot, shim, tls", m.Boot)
 	}
 	if s, _ := nodeState(l, "lab/vm-stripped"); s == "microos" || s == "provisioning" || s == "provisioned" {
 		t.Errorf("vm-stripped reached %s with an unsigned kernel", s)

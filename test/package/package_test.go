@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +30,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // The exposure systemd-analyze security measured for each unit (lower is
@@ -290,14 +291,14 @@ func serveFromUnit(t *testing.T, c *chroot) {
 		c.write(filepath.Join(source[1], f), "stand-in for "+f+"\n")
 	}
 	c.run("chown", "-R", "bootops:bootops", source[1])
-	httpPort, tftpPort := freePort(t, "tcp"), freePort(t, "udp")
-	conf = regexp.MustCompile(`(?m)^http-addr: .*$`).ReplaceAllString(conf, fmt.Sprintf("http-addr: 127.0.0.1:%d", httpPort))
-	conf = regexp.MustCompile(`(?m)^tftp-addr: .*$`).ReplaceAllString(conf, fmt.Sprintf("tftp-addr: 127.0.0.1:%d", tftpPort))
+	httpAddr, tftpAddr := testutil.FreePort(t), testutil.FreeUDP(t, "udp4")
+	conf = regexp.MustCompile(`(?m)^http-addr: .*$`).ReplaceAllString(conf, "http-addr: "+httpAddr)
+	conf = regexp.MustCompile(`(?m)^tftp-addr: .*$`).ReplaceAllString(conf, "tftp-addr: "+tftpAddr.String())
 	c.write("/etc/bootops/serve.yaml", conf)
 
 	// The status API needs an operator's token: the one serve made in its
 	// state folder (readable by the bootops user only).
-	body := runUnit(t, c, set, nil, fmt.Sprintf("http://127.0.0.1:%d/api/v1/status", httpPort), `"vm-serial"`, "/var/lib/bootops/operator-token")
+	body := runUnit(t, c, set, nil, "http://"+httpAddr+"/api/v1/status", `"vm-serial"`, "/var/lib/bootops/operator-token")
 	if st, err := os.Stat(filepath.Join(c.root, "/var/lib/bootops/operator-token")); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("the operator token: %v, mode %v", err, st)
 	}
@@ -331,9 +332,10 @@ func hubFromUnit(t *testing.T, c *chroot) {
 			env = append(env, l)
 		}
 	}
-	httpPort := freePort(t, "tcp")
-	env = append(env, fmt.Sprintf("BOOTOPS_NATS_ADDR=127.0.0.1:%d", freePort(t, "tcp")), fmt.Sprintf("BOOTOPS_HTTP_ADDR=127.0.0.1:%d", httpPort))
-	runUnit(t, c, set, env, fmt.Sprintf("http://127.0.0.1:%d/api/v1/status", httpPort), `"hub"`, "")
+	addrs := testutil.FreePorts(t, 2)
+	natsAddr, httpAddr := addrs[0], addrs[1]
+	env = append(env, "BOOTOPS_NATS_ADDR="+natsAddr, "BOOTOPS_HTTP_ADDR="+httpAddr)
+	runUnit(t, c, set, env, "http://"+httpAddr+"/api/v1/status", `"hub"`, "")
 }
 
 // runUnit runs a unit's ExecStart as the unit would (its user, its
@@ -428,23 +430,6 @@ func get(url, token string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
-}
-
-func freePort(t *testing.T, network string) int {
-	if network == "udp" {
-		c, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		return c.LocalAddr().(*net.UDPAddr).Port
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // baseTarball is the clean Debian, made once with mmdebstrap and kept in

@@ -16,6 +16,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
 
+	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -213,18 +214,18 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 			return nak("NAK: requested " + want.String() + ", reserved " + res.IP)
 		}
 	} else {
-		lease, err := poolLease(p, site, cfg, req, d, resp)
+		addr, err := poolLease(p, site, cfg, req, d, resp)
 		switch {
-		case errors.Is(err, ErrUnavailable):
+		case errors.Is(err, lease.ErrUnavailable):
 			return nak(fmt.Sprintf("NAK: requested %s: %v", requested(req), err))
-		case errors.Is(err, ErrPoolFull):
+		case errors.Is(err, lease.ErrPoolFull):
 			a.Exhausted = true
 			fallthrough
 		case err != nil:
 			a.Why = err.Error()
 			return a
 		}
-		res = plan.Reservation{IP: lease.String(), Node: "unknown machine " + m.MAC}
+		res = plan.Reservation{IP: addr.String(), Node: "unknown machine " + m.MAC}
 	}
 	prefix, err := netip.ParsePrefix(site.Network.Subnet)
 	if err != nil {
@@ -411,7 +412,7 @@ func poolLease(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, d 
 	if err1 != nil || err2 != nil {
 		return netip.Addr{}, errNoPool("bad pool")
 	}
-	r := Range{First: start, Last: end, Taken: func(a netip.Addr) bool {
+	r := lease.Range{First: start, Last: end, Taken: func(a netip.Addr) bool {
 		return a == cfg.ServerIP || p.Reserved(site.Name, a.String())
 	}}
 	if resp == dhcpv4.MessageTypeOffer {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
@@ -395,7 +396,7 @@ func (c *client) get() string {
 // fileLeases reads the lease file as a restart would: MAC → "ip expires".
 func fileLeases(t *testing.T, path string) map[string]string {
 	t.Helper()
-	m, err := ReadLeases(path)
+	m, err := lease.Read(path)
 	if err != nil {
 		b, _ := os.ReadFile(path)
 		t.Fatalf("%v\n%s", err, b)
@@ -538,7 +539,7 @@ func TestLeasesExpire(t *testing.T) {
 	b.get()
 	// The HTTP server keys a machine with no identifier by its lease.
 	pool := cfg.Leases.(*Pool)
-	ps := &Pools{}
+	ps := &lease.Stores{}
 	ps.Add(pool)
 	if got := ps.MACOf("198.18.0.12"); got != "52:54:00:aa:00:02" {
 		t.Errorf("MACOf(198.18.0.12): %q", got)

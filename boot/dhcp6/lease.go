@@ -9,12 +9,28 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
 
-	"github.com/bootops/bootops/boot/dhcp"
+	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/plan"
 )
 
 // defaultLease is the lifetime of an address when Config gives none.
 const defaultLease = time.Hour
+
+// Leaser hands machines addresses of the site's IPv6 pool: a Solicit gets
+// an offer held in memory, a Request (or Rapid Commit) a lease written
+// down, a Release gives it back.
+type Leaser interface {
+	Offer(key string, r lease.Range) (netip.Addr, error)
+	Confirm(key string, want netip.Addr, r lease.Range, d time.Duration) (netip.Addr, error)
+	Release(key string, a netip.Addr) error
+}
+
+// Pool is where a site's DHCPv6 leases are kept: the lease store both
+// families share (boot/lease), which walks an IPv6 range from a hash of
+// the client's key, so it may be huge.
+type Pool = lease.Store
+
+var _ Leaser = (*Pool)(nil)
 
 // reservation answers msg as the link's DHCPv6 server: a machine's
 // reserved address, else one of the pool, in its first IA_NA. A Solicit
@@ -92,7 +108,7 @@ func reservation(p *plan.Plan, site *plan.Site, cfg Config, msg *dhcpv6.Message,
 		out.Options.Add(&dhcpv6.OptIAAddress{IPv6Addr: addr.AsSlice(), PreferredLifetime: lt, ValidLifetime: lt})
 		a.Addr = addr
 		a.Why = fmt.Sprintf("%s %s to %s", reply.Type(), addr, who)
-	case errors.Is(err, dhcp.ErrUnavailable) && (mt == dhcpv6.MessageTypeRenew || mt == dhcpv6.MessageTypeRebind):
+	case errors.Is(err, lease.ErrUnavailable) && (mt == dhcpv6.MessageTypeRenew || mt == dhcpv6.MessageTypeRebind):
 		// RFC 8415 §18.3.4: an address the client may no longer use
 		// goes back with lifetimes 0.
 		for _, ad := range ia.Options.Addresses() {
@@ -100,7 +116,7 @@ func reservation(p *plan.Plan, site *plan.Site, cfg Config, msg *dhcpv6.Message,
 		}
 		a.Why = fmt.Sprintf("%s: %v", reply.Type(), err)
 	default:
-		if errors.Is(err, dhcp.ErrPoolFull) {
+		if errors.Is(err, lease.ErrPoolFull) {
 			a.Exhausted = true
 		}
 		out.Options.Add(&dhcpv6.OptStatusCode{StatusCode: iana.StatusNoAddrsAvail, StatusMessage: err.Error()})
@@ -155,8 +171,8 @@ func address(p *plan.Plan, site *plan.Site, cfg Config, msg *dhcpv6.Message, ia 
 }
 
 // poolRange is the site's pool less the server's and reserved addresses.
-func poolRange(p *plan.Plan, site *plan.Site, cfg Config) dhcp.Range {
-	return dhcp.Range{First: cfg.PoolFirst, Last: cfg.PoolLast, Taken: func(a netip.Addr) bool {
+func poolRange(p *plan.Plan, site *plan.Site, cfg Config) lease.Range {
+	return lease.Range{First: cfg.PoolFirst, Last: cfg.PoolLast, Taken: func(a netip.Addr) bool {
 		return a == cfg.ServerIP || cfg.Reserved != nil && cfg.Reserved(p, site.Name, a)
 	}}
 }

@@ -139,6 +139,8 @@ fuzz: go-check
 	$(GO) test ./compiler -run XXX -fuzz FuzzFastPathAgreesWithCUE -fuzztime $(FUZZTIME)
 	$(GO) test ./compiler -run XXX -fuzz FuzzRenderIPXE -fuzztime $(FUZZTIME)
 	$(GO) test ./daemon -run XXX -fuzz FuzzAPIAttack -fuzztime $(FUZZTIME)
+	$(GO) test ./boot/dhcp -run XXX -fuzz FuzzReply -fuzztime $(FUZZTIME)
+	$(GO) test ./boot/dhcp6 -run XXX -fuzz FuzzReply -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin out .cache

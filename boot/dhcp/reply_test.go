@@ -42,7 +42,7 @@ func testPlan(mode, policy string) *plan.Plan {
 }
 
 // pxeDiscover is a DISCOVER as a PXE ROM sends it.
-func pxeDiscover(t *testing.T, mac string, arch iana.Arch, class string, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+func pxeDiscover(t testing.TB, mac string, arch iana.Arch, class string, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
 	t.Helper()
 	hw, _ := net.ParseMAC(mac)
 	all := append([]dhcpv4.Modifier{
@@ -232,27 +232,6 @@ func TestServerOnLoopback(t *testing.T) {
 	if len(ev) == 0 || ev[0].Kind != status.KindDHCP || ev[0].State != status.StateDiscovered {
 		t.Errorf("events: %+v", ev)
 	}
-}
-
-func FuzzReply(f *testing.F) {
-	hw, _ := net.ParseMAC("52:54:00:00:00:01")
-	d, _ := dhcpv4.NewDiscovery(hw, dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient")), dhcpv4.WithGeneric(dhcpv4.OptionClientSystemArchitectureType, []byte{0, 7}))
-	f.Add(d.ToBytes(), uint16(67))
-	f.Add([]byte{1, 1, 6, 0}, uint16(4011))
-	pp := testPlan(plan.DHCPProxy, plan.PolicyProvision)
-	pr := testPlan(plan.DHCPReservation, plan.PolicyHold)
-	f.Fuzz(func(t *testing.T, pkt []byte, port uint16) {
-		req, err := dhcpv4.FromBytes(pkt)
-		if err != nil {
-			return
-		}
-		for _, p := range []*plan.Plan{pp, pr} {
-			a := Reply(p, p.Sites[0], Config{ServerIP: server, HTTPPort: 8080, Mode: p.Sites[0].Network.DHCP}, req, int(port))
-			if a.Reply != nil {
-				a.Reply.ToBytes()
-			}
-		}
-	})
 }
 
 // Packets captured from real firmware by test/capture.sh: QEMU's iPXE ROM

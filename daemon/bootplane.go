@@ -16,6 +16,7 @@ import (
 	"github.com/bootops/bootops/boot/dhcp"
 	"github.com/bootops/bootops/boot/dhcp6"
 	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/boot/tftp"
 	"github.com/bootops/bootops/plan"
@@ -29,7 +30,7 @@ type bootPlane struct {
 	httpAddr string
 	metrics  *dhcp.Metrics
 	metrics6 *dhcp6.Metrics
-	pools    *dhcp.Pools
+	pools    *lease.Stores
 	log      *slog.Logger
 	// tftp6: a TFTP listener takes IPv6 (DHCPv6 then hands PXE clients a
 	// tftp:// URL).
@@ -121,7 +122,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		if err != nil {
 			return "", fmt.Errorf("site %s: network.serverAddress: %w", site.Name, err)
 		}
-		pool := &dhcp.Pool{Path: filepath.Join(cfg.StateDir, "leases-"+site.Name+".json")}
+		pool := &lease.Store{Path: filepath.Join(cfg.StateDir, "leases-"+site.Name+".json")}
 		b.pools.Add(pool)
 		ds := &dhcp.Server{Plans: b.plans, Site: site.Name, Interface: iface, Events: b.events, Log: b.log, Metrics: b.metrics,
 			Newcomers: newcomers, Known: b.httpSrv.Machines.Known,
@@ -129,7 +130,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		g.Go(func() error { return ds.Serve(ctx) })
 	}
 	if n := site.Network.IPv6; servesDHCP6(cfg.DHCP, site) {
-		pool6 := &dhcp6.Pool{Path: filepath.Join(cfg.StateDir, "leases6-"+site.Name+".json")}
+		pool6 := &lease.Store{Path: filepath.Join(cfg.StateDir, "leases6-"+site.Name+".json")}
 		c6, err := dhcp6.SiteConfig(site, b.tftp6, pool6)
 		if err != nil {
 			return "", err

@@ -19,6 +19,7 @@ import (
 	"github.com/bootops/bootops/boot/dhcp"
 	"github.com/bootops/bootops/boot/dhcp6"
 	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/boot/ui"
 	"github.com/bootops/bootops/hub"
@@ -217,7 +218,7 @@ func (d *daemon) newHTTP() {
 	metrics := dhcp.NewMetrics(d.reg)
 	// Every site's pool: an unknown machine that reports no identifier is
 	// keyed by the MAC its address was leased to.
-	pools := &dhcp.Pools{}
+	pools := &lease.Stores{}
 	hook := newWebhook(func() []byte { return d.settings.Load().webhookSecret }, d.src.follower, d.rec.Metrics, d.log)
 	d.http = newHTTP(d.cfg, httpDeps{plans: d.overlays.live, events: d.events, rec: d.rec, secret: d.secret, root: d.root,
 		pools: pools, hook: hook, reg: d.reg, log: d.log})

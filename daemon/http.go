@@ -22,8 +22,8 @@ import (
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/agentapi"
-	"github.com/bootops/bootops/boot/dhcp"
 	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/reconciler"
 	"github.com/bootops/bootops/trust"
@@ -36,7 +36,7 @@ type httpDeps struct {
 	rec    *reconciler.Reconciler
 	secret boot.Secret
 	root   *os.Root
-	pools  *dhcp.Pools
+	pools  *lease.Stores
 	hook   http.Handler
 	reg    *prometheus.Registry
 	log    *slog.Logger

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/boot/lease"
 )
 
 // BenchmarkPoolLease: an unknown machine's DISCOVER and REQUEST from a
@@ -14,7 +16,7 @@ import (
 func BenchmarkPoolLease(b *testing.B) {
 	clk := newClock()
 	p := &Pool{Path: b.TempDir() + "/leases.json", Now: clk.now}
-	r := Range{First: netip.MustParseAddr("198.18.16.0"), Last: netip.MustParseAddr("198.18.31.255")}
+	r := lease.Range{First: netip.MustParseAddr("198.18.16.0"), Last: netip.MustParseAddr("198.18.31.255")}
 	i := 0
 	for b.Loop() {
 		mac := fmt.Sprintf("52:54:00:00:%02x:%02x", i%1000>>8, i%1000&0xff)
@@ -35,7 +37,7 @@ func BenchmarkPoolLease(b *testing.B) {
 func BenchmarkPoolRenew(b *testing.B) {
 	clk := newClock()
 	p := &Pool{Path: b.TempDir() + "/leases.json", Now: clk.now}
-	r := Range{First: netip.MustParseAddr("198.18.16.0"), Last: netip.MustParseAddr("198.18.31.255")}
+	r := lease.Range{First: netip.MustParseAddr("198.18.16.0"), Last: netip.MustParseAddr("198.18.31.255")}
 	macs := make([]string, 4096)
 	for i := range macs {
 		macs[i] = fmt.Sprintf("52:54:00:00:%02x:%02x", i>>8, i&0xff)

@@ -16,6 +16,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
 
+	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -136,100 +137,160 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 	if reason, why := invalid(req); reason != "" {
 		return Answer{Dropped: reason, Why: why}
 	}
-	mt := req.MessageType()
-	class := string(req.GetOneOption(dhcpv4.OptionClassIdentifier))
-	pxe := strings.HasPrefix(class, "PXEClient")
-	httpBoot := strings.HasPrefix(class, "HTTPClient")
+	b := bootRequest(req)
 	// Most DHCP traffic on a shared LAN is not PXE: in proxy mode it is
 	// dropped before anything is looked up.
-	if cfg.Mode == plan.DHCPProxy && !pxe && !httpBoot {
+	if cfg.Mode == plan.DHCPProxy && !b.boot() {
 		return Answer{Why: "not a PXE or HTTP-boot client"}
 	}
-	var arch iana.Arch
-	archs := req.ClientArch()
-	if len(archs) > 0 {
-		arch = archs[0]
-	}
-	if len(archs) == 0 && (pxe || httpBoot) {
+	if !b.hasArch && b.boot() {
 		return Answer{Why: "PXE client without an architecture (option 93)"}
 	}
-	// iPXE says so in its user class: give it the script URL, not another
-	// iPXE (the chain-load loop break).
-	ipxe := isIPXE(req)
-	m := machine(req)
-	d := p.Decide(site.Name, m)
-	a := Answer{Node: d.Node}
-
+	d := p.Decide(site.Name, machine(req))
 	if cfg.Mode == plan.DHCPProxy {
-		if d.Outcome == plan.Unknown && site.UnknownNodes == plan.PolicyIgnore && !p.HasSerialOnlyNodes(site.Name) {
-			a.Why = "unknown machine and site ignores unknown machines"
-			return a
-		}
-		var resp dhcpv4.MessageType
-		switch {
-		case mt == dhcpv4.MessageTypeDiscover && port != 4011:
-			resp = dhcpv4.MessageTypeOffer
-		case mt == dhcpv4.MessageTypeRequest && port == 4011, mt == dhcpv4.MessageTypeInform:
-			resp = dhcpv4.MessageTypeAck
-		default:
-			a.Why = fmt.Sprintf("proxy mode does not answer %s on port %d", mt, port)
-			return a
-		}
-		reply, boot, err := pxeReply(req, cfg, site, p.MicroOSOf(d), arch, ipxe, httpBoot, resp)
-		if err != nil {
-			a.Why = err.Error()
-			return a
-		}
-		a.Reply, a.Boot, a.Why = reply, boot, fmt.Sprintf("proxy %s: %s", resp, boot)
+		return proxy(p, site, cfg, req, port, b, d)
+	}
+	return reservation(p, site, cfg, req, b, d)
+}
+
+// bootInfo is what a request says of the client's boot firmware.
+type bootInfo struct {
+	arch    iana.Arch // the first of option 93
+	hasArch bool
+	pxe     bool // option 60 PXEClient…
+	http    bool // option 60 HTTPClient… (UEFI HTTP boot)
+	// ipxe: iPXE says so in its user class; it gets the script URL, not
+	// another iPXE (the chain-load loop break).
+	ipxe bool
+}
+
+func (b bootInfo) boot() bool { return b.pxe || b.http }
+
+// bootRequest reads options 60, 93 and 77.
+func bootRequest(req *dhcpv4.DHCPv4) bootInfo {
+	class := string(req.GetOneOption(dhcpv4.OptionClassIdentifier))
+	b := bootInfo{pxe: strings.HasPrefix(class, "PXEClient"), http: strings.HasPrefix(class, "HTTPClient"), ipxe: isIPXE(req)}
+	if archs := req.ClientArch(); len(archs) > 0 {
+		b.arch, b.hasArch = archs[0], true
+	}
+	return b
+}
+
+// proxy is the proxyDHCP answer beside the site's own DHCP server: no
+// address, where to boot from, to a DISCOVER on port 67, a REQUEST on
+// port 4011 and an INFORM.
+func proxy(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port int, b bootInfo, d plan.Decision) Answer {
+	a := Answer{Node: d.Node}
+	if d.Outcome == plan.Unknown && site.UnknownNodes == plan.PolicyIgnore && !p.HasSerialOnlyNodes(site.Name) {
+		a.Why = "unknown machine and site ignores unknown machines"
 		return a
 	}
-
-	// Reservation mode: the registered address; for an unknown machine an
-	// address of the site's pool, unless the site ignores unknown machines.
 	var resp dhcpv4.MessageType
-	switch mt {
-	case dhcpv4.MessageTypeDiscover:
+	switch mt := req.MessageType(); {
+	case mt == dhcpv4.MessageTypeDiscover && port != 4011:
 		resp = dhcpv4.MessageTypeOffer
+	case mt == dhcpv4.MessageTypeRequest && port == 4011, mt == dhcpv4.MessageTypeInform:
+		resp = dhcpv4.MessageTypeAck
+	default:
+		a.Why = fmt.Sprintf("proxy mode does not answer %s on port %d", mt, port)
+		return a
+	}
+	reply, boot, err := pxeReply(req, cfg, site, p.MicroOSOf(d), b, resp)
+	if err != nil {
+		a.Why = err.Error()
+		return a
+	}
+	a.Reply, a.Boot, a.Why = reply, boot, fmt.Sprintf("proxy %s: %s", resp, boot)
+	return a
+}
+
+// reservation is the answer of the LAN's DHCP server: the registered
+// address; for an unknown machine an address of the site's pool, unless
+// the site ignores unknown machines; and, to a boot client, where to boot
+// from.
+func reservation(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, b bootInfo, d plan.Decision) Answer {
+	a := Answer{Node: d.Node}
+	resp, why := reservationType(req, cfg)
+	if why != "" {
+		a.Why = why
+		return a
+	}
+	res, nak, err := address(p, site, cfg, req, d, resp)
+	switch {
+	case nak != "":
+		a.Reply, _ = dhcpv4.NewReplyFromRequest(req, dhcpv4.WithMessageType(dhcpv4.MessageTypeNak), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(cfg.ServerIP.AsSlice())))
+		a.Why = nak
+		return a
+	case err != nil:
+		a.Exhausted = errors.Is(err, lease.ErrPoolFull)
+		a.Why = err.Error()
+		return a
+	}
+	reply, err := addressReply(req, cfg, site, res, resp)
+	if err != nil {
+		a.Why = err.Error()
+		return a
+	}
+	a.Reply, a.Why = reply, fmt.Sprintf("%s %s to %s", resp, res.IP, res.Node)
+	if !b.boot() {
+		return a
+	}
+	if file, ok := bootTarget(cfg, site, p.MicroOSOf(d), b); ok {
+		reply.BootFileName = file
+		a.Boot = file
+		if b.http {
+			reply.UpdateOption(dhcpv4.OptClassIdentifier("HTTPClient"))
+		}
+	}
+	return a
+}
+
+// reservationType is the message reservation mode answers req with: an
+// OFFER to a DISCOVER, an ACK (or NAK) to a REQUEST; otherwise why none.
+func reservationType(req *dhcpv4.DHCPv4, cfg Config) (dhcpv4.MessageType, string) {
+	switch mt := req.MessageType(); mt {
+	case dhcpv4.MessageTypeDiscover:
+		return dhcpv4.MessageTypeOffer, ""
 	case dhcpv4.MessageTypeRequest:
 		// Checked first: a REQUEST for another server's offer must leave
 		// the pool alone.
 		if sid := req.ServerIdentifier(); sid != nil && !sid.Equal(cfg.ServerIP.AsSlice()) {
-			a.Why = "REQUEST for another server"
-			return a
+			return 0, "REQUEST for another server"
 		}
-		resp = dhcpv4.MessageTypeAck
+		return dhcpv4.MessageTypeAck, ""
 	default:
-		a.Why = fmt.Sprintf("reservation mode does not answer %s", mt)
-		return a
+		return 0, fmt.Sprintf("reservation mode does not answer %s", mt)
 	}
-	nak := func(why string) Answer {
-		reply, _ := dhcpv4.NewReplyFromRequest(req, dhcpv4.WithMessageType(dhcpv4.MessageTypeNak), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(cfg.ServerIP.AsSlice())))
-		a.Reply, a.Why = reply, why
-		return a
-	}
-	res, ok := p.Reservation(site.Name, m.MAC)
-	if ok {
+}
+
+// address is the machine's address: its reservation, else one of the
+// site's pool (offered for a DISCOVER, leased for a REQUEST). nak, when
+// not "", says why a REQUEST is refused with a NAK; err why the machine
+// gets no answer.
+func address(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, d plan.Decision, resp dhcpv4.MessageType) (res plan.Reservation, nak string, err error) {
+	mac := plan.NormalizeMAC(req.ClientHWAddr.String())
+	if res, ok := p.Reservation(site.Name, mac); ok {
 		if want := req.RequestedIPAddress(); resp == dhcpv4.MessageTypeAck && want != nil && !want.Equal(net.ParseIP(res.IP)) {
-			return nak("NAK: requested " + want.String() + ", reserved " + res.IP)
+			return res, "NAK: requested " + want.String() + ", reserved " + res.IP, nil
 		}
-	} else {
-		lease, err := poolLease(p, site, cfg, req, d, resp)
-		switch {
-		case errors.Is(err, ErrUnavailable):
-			return nak(fmt.Sprintf("NAK: requested %s: %v", requested(req), err))
-		case errors.Is(err, ErrPoolFull):
-			a.Exhausted = true
-			fallthrough
-		case err != nil:
-			a.Why = err.Error()
-			return a
-		}
-		res = plan.Reservation{IP: lease.String(), Node: "unknown machine " + m.MAC}
+		return res, "", nil
 	}
+	a, err := poolLease(p, site, cfg, req, d, resp)
+	switch {
+	case errors.Is(err, lease.ErrUnavailable):
+		return res, fmt.Sprintf("NAK: requested %s: %v", requested(req), err), nil
+	case err != nil:
+		return res, "", err
+	}
+	return plan.Reservation{IP: a.String(), Node: "unknown machine " + mac}, "", nil
+}
+
+// addressReply is the OFFER or ACK of res and the site's network: mask,
+// lease time, host name, router, DNS.
+func addressReply(req *dhcpv4.DHCPv4, cfg Config, site *plan.Site, res plan.Reservation, resp dhcpv4.MessageType) (*dhcpv4.DHCPv4, error) {
 	prefix, err := netip.ParsePrefix(site.Network.Subnet)
 	if err != nil {
-		a.Why = "site has no subnet"
-		return a
+		return nil, errors.New("site has no subnet")
 	}
 	mods := []dhcpv4.Modifier{
 		dhcpv4.WithMessageType(resp),
@@ -254,38 +315,23 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 	if len(dns) > 0 {
 		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptDNS(dns...)))
 	}
-	reply, err := dhcpv4.NewReplyFromRequest(req, mods...)
-	if err != nil {
-		a.Why = err.Error()
-		return a
-	}
-	a.Reply, a.Why = reply, fmt.Sprintf("%s %s to %s", resp, res.IP, res.Node)
-	if pxe || httpBoot {
-		if file, ok := bootTarget(cfg, site, p.MicroOSOf(d), arch, ipxe, httpBoot); ok {
-			reply.BootFileName = file
-			a.Boot = file
-			if httpBoot {
-				reply.UpdateOption(dhcpv4.OptClassIdentifier("HTTPClient"))
-			}
-		}
-	}
-	return a
+	return dhcpv4.NewReplyFromRequest(req, mods...)
 }
 
 // pxeReply is the proxyDHCP answer: no address, just where to boot from.
-func pxeReply(req *dhcpv4.DHCPv4, cfg Config, site *plan.Site, m *plan.MicroOS, arch iana.Arch, ipxe, httpBoot bool, mt dhcpv4.MessageType) (*dhcpv4.DHCPv4, string, error) {
-	file, ok := bootTarget(cfg, site, m, arch, ipxe, httpBoot)
+func pxeReply(req *dhcpv4.DHCPv4, cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo, mt dhcpv4.MessageType) (*dhcpv4.DHCPv4, string, error) {
+	file, ok := bootTarget(cfg, site, m, b)
 	if !ok {
-		if m.UEFIChain() == plan.ChainUKI && !httpBoot {
+		if m.UEFIChain() == plan.ChainUKI && !b.http {
 			return nil, "", fmt.Errorf("micro-os %s boots as a UKI by UEFI HTTP boot: its PXE request is not answered, so the firmware moves on to HTTP boot", m.Name)
 		}
-		if m.UEFIChain() == plan.ChainShim && httpBoot {
+		if m.UEFIChain() == plan.ChainShim && b.http {
 			return nil, "", fmt.Errorf("micro-os %s boots through shim and GRUB, which read TFTP only: its HTTP-boot request is not answered", m.Name)
 		}
-		return nil, "", fmt.Errorf("no boot file for architecture %s", arch)
+		return nil, "", fmt.Errorf("no boot file for architecture %s", b.arch)
 	}
 	class := "PXEClient"
-	if httpBoot {
+	if b.http {
 		class = "HTTPClient"
 	}
 	reply, err := dhcpv4.NewReplyFromRequest(req,
@@ -315,17 +361,17 @@ func pxeReply(req *dhcpv4.DHCPv4, cfg Config, site *plan.Site, m *plan.MicroOS, 
 // UEFI machine whose Micro-OS boots by another chain gets that chain's
 // first stage: Debian's signed shim (which loads grubx64.efi beside it), or
 // the signed UKI itself (by HTTP boot only: 16 MB is not for TFTP).
-func bootTarget(cfg Config, site *plan.Site, m *plan.MicroOS, arch iana.Arch, ipxe, httpBoot bool) (string, bool) {
+func bootTarget(cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo) (string, bool) {
 	base := "http://" + netip.AddrPortFrom(cfg.ServerIP, uint16(cfg.HTTPPort)).String()
-	if ipxe {
+	if b.ipxe {
 		return base + "/boot.ipxe?site=" + site.Name, true
 	}
-	file, ok := bootFile(arch)
+	file, ok := bootFile(b.arch)
 	if !ok {
 		return "", false
 	}
-	httpBoot = httpBoot || isHTTPArch(arch)
-	if x64 := arch == iana.EFI_X86_64 || arch == iana.EFI_BC || arch == iana.EFI_X86_64_HTTP; x64 {
+	httpBoot := b.http || isHTTPArch(b.arch)
+	if x64 := b.arch == iana.EFI_X86_64 || b.arch == iana.EFI_BC || b.arch == iana.EFI_X86_64_HTTP; x64 {
 		switch m.UEFIChain() {
 		case plan.ChainShim:
 			// Debian's signed GRUB reads only TFTP: a shim loaded by
@@ -411,7 +457,7 @@ func poolLease(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, d 
 	if err1 != nil || err2 != nil {
 		return netip.Addr{}, errNoPool("bad pool")
 	}
-	r := Range{First: start, Last: end, Taken: func(a netip.Addr) bool {
+	r := lease.Range{First: start, Last: end, Taken: func(a netip.Addr) bool {
 		return a == cfg.ServerIP || p.Reserved(site.Name, a.String())
 	}}
 	if resp == dhcpv4.MessageTypeOffer {

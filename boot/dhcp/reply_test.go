@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
@@ -41,7 +42,7 @@ func testPlan(mode, policy string) *plan.Plan {
 }
 
 // pxeDiscover is a DISCOVER as a PXE ROM sends it.
-func pxeDiscover(t *testing.T, mac string, arch iana.Arch, class string, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+func pxeDiscover(t testing.TB, mac string, arch iana.Arch, class string, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
 	t.Helper()
 	hw, _ := net.ParseMAC(mac)
 	all := append([]dhcpv4.Modifier{
@@ -233,27 +234,6 @@ func TestServerOnLoopback(t *testing.T) {
 	}
 }
 
-func FuzzReply(f *testing.F) {
-	hw, _ := net.ParseMAC("52:54:00:00:00:01")
-	d, _ := dhcpv4.NewDiscovery(hw, dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient")), dhcpv4.WithGeneric(dhcpv4.OptionClientSystemArchitectureType, []byte{0, 7}))
-	f.Add(d.ToBytes(), uint16(67))
-	f.Add([]byte{1, 1, 6, 0}, uint16(4011))
-	pp := testPlan(plan.DHCPProxy, plan.PolicyProvision)
-	pr := testPlan(plan.DHCPReservation, plan.PolicyHold)
-	f.Fuzz(func(t *testing.T, pkt []byte, port uint16) {
-		req, err := dhcpv4.FromBytes(pkt)
-		if err != nil {
-			return
-		}
-		for _, p := range []*plan.Plan{pp, pr} {
-			a := Reply(p, p.Sites[0], Config{ServerIP: server, HTTPPort: 8080, Mode: p.Sites[0].Network.DHCP}, req, int(port))
-			if a.Reply != nil {
-				a.Reply.ToBytes()
-			}
-		}
-	})
-}
-
 // Packets captured from real firmware by test/capture.sh: QEMU's iPXE ROM
 // under SeaBIOS (000-002), OVMF's own PXE client (003-004), and iPXE for
 // EFI loaded by it (005-006).
@@ -395,7 +375,7 @@ func (c *client) get() string {
 // fileLeases reads the lease file as a restart would: MAC → "ip expires".
 func fileLeases(t *testing.T, path string) map[string]string {
 	t.Helper()
-	m, err := ReadLeases(path)
+	m, err := lease.Read(path)
 	if err != nil {
 		b, _ := os.ReadFile(path)
 		t.Fatalf("%v\n%s", err, b)
@@ -538,7 +518,7 @@ func TestLeasesExpire(t *testing.T) {
 	b.get()
 	// The HTTP server keys a machine with no identifier by its lease.
 	pool := cfg.Leases.(*Pool)
-	ps := &Pools{}
+	ps := &lease.Stores{}
 	ps.Add(pool)
 	if got := ps.MACOf("198.18.0.12"); got != "52:54:00:aa:00:02" {
 		t.Errorf("MACOf(198.18.0.12): %q", got)

@@ -1,6 +1,9 @@
 package dhcp
 
-import "bytes"
+import (
+	"bytes"
+	"net"
+)
 
 // bootClient says, from the raw packet and without parsing it, whether it
 // may be a PXE or UEFI HTTP-boot client's BOOTREQUEST: op 1, the magic
@@ -34,4 +37,14 @@ func bootClient(pkt []byte) bool {
 		i += 2 + n
 	}
 	return false
+}
+
+// ClientMAC is a BOOTREQUEST's client hardware address read from the raw
+// packet without parsing it ("" when it is no Ethernet one): how the read
+// loop sorts packets into lanes before any allocation.
+func ClientMAC(pkt []byte) string {
+	if len(pkt) < 34 || pkt[0] != 1 || pkt[1] != 1 || pkt[2] != 6 {
+		return ""
+	}
+	return net.HardwareAddr(pkt[28:34]).String()
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/iana"
 )
 
 func TestBootClientPrefilter(t *testing.T) {
@@ -38,5 +39,19 @@ func TestBootClientPrefilter(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { bootClient(p) }); n != 0 {
 		t.Errorf("bootClient allocates: %v", n)
+	}
+}
+
+func TestClientMAC(t *testing.T) {
+	b := pxeDiscover(t, "52:54:00:AB:00:01", iana.INTEL_X86PC, "PXEClient").ToBytes()
+	if got := ClientMAC(b); got != "52:54:00:ab:00:01" {
+		t.Errorf("ClientMAC = %q", got)
+	}
+	b[1] = 6 // IEEE 802 token ring, not Ethernet
+	if got := ClientMAC(b); got != "" {
+		t.Errorf("not Ethernet: %q", got)
+	}
+	if got := ClientMAC(b[:20]); got != "" {
+		t.Errorf("cut short: %q", got)
 	}
 }

@@ -24,7 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bootops/bootops/boot"
-	"github.com/bootops/bootops/boot/dhcp"
+	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
 )
@@ -250,9 +250,9 @@ const dhcpcdScript = `#!/bin/sh
 `
 
 // leaseOf is key's lease in the pool's file (zero if none).
-func leaseOf(t *testing.T, path, key string) dhcp.LeaseRecord {
+func leaseOf(t *testing.T, path, key string) lease.Record {
 	t.Helper()
-	m, err := dhcp.ReadLeases(path)
+	m, err := lease.Read(path)
 	if err != nil {
 		t.Fatalf("lease file: %v", err)
 	}
@@ -719,10 +719,12 @@ func requestFlood(ctx context.Context, ns string, cfg Config, n int) (sent, repl
 		}
 	}()
 	sid := NewServerID(net.HardwareAddr{0x52, 0x54, 0, 0xd6, 0, 1})
-	size := rangeSize(dhcp.Range{First: cfg.PoolFirst, Last: cfg.PoolLast})
-	for i := 0; i < n && ctx.Err() == nil; i++ {
+	want := cfg.PoolFirst // the pool's addresses in turn
+	for i := 0; i < n && ctx.Err() == nil; i, want = i+1, want.Next() {
+		if cfg.PoolLast.Less(want) {
+			want = cfg.PoolFirst
+		}
 		mac := net.HardwareAddr{0x52, 0x54, 0xaa, byte(i >> 16), byte(i >> 8), byte(i)}
-		want := addOffset(cfg.PoolFirst, uint64(i)%size)
 		msg, err := dhcpv6.NewMessage(dhcpv6.WithClientID(&dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: mac}),
 			dhcpv6.WithServerID(sid), dhcpv6.WithIANA(dhcpv6.OptIAAddress{IPv6Addr: want.AsSlice(), PreferredLifetime: time.Hour, ValidLifetime: time.Hour}))
 		if err != nil {

@@ -169,62 +169,18 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, d dhcpv6.DHCPv6, peer neti
 		return a
 	}
 
-	var mods []dhcpv6.Modifier
-	if cfg.ServerID != nil {
-		mods = append(mods, dhcpv6.WithServerID(cfg.ServerID))
-	}
 	var reply *dhcpv6.Message
-	switch {
-	case cfg.Mode == plan.DHCPProxy:
-		switch mt {
-		case dhcpv6.MessageTypeSolicit:
-			// No Rapid Commit: a Reply would bind the client to a
-			// server that gives it no address.
-			reply, err = dhcpv6.NewAdvertiseFromSolicit(msg, mods...)
-		case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeInformationRequest:
-			reply, err = dhcpv6.NewReplyFromMessage(msg, mods...)
-			if ia := msg.Options.OneIANA(); ia != nil && mt == dhcpv6.MessageTypeRequest {
-				reply.AddOption(noAddress(ia, "proxy mode: addresses come from the site's DHCPv6 server"))
-			}
-		default:
-			a.Why = fmt.Sprintf("proxy mode does not answer %s", mt)
-			return a
-		}
-	default:
-		reply, err = reservation(p, site, cfg, msg, dec, &a, mods)
+	if cfg.Mode == plan.DHCPProxy {
+		reply, err = proxy(msg, cfg, &a)
+	} else {
+		reply, err = reservation(p, site, cfg, msg, dec, &a, withServerID(cfg))
 	}
 	if err != nil {
 		a.Why = err.Error()
 		return a
 	}
-	if reply == nil {
+	if reply == nil || !finish(reply, msg, cfg, site, p.MicroOSOf(dec), b, &a) {
 		return a
-	}
-	if a.Why == "" {
-		a.Why = reply.Type().String()
-	}
-	a.Why = "DHCPv6 " + a.Why
-	if mt != dhcpv6.MessageTypeRelease && mt != dhcpv6.MessageTypeConfirm {
-		if len(cfg.DNS) > 0 && msg.IsOptionRequested(dhcpv6.OptionDNSRecursiveNameServer) {
-			ips := make([]net.IP, len(cfg.DNS))
-			for i, d := range cfg.DNS {
-				ips[i] = d.AsSlice()
-			}
-			reply.AddOption(dhcpv6.OptDNS(ips...))
-		}
-		if b.boot() {
-			bootOptions(reply, cfg, site, p.MicroOSOf(dec), b, &a)
-		}
-	}
-	if cfg.Mode == plan.DHCPProxy && a.Boot == "" {
-		// No address and no boot file: nothing worth sending.
-		a.Why = "DHCPv6 proxy: no answer" + strings.TrimPrefix(a.Why, "DHCPv6 "+reply.Type().String())
-		return a
-	}
-	if reply.Type() == dhcpv6.MessageTypeAdvertise && cfg.Mode == plan.DHCPReservation {
-		// The link's only DHCPv6 server: the client need not wait for
-		// others.
-		reply.AddOption(dhcpv6.OptPreference(255))
 	}
 	a.Reply = reply
 	if outer != nil {
@@ -233,6 +189,67 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, d dhcpv6.DHCPv6, peer neti
 		}
 	}
 	return a
+}
+
+// withServerID is the modifier that names this server in a reply.
+func withServerID(cfg Config) []dhcpv6.Modifier {
+	if cfg.ServerID == nil {
+		return nil
+	}
+	return []dhcpv6.Modifier{dhcpv6.WithServerID(cfg.ServerID)}
+}
+
+// proxy is the proxy-mode message for msg, boot options still to add: an
+// Advertise to a Solicit, a Reply to a Request (no address) or an
+// Information-Request.
+func proxy(msg *dhcpv6.Message, cfg Config, a *Answer) (*dhcpv6.Message, error) {
+	switch mt := msg.Type(); mt {
+	case dhcpv6.MessageTypeSolicit:
+		// No Rapid Commit: a Reply would bind the client to a server
+		// that gives it no address.
+		return dhcpv6.NewAdvertiseFromSolicit(msg, withServerID(cfg)...)
+	case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeInformationRequest:
+		reply, err := dhcpv6.NewReplyFromMessage(msg, withServerID(cfg)...)
+		if ia := msg.Options.OneIANA(); ia != nil && mt == dhcpv6.MessageTypeRequest {
+			reply.AddOption(noAddress(ia, "proxy mode: addresses come from the site's DHCPv6 server"))
+		}
+		return reply, err
+	default:
+		a.Why = fmt.Sprintf("proxy mode does not answer %s", mt)
+		return nil, nil
+	}
+}
+
+// finish completes reply to msg: DNS servers and boot options when asked
+// for, the Preference of the link's only server; false when, in proxy
+// mode, it has no boot file, so nothing worth sending.
+func finish(reply, msg *dhcpv6.Message, cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo, a *Answer) bool {
+	if a.Why == "" {
+		a.Why = reply.Type().String()
+	}
+	a.Why = "DHCPv6 " + a.Why
+	if mt := msg.Type(); mt != dhcpv6.MessageTypeRelease && mt != dhcpv6.MessageTypeConfirm {
+		if len(cfg.DNS) > 0 && msg.IsOptionRequested(dhcpv6.OptionDNSRecursiveNameServer) {
+			ips := make([]net.IP, len(cfg.DNS))
+			for i, d := range cfg.DNS {
+				ips[i] = d.AsSlice()
+			}
+			reply.AddOption(dhcpv6.OptDNS(ips...))
+		}
+		if b.boot() {
+			bootOptions(reply, cfg, site, m, b, a)
+		}
+	}
+	if cfg.Mode == plan.DHCPProxy && a.Boot == "" {
+		a.Why = "DHCPv6 proxy: no answer" + strings.TrimPrefix(a.Why, "DHCPv6 "+reply.Type().String())
+		return false
+	}
+	if reply.Type() == dhcpv6.MessageTypeAdvertise && cfg.Mode == plan.DHCPReservation {
+		// The link's only DHCPv6 server: the client need not wait for
+		// others.
+		reply.AddOption(dhcpv6.OptPreference(255))
+	}
+	return true
 }
 
 // unwrap takes the client's message out of any relays: msg, the relay

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,29 +15,35 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv6/server6"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/ipv6"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/bootops/bootops/boot"
-	"github.com/bootops/bootops/boot/dhcp"
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/boot/udpserve"
 	"github.com/bootops/bootops/plan"
 )
 
 // Server answers DHCPv6 on UDP [::]:547, joined to
 // All_DHCP_Relay_Agents_and_Servers (ff02::1:2) on Interface and bound to
-// it (SO_BINDTODEVICE).
+// it (SO_BINDTODEVICE). The packets move through boot/udpserve, the core it
+// shares with the DHCPv4 server.
 type Server struct {
-	Plans     boot.Plans
-	Site      string
-	Config    Config
-	Interface string // "" binds to no interface and joins no group (tests: unicast only)
+	// Interface is where it listens: "" binds to no interface and joins
+	// no group (tests: unicast only).
+	Interface string
 	// Addr is where to listen (zero: [::]:547; tests: [::1] and a free port).
 	Addr netip.AddrPort
 	// BootServiceAddr is where, in proxy mode, UEFI PXE asks again for its
 	// boot file after a proxy Advertise (zero: [::]:4011).
 	BootServiceAddr netip.AddrPort
-	Events          status.Recorder
-	Log             *slog.Logger
+
+	// What it answers: the site of the live plan.
+	Plans  boot.Plans
+	Site   string
+	Config Config
+
+	// What it writes down (udpserve.Book).
+	Events status.Recorder
+	Log    *slog.Logger
 	// Metrics counts what is dropped and when the pool runs out (nil:
 	// nothing counted).
 	Metrics *Metrics
@@ -48,141 +53,120 @@ type Server struct {
 	Newcomers *status.Newcomers
 	Known     func(key string) bool
 
-	lastFull, refused atomic.Int64
-	repeating         atomic.Int64 // boot-service Replies with repeats pending
-	gateOnce          sync.Once
-	gate              *status.EventGate
+	repeating atomic.Int64 // boot-service Replies with repeats pending
+	bookOnce  sync.Once
+	book      *udpserve.Book
 }
 
 // Metrics are the DHCPv6 server's Prometheus series. A nil *Metrics counts
 // nothing.
-type Metrics struct {
-	dropped    *prometheus.CounterVec
-	exhausted  *prometheus.CounterVec
-	suppressed prometheus.Counter
+type Metrics = udpserve.Metrics
+
+// series are the DHCPv6 names of the core's series.
+var series = udpserve.Series{
+	Dropped: prometheus.CounterOpts{Name: "bootops_dhcp6_dropped_total",
+		Help: "DHCPv6 packets dropped unanswered as invalid, by reason: malformed, not_client_message, no_client_id, server_id, bad_link_address, ia_in_information."},
+	Exhausted: prometheus.CounterOpts{Name: "bootops_dhcp6_pool_exhausted_total",
+		Help: "DHCPv6 clients that got no address because every address of the site's IPv6 pool is leased, by site."},
+	Suppressed: prometheus.CounterOpts{Name: "bootops_dhcp6_events_suppressed_total",
+		Help: "DHCPv6 replies sent but not written to the status store: a machine's same answer again within 5 s, or past 2,000 events a second."},
 }
 
 // NewMetrics registers the series on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bootops_dhcp6_dropped_total",
-			Help: "DHCPv6 packets dropped unanswered as invalid, by reason: malformed, not_client_message, no_client_id, server_id, bad_link_address, ia_in_information.",
-		}, []string{"reason"}),
-		exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bootops_dhcp6_pool_exhausted_total",
-			Help: "DHCPv6 clients that got no address because every address of the site's IPv6 pool is leased, by site.",
-		}, []string{"site"}),
-		suppressed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "bootops_dhcp6_events_suppressed_total",
-			Help: "DHCPv6 replies sent but not written to the status store: a machine's same answer again within 5 s, or past 2,000 events a second.",
-		}),
-	}
-	reg.MustRegister(m.dropped, m.exhausted, m.suppressed)
-	for _, r := range DropReasons() {
-		m.dropped.WithLabelValues(r)
-	}
-	return m
+	s := series
+	s.Reasons = DropReasons()
+	return udpserve.NewMetrics(reg, s)
 }
 
-// Site starts the site's exhaustion count at 0.
-func (m *Metrics) Site(name string) {
-	if m != nil {
-		m.exhausted.WithLabelValues(name)
-	}
+// books is the server's Book, made from its settings at first use.
+func (s *Server) books() *udpserve.Book {
+	s.bookOnce.Do(func() {
+		s.book = &udpserve.Book{Name: "dhcp6", FullPrefix: "DHCPv6 ", Events: s.Events, Log: s.Log, Metrics: s.Metrics, Newcomers: s.Newcomers, Known: s.Known}
+	})
+	return s.book
 }
 
-func (m *Metrics) drop(reason string) {
-	if m != nil {
-		m.dropped.WithLabelValues(reason).Inc()
-	}
-}
-
-func (m *Metrics) exhaust(site string) {
-	if m != nil {
-		m.exhausted.WithLabelValues(site).Inc()
-	}
-}
-
-func (m *Metrics) suppress() {
-	if m != nil {
-		m.suppressed.Inc()
-	}
-}
-
-// fullEvery is the least time between two pool-exhausted events.
-const fullEvery = 10 * time.Second
-
-func (s *Server) events() *status.EventGate {
-	s.gateOnce.Do(func() { s.gate = status.NewEventGate() })
-	return s.gate
-}
+// SuppressedEvents is how many replies were not recorded as status events.
+func (s *Server) SuppressedEvents() uint64 { return s.books().Suppressed() }
 
 // Serve answers until ctx ends. Without Config.ServerID it uses the
 // DUID-LL of Interface.
 func (s *Server) Serve(ctx context.Context) error {
-	addr := s.Addr
-	if !addr.IsValid() {
-		addr = netip.AddrPortFrom(netip.IPv6Unspecified(), dhcpv6.DefaultServerPort)
-	}
-	var ifi *net.Interface
-	if s.Interface != "" {
-		var err error
-		if ifi, err = net.InterfaceByName(s.Interface); err != nil {
-			return fmt.Errorf("dhcp6: interface %s: %w", s.Interface, err)
-		}
-		if s.Config.ServerID == nil {
-			if len(ifi.HardwareAddr) == 0 {
-				return fmt.Errorf("dhcp6: interface %s has no hardware address for a DUID-LL server identifier", s.Interface)
-			}
-			s.Config.ServerID = NewServerID(ifi.HardwareAddr)
-		}
-	}
-	if s.Config.ServerID == nil {
-		return errors.New("dhcp6: no server identifier: give Config.ServerID or an Interface")
-	}
-	if s.Config.Mode != plan.DHCPProxy && s.Config.Mode != plan.DHCPReservation {
-		return fmt.Errorf("dhcp6: mode %q: want proxy or reservation (off: start no server)", s.Config.Mode)
+	ifi, err := s.ready()
+	if err != nil {
+		return err
 	}
 	if s.Config.Mode == plan.DHCPReservation {
 		s.Metrics.Site(s.Site)
 	}
-	conn, err := server6.NewIPv6UDPConn(s.Interface, net.UDPAddrFromAddrPort(addr))
-	if err != nil {
-		return fmt.Errorf("dhcp6: listen on %s: %w", addr, err)
-	}
-	conns := []*net.UDPConn{conn}
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	if ifi != nil {
-		group := &net.UDPAddr{IP: dhcpv6.AllDHCPRelayAgentsAndServers}
-		if err := ipv6.NewPacketConn(conn).JoinGroup(ifi, group); err != nil {
-			return fmt.Errorf("dhcp6: join %s on %s: %w", group.IP, s.Interface, err)
-		}
+	addrs := []netip.AddrPort{s.Addr}
+	if !s.Addr.IsValid() {
+		addrs[0] = netip.AddrPortFrom(netip.IPv6Unspecified(), dhcpv6.DefaultServerPort)
 	}
 	if s.Config.Mode == plan.DHCPProxy {
 		bs := s.BootServiceAddr
 		if !bs.IsValid() {
 			bs = netip.AddrPortFrom(netip.IPv6Unspecified(), 4011)
 		}
-		c, err := server6.NewIPv6UDPConn(s.Interface, net.UDPAddrFromAddrPort(bs))
+		addrs = append(addrs, bs)
+	}
+	var socks []udpserve.Socket
+	for i, addr := range addrs {
+		conn, err := s.listen(addr, ifi, i == 0)
 		if err != nil {
-			return fmt.Errorf("dhcp6: listen on %s: %w", bs, err)
+			udpserve.Close(socks)
+			return err
 		}
-		conns = append(conns, c)
+		bootService := i == 1
+		socks = append(socks, udpserve.Socket{Conn: conn, First: s.registered,
+			Handle: func(pkt []byte, peer netip.AddrPort) { s.answer(ctx, conn, bootService, pkt, peer) }})
 	}
-	g, ctx := errgroup.WithContext(ctx)
-	for i, c := range conns {
-		g.Go(func() error {
-			<-ctx.Done()
-			return c.Close()
-		})
-		g.Go(func() error { return s.loop(ctx, c, i == 1) }) // conns[1]: the boot-service port
+	return udpserve.Serve(ctx, "dhcp6", socks...)
+}
+
+// ready checks the Config and takes the server identifier from the
+// interface when the Config has none; it returns the interface (nil
+// without one).
+func (s *Server) ready() (*net.Interface, error) {
+	var ifi *net.Interface
+	if s.Interface != "" {
+		var err error
+		if ifi, err = net.InterfaceByName(s.Interface); err != nil {
+			return nil, fmt.Errorf("dhcp6: interface %s: %w", s.Interface, err)
+		}
+		if s.Config.ServerID == nil {
+			if len(ifi.HardwareAddr) == 0 {
+				return nil, fmt.Errorf("dhcp6: interface %s has no hardware address for a DUID-LL server identifier", s.Interface)
+			}
+			s.Config.ServerID = NewServerID(ifi.HardwareAddr)
+		}
 	}
-	return g.Wait()
+	if s.Config.ServerID == nil {
+		return nil, errors.New("dhcp6: no server identifier: give Config.ServerID or an Interface")
+	}
+	if s.Config.Mode != plan.DHCPProxy && s.Config.Mode != plan.DHCPReservation {
+		return nil, fmt.Errorf("dhcp6: mode %q: want proxy or reservation (off: start no server)", s.Config.Mode)
+	}
+	return ifi, nil
+}
+
+// listen opens a socket on addr, bound to the interface, and joins
+// All_DHCP_Relay_Agents_and_Servers on it when join (port 547) and there
+// is an interface.
+func (s *Server) listen(addr netip.AddrPort, ifi *net.Interface, join bool) (*net.UDPConn, error) {
+	conn, err := server6.NewIPv6UDPConn(s.Interface, net.UDPAddrFromAddrPort(addr))
+	if err != nil {
+		return nil, fmt.Errorf("dhcp6: listen on %s: %w", addr, err)
+	}
+	if ifi != nil && join {
+		group := &net.UDPAddr{IP: dhcpv6.AllDHCPRelayAgentsAndServers}
+		if err := ipv6.NewPacketConn(conn).JoinGroup(ifi, group); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("dhcp6: join %s on %s: %w", group.IP, s.Interface, err)
+		}
+	}
+	return conn, nil
 }
 
 // bootServiceRepeats are when a Reply on the boot-service port (4011) is
@@ -224,61 +208,14 @@ func (s *Server) repeat(ctx context.Context, conn *net.UDPConn, b []byte, dst ne
 	}()
 }
 
-// loop reads packets and hands them to a worker per core, dropping what
-// does not fit the queue (the client retransmits); a registered node's
-// packets take the first lane (dhcp.Lanes), so a flood of unknown clients
-// does not delay them. On the boot-service port (bootService) Replies are
-// repeated.
-func (s *Server) loop(ctx context.Context, conn *net.UDPConn, bootService bool) error {
-	log := s.log()
-	_ = conn.SetReadBuffer(8 << 20)
-	type packet struct {
-		buf  []byte
-		peer netip.AddrPort
-	}
-	pool := sync.Pool{New: func() any { b := make([]byte, 1500); return &b }}
-	work := dhcp.NewLanes[packet](4096)
-	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p, ok := work.Next(); ok; p, ok = work.Next() {
-				if ctx.Err() == nil { // stopping: what is queued goes unanswered
-					s.answer(ctx, conn, bootService, p.buf, p.peer, log)
-				}
-				b := p.buf[:cap(p.buf)]
-				pool.Put(&b)
-			}
-		}()
-	}
-	defer func() {
-		work.Close()
-		wg.Wait()
-	}()
-	for {
-		bp := pool.Get().(*[]byte)
-		n, peer, err := conn.ReadFromUDPAddrPort(*bp)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("dhcp6: read: %w", err)
-		}
-		if !work.Put(packet{(*bp)[:n], peer}, s.registered((*bp)[:n], peer.Addr())) {
-			pool.Put(bp)
-		}
-	}
-}
-
 // registered says whether a raw packet comes from a node the plan knows
-// (by any MAC rawMACs finds).
-func (s *Server) registered(pkt []byte, peer netip.Addr) bool {
+// (by any MAC rawMACs finds): its packets take the first lane.
+func (s *Server) registered(pkt []byte, peer netip.AddrPort) bool {
 	p := s.Plans.Current()
 	if p == nil {
 		return false
 	}
-	for _, mac := range rawMACs(pkt, peer) {
+	for _, mac := range rawMACs(pkt, peer.Addr()) {
 		if p.Registered(mac) {
 			return true
 		}
@@ -286,34 +223,24 @@ func (s *Server) registered(pkt []byte, peer netip.Addr) bool {
 	return false
 }
 
-func (s *Server) log() *slog.Logger {
-	if s.Log == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return s.Log
-}
-
-// answer replies to one packet.
-func (s *Server) answer(ctx context.Context, conn *net.UDPConn, bootService bool, pkt []byte, peer netip.AddrPort, log *slog.Logger) {
-	p := s.Plans.Current()
-	if p == nil {
-		return
-	}
-	site := p.Site(s.Site)
+// answer replies to one packet. On the boot-service port (bootService)
+// Replies are repeated.
+func (s *Server) answer(ctx context.Context, conn *net.UDPConn, bootService bool, pkt []byte, peer netip.AddrPort) {
+	p, site := udpserve.Site(s.Plans, s.Site)
 	if site == nil {
 		return
 	}
+	book := s.books()
 	a := Handle(p, site, s.Config, pkt, peer.Addr())
-	if a.Dropped != "" {
-		s.Metrics.drop(a.Dropped)
-		log.Debug("dhcp6: dropped", "reason", a.Dropped, "why", a.Why, "peer", peer.String())
+	switch {
+	case a.Dropped != "":
+		book.Dropped(a.Dropped, a.Why, peer)
 		return
-	}
-	if a.Exhausted {
-		s.full(site.Name, a.Client, log)
+	case a.Exhausted:
+		book.Exhausted(site.Name, a.Client.MAC, slog.String("client", a.Client.String()))
 	}
 	if a.Reply == nil {
-		log.Debug("dhcp6: no answer", "client", a.Client.String(), "why", a.Why)
+		book.Logger().Debug("dhcp6: no answer", "client", a.Client.String(), "why", a.Why)
 		return
 	}
 	dst := peer
@@ -323,18 +250,18 @@ func (s *Server) answer(ctx context.Context, conn *net.UDPConn, bootService bool
 	}
 	b := a.Reply.ToBytes()
 	if _, err := conn.WriteToUDPAddrPort(b, dst); err != nil {
-		log.Warn("dhcp6: send", "to", dst.String(), "err", err)
+		book.Logger().Warn("dhcp6: send", "to", dst.String(), "err", err)
 		return
 	}
 	if bootService && !a.Reply.IsRelay() {
 		s.repeat(ctx, conn, b, dst)
 	}
-	s.record(site.Name, a, peer, log)
+	s.record(site.Name, a, peer)
 }
 
 // record writes the reply as a status event (kind dhcp, its message
 // saying DHCPv6), within the event gate and the newcomers' budget.
-func (s *Server) record(site string, a Answer, peer netip.AddrPort, log *slog.Logger) {
+func (s *Server) record(site string, a Answer, peer netip.AddrPort) {
 	ev := status.Event{Kind: status.KindDHCP, Site: site, MAC: a.Client.MAC, UUID: a.UUID, State: status.StateDiscovered, Message: a.Why}
 	if a.Addr.IsValid() {
 		ev.IP = a.Addr.String()
@@ -342,41 +269,13 @@ func (s *Server) record(site string, a Answer, peer netip.AddrPort, log *slog.Lo
 	if a.Node != nil {
 		ev.Node = a.Node.Name
 	}
-	log.Debug("dhcp6", "client", a.Client.String(), "node", ev.Node, "type", a.Type.String(), "addr", ev.IP, "boot", a.Boot, "peer", peer.String())
-	if s.Events == nil || ev.MAC == "" && ev.UUID == "" && ev.Node == "" {
+	s.books().Logger().Debug("dhcp6", "client", a.Client.String(), "node", ev.Node, "type", a.Type.String(), "addr", ev.IP, "boot", a.Boot, "peer", peer.String())
+	if ev.MAC == "" && ev.UUID == "" && ev.Node == "" {
 		return // nobody to put on a timeline
 	}
 	src := "link"
 	if a.Reply.IsRelay() {
 		src = "relayed" // one budget: a relay's address is the sender's to make up
 	}
-	switch {
-	case ev.Node == "" && s.Newcomers != nil && (s.Known == nil || !s.Known(ev.Key())) && !s.Newcomers.Allow(src):
-		s.Metrics.suppress()
-	case s.events().Allow(a.Client.Key, ev.Message, time.Now()):
-		s.Events.Record(ev)
-	default:
-		s.Metrics.suppress()
-	}
+	s.books().Record(ev, a.Client.Key, src)
 }
-
-// full counts a machine refused for want of an address and says so, at
-// most once per fullEvery.
-func (s *Server) full(site string, c Client, log *slog.Logger) {
-	s.Metrics.exhaust(site)
-	n := s.refused.Add(1)
-	now := time.Now().UnixNano()
-	last := s.lastFull.Load()
-	if now-last < int64(fullEvery) || !s.lastFull.CompareAndSwap(last, now) {
-		return
-	}
-	s.refused.Add(-n)
-	msg := fmt.Sprintf("DHCPv6 pool exhausted: no address for %s (%d refused since the last such event)", c, n)
-	log.Warn("dhcp6: pool exhausted", "site", site, "client", c.String(), "refused", n)
-	if s.Events != nil {
-		s.Events.Record(status.Event{Kind: status.KindDHCP, Site: site, MAC: c.MAC, Message: msg, Error: true})
-	}
-}
-
-// SuppressedEvents is how many replies were not recorded as status events.
-func (s *Server) SuppressedEvents() uint64 { return s.events().Suppressed() }

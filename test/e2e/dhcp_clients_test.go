@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bootops/bootops/boot/dhcp"
+	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/internal/testutil"
 )
 
@@ -83,7 +83,7 @@ func TestReservationPoolFlood(t *testing.T) {
 
 	// Only the real clients' leases are kept, and the drops are counted.
 	b, _ := os.ReadFile(leases)
-	kept, err := dhcp.ReadLeases(leases) // as a restart reads the journal
+	kept, err := lease.Read(leases) // as a restart reads the journal
 	if err != nil {
 		t.Fatalf("%v\n%s", err, b)
 	}
@@ -139,7 +139,7 @@ func TestUdhcpcRenews(t *testing.T) {
 		t.Errorf("renewed %d s after bound, want about 30 (half the lease)", d)
 	}
 	leases, _ := os.ReadFile(filepath.Join(l.dir, "state", "leases-lab.json"))
-	kept, err := dhcp.ReadLeases(filepath.Join(l.dir, "state", "leases-lab.json"))
+	kept, err := lease.Read(filepath.Join(l.dir, "state", "leases-lab.json"))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, leases)
 	}

@@ -1,4 +1,4 @@
-package dhcp
+package lease
 
 import (
 	"bufio"
@@ -15,9 +15,9 @@ import (
 	"time"
 )
 
-// LeaseRecord is one lease as a lease file keeps it: the address and when
-// it expires (zero: a file of the days before expiry, so expired).
-type LeaseRecord struct {
+// Record is one lease as a lease file keeps it: the address and when it
+// expires (zero: a file of the days before expiry, so expired).
+type Record struct {
 	IP      netip.Addr
 	Expires time.Time
 }
@@ -38,20 +38,20 @@ type journalLine struct {
 // prunes it.
 const DefaultRetain = 7 * 24 * time.Hour
 
-// ReadLeases reads a lease file: a journal (the header line, then one JSON
+// Read reads a lease file: a journal (the header line, then one JSON
 // line per change, the last line for a key winning) or the JSON object of
 // key → {ip, expires} of the days before it. A missing file holds no
 // leases; a last line cut short (a crash mid-write) is ignored. Errors name
 // the file, the line and the key.
-func ReadLeases(path string) (map[string]LeaseRecord, error) {
+func Read(path string) (map[string]Record, error) {
 	recs, _, err := readLeases(path)
 	return recs, err
 }
 
-// readLeases is ReadLeases, also saying how many lines the journal has
+// readLeases is Read, also saying how many lines the journal has
 // (-1: no journal, the file must be compacted before anything is appended).
-func readLeases(path string) (map[string]LeaseRecord, int, error) {
-	out := map[string]LeaseRecord{}
+func readLeases(path string) (map[string]Record, int, error) {
+	out := map[string]Record{}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return out, -1, nil
@@ -91,14 +91,14 @@ func readLeases(path string) (map[string]LeaseRecord, int, error) {
 		if l.Expires != nil {
 			exp = *l.Expires
 		}
-		out[l.Key] = LeaseRecord{a, exp}
+		out[l.Key] = Record{a, exp}
 	}
 	return out, lines, nil
 }
 
 // readObject reads the lease file of the days before the journal.
-func readObject(path string, b []byte) (map[string]LeaseRecord, error) {
-	out := map[string]LeaseRecord{}
+func readObject(path string, b []byte) (map[string]Record, error) {
+	out := map[string]Record{}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("leases %s: %w", path, err)
@@ -119,7 +119,7 @@ func readObject(path string, b []byte) (map[string]LeaseRecord, error) {
 		if err != nil {
 			return nil, fmt.Errorf("leases %s: %s: %w", path, key, err)
 		}
-		out[key] = LeaseRecord{a, f.Expires}
+		out[key] = Record{a, f.Expires}
 	}
 	return out, nil
 }
@@ -149,7 +149,7 @@ type Journal struct {
 }
 
 // line is key's lease r as a line of the journal.
-func line(key string, r LeaseRecord) []byte {
+func line(key string, r Record) []byte {
 	l := journalLine{Key: key}
 	if r.IP.IsValid() {
 		exp := r.Expires.UTC()
@@ -167,11 +167,11 @@ type pendingLine struct {
 // Snapshot is what a pool gives a compaction: its leases (pruned of what
 // it no longer keeps) and the last change they include (Journal.Seq, read
 // under the pool's lock).
-type Snapshot func() (map[string]LeaseRecord, uint64)
+type Snapshot func() (map[string]Record, uint64)
 
-// Load reads the journal's file (ReadLeases) and readies the journal to
+// Load reads the journal's file (Read) and readies the journal to
 // append to it.
-func (j *Journal) Load() (map[string]LeaseRecord, error) {
+func (j *Journal) Load() (map[string]Record, error) {
 	recs, lines, err := readLeases(j.Path)
 	if err != nil {
 		return nil, err
@@ -185,7 +185,7 @@ func (j *Journal) Load() (map[string]LeaseRecord, error) {
 // Add queues key's lease r for the file (r without an address: key has
 // none any more) and returns its change number, for Sync. It does no I/O:
 // pools call it under their lock.
-func (j *Journal) Add(key string, r LeaseRecord) uint64 {
+func (j *Journal) Add(key string, r Record) uint64 {
 	b := line(key, r)
 	j.mu.Lock()
 	defer j.mu.Unlock()

@@ -1,4 +1,4 @@
-package dhcp
+package lease
 
 import (
 	"bytes"
@@ -13,15 +13,22 @@ import (
 
 var journalRange = Range{First: netip.MustParseAddr("198.18.0.10"), Last: netip.MustParseAddr("198.18.0.250")}
 
-// lease gives mac an address the way a client does: DISCOVER, REQUEST.
-func leaseOne(t *testing.T, p *Pool, mac string, d time.Duration) netip.Addr {
+// leaseOne gives mac an address of journalRange the way a client does:
+// DISCOVER, REQUEST.
+func leaseOne(t *testing.T, p *Store, mac string, d time.Duration) netip.Addr {
 	t.Helper()
-	a, err := p.Offer(mac, journalRange)
+	return leaseIn(t, p, journalRange, mac, d)
+}
+
+// leaseIn gives key an address of r: Offer, then Confirm.
+func leaseIn(t *testing.T, s *Store, r Range, key string, d time.Duration) netip.Addr {
+	t.Helper()
+	a, err := s.Offer(key, r)
 	if err == nil {
-		a, err = p.Confirm(mac, a, journalRange, d)
+		a, err = s.Confirm(key, a, r, d)
 	}
 	if err != nil {
-		t.Fatalf("%s: %v", mac, err)
+		t.Fatalf("%s: %v", key, err)
 	}
 	return a
 }
@@ -41,7 +48,7 @@ func fileLines(t *testing.T, path string) int {
 func TestJournalCompacts(t *testing.T) {
 	clk := newClock()
 	path := filepath.Join(t.TempDir(), "leases.json")
-	p := &Pool{Path: path, Now: clk.now}
+	p := &Store{Path: path, Now: clk.now}
 	addrs := map[string]netip.Addr{}
 	for i := range 10 {
 		mac := fmt.Sprintf("52:54:00:00:00:%02x", i)
@@ -59,7 +66,7 @@ func TestJournalCompacts(t *testing.T) {
 	if limit := 2*10 + 1024 + 2; most > limit {
 		t.Errorf("the journal grew to %d lines for 10 leases, want at most %d", most, limit)
 	}
-	got, err := ReadLeases(path)
+	got, err := Read(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +85,7 @@ func TestJournalCompacts(t *testing.T) {
 func TestJournalPrunes(t *testing.T) {
 	clk := newClock()
 	path := filepath.Join(t.TempDir(), "leases.json")
-	p := &Pool{Path: path, Now: clk.now, Retain: 24 * time.Hour}
+	p := &Store{Path: path, Now: clk.now, Retain: 24 * time.Hour}
 	leaseOne(t, p, "52:54:00:00:00:01", time.Hour) // expires long ago by the end
 	clk.add(30 * time.Hour)
 	leaseOne(t, p, "52:54:00:00:00:02", time.Hour) // expired an hour ago by the end
@@ -86,7 +93,7 @@ func TestJournalPrunes(t *testing.T) {
 	for range 1100 { // enough lines to compact
 		leaseOne(t, p, "52:54:00:00:00:03", time.Hour)
 	}
-	got, err := ReadLeases(path)
+	got, err := Read(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,13 +117,13 @@ func TestJournalFromObjectFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := newClock()
-	p := &Pool{Path: path, Now: clk.now}
+	p := &Store{Path: path, Now: clk.now}
 	leaseOne(t, p, "52:54:00:aa:00:02", time.Hour)
 	b, _ := os.ReadFile(path)
 	if !strings.HasPrefix(string(b), journalHeader+"\n") {
 		t.Fatalf("not rewritten as a journal:\n%s", b)
 	}
-	got, err := ReadLeases(path)
+	got, err := Read(path)
 	if err != nil || len(got) != 2 || got["52:54:00:aa:00:01"].IP != netip.MustParseAddr("198.18.0.10") {
 		t.Fatalf("%v %v\n%s", got, err, b)
 	}
@@ -131,7 +138,7 @@ func TestJournalDamage(t *testing.T) {
 	if err := os.WriteFile(torn, []byte(journalHeader+"\n"+good+"\n"+`{"key":"52:54:00:aa:00:02","ip":"198.`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadLeases(torn)
+	got, err := Read(torn)
 	if err != nil || len(got) != 1 {
 		t.Errorf("torn last line: %v %v", got, err)
 	}
@@ -139,7 +146,7 @@ func TestJournalDamage(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(journalHeader+"\n"+`{"key":"x","ip":"nope"}`+"\n"+good+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadLeases(bad); err == nil || !strings.Contains(err.Error(), bad+":2") {
+	if _, err := Read(bad); err == nil || !strings.Contains(err.Error(), bad+":2") {
 		t.Errorf("bad line 2: %v, want an error naming %s:2", err, bad)
 	}
 }
@@ -147,7 +154,7 @@ func TestJournalDamage(t *testing.T) {
 // The pool's lock is not held while the journal is written: an Offer goes
 // through while a Confirm's write is stuck.
 func TestJournalWritesOutsideTheLock(t *testing.T) {
-	p := &Pool{Path: filepath.Join(t.TempDir(), "leases.json")}
+	p := &Store{Path: filepath.Join(t.TempDir(), "leases.json")}
 	a := leaseOne(t, p, "52:54:00:00:00:01", time.Hour)
 	stuck, release := make(chan struct{}), make(chan struct{})
 	p.journal.wmu.Lock()
@@ -182,7 +189,7 @@ func TestJournalWritesOutsideTheLock(t *testing.T) {
 // the client's retry writes it.
 func TestJournalWriteFails(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
-	p := &Pool{Path: filepath.Join(dir, "leases.json")}
+	p := &Store{Path: filepath.Join(dir, "leases.json")}
 	a, err := p.Offer("52:54:00:00:00:01", journalRange)
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +206,7 @@ func TestJournalWriteFails(t *testing.T) {
 	if got, err := p.Confirm("52:54:00:00:00:01", a, journalRange, time.Hour); err != nil || got != a {
 		t.Fatalf("the retry: %v %v", got, err)
 	}
-	recs, err := ReadLeases(p.Path)
+	recs, err := Read(p.Path)
 	if err != nil || recs["52:54:00:00:00:01"].IP != a {
 		t.Fatalf("after the retry the file holds %v (%v)", recs, err)
 	}

@@ -1,6 +1,4 @@
-package dhcp
-
-import "net"
+package udpserve
 
 // Lanes queue a server's packets for its workers in two lanes, each
 // bounded: a registered node's packets go in the first, everything else in
@@ -66,14 +64,4 @@ func (l *Lanes[T]) Next() (T, bool) {
 	}
 	var zero T
 	return zero, false
-}
-
-// ClientMAC is a BOOTREQUEST's client hardware address read from the raw
-// packet without parsing it ("" when it is no Ethernet one): how the read
-// loop sorts packets into lanes before any allocation.
-func ClientMAC(pkt []byte) string {
-	if len(pkt) < 34 || pkt[0] != 1 || pkt[1] != 1 || pkt[2] != 6 {
-		return ""
-	}
-	return net.HardwareAddr(pkt[28:34]).String()
 }

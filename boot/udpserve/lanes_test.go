@@ -1,10 +1,6 @@
-package dhcp
+package udpserve
 
-import (
-	"testing"
-
-	"github.com/insomniacslk/dhcp/iana"
-)
+import "testing"
 
 // A node's packet queued behind a full lane of unknown clients is the next
 // one a worker takes; a full lane refuses more; closed lanes give what
@@ -34,19 +30,5 @@ func TestLanesNodesFirst(t *testing.T) {
 	}
 	if n != 98 {
 		t.Errorf("%d packets after closing, want the 98 queued", n)
-	}
-}
-
-func TestClientMAC(t *testing.T) {
-	b := pxeDiscover(t, "52:54:00:AB:00:01", iana.INTEL_X86PC, "PXEClient").ToBytes()
-	if got := ClientMAC(b); got != "52:54:00:ab:00:01" {
-		t.Errorf("ClientMAC = %q", got)
-	}
-	b[1] = 6 // IEEE 802 token ring, not Ethernet
-	if got := ClientMAC(b); got != "" {
-		t.Errorf("not Ethernet: %q", got)
-	}
-	if got := ClientMAC(b[:20]); got != "" {
-		t.Errorf("cut short: %q", got)
 	}
 }

@@ -163,8 +163,9 @@ func TestHubFloodIsFair(t *testing.T) {
 		t.Errorf("only %d probes during the flood", len(during))
 	}
 	// Generous: a quiet machine does it in tens of ms (200 ms at most),
-	// the race detector on a loaded one in hundreds. Before lanes: 14 s.
-	if p90 > time.Second || pmax > 5*time.Second {
-		t.Errorf("the honest site's events reach the view %s late at p90, %s at most, during the flood (bounds 1 s, 5 s)", p90, pmax)
+	// the race detector at a load of 15 in 1.5 s at p90. Before lanes the
+	// lag grew all through the flood, to 14 s: that is what this catches.
+	if p90 > 4*time.Second || pmax > 8*time.Second {
+		t.Errorf("the honest site's events reach the view %s late at p90, %s at most, during the flood (bounds 4 s, 8 s)", p90, pmax)
 	}
 }

@@ -723,6 +723,7 @@ func TestServerCounts(t *testing.T) {
 		`bootops_dhcp_dropped_total{reason="bad_hardware"}`:     0,
 		`bootops_dhcp_pool_exhausted_total{site="lab"}`:         2,
 		`bootops_dhcp_events_suppressed_total{}`:                0,
+		`bootops_dhcp_queue_full_total{}`:                       0,
 	}
 	var got map[string]float64
 	for range 200 { // the workers may still be at it

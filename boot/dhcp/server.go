@@ -76,6 +76,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "bootops_dhcp_events_suppressed_total",
 			Help: "DHCP replies sent but not written to the status store: a machine's same answer again within 5 s, or past 2,000 events a second (a flood must not become a flood of disk writes).",
 		},
+		QueueFull: prometheus.CounterOpts{
+			Name: "bootops_dhcp_queue_full_total",
+			Help: "DHCP packets read but dropped unanswered because the workers' queue was full (a burst beyond what the workers answer; the client retransmits).",
+		},
 		Reasons: DropReasons(),
 	})
 }
@@ -103,7 +107,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			udpserve.Close(socks)
 			return fmt.Errorf("dhcp: listen on port %d: %w", port, err)
 		}
-		socks = append(socks, udpserve.Socket{Conn: conn, Accept: accept, First: s.registered,
+		socks = append(socks, udpserve.Socket{Conn: conn, Accept: accept, First: s.registered, Metrics: s.Metrics,
 			Handle: func(pkt []byte, peer netip.AddrPort) { s.answer(conn, port, pkt, peer) }})
 	}
 	return udpserve.Serve(ctx, "dhcp", socks...)

@@ -70,6 +70,8 @@ var series = udpserve.Series{
 		Help: "DHCPv6 clients that got no address because every address of the site's IPv6 pool is leased, by site."},
 	Suppressed: prometheus.CounterOpts{Name: "bootops_dhcp6_events_suppressed_total",
 		Help: "DHCPv6 replies sent but not written to the status store: a machine's same answer again within 5 s, or past 2,000 events a second."},
+	QueueFull: prometheus.CounterOpts{Name: "bootops_dhcp6_queue_full_total",
+		Help: "DHCPv6 packets read but dropped unanswered because the workers' queue was full (a burst beyond what the workers answer; the client retransmits)."},
 }
 
 // NewMetrics registers the series on reg.
@@ -119,7 +121,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			return err
 		}
 		bootService := i == 1
-		socks = append(socks, udpserve.Socket{Conn: conn, First: s.registered,
+		socks = append(socks, udpserve.Socket{Conn: conn, First: s.registered, Metrics: s.Metrics,
 			Handle: func(pkt []byte, peer netip.AddrPort) { s.answer(ctx, conn, bootService, pkt, peer) }})
 	}
 	return udpserve.Serve(ctx, "dhcp6", socks...)

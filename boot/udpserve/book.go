@@ -23,6 +23,9 @@ type Series struct {
 	Exhausted prometheus.CounterOpts
 	// Suppressed counts replies sent but not written as status events.
 	Suppressed prometheus.CounterOpts
+	// QueueFull counts packets read but dropped unanswered because the
+	// queue for the workers was full (the client retransmits).
+	QueueFull prometheus.CounterOpts
 	// Reasons are every drop reason, each series counted from 0.
 	Reasons []string
 }
@@ -32,6 +35,7 @@ type Metrics struct {
 	dropped    *prometheus.CounterVec
 	exhausted  *prometheus.CounterVec
 	suppressed prometheus.Counter
+	queueFull  prometheus.Counter
 }
 
 // NewMetrics registers s on reg.
@@ -40,8 +44,9 @@ func NewMetrics(reg prometheus.Registerer, s Series) *Metrics {
 		dropped:    prometheus.NewCounterVec(s.Dropped, []string{"reason"}),
 		exhausted:  prometheus.NewCounterVec(s.Exhausted, []string{"site"}),
 		suppressed: prometheus.NewCounter(s.Suppressed),
+		queueFull:  prometheus.NewCounter(s.QueueFull),
 	}
-	reg.MustRegister(m.dropped, m.exhausted, m.suppressed)
+	reg.MustRegister(m.dropped, m.exhausted, m.suppressed, m.queueFull)
 	for _, r := range s.Reasons {
 		m.dropped.WithLabelValues(r)
 	}
@@ -59,6 +64,13 @@ func (m *Metrics) Site(name string) {
 func (m *Metrics) drop(reason string) {
 	if m != nil {
 		m.dropped.WithLabelValues(reason).Inc()
+	}
+}
+
+// full counts a packet the workers' queue had no room for.
+func (m *Metrics) full() {
+	if m != nil {
+		m.queueFull.Inc()
 	}
 }
 

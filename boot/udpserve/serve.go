@@ -37,6 +37,8 @@ type Socket struct {
 	// Handle answers one packet, on a worker. pkt is the core's buffer,
 	// valid only during the call.
 	Handle func(pkt []byte, peer netip.AddrPort)
+	// Metrics count the packets the queue had no room for (nil: none).
+	Metrics *Metrics
 }
 
 // The queue and the buffers.
@@ -112,8 +114,9 @@ func (s Socket) loop(ctx context.Context, name string) error {
 			continue
 		}
 		if !work.Put(packet{pkt, peer}, s.First != nil && s.First(pkt, peer)) {
-			// Full: dropped here rather than grow without bound; the
-			// client retransmits.
+			// Full: dropped here rather than grow without bound, and
+			// counted; the client retransmits.
+			s.Metrics.full()
 			bufs.Put(bp)
 		}
 	}

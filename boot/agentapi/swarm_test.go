@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/swarm"
 )
@@ -68,14 +69,15 @@ func TestSwarmEndpoints(t *testing.T) {
 	manifest := plan.AgentSwarmPath + good + "/manifest?site=lab&node=a"
 	var code int
 	var body string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testutil.Poll(10*time.Second, 20*time.Millisecond, func() bool {
 		if code, body = do("GET", manifest, sessA, nil); code != http.StatusServiceUnavailable {
-			break
+			return true
 		}
 		if !strings.Contains(body, "preparing the image") {
 			t.Fatalf("while preparing: %s", body)
 		}
-	}
+		return false
+	})
 	var m swarm.Manifest
 	if code != 200 || json.Unmarshal([]byte(body), &m) != nil || m.Check() != nil || m.Size != int64(len(raw)) || m.Chunks() != 2 {
 		t.Fatalf("manifest: %d %.300s", code, body)
@@ -120,11 +122,10 @@ func TestSwarmEndpoints(t *testing.T) {
 
 	// Node b's image does not have the sha256 Git gives: refused, said.
 	sessB := checkIn("b", "mac=52:54:00:00:00:0b&site=lab", plan.Identity{MACs: []string{"52:54:00:00:00:0b"}})
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if code, body = do("GET", plan.AgentSwarmPath+bad+"/manifest?site=lab&node=b", sessB, nil); code != http.StatusServiceUnavailable {
-			break
-		}
-	}
+	testutil.Poll(10*time.Second, 20*time.Millisecond, func() bool {
+		code, body = do("GET", plan.AgentSwarmPath+bad+"/manifest?site=lab&node=b", sessB, nil)
+		return code != http.StatusServiceUnavailable
+	})
 	if code != http.StatusBadGateway || !strings.Contains(body, "Git says "+bad+": not served to peers") {
 		t.Errorf("a bad image: %d %s", code, body)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -47,7 +48,7 @@ func TestNewcomersNotRecorded(t *testing.T) {
 	}
 	client.Write(pxeDiscover(t, "52:54:00:00:00:01", iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001").ToBytes())
 	var unknown, node int
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testutil.Poll(10*time.Second, 20*time.Millisecond, func() bool {
 		unknown, node = 0, 0
 		for _, m := range mem.Machines() {
 			if m.Node != "" {
@@ -56,10 +57,8 @@ func TestNewcomersNotRecorded(t *testing.T) {
 				unknown++
 			}
 		}
-		if node == 1 && unknown >= 3 {
-			break
-		}
-	}
+		return node == 1 && unknown >= 3
+	})
 	if answered != 10 || unknown != 3 || node != 1 || nc.Denied() != 7 {
 		t.Errorf("%d answered, %d unknown and %d nodes recorded, %d turned away; want 10, 3, 1, 7", answered, unknown, node, nc.Denied())
 	}

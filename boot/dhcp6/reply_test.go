@@ -12,6 +12,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -217,7 +218,7 @@ func TestOff(t *testing.T) {
 	if a := Reply(p, p.Site("lab"), cfg, solicit(t, "52:54:00:00:00:01", pxe(iana.EFI_X86_64)...), opaquePeer); a.Reply != nil || a.Dropped != "" {
 		t.Fatalf("mode off answered: %s", a.Why)
 	}
-	s := &Server{Plans: nil, Config: cfg, Addr: freePort(t)}
+	s := &Server{Plans: nil, Config: cfg, Addr: testutil.FreeUDP(t, "udp6")}
 	if err := s.Serve(t.Context()); err == nil || !strings.Contains(err.Error(), "mode") {
 		t.Fatalf("Serve in mode off: %v", err)
 	}

@@ -12,19 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
-
-// freePort is a UDP port free on [::1].
-func freePort(t *testing.T) netip.AddrPort {
-	t.Helper()
-	c, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).AddrPort()
-}
 
 // The real server on loopback, proxy mode: a Solicit on the DHCPv6 port
 // gets a proxy Advertise; the Request EDK2 then sends to port 4011 (its
@@ -37,7 +27,7 @@ func TestServeLoopback(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	metrics := NewMetrics(reg)
 	s := &Server{Plans: plans, Site: "lab", Config: testConfig(t, plan.DHCPProxy), Metrics: metrics,
-		Addr: freePort(t), BootServiceAddr: freePort(t)}
+		Addr: testutil.FreeUDP(t, "udp6"), BootServiceAddr: testutil.FreeUDP(t, "udp6")}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx) }()
@@ -85,7 +75,7 @@ func TestServeLoopback(t *testing.T) {
 	req.TransactionID = adv.TransactionID
 	req.AddOption(sol.GetOneOption(dhcpv6.OptionClientID))
 	req.AddOption(adv.GetOneOption(dhcpv6.OptionServerID))
-	rep, src := exchange(freePort(t), s.BootServiceAddr, req.ToBytes())
+	rep, src := exchange(testutil.FreeUDP(t, "udp6"), s.BootServiceAddr, req.ToBytes())
 	if src != s.BootServiceAddr {
 		t.Errorf("Reply from %s, want %s (EDK2 reads port 4011 only)", src, s.BootServiceAddr)
 	}
@@ -95,7 +85,7 @@ func TestServeLoopback(t *testing.T) {
 
 	// EDK2 sends its Request to 4011 and only then opens the socket it
 	// reads on: the Reply comes again, twice, for such a client.
-	from := freePort(t)
+	from := testutil.FreeUDP(t, "udp6")
 	c4, err := net.ListenUDP("udp6", net.UDPAddrFromAddrPort(from))
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package http
 import (
 	"bufio"
 	"fmt"
+	"github.com/bootops/bootops/internal/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -81,14 +82,11 @@ func TestGuardReclaimsIdle(t *testing.T) {
 		// The server marks it idle once it has written its answer (the
 		// client may read the answer first): wait, so that the order of
 		// the idle ones is the order they were opened in.
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		testutil.Poll(10*time.Second, 5*time.Millisecond, func() bool {
 			g.mu.Lock()
-			n := len(g.idle)
-			g.mu.Unlock()
-			if n == i+1 || time.Now().After(deadline) {
-				break
-			}
-		}
+			defer g.mu.Unlock()
+			return len(g.idle) == i+1
+		})
 	}
 	c, err := net.Dial("tcp", addr)
 	if err != nil {

@@ -25,7 +25,7 @@ func inventoryCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
+		server := serverFlag(fs, e, defaultServer)
 		site := fs.String("site", "", "only this site's nodes")
 		format := fs.String("o", "table", "output: table, json or csv")
 		pos, err := parse(fs, e, args)
@@ -152,7 +152,7 @@ func reportCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
+		server := serverFlag(fs, e, defaultServer)
 		site := fs.String("site", "", "only this site's machines")
 		since := fs.String("since", "", "only machines provisioned since: a duration back from now (24h) or a time (RFC 3339)")
 		format := fs.String("o", "csv", "output: csv or json")

@@ -38,7 +38,7 @@ func microosCmd() *command {
 		agent := fs.String("agent", "", "static bootops-agent binary (default bootops-agent next to this program)")
 		load := fs.String("load", "", "comma-separated modules to load instead of the default list:\n"+strings.Join(microos.DefaultModules, ","))
 		out := fs.String("o", "", "output folder for vmlinuz and initrd.img (created if needed)")
-		server := fs.String("server", "", "build in the boot server's URL the agent reports to (https://… needs --ca)")
+		server := fs.String("server", "", "build in the boot server's URL the agent reports to (https://… needs --ca; HOST:PORT is http://, https:// with --ca)")
 		site := fs.String("site", "", "build in the site the agent reports for")
 		ca := fs.String("ca", "", "build in this PEM site CA: the agent trusts only servers it signed (bootops ca init writes <state-dir>/tls/ca.pem)")
 		overlayKey := fs.String("overlay-key", "", "file of ed25519 public keys (base64, one a line; <state-dir>/tls/overlay.pub): the Micro-OS then runs only with a site overlay signed by one of them")
@@ -69,7 +69,13 @@ func microosCmd() *command {
 		case (*signKey != "" || *signCert != "") && !*uki:
 			return usagef("--sign-key and --sign-cert sign the UKI: give --uki")
 		}
-		cfg, err := agentConfig(*server, *site, *ca, *overlayKey, *uki)
+		// HOST:PORT is the server over http, or https when the agent is
+		// given the site CA to check it with.
+		srv, err := serverURL(*server, *ca != "")
+		if err != nil {
+			return usagef("--server %v", err)
+		}
+		cfg, err := agentConfig(srv, *site, *ca, *overlayKey, *uki)
 		if err != nil {
 			return err
 		}

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"net"
+	"net/http"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -30,5 +33,45 @@ func TestScripts(t *testing.T) {
 			}
 			return nil
 		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"freeport": freeport,
+			"waitfor":  waitfor,
+		},
 	})
+}
+
+// freeport NAME sets $NAME to a loopback address no one listens on, for
+// a daemon the script starts.
+func freeport(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: freeport NAME")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ts.Check(err)
+	ts.Setenv(args[0], ln.Addr().String())
+	ln.Close()
+}
+
+// waitfor URL waits until URL answers 200 (a daemon the script started
+// in the background is up), for at most a minute: wide, on a loaded
+// machine; it fails the script when the time is up.
+func waitfor(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitfor URL")
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	var last string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := client.Get(args[0])
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return
+		}
+		last = resp.Status
+	}
+	ts.Fatalf("%s did not answer 200 within a minute: %s", args[0], last)
 }

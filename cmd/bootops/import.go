@@ -55,9 +55,6 @@ func importCSV(c *command, e *env, args []string) error {
 		return usagef("want one CSV file and --site SITE")
 	}
 	file := pos[0]
-	if *out == "" {
-		*out = filepath.Join(*repo, "sites", *site, "nodes")
-	}
 	f, err := os.Open(file)
 	if err != nil {
 		return err
@@ -65,8 +62,21 @@ func importCSV(c *command, e *env, args []string) error {
 	defer f.Close()
 
 	im := &interop.CSVImport{File: file, Site: *site}
-	if p := existingPlan(e, *repo); p != nil {
+	p := existingPlan(e, *repo)
+	if p != nil {
 		im.Existing, im.Repo = p, os.DirFS(*repo)
+	}
+	if *out == "" {
+		// Nodes go into the repository: a folder that is none (the
+		// wrong working directory) would get a sites/ tree of its own.
+		sites := 0
+		if p != nil {
+			sites = len(p.Sites)
+		}
+		if !isRepository(*repo, sites) {
+			return fmt.Errorf("%s: no repository here: it has no sites/ folder (give --repo the repository's root, where sites/ and profiles/ are, or -o the folder to write the nodes to)", *repo)
+		}
+		*out = filepath.Join(*repo, "sites", *site, "nodes")
 	}
 	// Rows are kept in memory (a few hundred bytes each) and written only
 	// once every row is valid. The folder is listed once, so a new file

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // consoleBlock is a ```console block of a page: commands, each with what
@@ -84,8 +89,12 @@ func lineMatches(want, got string) bool {
 
 // Docs that cannot rot: every ```console block of README.md and docs/
 // runs here, each in a folder laid out as this repository's root
-// (bin/bootops, examples/), its commands one after another, and what each
-// prints (stdout and stderr) must be what the page shows.
+// (bin/bootops, examples/, a Git repository of them), and what each
+// command prints (stdout and stderr) must be what the page shows. A
+// block runs in one shell, as when it is pasted: a cd, a variable or a
+// daemon started with & carries over to the commands after it; what a
+// block started is gone when it ends. "127.0.0.1:8080" in a block is a
+// free port of the test's, for the daemon a block may start.
 func TestDocsConsoleBlocks(t *testing.T) {
 	pages, _ := filepath.Glob("../../docs/*.md")
 	pages = append(pages, "../../README.md")
@@ -97,17 +106,11 @@ func TestDocsConsoleBlocks(t *testing.T) {
 		}
 		for _, blk := range consoleBlocks(filepath.Base(page), string(b)) {
 			n++
-			dir := walkthroughDir(t)
-			if err := os.CopyFS(filepath.Join(dir, "examples/reservation"), os.DirFS("../../examples/reservation")); err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range blk.cmds {
-				cmd := exec.Command("bash", "-c", c.cmd)
-				cmd.Dir = dir
-				cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "bin")+":"+os.Getenv("PATH"), "HOME="+dir, "NO_COLOR=1")
-				out, _ := cmd.CombinedOutput()
-				got := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-				if len(out) == 0 {
+			dir := docsDir(t)
+			outs := runSession(t, dir, blk)
+			for i, c := range blk.cmds {
+				got := strings.Split(strings.TrimRight(outs[i], "\n"), "\n")
+				if strings.TrimRight(outs[i], "\n") == "" {
 					got = nil
 				}
 				want := c.want
@@ -115,7 +118,7 @@ func TestDocsConsoleBlocks(t *testing.T) {
 					want = want[:len(want)-1]
 				}
 				if !matches(want, got) {
-					t.Errorf("%s:%d: $ %s\nthe page shows:\n%s\nit printed:\n%s", blk.page, c.line, c.cmd, strings.Join(want, "\n"), strings.TrimRight(string(out), "\n"))
+					t.Errorf("%s:%d: $ %s\nthe page shows:\n%s\nit printed:\n%s", blk.page, c.line, c.cmd, strings.Join(want, "\n"), strings.TrimRight(outs[i], "\n"))
 				}
 			}
 		}
@@ -123,6 +126,66 @@ func TestDocsConsoleBlocks(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no ```console block in README.md or docs/")
 	}
+}
+
+// docsDir is a folder laid out as this repository's root for a docs
+// block: bin/bootops, the examples, a Git repository of them (one commit).
+func docsDir(t *testing.T) string {
+	t.Helper()
+	dir := walkthroughDir(t)
+	for _, ex := range []string{"reservation", "cue-fleet"} {
+		if err := os.CopyFS(filepath.Join(dir, "examples", ex), os.DirFS("../../examples/"+ex)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git := exec.Command("bash", "-c", "git init -q -b main && git add -A && git -c user.name=ops -c user.email=ops@example.invalid commit -qm examples")
+	git.Dir = dir
+	git.Env = append(os.Environ(), "HOME="+dir, "GIT_CONFIG_NOSYSTEM=1")
+	if out, err := git.CombinedOutput(); err != nil {
+		t.Fatalf("git: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// runSession runs a block's commands in one bash, in dir, and returns
+// what each printed (stdout and stderr, in order): a marker line after
+// each command splits the output.
+func runSession(t *testing.T, dir string, blk consoleBlock) []string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	const marker = "--- bootops docs test: end of command ---"
+	var script strings.Builder
+	for _, c := range blk.cmds {
+		fmt.Fprintf(&script, "%s\nprintf '\\n%s\\n'\n", strings.ReplaceAll(c.cmd, "127.0.0.1:8080", addr), marker)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "bin")+":"+os.Getenv("PATH"), "HOME="+dir, "NO_COLOR=1",
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=ops", "GIT_AUTHOR_EMAIL=ops@example.invalid", "GIT_COMMITTER_NAME=ops", "GIT_COMMITTER_EMAIL=ops@example.invalid")
+	// A daemon the block started with & is in bash's process group: the
+	// group goes when the block ends, whatever happened.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var buf lockedBuffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	outs := strings.Split(buf.String(), "\n"+marker+"\n")
+	for len(outs) < len(blk.cmds) {
+		outs = append(outs, "") // the shell ended early: the rest printed nothing
+	}
+	return outs
 }
 
 // The matcher itself: "..." takes any lines, nothing else is loose.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,21 +28,34 @@ type consoleCmd struct {
 	want []string
 }
 
+var heredocStart = regexp.MustCompile(`<<-?'?([A-Za-z_]+)'?\s*$`)
+
 // consoleBlocks finds the ```console blocks of a Markdown page: "$ " starts
 // a command; the lines after it, up to the next command or the block's end,
 // are its output.
+// A command's here-document (cat > f <<'EOF' … EOF) is part of it.
 func consoleBlocks(page, text string) []consoleBlock {
 	var out []consoleBlock
 	var cur *consoleBlock
+	heredoc := "" // the terminator of the here-document being read
 	for i, l := range strings.Split(text, "\n") {
 		switch {
+		case heredoc != "":
+			c := &cur.cmds[len(cur.cmds)-1]
+			c.cmd += "\n" + l
+			if l == heredoc {
+				heredoc = ""
+			}
+		case cur != nil && strings.HasPrefix(l, "$ "):
+			cur.cmds = append(cur.cmds, consoleCmd{line: i + 1, cmd: strings.TrimPrefix(l, "$ ")})
+			if m := heredocStart.FindStringSubmatch(l); m != nil {
+				heredoc = m[1]
+			}
 		case cur == nil && strings.TrimSpace(l) == "```console":
 			cur = &consoleBlock{page: page, line: i + 1}
 		case cur != nil && strings.TrimSpace(l) == "```":
 			out = append(out, *cur)
 			cur = nil
-		case cur != nil && strings.HasPrefix(l, "$ "):
-			cur.cmds = append(cur.cmds, consoleCmd{line: i + 1, cmd: strings.TrimPrefix(l, "$ ")})
 		case cur != nil && len(cur.cmds) > 0:
 			c := &cur.cmds[len(cur.cmds)-1]
 			c.want = append(c.want, l)
@@ -88,13 +102,13 @@ func lineMatches(want, got string) bool {
 }
 
 // Docs that cannot rot: every ```console block of README.md and docs/
-// runs here, each in a folder laid out as this repository's root
-// (bin/bootops, examples/, a Git repository of them), and what each
-// command prints (stdout and stderr) must be what the page shows. A
-// block runs in one shell, as when it is pasted: a cd, a variable or a
-// daemon started with & carries over to the commands after it; what a
-// block started is gone when it ends. "127.0.0.1:8080" in a block is a
-// free port of the test's, for the daemon a block may start.
+// runs here, in a folder laid out as this repository's root (bin/bootops,
+// examples/, a Git repository of them), and what each command prints
+// (stdout and stderr) must be what the page shows. A page's blocks run in
+// one shell, top to bottom, as when a reader pastes them: a cd, a
+// variable or a daemon started with & carries over to the commands after
+// it; what the page started is gone when it ends. "127.0.0.1:8080" is a
+// free port of the test's, for a daemon a page starts.
 func TestDocsConsoleBlocks(t *testing.T) {
 	pages, _ := filepath.Glob("../../docs/*.md")
 	pages = append(pages, "../../README.md")
@@ -104,22 +118,27 @@ func TestDocsConsoleBlocks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, blk := range consoleBlocks(filepath.Base(page), string(b)) {
-			n++
-			dir := docsDir(t)
-			outs := runSession(t, dir, blk)
-			for i, c := range blk.cmds {
-				got := strings.Split(strings.TrimRight(outs[i], "\n"), "\n")
-				if strings.TrimRight(outs[i], "\n") == "" {
-					got = nil
-				}
-				want := c.want
-				for len(want) > 0 && strings.TrimSpace(want[len(want)-1]) == "" {
-					want = want[:len(want)-1]
-				}
-				if !matches(want, got) {
-					t.Errorf("%s:%d: $ %s\nthe page shows:\n%s\nit printed:\n%s", blk.page, c.line, c.cmd, strings.Join(want, "\n"), strings.TrimRight(outs[i], "\n"))
-				}
+		blocks := consoleBlocks(filepath.Base(page), string(b))
+		if len(blocks) == 0 {
+			continue
+		}
+		n += len(blocks)
+		var cmds []consoleCmd
+		for _, blk := range blocks {
+			cmds = append(cmds, blk.cmds...)
+		}
+		outs := runSession(t, docsDir(t), cmds)
+		for i, c := range cmds {
+			got := strings.Split(strings.TrimRight(outs[i], "\n"), "\n")
+			if strings.TrimRight(outs[i], "\n") == "" {
+				got = nil
+			}
+			want := c.want
+			for len(want) > 0 && strings.TrimSpace(want[len(want)-1]) == "" {
+				want = want[:len(want)-1]
+			}
+			if !matches(want, got) {
+				t.Errorf("%s:%d: $ %s\nthe page shows:\n%s\nit printed:\n%s", filepath.Base(page), c.line, c.cmd, strings.Join(want, "\n"), strings.TrimRight(outs[i], "\n"))
 			}
 		}
 	}
@@ -147,10 +166,10 @@ func docsDir(t *testing.T) string {
 	return dir
 }
 
-// runSession runs a block's commands in one bash, in dir, and returns
-// what each printed (stdout and stderr, in order): a marker line after
-// each command splits the output.
-func runSession(t *testing.T, dir string, blk consoleBlock) []string {
+// runSession runs commands in one bash, in dir, and returns what each
+// printed (stdout and stderr, in order): a marker line after each command
+// splits the output.
+func runSession(t *testing.T, dir string, cmds []consoleCmd) []string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -160,14 +179,14 @@ func runSession(t *testing.T, dir string, blk consoleBlock) []string {
 	ln.Close()
 	const marker = "--- bootops docs test: end of command ---"
 	var script strings.Builder
-	for _, c := range blk.cmds {
+	for _, c := range cmds {
 		fmt.Fprintf(&script, "%s\nprintf '\\n%s\\n'\n", strings.ReplaceAll(c.cmd, "127.0.0.1:8080", addr), marker)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "bin")+":"+os.Getenv("PATH"), "HOME="+dir, "NO_COLOR=1",
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "bin")+":"+os.Getenv("PATH"), "HOME="+dir, "TMPDIR="+dir, "NO_COLOR=1",
 		"GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=ops", "GIT_AUTHOR_EMAIL=ops@example.invalid", "GIT_COMMITTER_NAME=ops", "GIT_COMMITTER_EMAIL=ops@example.invalid")
 	// A daemon the block started with & is in bash's process group: the
 	// group goes when the block ends, whatever happened.
@@ -181,8 +200,9 @@ func runSession(t *testing.T, dir string, blk consoleBlock) []string {
 	}
 	cmd.Wait()
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	outs := strings.Split(buf.String(), "\n"+marker+"\n")
-	for len(outs) < len(blk.cmds) {
+	// The port back as the page has it.
+	outs := strings.Split(strings.ReplaceAll(buf.String(), addr, "127.0.0.1:8080"), "\n"+marker+"\n")
+	for len(outs) < len(cmds) {
 		outs = append(outs, "") // the shell ended early: the rest printed nothing
 	}
 	return outs
@@ -214,5 +234,10 @@ func TestConsoleMatch(t *testing.T) {
 	blocks := consoleBlocks("x.md", "text\n```console\n$ echo hi\nhi\n$ true\n```\n```sh\n$ not this\n```\n")
 	if len(blocks) != 1 || len(blocks[0].cmds) != 2 || blocks[0].cmds[0].want[0] != "hi" || len(blocks[0].cmds[1].want) != 0 {
 		t.Errorf("blocks: %+v", blocks)
+	}
+	blocks = consoleBlocks("x.md", "```console\n$ cat > f <<'EOF'\n$ not a command\nEOF\n$ wc -l < f\n1\n```\n")
+	if len(blocks) != 1 || len(blocks[0].cmds) != 2 || blocks[0].cmds[0].cmd != "cat > f <<'EOF'\n$ not a command\nEOF" || len(blocks[0].cmds[0].want) != 0 ||
+		blocks[0].cmds[1].cmd != "wc -l < f" || blocks[0].cmds[1].want[0] != "1" {
+		t.Errorf("a here-document: %+v", blocks)
 	}
 }

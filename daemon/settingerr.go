@@ -56,7 +56,7 @@ func port(addr string) int {
 // library formats its system errors as text: a refusal is found in it.
 func dhcpErr(site, iface string, err error) error {
 	if errors.Is(err, syscall.EACCES) || strings.Contains(err.Error(), syscall.EACCES.Error()) {
-		return fmt.Errorf("DHCP of site %s on %s (%s, else the site's network.dhcp): %v: DHCP's ports 67 and 4011 need root (or CAP_NET_BIND_SERVICE and CAP_NET_RAW): run as root, or --dhcp off and let the LAN's DHCP server send machines to bootops (docs/serving.md)",
+		return fmt.Errorf("DHCP of site %s on %s (%s, else the site's network.dhcp): %v: DHCP's ports 67 and 4011 need root (or CAP_NET_BIND_SERVICE; CAP_NET_RAW too on kernels before 5.7): run as root, or --dhcp off and let the LAN's DHCP server send machines to bootops (docs/serving.md)",
 			site, iface, setting("dhcp"), err)
 	}
 	return fmt.Errorf("DHCP of site %s on %s: %w", site, iface, err)

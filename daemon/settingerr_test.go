@@ -32,7 +32,7 @@ func TestSettingErrors(t *testing.T) {
 			"listen on 198.18.9.9:7000 (--swarm-addr or BOOTOPS_SWARM_ADDR): no network interface of this machine has that address: choose one it has, or leave the host out (:PORT)"},
 		// The DHCP library's errors are text: the refusal is found in it.
 		{dhcpErr("lab", "eth1", errors.New("dhcp: listen on port 67: cannot bind to port 67: permission denied")),
-			"DHCP of site lab on eth1 (--dhcp or BOOTOPS_DHCP, else the site's network.dhcp): dhcp: listen on port 67: cannot bind to port 67: permission denied: DHCP's ports 67 and 4011 need root (or CAP_NET_BIND_SERVICE and CAP_NET_RAW): run as root, or --dhcp off and let the LAN's DHCP server send machines to bootops (docs/serving.md)"},
+			"DHCP of site lab on eth1 (--dhcp or BOOTOPS_DHCP, else the site's network.dhcp): dhcp: listen on port 67: cannot bind to port 67: permission denied: DHCP's ports 67 and 4011 need root (or CAP_NET_BIND_SERVICE; CAP_NET_RAW too on kernels before 5.7): run as root, or --dhcp off and let the LAN's DHCP server send machines to bootops (docs/serving.md)"},
 		{stateDirErr("/var/lib/bootops", &os.PathError{Op: "mkdir", Path: "/var/lib/bootops", Err: syscall.EACCES}),
 			"--state-dir /var/lib/bootops (--state-dir or BOOTOPS_STATE_DIR): mkdir /var/lib/bootops: permission denied: run as root, or choose a folder you may write (--state-dir /tmp/bootops)"},
 		{storeErr("/srv/state", fmt.Errorf("x: %w", &status.InUseError{Path: "/srv/state/status.db", PID: 4242})),

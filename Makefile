@@ -25,11 +25,14 @@ CUE_VERSION := v0.17.1
 LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium sbsigntool systemd-boot-efi efitools shim-signed grub-efi-amd64-signed binutils openssl tcpdump openipmi ipmitool nftables swtpm swtpm-tools osslsigncode radvd kea-dhcp6-server dhcpcd-base tpm2-tools python3-pyghmi
 
 export GOFLAGS := -buildvcs=false
+# What bootops version prints: -buildvcs=false leaves the build info no
+# commit, so the version comes from Git here ("dev" outside a checkout).
+BUILD_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: build agent microos check vet lint test e2e e2e-run browser lab-deps demo bench fuzz clean go-check image image-test api-diff package package-test
 
 build: go-check
-	$(GO) build -o $(BIN) ./cmd/bootops
+	$(GO) build -ldflags "-X main.version=$(BUILD_VERSION)" -o $(BIN) ./cmd/bootops
 
 # The agent is static (it runs in the Micro-OS, with no libc) and built
 # reproducibly: the same source gives the same binary, so the same initrd.

@@ -194,7 +194,8 @@ func (r *repo) addNode(o *object) {
 			return
 		}
 	}
-	if r.profiles[n.profile] == nil && !r.broken["Profile"][n.profile] {
+	// An unknown defaultProfile is the site file's error, said once there.
+	if f.profile != "" && r.profiles[n.profile] == nil && !r.broken["Profile"][n.profile] {
 		r.errorf(o.pos("profile"), "profile", "unknown profile %q%s", n.profile, DidYouMean(n.profile, sortedKeys(r.profiles)))
 	}
 }

@@ -32,6 +32,7 @@ var jsonSchemaCannot = map[string]string{
 	"site-path-mismatch":        "a node's site against its file's folder",
 	"unknown-microos":           "a reference to another object",
 	"unknown-profile-hint":      "a reference to another object",
+	"bad-default-profile":       "a reference to another object",
 	"unknown-site":              "a reference to another object",
 	"microos-path-missing":      "a file in the repository",
 	"ip-in-proxy-site":          "a node's ip against its site's DHCP mode",
@@ -57,6 +58,7 @@ var jsonSchemaCannot = map[string]string{
 	"yaml-merge-key":        "YAML parsing",
 	"yaml-syntax":           "YAML parsing",
 	"yaml-tab":              "YAML parsing",
+	"yaml-bad-indent":       "YAML parsing",
 }
 
 // TestJSONSchemaAgreesWithValidate checks `bootops schema --jsonschema`

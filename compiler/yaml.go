@@ -27,6 +27,16 @@ var yaml11Octal = regexp.MustCompile(`^[-+]?0[0-9_]+$`)
 
 var yamlErrLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
+// indentHints are the parser's words for a line indented wrong, with where
+// to look: over-indented, the line named; under-indented, the parser names
+// where the mapping or list it broke starts.
+var indentHints = map[string]string{
+	"mapping values are not allowed in this context":         "check the indent of this line",
+	"block sequence entries are not allowed in this context": "check the indent of this line",
+	"did not find expected key":                              "check the indent of the lines of the mapping that starts here",
+	"did not find expected '-' indicator":                    "check the indent of the lines of the list that starts here",
+}
+
 // parseYAML splits a (multi-document) YAML file into value trees. Duplicate
 // keys, merge keys and runaway aliases are errors.
 func parseYAML(file string, data []byte) ([]yamlDoc, Errors) {
@@ -72,6 +82,9 @@ func yamlError(file string, data []byte, err error) *Error {
 			if i := strings.IndexByte(text[:indent], '\t'); i >= 0 {
 				return &Error{Pos: Pos{File: file, Line: line, Col: i + 1}, Msg: "yaml: tab in indentation (YAML indents with spaces)"}
 			}
+		}
+		if hint, ok := indentHints[m[2]]; ok {
+			return &Error{Pos: Pos{File: file, Line: line, Col: 1}, Msg: "yaml: bad indentation (" + m[2] + " — " + hint + ")"}
 		}
 		return &Error{Pos: Pos{File: file, Line: line, Col: 1}, Msg: "yaml: " + m[2]}
 	}

@@ -68,6 +68,13 @@ func (b *bootPlane) start(ctx context.Context, g *errgroup.Group, cfg Config, p 
 	if dhcpSites > 1 && cfg.DHCP.Interface != "" {
 		return configErrf("--interface names one network, but %d sites need DHCP: pick one with --site, or set network.interface in each site", dhcpSites)
 	}
+	for _, s := range sites {
+		if (mode(cfg.DHCP, s) != plan.DHCPOff && s.Network.ServerAddress != "") || servesDHCP6(cfg.DHCP, s) {
+			if err := checkInterface(s.Name, dhcpInterface(cfg.DHCP, s)); err != nil {
+				return err
+			}
+		}
+	}
 	if needBinaries {
 		var err error
 		if b.binaries, err = loadBinaries(cfg.TFTP, b.log); err != nil {
@@ -79,7 +86,7 @@ func (b *bootPlane) start(ctx context.Context, g *errgroup.Group, cfg Config, p 
 	for _, a := range Addrs(cfg.TFTP.Addr) {
 		conn, err := net.ListenPacket(udpNetwork(a), a)
 		if err != nil {
-			return fmt.Errorf("tftp %s: %w", a, err)
+			return fmt.Errorf("%w (--tftp-addr \"\": no TFTP)", listenErr("tftp-addr", a, err))
 		}
 		tftpAddrs = append(tftpAddrs, conn.LocalAddr().String())
 		ts := &tftp.Server{Files: b.binaries, Dynamic: b.httpSrv.TFTPFile, Events: b.events, Log: b.log, DrainTimeout: cfg.DrainTimeout}
@@ -110,10 +117,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		return "", configErrf("--dhcp %q: want proxy, reservation or off", m)
 	}
 	b.metrics.Site(site.Name)
-	iface := cfg.DHCP.Interface
-	if iface == "" {
-		iface = site.Network.Interface
-	}
+	iface := dhcpInterface(cfg.DHCP, site)
 	if m != plan.DHCPOff && site.Network.ServerAddress == "" {
 		// An IPv6-only site: nothing to answer over DHCPv4.
 		b.log.Warn("site has no IPv4 serverAddress: no DHCPv4 for it", "site", site.Name, "dhcp", m)
@@ -127,7 +131,12 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		ds := &dhcp.Server{Plans: b.plans, Site: site.Name, Interface: iface, Events: b.events, Log: b.log, Metrics: b.metrics,
 			Newcomers: newcomers, Known: b.httpSrv.Machines.Known,
 			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m, Leases: pool}}
-		g.Go(func() error { return ds.Serve(ctx) })
+		g.Go(func() error {
+			if err := ds.Serve(ctx); err != nil {
+				return dhcpErr(site.Name, iface, err)
+			}
+			return nil
+		})
 	}
 	if n := site.Network.IPv6; servesDHCP6(cfg.DHCP, site) {
 		pool6 := &lease.Store{Path: filepath.Join(cfg.StateDir, "leases6-"+site.Name+".json")}
@@ -173,6 +182,14 @@ func loadBinaries(cfg TFTPConfig, log *slog.Logger) (tftp.Files, error) {
 func servesDHCP6(cfg DHCPConfig, s *plan.Site) bool {
 	n := s.Network.IPv6
 	return n != nil && (n.DHCP == plan.DHCPProxy || n.DHCP == plan.DHCPReservation) && cfg.Mode != plan.DHCPOff
+}
+
+// dhcpInterface is the network interface the site's DHCP serves.
+func dhcpInterface(cfg DHCPConfig, s *plan.Site) string {
+	if cfg.Interface != "" {
+		return cfg.Interface
+	}
+	return s.Network.Interface
 }
 
 func mode(cfg DHCPConfig, s *plan.Site) string {

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -56,6 +55,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	cfg = d.cfg
+	// The status store first: its file's lock stops a second daemon on the
+	// same state folder before it touches anything there.
+	defer d.close()
+	if err := d.openEvents(); err != nil {
+		return err
+	}
 	// The reconciler and its source: a Git remote followed, or a folder.
 	if err := d.newReconciler(ctx); err != nil {
 		return err
@@ -65,9 +70,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	g.Go(func() error { return d.src.Run(ctx) })
-	// The status store, and the HTTP server that serves from it.
-	defer d.close()
-	if err := d.openStore(); err != nil {
+	// The served revision's files, and the HTTP server that serves them.
+	if err := d.openFiles(); err != nil {
 		return err
 	}
 	d.newHTTP()
@@ -140,6 +144,9 @@ func newDaemon(cfg Config) (*daemon, reloadable, error) {
 	if cfg.Level == nil {
 		cfg.Level = new(slog.LevelVar)
 	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, reloadable{}, stateDirErr(cfg.StateDir, err)
+	}
 	live, err := cfg.reloadable()
 	if err != nil {
 		return nil, live, configErr(err) // a bad keyring or secret file: the command line's fault
@@ -169,9 +176,6 @@ func (d *daemon) authorize(r *http.Request, role bhttp.Role) bool {
 // newReconciler builds the reconciler and what it swaps Plans into: each
 // Plan's site overlays are built and signed as it is swapped in.
 func (d *daemon) newReconciler(ctx context.Context) error {
-	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
-		return err
-	}
 	key, siteCA, err := loadTrust(d.cfg.StateDir, d.cfg.HTTP.OverlayKey)
 	if err != nil {
 		return err
@@ -185,21 +189,26 @@ func (d *daemon) newReconciler(ctx context.Context) error {
 	return nil
 }
 
-// openStore opens the served revision's files and the status store.
-func (d *daemon) openStore() error {
+// openEvents opens the status store, which locks the state folder.
+func (d *daemon) openEvents() error {
 	var err error
-	if d.secret, err = boot.LoadSecret(d.cfg.StateDir); err != nil {
-		return err
-	}
-	if d.root, err = os.OpenRoot(d.src.root); err != nil {
-		return err
-	}
 	d.events, err = newStore(d.cfg.Status, d.cfg.StateDir, d.log, d.cfg.Hub.Forwarder != nil, func() {
 		d.dash.Notify()
 		if fwd := d.fwd.Load(); fwd != nil {
 			fwd.Poke()
 		}
 	})
+	return storeErr(d.cfg.StateDir, err)
+}
+
+// openFiles opens the secret that signs the agents' credentials and the
+// served revision's files.
+func (d *daemon) openFiles() error {
+	var err error
+	if d.secret, err = boot.LoadSecret(d.cfg.StateDir); err != nil {
+		return err
+	}
+	d.root, err = os.OpenRoot(d.src.root)
 	return err
 }
 
@@ -268,7 +277,7 @@ func (d *daemon) serveHTTP(ctx context.Context, g *errgroup.Group) (string, erro
 	for _, a := range Addrs(cfg.Addr) {
 		ln, err := listenHTTP(a, srv.Guard)
 		if err != nil {
-			return "", fmt.Errorf("--http-addr %s: %w", a, err)
+			return "", listenErr("http-addr", a, err)
 		}
 		g.Go(func() error { return srv.Serve(ctx, ln) })
 		addrs = append(addrs, ln.Addr().String())

@@ -169,7 +169,7 @@ func httpsListener(cfg HTTPConfig, addr, stateDir string, guard *bhttp.Guard) (n
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--https-addr %s: %w", addr, err)
+		return nil, listenErr("https-addr", addr, err)
 	}
 	cfgTLS := trust.ServerTLS(pair)
 	// Operators' client certificates: of the site CA, asked for only by
@@ -233,7 +233,7 @@ var PprofRoutes = map[string]http.Handler{
 func ServePprof(ctx context.Context, g *errgroup.Group, addr string, guard *bhttp.Guard, wrap func(http.Handler) http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("--pprof-addr: %w", err)
+		return listenErr("pprof-addr", addr, err)
 	}
 	mux := http.NewServeMux()
 	for pattern, h := range PprofRoutes {

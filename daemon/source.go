@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -113,6 +114,9 @@ func newSource(cfg Config, log *slog.Logger, rec *reconciler.Reconciler, live re
 	if _, err := rec.Restore(); err != nil {
 		log.Warn("state: the kept plan cannot be read", "err", err)
 	}
+	if err := isFolder(src.Source); err != nil && rec.Current() == nil {
+		return nil, configErrf("--source %s: %v: no plan is served (give a repository folder, or a Git URL: https://, ssh://, git://, file://, user@host:path)", src.Source, err)
+	}
 	dir := &reconciler.Dir{Path: src.Source, R: rec, Log: log}
 	if _, err := dir.Load(); err != nil && rec.Current() == nil {
 		var list compiler.Errors
@@ -123,9 +127,25 @@ func newSource(cfg Config, log *slog.Logger, rec *reconciler.Reconciler, live re
 		} else {
 			fmt.Fprintln(cfg.Stderr, err)
 		}
-		return nil, fmt.Errorf("%s does not compile: nothing to serve", src.Source)
+		return nil, fmt.Errorf("%s does not compile (above), and --state-dir %s keeps no earlier plan: no plan is served", src.Source, cfg.StateDir)
 	}
 	return &source{dir: dir, root: src.Source}, nil
+}
+
+// isFolder says why path is no folder (nil when it is one): a typo, or a
+// checkout not there yet.
+func isFolder(path string) error {
+	st, err := os.Stat(path)
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &pe):
+		return pe.Err
+	case err != nil:
+		return err
+	case !st.IsDir():
+		return errors.New("not a folder")
+	}
+	return nil
 }
 
 func gitSource(cfg SourceConfig, workDir string) (*reconciler.Git, error) {

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -33,7 +32,7 @@ func newSwarm(ctx context.Context, g *errgroup.Group, cfg SwarmConfig, stateDir 
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("--swarm-addr: %w", err)
+		return nil, listenErr("swarm-addr", cfg.Addr, err)
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	sw.Port, _ = strconv.Atoi(port)

@@ -249,7 +249,11 @@ func (r *Reconciler) Apply(snap Snapshot) (*plan.Plan, error) {
 		defer r.Done()
 	}
 	if err != nil {
-		r.log().Warn("reconcile: refused; the last good plan is still served", "revision", a.Revision, "reason", a.Error, "errors", a.Total, "duration_ms", a.DurationMS)
+		served := "the last good plan is still served"
+		if prev == nil {
+			served = "no plan is served yet" // none compiled, none kept
+		}
+		r.log().Warn("reconcile: refused; "+served, "revision", a.Revision, "reason", a.Error, "errors", a.Total, "duration_ms", a.DurationMS)
 		return nil, err
 	}
 	r.Metrics.revision(a.Revision)

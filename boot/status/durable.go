@@ -16,7 +16,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // ErrClosed is returned by RecordSync once the store is closed.
@@ -168,13 +168,18 @@ func Open(path string, opt Options) (*Durable, error) {
 		opt.Now = time.Now
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		// Another daemon holding the file should fail the start, not hang it.
-		Timeout: 5 * time.Second,
+		// Another daemon holding the file fails the start at once, not
+		// after a wait (InUseError); a second is room for a restart's
+		// predecessor still closing it.
+		Timeout: time.Second,
 		// Trimming frees pages all the time: do not write the free list
 		// with every commit (it is rebuilt at open), and keep it in a map.
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
 	})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, &InUseError{Path: path, PID: lockHolder(path)}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("status: open %s: %w", path, err)
 	}
@@ -702,7 +707,7 @@ func (b *batch) remove(k string) error {
 	delete(b.pending, k)
 	b.removed[k] = true
 	for _, parent := range []*bolt.Bucket{b.events, b.seqs} {
-		if err := parent.DeleteBucket([]byte(k)); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+		if err := parent.DeleteBucket([]byte(k)); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 			return err
 		}
 	}

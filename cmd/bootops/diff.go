@@ -41,7 +41,8 @@ func diffCmd() *command {
 		format := fs.String("format", "text", "output: text, markdown or json")
 		artifacts := fs.Bool("artifacts", false, "add unified diffs of the changed nodes' rendered iPXE script, cloud-init and workflow")
 		detailed := fs.Bool("detailed-exitcode", false, "exit 0 when nothing changes, 2 when something does, 1 on error")
-		server := fs.String("server", "", "a running daemon: mark the changed nodes already provisioned (they change only when reprovision is raised)")
+		server := serverFlag(fs, e, "")
+		fs.Lookup("server").Usage = "a running daemon (`URL`, or HOST:PORT): mark the changed nodes already provisioned (they change only when reprovision is raised)"
 		dir, err := parseDir(fs, e, args)
 		if err != nil {
 			return err

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // consoleBlock is a ```console block of a page: commands, each with what
@@ -22,21 +28,34 @@ type consoleCmd struct {
 	want []string
 }
 
+var heredocStart = regexp.MustCompile(`<<-?'?([A-Za-z_]+)'?\s*$`)
+
 // consoleBlocks finds the ```console blocks of a Markdown page: "$ " starts
 // a command; the lines after it, up to the next command or the block's end,
 // are its output.
+// A command's here-document (cat > f <<'EOF' … EOF) is part of it.
 func consoleBlocks(page, text string) []consoleBlock {
 	var out []consoleBlock
 	var cur *consoleBlock
+	heredoc := "" // the terminator of the here-document being read
 	for i, l := range strings.Split(text, "\n") {
 		switch {
+		case heredoc != "":
+			c := &cur.cmds[len(cur.cmds)-1]
+			c.cmd += "\n" + l
+			if l == heredoc {
+				heredoc = ""
+			}
+		case cur != nil && strings.HasPrefix(l, "$ "):
+			cur.cmds = append(cur.cmds, consoleCmd{line: i + 1, cmd: strings.TrimPrefix(l, "$ ")})
+			if m := heredocStart.FindStringSubmatch(l); m != nil {
+				heredoc = m[1]
+			}
 		case cur == nil && strings.TrimSpace(l) == "```console":
 			cur = &consoleBlock{page: page, line: i + 1}
 		case cur != nil && strings.TrimSpace(l) == "```":
 			out = append(out, *cur)
 			cur = nil
-		case cur != nil && strings.HasPrefix(l, "$ "):
-			cur.cmds = append(cur.cmds, consoleCmd{line: i + 1, cmd: strings.TrimPrefix(l, "$ ")})
 		case cur != nil && len(cur.cmds) > 0:
 			c := &cur.cmds[len(cur.cmds)-1]
 			c.want = append(c.want, l)
@@ -83,9 +102,13 @@ func lineMatches(want, got string) bool {
 }
 
 // Docs that cannot rot: every ```console block of README.md and docs/
-// runs here, each in a folder laid out as this repository's root
-// (bin/bootops, examples/), its commands one after another, and what each
-// prints (stdout and stderr) must be what the page shows.
+// runs here, in a folder laid out as this repository's root (bin/bootops,
+// examples/, a Git repository of them), and what each command prints
+// (stdout and stderr) must be what the page shows. A page's blocks run in
+// one shell, top to bottom, as when a reader pastes them: a cd, a
+// variable or a daemon started with & carries over to the commands after
+// it; what the page started is gone when it ends. "127.0.0.1:8080" is a
+// free port of the test's, for a daemon a page starts.
 func TestDocsConsoleBlocks(t *testing.T) {
 	pages, _ := filepath.Glob("../../docs/*.md")
 	pages = append(pages, "../../README.md")
@@ -95,34 +118,94 @@ func TestDocsConsoleBlocks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, blk := range consoleBlocks(filepath.Base(page), string(b)) {
-			n++
-			dir := walkthroughDir(t)
-			if err := os.CopyFS(filepath.Join(dir, "examples/reservation"), os.DirFS("../../examples/reservation")); err != nil {
-				t.Fatal(err)
+		blocks := consoleBlocks(filepath.Base(page), string(b))
+		if len(blocks) == 0 {
+			continue
+		}
+		n += len(blocks)
+		var cmds []consoleCmd
+		for _, blk := range blocks {
+			cmds = append(cmds, blk.cmds...)
+		}
+		outs := runSession(t, docsDir(t), cmds)
+		for i, c := range cmds {
+			got := strings.Split(strings.TrimRight(outs[i], "\n"), "\n")
+			if strings.TrimRight(outs[i], "\n") == "" {
+				got = nil
 			}
-			for _, c := range blk.cmds {
-				cmd := exec.Command("bash", "-c", c.cmd)
-				cmd.Dir = dir
-				cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "bin")+":"+os.Getenv("PATH"), "HOME="+dir, "NO_COLOR=1")
-				out, _ := cmd.CombinedOutput()
-				got := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-				if len(out) == 0 {
-					got = nil
-				}
-				want := c.want
-				for len(want) > 0 && strings.TrimSpace(want[len(want)-1]) == "" {
-					want = want[:len(want)-1]
-				}
-				if !matches(want, got) {
-					t.Errorf("%s:%d: $ %s\nthe page shows:\n%s\nit printed:\n%s", blk.page, c.line, c.cmd, strings.Join(want, "\n"), strings.TrimRight(string(out), "\n"))
-				}
+			want := c.want
+			for len(want) > 0 && strings.TrimSpace(want[len(want)-1]) == "" {
+				want = want[:len(want)-1]
+			}
+			if !matches(want, got) {
+				t.Errorf("%s:%d: $ %s\nthe page shows:\n%s\nit printed:\n%s", filepath.Base(page), c.line, c.cmd, strings.Join(want, "\n"), strings.TrimRight(outs[i], "\n"))
 			}
 		}
 	}
 	if n == 0 {
 		t.Fatal("no ```console block in README.md or docs/")
 	}
+}
+
+// docsDir is a folder laid out as this repository's root for a docs
+// block: bin/bootops, the examples, a Git repository of them (one commit).
+func docsDir(t *testing.T) string {
+	t.Helper()
+	dir := walkthroughDir(t)
+	for _, ex := range []string{"reservation", "cue-fleet"} {
+		if err := os.CopyFS(filepath.Join(dir, "examples", ex), os.DirFS("../../examples/"+ex)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git := exec.Command("bash", "-c", "git init -q -b main && git add -A && git -c user.name=ops -c user.email=ops@example.invalid commit -qm examples")
+	git.Dir = dir
+	git.Env = append(os.Environ(), "HOME="+dir, "GIT_CONFIG_NOSYSTEM=1")
+	if out, err := git.CombinedOutput(); err != nil {
+		t.Fatalf("git: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// runSession runs commands in one bash, in dir, and returns what each
+// printed (stdout and stderr, in order): a marker line after each command
+// splits the output.
+func runSession(t *testing.T, dir string, cmds []consoleCmd) []string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	const marker = "--- bootops docs test: end of command ---"
+	var script strings.Builder
+	for _, c := range cmds {
+		fmt.Fprintf(&script, "%s\nprintf '\\n%s\\n'\n", strings.ReplaceAll(c.cmd, "127.0.0.1:8080", addr), marker)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "bin")+":"+os.Getenv("PATH"), "HOME="+dir, "TMPDIR="+dir, "NO_COLOR=1",
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=ops", "GIT_AUTHOR_EMAIL=ops@example.invalid", "GIT_COMMITTER_NAME=ops", "GIT_COMMITTER_EMAIL=ops@example.invalid")
+	// A daemon the block started with & is in bash's process group: the
+	// group goes when the block ends, whatever happened.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var buf lockedBuffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	// The port back as the page has it.
+	outs := strings.Split(strings.ReplaceAll(buf.String(), addr, "127.0.0.1:8080"), "\n"+marker+"\n")
+	for len(outs) < len(cmds) {
+		outs = append(outs, "") // the shell ended early: the rest printed nothing
+	}
+	return outs
 }
 
 // The matcher itself: "..." takes any lines, nothing else is loose.
@@ -151,5 +234,10 @@ func TestConsoleMatch(t *testing.T) {
 	blocks := consoleBlocks("x.md", "text\n```console\n$ echo hi\nhi\n$ true\n```\n```sh\n$ not this\n```\n")
 	if len(blocks) != 1 || len(blocks[0].cmds) != 2 || blocks[0].cmds[0].want[0] != "hi" || len(blocks[0].cmds[1].want) != 0 {
 		t.Errorf("blocks: %+v", blocks)
+	}
+	blocks = consoleBlocks("x.md", "```console\n$ cat > f <<'EOF'\n$ not a command\nEOF\n$ wc -l < f\n1\n```\n")
+	if len(blocks) != 1 || len(blocks[0].cmds) != 2 || blocks[0].cmds[0].cmd != "cat > f <<'EOF'\n$ not a command\nEOF" || len(blocks[0].cmds[0].want) != 0 ||
+		blocks[0].cmds[1].cmd != "wc -l < f" || blocks[0].cmds[1].want[0] != "1" {
+		t.Errorf("a here-document: %+v", blocks)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -58,32 +59,8 @@ func hubCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		name := fs.String("name", hostname(), "this hub server's name, unique in its cluster")
-		natsAddr := fs.String("nats-addr", "127.0.0.1:4222", "NATS address the site daemons connect to (TLS); loopback unless given, e.g. :4222")
-		httpAddr := fs.String("http-addr", "127.0.0.1:8090", "HTTP address of the view: /api/v1/status, /api/v1/events, the dashboard, /metrics; loopback unless given (then --view-token-file is needed)")
-		viewTokenFile := fs.String("view-token-file", "", "file holding the token the view asks for (Authorization: Bearer, or /?token=… once in a browser): it shows every site; read-only")
-		var lim hub.Limits
-		fs.Func("max-msg-size", "largest message a site may send, in bytes (default 1048576: a hello naming 10,000 nodes fits)", intFlag(&lim.MaxMsgSize))
-		fs.Func("site-max-msgs", "messages a site keeps on its stream; past it its own oldest go (default 1000000)", intFlag(&lim.SiteMsgs))
-		fs.Func("site-max-bytes", "bytes a site keeps on its stream; past it its own oldest go, never another site's (default 1073741824)", intFlag(&lim.SiteBytes))
-		fs.Func("site-view-bytes", "bytes of a site's events and machines the view keeps; past it the site's oldest go (default 268435456)", intFlag(&lim.ViewBytes))
-		fs.Func("site-conns", "connections one site's key may hold at once (default 16)", intFlag(&lim.SiteConns))
-		fs.Func("site-subs", "subscriptions each connection may make (default 64)", intFlag(&lim.SiteSubs))
-		fs.Func("site-max-machines", "machines a site may have in the view, nodes and unknown machines (default 20000)", intFlag(&lim.SiteMachines))
-		fs.Func("max-seq-jump", "a site's next event this far or further past the last one the hub applied is refused (default 1000000), not let hide what follows", intFlag(&lim.MaxSeqJump))
-		store := fs.String("store", "/var/lib/bootops-hub/js", "folder of the JetStream stream")
-		sitesDir := fs.String("sites-dir", "", "folder of the sites allowed in: NAME.pub, each a site's nkey public key (add-site writes them)")
-		tlsCert := fs.String("tls-cert", "", "PEM certificate of the NATS listener (bootops ca init's server.pem)")
-		tlsKey := fs.String("tls-key", "", "its private key, mode 0600")
-		clusterAddr := fs.String("cluster-addr", "", "route address for a 3-server cluster (e.g. :6222): mutual TLS only, with --cluster-cert, --cluster-key and --cluster-ca")
-		clusterCert := fs.String("cluster-cert", "", "this server's route certificate (bootops ca route NAME --host …)")
-		clusterKey := fs.String("cluster-key", "", "its private key, mode 0600")
-		clusterCA := fs.String("cluster-ca", "", "the hub's CA (its tls/ca.pem): every other server's route certificate must be of it")
-		routes := fs.String("routes", "", "the other servers' route URLs, comma-separated (nats://h2:6222,nats://h3:6222)")
-		replicas := fs.Int("replicas", 1, "copies of the stream: 1, or 3 in a 3-server cluster")
-		out := fs.String("o", "", "add-site: file to write the site's nkey seed to (mode 0600)")
-		logFormat := fs.String("log-format", "json", "log format: json or text")
-		pprofAddr := fs.String("pprof-addr", "", "debugging: serve Go's profiles (/debug/pprof/) on this address; keep it on loopback")
+		var h hubSettings
+		h.addFlags(fs)
 		pos, err := parse(fs, e, args)
 		if err != nil {
 			return err
@@ -92,59 +69,23 @@ func hubCmd() *command {
 			if pos[0] != "add-site" || len(pos) != 2 {
 				return usagef("unknown subcommand %q: want 'add-site NAME'", strings.Join(pos, " "))
 			}
-			return addSite(e, pos[1], *sitesDir, *out)
+			return addSite(e, pos[1], h.sitesDir, h.out)
 		}
-		switch {
-		case *sitesDir == "":
-			return usagef("--sites-dir is required: the sites allowed in (bootops hub add-site)")
-		case *tlsCert == "" || *tlsKey == "":
-			return usagef("--tls-cert and --tls-key are required: sites reach the hub over TLS only (bootops ca init makes them)")
-		case *replicas != 1 && *replicas != 3:
-			return usagef("--replicas %d: want 1 or 3", *replicas)
-		case *viewTokenFile == "" && !loopback(*httpAddr):
-			return usagef("--http-addr %s: the view shows every site; beyond loopback it needs --view-token-file", *httpAddr)
-		case *viewTokenFile == "" && *pprofAddr != "" && !loopback(*pprofAddr):
-			return usagef("--pprof-addr %s: beyond loopback the profiles need --view-token-file too", *pprofAddr)
-		case *clusterAddr != "" && (*clusterCert == "" || *clusterKey == "" || *clusterCA == ""):
-			return usagef("--cluster-addr needs --cluster-cert, --cluster-key and --cluster-ca: routes are mutual TLS, from the hub's CA (bootops ca route NAME --host …)")
-		}
-		if *viewTokenFile != "" {
-			if err := trust.CheckPrivate(*viewTokenFile); err != nil {
-				return usagef("--view-token-file: %v", err)
-			}
-		}
-		viewToken, err := readSecret(*viewTokenFile, "--view-token-file")
-		if err != nil {
-			return usagef("%v", err)
-		}
-		sites, errs := readSites(*sitesDir)
-		if err := errors.Join(errs...); err != nil {
+		if err := h.check(); err != nil {
 			return err
 		}
-		if len(sites) == 0 {
-			return fmt.Errorf("--sites-dir %s: no NAME.pub file: add sites with bootops hub add-site NAME", *sitesDir)
-		}
-		if err := trust.CheckPrivate(*tlsKey); err != nil {
-			return usagef("--tls-key: %v", err)
-		}
-		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		viewToken, err := h.viewToken()
 		if err != nil {
-			return usagef("--tls-cert/--tls-key: %v", err)
+			return err
 		}
 		var handler slog.Handler = slog.NewJSONHandler(e.stderr, nil)
-		if *logFormat == "text" {
+		if h.logFormat == "text" {
 			handler = slog.NewTextHandler(e.stderr, nil)
 		}
 		log := slog.New(handler)
-		cfg := hub.Config{Name: *name, Listen: *natsAddr, TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-			ClusterListen: *clusterAddr, Replicas: *replicas, StoreDir: *store, Sites: sites, Limits: lim, Log: log}
-		if *clusterAddr != "" {
-			if cfg.ClusterTLS, err = trust.RouteTLS(*clusterCert, *clusterKey, *clusterCA); err != nil {
-				return usagef("--cluster-cert, --cluster-key, --cluster-ca: %v", err)
-			}
-		}
-		if *routes != "" {
-			cfg.Routes = strings.Split(*routes, ",")
+		cfg, err := h.config(log)
+		if err != nil {
+			return err
 		}
 		hubGC(e)
 		node, err := hub.Start(ctx, cfg)
@@ -152,10 +93,110 @@ func hubCmd() *command {
 			return err
 		}
 		defer node.Close()
-		go followSites(ctx, log, node, *sitesDir, sites)
-		return serveHub(ctx, log, node, *name, *httpAddr, viewToken, *pprofAddr)
+		go followSites(ctx, log, node, h.sitesDir, cfg.Sites)
+		return serveHub(ctx, log, node, h.name, h.httpAddr, viewToken, h.pprofAddr)
 	}
 	return c
+}
+
+// hubSettings are bootops hub's flags.
+type hubSettings struct {
+	name, natsAddr, httpAddr, viewTokenFile, store, sitesDir, tlsCert, tlsKey string
+	clusterAddr, clusterCert, clusterKey, clusterCA, routes                   string
+	out, logFormat, pprofAddr                                                 string
+	replicas                                                                  int
+	lim                                                                       hub.Limits
+}
+
+func (h *hubSettings) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&h.name, "name", hostname(), "this hub server's name, unique in its cluster")
+	fs.StringVar(&h.natsAddr, "nats-addr", "127.0.0.1:4222", "NATS address the site daemons connect to (TLS); loopback unless given, e.g. :4222")
+	fs.StringVar(&h.httpAddr, "http-addr", "127.0.0.1:8090", "HTTP address of the view: /api/v1/status, /api/v1/events, the dashboard, /metrics; loopback unless given (then --view-token-file is needed)")
+	fs.StringVar(&h.viewTokenFile, "view-token-file", "", "file holding the token the view asks for (Authorization: Bearer, or /?token=… once in a browser): it shows every site; read-only")
+	lim := &h.lim
+	fs.Func("max-msg-size", "largest message a site may send, in bytes (default 1048576: a hello naming 10,000 nodes fits)", intFlag(&lim.MaxMsgSize))
+	fs.Func("site-max-msgs", "messages a site keeps on its stream; past it its own oldest go (default 1000000)", intFlag(&lim.SiteMsgs))
+	fs.Func("site-max-bytes", "bytes a site keeps on its stream; past it its own oldest go, never another site's (default 1073741824)", intFlag(&lim.SiteBytes))
+	fs.Func("site-view-bytes", "bytes of a site's events and machines the view keeps; past it the site's oldest go (default 268435456)", intFlag(&lim.ViewBytes))
+	fs.Func("site-conns", "connections one site's key may hold at once (default 16)", intFlag(&lim.SiteConns))
+	fs.Func("site-subs", "subscriptions each connection may make (default 64)", intFlag(&lim.SiteSubs))
+	fs.Func("site-max-machines", "machines a site may have in the view, nodes and unknown machines (default 20000)", intFlag(&lim.SiteMachines))
+	fs.Func("max-seq-jump", "a site's next event this far or further past the last one the hub applied is refused (default 1000000), not let hide what follows", intFlag(&lim.MaxSeqJump))
+	fs.StringVar(&h.store, "store", "/var/lib/bootops-hub/js", "folder of the JetStream stream")
+	fs.StringVar(&h.sitesDir, "sites-dir", "", "folder of the sites allowed in: NAME.pub, each a site's nkey public key (add-site writes them)")
+	fs.StringVar(&h.tlsCert, "tls-cert", "", "PEM certificate of the NATS listener (bootops ca init's server.pem)")
+	fs.StringVar(&h.tlsKey, "tls-key", "", "its private key, mode 0600")
+	fs.StringVar(&h.clusterAddr, "cluster-addr", "", "route address for a 3-server cluster (e.g. :6222): mutual TLS only, with --cluster-cert, --cluster-key and --cluster-ca")
+	fs.StringVar(&h.clusterCert, "cluster-cert", "", "this server's route certificate (bootops ca route NAME --host …)")
+	fs.StringVar(&h.clusterKey, "cluster-key", "", "its private key, mode 0600")
+	fs.StringVar(&h.clusterCA, "cluster-ca", "", "the hub's CA (its tls/ca.pem): every other server's route certificate must be of it")
+	fs.StringVar(&h.routes, "routes", "", "the other servers' route URLs, comma-separated (nats://h2:6222,nats://h3:6222)")
+	fs.IntVar(&h.replicas, "replicas", 1, "copies of the stream: 1, or 3 in a 3-server cluster")
+	fs.StringVar(&h.out, "o", "", "add-site: file to write the site's nkey seed to (mode 0600)")
+	fs.StringVar(&h.logFormat, "log-format", "json", "log format: json or text")
+	fs.StringVar(&h.pprofAddr, "pprof-addr", "", "debugging: serve Go's profiles (/debug/pprof/) on this address; keep it on loopback")
+}
+
+// check refuses settings that cannot work together.
+func (h *hubSettings) check() error {
+	switch {
+	case h.sitesDir == "":
+		return usagef("--sites-dir is required: the sites allowed in (bootops hub add-site)")
+	case h.tlsCert == "" || h.tlsKey == "":
+		return usagef("--tls-cert and --tls-key are required: sites reach the hub over TLS only (bootops ca init makes them)")
+	case h.replicas != 1 && h.replicas != 3:
+		return usagef("--replicas %d: want 1 or 3", h.replicas)
+	case h.viewTokenFile == "" && !loopback(h.httpAddr):
+		return usagef("--http-addr %s: the view shows every site; beyond loopback it needs --view-token-file", h.httpAddr)
+	case h.viewTokenFile == "" && h.pprofAddr != "" && !loopback(h.pprofAddr):
+		return usagef("--pprof-addr %s: beyond loopback the profiles need --view-token-file too", h.pprofAddr)
+	case h.clusterAddr != "" && (h.clusterCert == "" || h.clusterKey == "" || h.clusterCA == ""):
+		return usagef("--cluster-addr needs --cluster-cert, --cluster-key and --cluster-ca: routes are mutual TLS, from the hub's CA (bootops ca route NAME --host …)")
+	}
+	return nil
+}
+
+// viewToken is the token the view asks for ("": loopback only).
+func (h *hubSettings) viewToken() (string, error) {
+	if h.viewTokenFile != "" {
+		if err := trust.CheckPrivate(h.viewTokenFile); err != nil {
+			return "", usagef("--view-token-file: %v", err)
+		}
+	}
+	tok, err := readSecret(h.viewTokenFile, "--view-token-file")
+	if err != nil {
+		return "", usagef("%v", err)
+	}
+	return tok, nil
+}
+
+// config is the hub server's: the sites allowed in, its TLS, its cluster.
+func (h *hubSettings) config(log *slog.Logger) (hub.Config, error) {
+	sites, errs := readSites(h.sitesDir)
+	if err := errors.Join(errs...); err != nil {
+		return hub.Config{}, err
+	}
+	if len(sites) == 0 {
+		return hub.Config{}, fmt.Errorf("--sites-dir %s: no NAME.pub file: add sites with bootops hub add-site NAME", h.sitesDir)
+	}
+	if err := trust.CheckPrivate(h.tlsKey); err != nil {
+		return hub.Config{}, usagef("--tls-key: %v", err)
+	}
+	cert, err := tls.LoadX509KeyPair(h.tlsCert, h.tlsKey)
+	if err != nil {
+		return hub.Config{}, usagef("--tls-cert/--tls-key: %v", err)
+	}
+	cfg := hub.Config{Name: h.name, Listen: h.natsAddr, TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ClusterListen: h.clusterAddr, Replicas: h.replicas, StoreDir: h.store, Sites: sites, Limits: h.lim, Log: log}
+	if h.clusterAddr != "" {
+		if cfg.ClusterTLS, err = trust.RouteTLS(h.clusterCert, h.clusterKey, h.clusterCA); err != nil {
+			return hub.Config{}, usagef("--cluster-cert, --cluster-key, --cluster-ca: %v", err)
+		}
+	}
+	if h.routes != "" {
+		cfg.Routes = strings.Split(h.routes, ",")
+	}
+	return cfg, nil
 }
 
 // intFlag parses a flag's number into p.

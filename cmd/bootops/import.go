@@ -55,9 +55,6 @@ func importCSV(c *command, e *env, args []string) error {
 		return usagef("want one CSV file and --site SITE")
 	}
 	file := pos[0]
-	if *out == "" {
-		*out = filepath.Join(*repo, "sites", *site, "nodes")
-	}
 	f, err := os.Open(file)
 	if err != nil {
 		return err
@@ -65,54 +62,25 @@ func importCSV(c *command, e *env, args []string) error {
 	defer f.Close()
 
 	im := &interop.CSVImport{File: file, Site: *site}
-	if p := existingPlan(e, *repo); p != nil {
+	p := existingPlan(e, *repo)
+	if p != nil {
 		im.Existing, im.Repo = p, os.DirFS(*repo)
 	}
-	// Rows are kept in memory (a few hundred bytes each) and written only
-	// once every row is valid. The folder is listed once, so a new file
-	// costs one create and one write; only a name that exists is read, to
-	// tell "unchanged" from a clash. A run cut short leaves some files
-	// written: running it again writes the rest (identical files count as
-	// unchanged).
-	existing := map[string]bool{}
-	if entries, err := os.ReadDir(*out); err == nil {
-		for _, de := range entries {
-			existing[de.Name()] = true
+	if *out == "" {
+		if *out, err = nodesDir(*repo, *site, p); err != nil {
+			return err
 		}
 	}
-	type pending struct {
-		name string
-		data []byte
-	}
-	var todo []pending
-	var clash interop.ImportErrors
-	unchanged := 0
-	sum, err := im.Import(f, func(n interop.ImportedNode) error {
-		if n.Unchanged {
-			return nil
-		}
-		name := n.Name + ".yaml"
-		if existing[name] {
-			target := filepath.Join(*out, name)
-			if old, err := os.ReadFile(target); err == nil && bytes.Equal(old, n.Data) {
-				unchanged++
-				return nil
-			}
-			clash = append(clash, &interop.RowError{File: file, Line: n.Line,
-				Msg: fmt.Sprintf("%s exists with other content (edit or remove it there)", target)})
-			return nil
-		}
-		todo = append(todo, pending{name, n.Data})
-		return nil
-	})
+	w := newNodeWriter(*out, file)
+	sum, err := im.Import(f, w.add)
 	for _, col := range sum.Columns {
 		if k := sum.Ignored[col]; k > 0 {
 			fmt.Fprintf(e.stderr, "%s: column %s has no equivalent in bootops: ignored for %d rows\n", file, col, k)
 		}
 	}
 	var list interop.ImportErrors
-	if errors.As(err, &list) || len(clash) > 0 {
-		list = append(list, clash...)
+	if errors.As(err, &list) || len(w.clash) > 0 {
+		list = append(list, w.clash...)
 		for _, x := range list {
 			fmt.Fprintln(e.stderr, x)
 		}
@@ -122,15 +90,87 @@ func importCSV(c *command, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := w.write(); err != nil {
 		return err
 	}
-	for _, p := range todo {
-		if err := createFile(filepath.Join(*out, p.name), p.data); err != nil {
+	fmt.Fprintf(e.stdout, "imported %d nodes into %s (%d unchanged)\n", sum.Rows, *out, sum.Unchanged+w.unchanged)
+	return nil
+}
+
+// nodesDir is where a site's imported nodes go in the repository at repo
+// (p its Plan, nil when it does not compile): a folder that is none (the
+// wrong working directory) would get a sites/ tree of its own.
+func nodesDir(repo, site string, p *plan.Plan) (string, error) {
+	sites := 0
+	if p != nil {
+		sites = len(p.Sites)
+	}
+	if !isRepository(repo, sites) {
+		return "", fmt.Errorf("%s: no repository here: it has no sites/ folder (give --repo the repository's root, where sites/ and profiles/ are, or -o the folder to write the nodes to)", repo)
+	}
+	return filepath.Join(repo, "sites", site, "nodes"), nil
+}
+
+// nodeWriter keeps the imported nodes in memory (a few hundred bytes
+// each) and writes them only once every row is valid. The folder is
+// listed once, so a new file costs one create and one write; only a name
+// that exists is read, to tell "unchanged" from a clash. A run cut short
+// leaves some files written: running it again writes the rest (identical
+// files count as unchanged).
+type nodeWriter struct {
+	dir, file string
+	existing  map[string]bool
+	todo      []pendingNode
+	clash     interop.ImportErrors
+	unchanged int
+}
+
+type pendingNode struct {
+	name string
+	data []byte
+}
+
+func newNodeWriter(dir, file string) *nodeWriter {
+	w := &nodeWriter{dir: dir, file: file, existing: map[string]bool{}}
+	if entries, err := os.ReadDir(dir); err == nil {
+		for _, de := range entries {
+			w.existing[de.Name()] = true
+		}
+	}
+	return w
+}
+
+// add takes one imported node: new, unchanged, or a clash with a file of
+// other content.
+func (w *nodeWriter) add(n interop.ImportedNode) error {
+	if n.Unchanged {
+		return nil
+	}
+	name := n.Name + ".yaml"
+	if w.existing[name] {
+		target := filepath.Join(w.dir, name)
+		if old, err := os.ReadFile(target); err == nil && bytes.Equal(old, n.Data) {
+			w.unchanged++
+			return nil
+		}
+		w.clash = append(w.clash, &interop.RowError{File: w.file, Line: n.Line,
+			Msg: fmt.Sprintf("%s exists with other content (edit or remove it there)", target)})
+		return nil
+	}
+	w.todo = append(w.todo, pendingNode{name, n.Data})
+	return nil
+}
+
+// write creates the new nodes' files.
+func (w *nodeWriter) write() error {
+	if err := os.MkdirAll(w.dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range w.todo {
+		if err := createFile(filepath.Join(w.dir, p.name), p.data); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(e.stdout, "imported %d nodes into %s (%d unchanged)\n", sum.Rows, *out, sum.Unchanged+unchanged)
 	return nil
 }
 

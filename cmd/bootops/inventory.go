@@ -5,7 +5,9 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -25,7 +27,7 @@ func inventoryCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
+		server := serverFlag(fs, e, defaultServer)
 		site := fs.String("site", "", "only this site's nodes")
 		format := fs.String("o", "table", "output: table, json or csv")
 		pos, err := parse(fs, e, args)
@@ -41,6 +43,9 @@ func inventoryCmd() *command {
 		var doc statusDoc
 		if _, err := fetchStatus(ctx, strings.TrimSuffix(*server, "/")+"/api/v1/status?inventory=1", &doc); err != nil {
 			return noAnswer(*server, err)
+		}
+		if err := checkSite(*site, doc); err != nil {
+			return err
 		}
 		var ms []status.Machine
 		for _, m := range doc.Nodes {
@@ -83,6 +88,30 @@ func inventoryCmd() *command {
 		return tw.Flush()
 	}
 	return c
+}
+
+// checkSite refuses a --site that is none of the sites in the daemon's
+// status document (its nodes' sites; a hub's site daemons): filtered by
+// a typo, the output would be empty and the exit 0.
+func checkSite(site string, doc statusDoc) error {
+	if site == "" {
+		return nil
+	}
+	known := map[string]bool{}
+	for _, m := range doc.Nodes {
+		known[m.Site] = true
+	}
+	for _, s := range doc.Sites {
+		known[s.Name] = true
+	}
+	if known[site] {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(known))
+	if len(names) == 0 {
+		return fmt.Errorf("no site %q (the daemon serves no node yet)", site)
+	}
+	return fmt.Errorf("no site %q (sites: %s)", site, strings.Join(names, ", "))
 }
 
 func gib(n int64) string {
@@ -152,7 +181,7 @@ func reportCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
+		server := serverFlag(fs, e, defaultServer)
 		site := fs.String("site", "", "only this site's machines")
 		since := fs.String("since", "", "only machines provisioned since: a duration back from now (24h) or a time (RFC 3339)")
 		format := fs.String("o", "csv", "output: csv or json")
@@ -176,6 +205,17 @@ func reportCmd() *command {
 				t = time.Now().Add(-d)
 			}
 			q.Set("since", t.UTC().Format(time.RFC3339))
+		}
+		if *site != "" {
+			// The record of a site the daemon does not serve is empty:
+			// a typo must not pass for a site with nothing delivered.
+			var doc statusDoc
+			if _, err := fetchStatus(ctx, *server+"/api/v1/status", &doc); err != nil {
+				return noAnswer(*server, err)
+			}
+			if err := checkSite(*site, doc); err != nil {
+				return err
+			}
 		}
 		var recs []bhttp.DeliveryRecord
 		if err := getJSON(ctx, strings.TrimSuffix(*server, "/")+"/api/v1/report?"+q.Encode(), &recs); err != nil {

@@ -23,7 +23,7 @@ func logsCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
+		server := serverFlag(fs, e, defaultServer)
 		follow := fs.Bool("f", false, "follow: keep printing new events until interrupted")
 		format := fs.String("o", "text", "output: text or json (the events as GET /api/v1/events gives them)")
 		pos, err := parse(fs, e, args)
@@ -140,7 +140,7 @@ func enrollCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
+		server := serverFlag(fs, e, defaultServer)
 		out := fs.String("o", "", "folder to write <name>.yaml into (required)")
 		name := fs.String("name", "", "the node's name (default: from its serial, else its MAC)")
 		pos, err := parse(fs, e, args)

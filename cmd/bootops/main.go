@@ -81,6 +81,9 @@ func run(ctx context.Context, e *env, args []string) int {
 		}
 		return exitOK
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	if args[0] == workerCommand {
 		return compileWorker(e, os.Stdin, args[1:])
 	}

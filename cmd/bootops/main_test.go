@@ -24,45 +24,9 @@ func bootops(t *testing.T, environ map[string]string, args ...string) (int, stri
 	return code, out.String(), errb.String()
 }
 
-func TestExamplesValidate(t *testing.T) {
-	for dir, want := range map[string]string{
-		"../../examples/warehouse":   "valid: 1 sites, 20 nodes, 2 profiles, 1 micro-os",
-		"../../examples/cue-fleet":   "valid: 2 sites, 200 nodes, 1 profiles, 1 micro-os",
-		"../../examples/reservation": "valid: 1 sites, 3 nodes, 1 profiles, 1 micro-os",
-	} {
-		code, out, stderr := bootops(t, nil, "validate", dir)
-		if code != 0 || !strings.Contains(out, want) {
-			t.Errorf("validate %s: exit %d, stdout %q, stderr %q; want %q", dir, code, out, stderr, want)
-		}
-	}
-}
-
-func TestValidateInvalid(t *testing.T) {
-	dir := t.TempDir()
-	write(t, dir, "n.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: n\nidenity: {}\n")
-	code, out, stderr := bootops(t, nil, "validate", dir)
-	want := "n.yaml:1:1: identity: missing required field\nn.yaml:4:1: idenity: unknown field (did you mean \"identity\"?)\n2 errors in " + dir + "\n"
-	if code != 1 || out != "" || stderr != want {
-		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant:\n%s", code, out, stderr, want)
-	}
-}
-
-// A folder that is no repository (no sites/, nothing that makes a site)
-// fails validate: a CI job pointed at the wrong path must not pass. An
-// empty sites/ is a repository with nothing in it yet.
-func TestValidateNoRepository(t *testing.T) {
-	dir := t.TempDir()
-	write(t, dir, "README.md", "not a repository\n")
-	code, out, stderr := bootops(t, nil, "validate", dir)
-	if code != 1 || out != "" || !strings.Contains(stderr, "no repository here: it has no sites/ folder") {
-		t.Errorf("validate of a folder with no repository: exit %d, stdout %q, stderr %q", code, out, stderr)
-	}
-	os.Mkdir(filepath.Join(dir, "sites"), 0o755)
-	if code, out, stderr := bootops(t, nil, "validate", dir); code != 0 || !strings.Contains(out, "valid: 0 sites") {
-		t.Errorf("validate of an empty repository: exit %d, stdout %q, stderr %q", code, out, stderr)
-	}
-}
-
+// validate's sessions (the examples, errors, a folder that is no
+// repository) are in testdata/script/validate.txtar. Exit code 2 for a
+// usage mistake, which a script cannot tell from 1, is checked here.
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"frobnicate"},

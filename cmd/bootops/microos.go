@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,76 +33,121 @@ func microosCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		kernel := fs.String("kernel", "", "kernel image, e.g. /boot/vmlinuz-<version> (Debian package linux-image-amd64)")
-		modules := fs.String("modules", "", "the kernel's modules folder (default /lib/modules/<version>, from the kernel's file name)")
-		busybox := fs.String("busybox", microos.DefaultBusybox, "static busybox (Debian package busybox-static)")
-		agent := fs.String("agent", "", "static bootops-agent binary (default bootops-agent next to this program)")
-		load := fs.String("load", "", "comma-separated modules to load instead of the default list:\n"+strings.Join(microos.DefaultModules, ","))
-		out := fs.String("o", "", "output folder for vmlinuz and initrd.img (created if needed)")
-		server := fs.String("server", "", "build in the boot server's URL the agent reports to (https://… needs --ca)")
-		site := fs.String("site", "", "build in the site the agent reports for")
-		ca := fs.String("ca", "", "build in this PEM site CA: the agent trusts only servers it signed (bootops ca init writes <state-dir>/tls/ca.pem)")
-		overlayKey := fs.String("overlay-key", "", "file of ed25519 public keys (base64, one a line; <state-dir>/tls/overlay.pub): the Micro-OS then runs only with a site overlay signed by one of them")
-		uki := fs.Bool("uki", false, "also write bootops.efi, a unified kernel image (needs --server and --site)")
-		cmdline := fs.String("cmdline", "console=tty0 console=ttyS0,115200", "the UKI's kernel command line (fixed inside it)")
-		stub := fs.String("stub", microos.DefaultStub, "the EFI stub of the UKI (Debian package systemd-boot-efi)")
-		signKey := fs.String("sign-key", "", "PEM private key (unencrypted) that signs the UKI for Secure Boot (sbsign; keep it out of Git)")
-		signCert := fs.String("sign-cert", "", "PEM certificate of --sign-key, the one enrolled in the machines' db")
+		var m microosSettings
+		m.addFlags(fs)
 		pos, err := parse(fs, e, args)
 		if err != nil {
 			return err
 		}
-		switch {
-		case len(pos) == 0:
-			return usagef("missing subcommand: want 'bootops microos build'")
-		case pos[0] != "build":
-			return usagef("unknown subcommand %q: want 'build'", pos[0])
-		case len(pos) > 1:
-			return usagef("unexpected arguments: %s", strings.Join(pos[1:], " "))
-		case *kernel == "":
-			return usagef("--kernel PATH is required (e.g. /boot/vmlinuz-<version>)")
-		case *out == "":
-			return usagef("-o OUT is required")
-		case *uki && (*server == "" || *site == ""):
-			return usagef("--uki needs --server and --site: a UKI's agent cannot be told them on a command line of its own")
-		case strings.HasPrefix(*server, "https://") && *ca == "" && *overlayKey == "":
-			return usagef("--server %s needs --ca: the agent must be able to verify the server", *server)
-		case (*signKey != "" || *signCert != "") && !*uki:
-			return usagef("--sign-key and --sign-cert sign the UKI: give --uki")
+		if err := m.check(pos); err != nil {
+			return err
 		}
-		cfg, err := agentConfig(*server, *site, *ca, *overlayKey, *uki)
+		opt, err := m.options()
 		if err != nil {
 			return err
 		}
-		opt := microos.Options{Kernel: *kernel, Modules: *modules, Busybox: *busybox, Agent: *agent, Config: cfg}
-		if *load != "" {
-			opt.Load = strings.Split(*load, ",")
-		}
-		if opt.Agent == "" {
-			if opt.Agent, err = agentBesideMe(); err != nil {
-				return err
-			}
-		}
-		r, err := microos.Build(opt, *out)
+		r, err := microos.Build(opt, m.out)
 		if err != nil {
 			return err
 		}
-		if *uki {
-			r.UKI = filepath.Join(*out, "bootops.efi")
-			fmt.Fprintf(e.stderr, "building the UKI %s%s\n", r.UKI, map[bool]string{true: " (signing it)", false: " (unsigned: give --sign-key/--sign-cert for Secure Boot)"}[*signKey != ""])
-			if err := microos.BuildUKI(r.Kernel, r.Initrd, microos.UKIOptions{Stub: *stub, Cmdline: *cmdline, SignKey: *signKey, SignCert: *signCert}, r.UKI); err != nil {
+		if m.uki {
+			if err := m.buildUKI(e, &r); err != nil {
 				return err
 			}
-			b, err := os.ReadFile(r.UKI)
-			if err != nil {
-				return err
-			}
-			r.UKISHA256 = microos.SHA256(b)
 		}
-		printMicroOS(e.stdout, r, *out)
+		printMicroOS(e.stdout, r, m.out)
 		return nil
 	}
 	return c
+}
+
+// microosSettings are microos build's flags.
+type microosSettings struct {
+	kernel, modules, busybox, agent, load, out string
+	server, site, ca, overlayKey               string
+	cmdline, stub, signKey, signCert           string
+	uki                                        bool
+}
+
+func (m *microosSettings) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&m.kernel, "kernel", "", "kernel image, e.g. /boot/vmlinuz-<version> (Debian package linux-image-amd64)")
+	fs.StringVar(&m.modules, "modules", "", "the kernel's modules folder (default /lib/modules/<version>, from the kernel's file name)")
+	fs.StringVar(&m.busybox, "busybox", microos.DefaultBusybox, "static busybox (Debian package busybox-static)")
+	fs.StringVar(&m.agent, "agent", "", "static bootops-agent binary (default bootops-agent next to this program)")
+	fs.StringVar(&m.load, "load", "", "comma-separated modules to load instead of the default list:\n"+strings.Join(microos.DefaultModules, ","))
+	fs.StringVar(&m.out, "o", "", "output folder for vmlinuz and initrd.img (created if needed)")
+	fs.StringVar(&m.server, "server", "", "build in the boot server's URL the agent reports to (https://… needs --ca; HOST:PORT is http://, https:// with --ca)")
+	fs.StringVar(&m.site, "site", "", "build in the site the agent reports for")
+	fs.StringVar(&m.ca, "ca", "", "build in this PEM site CA: the agent trusts only servers it signed (bootops ca init writes <state-dir>/tls/ca.pem)")
+	fs.StringVar(&m.overlayKey, "overlay-key", "", "file of ed25519 public keys (base64, one a line; <state-dir>/tls/overlay.pub): the Micro-OS then runs only with a site overlay signed by one of them")
+	fs.BoolVar(&m.uki, "uki", false, "also write bootops.efi, a unified kernel image (needs --server and --site)")
+	fs.StringVar(&m.cmdline, "cmdline", "console=tty0 console=ttyS0,115200", "the UKI's kernel command line (fixed inside it)")
+	fs.StringVar(&m.stub, "stub", microos.DefaultStub, "the EFI stub of the UKI (Debian package systemd-boot-efi)")
+	fs.StringVar(&m.signKey, "sign-key", "", "PEM private key (unencrypted) that signs the UKI for Secure Boot (sbsign; keep it out of Git)")
+	fs.StringVar(&m.signCert, "sign-cert", "", "PEM certificate of --sign-key, the one enrolled in the machines' db")
+}
+
+// check refuses a command line that cannot build (pos: the subcommand).
+func (m *microosSettings) check(pos []string) error {
+	switch {
+	case len(pos) == 0:
+		return usagef("missing subcommand: want 'bootops microos build'")
+	case pos[0] != "build":
+		return usagef("unknown subcommand %q: want 'build'", pos[0])
+	case len(pos) > 1:
+		return usagef("unexpected arguments: %s", strings.Join(pos[1:], " "))
+	case m.kernel == "":
+		return usagef("--kernel PATH is required (e.g. /boot/vmlinuz-<version>)")
+	case m.out == "":
+		return usagef("-o OUT is required")
+	case m.uki && (m.server == "" || m.site == ""):
+		return usagef("--uki needs --server and --site: a UKI's agent cannot be told them on a command line of its own")
+	case strings.HasPrefix(m.server, "https://") && m.ca == "" && m.overlayKey == "":
+		return usagef("--server %s needs --ca: the agent must be able to verify the server", m.server)
+	case (m.signKey != "" || m.signCert != "") && !m.uki:
+		return usagef("--sign-key and --sign-cert sign the UKI: give --uki")
+	}
+	return nil
+}
+
+// options are the build's: what is built into the agent, and where the
+// pieces come from.
+func (m *microosSettings) options() (microos.Options, error) {
+	// HOST:PORT is the server over http, or https when the agent is
+	// given the site CA to check it with.
+	srv, err := serverURL(m.server, m.ca != "")
+	if err != nil {
+		return microos.Options{}, usagef("--server %v", err)
+	}
+	cfg, err := agentConfig(srv, m.site, m.ca, m.overlayKey, m.uki)
+	if err != nil {
+		return microos.Options{}, err
+	}
+	opt := microos.Options{Kernel: m.kernel, Modules: m.modules, Busybox: m.busybox, Agent: m.agent, Config: cfg}
+	if m.load != "" {
+		opt.Load = strings.Split(m.load, ",")
+	}
+	if opt.Agent == "" {
+		if opt.Agent, err = agentBesideMe(); err != nil {
+			return microos.Options{}, err
+		}
+	}
+	return opt, nil
+}
+
+// buildUKI writes bootops.efi beside the kernel and initramfs of r.
+func (m *microosSettings) buildUKI(e *env, r *microos.Result) error {
+	r.UKI = filepath.Join(m.out, "bootops.efi")
+	fmt.Fprintf(e.stderr, "building the UKI %s%s\n", r.UKI, map[bool]string{true: " (signing it)", false: " (unsigned: give --sign-key/--sign-cert for Secure Boot)"}[m.signKey != ""])
+	if err := microos.BuildUKI(r.Kernel, r.Initrd, microos.UKIOptions{Stub: m.stub, Cmdline: m.cmdline, SignKey: m.signKey, SignCert: m.signCert}, r.UKI); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(r.UKI)
+	if err != nil {
+		return err
+	}
+	r.UKISHA256 = microos.SHA256(b)
+	return nil
 }
 
 // agentConfig is what the Micro-OS's agent gets built in; nil when none

@@ -25,7 +25,7 @@ func powerCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		d := addPowerFlags(fs, "give up on the daemon after this long (it answers within its --bmc-timeout)")
+		d := addPowerFlags(fs, e, "give up on the daemon after this long (it answers within its --bmc-timeout)")
 		pos, err := parse(fs, e, args)
 		if err != nil {
 			return err
@@ -76,7 +76,7 @@ func bootDeviceCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		d := addPowerFlags(fs, "give up on the daemon after this long")
+		d := addPowerFlags(fs, e, "give up on the daemon after this long")
 		once := fs.Bool("once", false, "for the next boot only (else until changed)")
 		pos, err := parse(fs, e, args)
 		if err != nil {
@@ -109,9 +109,9 @@ type powerFlags struct {
 	timeout           *time.Duration
 }
 
-func addPowerFlags(fs *flag.FlagSet, timeoutHelp string) powerFlags {
+func addPowerFlags(fs *flag.FlagSet, e *env, timeoutHelp string) powerFlags {
 	return powerFlags{
-		server:    fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address"),
+		server:    serverFlag(fs, e, defaultServer),
 		tokenFile: fs.String("token-file", "", "file holding an operator token with the operate role; default $BOOTOPS_TOKEN, $BOOTOPS_TOKEN_FILE, then "+defaultTokenFile),
 		timeout:   fs.Duration("timeout", time.Minute, timeoutHelp),
 	}

@@ -21,11 +21,13 @@ func serveCmd() *command {
 		name:    "serve",
 		summary: "Run the boot plane: follow a Git repository (or a folder), compile every revision and serve the last good one over HTTP, DHCP and TFTP.",
 		usage:   "--source GIT-URL|DIR [--ref R] [--interval 30s] [--site S[,S…]] [--http-addr A] [--https-addr A] [--dhcp proxy|reservation|off] [--interface IF] [--state-dir D] [--webhook-secret-file F] [--verify-commits KEYRING] [--config FILE]",
-		example: "  bootops serve --source sites --state-dir /tmp/bootops --http-addr 127.0.0.1:8080 --dhcp off --tftp-addr \"\"\n" +
-			"  # (runs as any user: HTTP only; DHCP and TFTP need root for ports 67 and 69)\n" +
-			"  curl 'http://127.0.0.1:8080/ipxe?serial=DEMO-0001'\n" +
-			"  BOOTOPS_TOKEN_FILE=/tmp/bootops/operator-token bootops status   # reads need an operator's token\n" +
-			"  # the dashboard: http://127.0.0.1:8080/ (asks once for a token: --operators-file's, or the state folder's)\n\n" +
+		example: "  bootops serve --source examples/warehouse --state-dir /tmp/bootops --http-addr 127.0.0.1:8080 --dhcp off --tftp-addr \"\" &\n" +
+			"  # (a first run from a fresh checkout, as any user: HTTP on a high port, no DHCP, no TFTP)\n" +
+			"  curl 'http://127.0.0.1:8080/ipxe?serial=SN-A0001'                # the script machine SN-A0001 boots\n" +
+			"  BOOTOPS_TOKEN_FILE=/tmp/bootops/operator-token bootops status    # reads need an operator's token\n" +
+			"  # the dashboard: http://127.0.0.1:8080/ (asks once for a token: --operators-file's, or the state folder's)\n" +
+			"  # Root (or CAP_NET_BIND_SERVICE) is for ports below 1024: DHCP's 67 and 4011, TFTP's 69, HTTP's 80;\n" +
+			"  # and for the default --state-dir /var/lib/bootops. sites/ (make demo's) needs make microos first.\n\n" +
 			"  # Follow a branch; a push webhook makes it look at once, else it polls:\n" +
 			"  bootops serve --source https://git.example.com/ops/fleet.git --ref main --site store-0042 \\\n" +
 			"      --git-password-file /etc/bootops/token --webhook-secret-file /etc/bootops/hook-secret \\\n" +

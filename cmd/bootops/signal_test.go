@@ -16,17 +16,21 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
 )
 
 // TestMain lets a test run this test binary as the bootops command (with
-// BOOTOPS_TEST_AS_MAIN=1), to send it real signals or run a script with it.
+// BOOTOPS_TEST_AS_MAIN=1), to send it real signals or run a script with
+// it; testscript's Main puts it on the scripts' PATH as bootops
+// (TestScripts).
 func TestMain(m *testing.M) {
 	if os.Getenv("BOOTOPS_TEST_AS_MAIN") == "1" {
 		os.Args[0] = "bootops"
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	testscript.Main(m, map[string]func(){"bootops": main})
 }
 
 // daemonProcess starts `bootops serve` as a process and returns it with

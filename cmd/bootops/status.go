@@ -31,7 +31,7 @@ func statusCmd() *command {
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		server := fs.String("server", "http://127.0.0.1:8080", "the daemon's HTTP address")
+		server := serverFlag(fs, e, defaultServer)
 		format := fs.String("o", "table", "output: table or json")
 		wait := fs.String("wait", "", "wait until this revision (a commit SHA or its prefix) is served (exit 0) or refused (exit 1)")
 		timeout := fs.Duration("timeout", 2*time.Minute, "with --wait: how long to wait")

@@ -35,7 +35,7 @@ func validateCmd() *command {
 		}
 		// A folder that is no repository is not a valid one with nothing
 		// in it: a CI job pointed at the wrong path must fail.
-		if _, serr := os.Stat(filepath.Join(dir, "sites")); st.Sites == 0 && serr != nil {
+		if !isRepository(dir, st.Sites) {
 			return fmt.Errorf("%s: no repository here: it has no sites/ folder (give validate the repository's root, where sites/ and profiles/ are)", dir)
 		}
 		if !*quiet {
@@ -45,6 +45,15 @@ func validateCmd() *command {
 		return nil
 	}
 	return c
+}
+
+// isRepository says whether dir, where the compiler found sites sites,
+// is a repository: it has a sites/ folder (empty, it is a repository
+// with nothing in it yet), or defines a site elsewhere (CUE). validate
+// and import csv ask it.
+func isRepository(dir string, sites int) bool {
+	st, err := os.Stat(filepath.Join(dir, "sites"))
+	return sites > 0 || (err == nil && st.IsDir())
 }
 
 func compileCmd() *command {

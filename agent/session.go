@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/tpm"
 )
 
 // Version is the agent's version, reported at check-in (set by the
@@ -48,30 +49,14 @@ func Run(ctx context.Context, cfg Config, sysfs string, console io.Writer, tweak
 	if err := cfg.check(); err != nil {
 		return err
 	}
-	server, site, node := cfg.Server, cfg.Site, cfg.Node
-	id, err := Identity(sysfs)
+	ci, err := discover(cfg, sysfs, console)
 	if err != nil {
-		return fmt.Errorf("identity: %w", err)
+		return err
 	}
-	disks, err := Disks(sysfs)
-	if err != nil {
-		return fmt.Errorf("disks: %w", err)
-	}
-	// sysfs is root's sys/ ("/sys", or a test's folder): the inventory
-	// reads proc/ beside it too. What it cannot read is left out; nothing
-	// at all is no inventory, not a failed check-in.
-	inv, err := Inventory(filepath.Dir(sysfs))
-	if err != nil {
-		fmt.Fprintf(console, "bootops-agent: no hardware inventory: %v\n", err)
-		inv = nil
-	}
-	fmt.Fprintf(console, "bootops-agent %s: node %q on site %s, serial %q, uuid %s, %d NICs, %d disks; server %s (%s); boot: %s\n",
-		Version, node, site, id.Serial, id.UUID, len(id.MACs), len(disks), server, cfg.Source, cfg.Boot)
-	fmt.Fprintf(console, "bootops-agent: tpm: %s\n", tpmPresence(sysfs))
 	for k, v := range cfg.Env {
 		os.Setenv(k, v)
 	}
-	up := newUplink(server, site, node, cfg.Machine, cfg.Token, console)
+	up := newUplink(cfg.Server, cfg.Site, cfg.Node, cfg.Machine, cfg.Token, console)
 	up.client = cfg.client(30 * time.Second)
 	sendCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -85,15 +70,71 @@ func Run(ctx context.Context, cfg Config, sysfs string, console io.Writer, tweak
 	if m != nil {
 		defer m.Close()
 	}
-	var reply plan.CheckInReply
+	ci.TPM = tpmID
+	reply, ok, err := checkInForWorkflow(ctx, up, r, ci, m, cfg.Server, sysfs, console)
+	if !ok {
+		return err
+	}
+	r.Generation = reply.Generation
+	if reply.Peers != nil && r.Swarm == nil {
+		r.Swarm, r.Peers = swarmLine{up}, reply.Peers
+	}
+	if r.QAStream == nil {
+		r.QAStream = up.qaStream(cfg.client(0))
+	}
+	if r.CloudInit == nil {
+		r.CloudInit = cloudInitSeed(reply.CloudInit, m)
+	}
+	err = r.Run(ctx, *reply.Workflow)
+	fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if ferr := up.Flush(fctx); ferr != nil {
+		fmt.Fprintf(console, "bootops-agent: %v\n", ferr)
+	}
+	if err != nil {
+		return fmt.Errorf("workflow failed: %w (the machine stays in the Micro-OS; the failure is in `bootops status`)", err)
+	}
+	return nil
+}
+
+// discover reads who the machine is and what it has, says it on the
+// console, and returns the check-in that carries it (without the TPM's
+// identity).
+func discover(cfg Config, sysfs string, console io.Writer) (plan.CheckIn, error) {
+	id, err := Identity(sysfs)
+	if err != nil {
+		return plan.CheckIn{}, fmt.Errorf("identity: %w", err)
+	}
+	disks, err := Disks(sysfs)
+	if err != nil {
+		return plan.CheckIn{}, fmt.Errorf("disks: %w", err)
+	}
+	// sysfs is root's sys/ ("/sys", or a test's folder): the inventory
+	// reads proc/ beside it too. What it cannot read is left out; nothing
+	// at all is no inventory, not a failed check-in.
+	inv, err := Inventory(filepath.Dir(sysfs))
+	if err != nil {
+		fmt.Fprintf(console, "bootops-agent: no hardware inventory: %v\n", err)
+		inv = nil
+	}
+	fmt.Fprintf(console, "bootops-agent %s: node %q on site %s, serial %q, uuid %s, %d NICs, %d disks; server %s (%s); boot: %s\n",
+		Version, cfg.Node, cfg.Site, id.Serial, id.UUID, len(id.MACs), len(disks), cfg.Server, cfg.Source, cfg.Boot)
+	fmt.Fprintf(console, "bootops-agent: tpm: %s\n", tpmPresence(sysfs))
+	return plan.CheckIn{Identity: id, Arch: runtime.GOARCH, Disks: disks, Agent: Version, Boot: cfg.Boot, Inventory: inv}, nil
+}
+
+// checkInForWorkflow checks in, again and again with a growing wait, until
+// the server sends a workflow (ok). It returns ok false when this life is
+// over instead: the server sent the machine to boot again, or refused its
+// credential maxRefused times (err is the reboot's), or ctx ended.
+func checkInForWorkflow(ctx context.Context, up *uplink, r *Runner, ci plan.CheckIn, m *tpm.Machine, server, sysfs string, console io.Writer) (reply plan.CheckInReply, ok bool, err error) {
 	refused := 0
 	first := r.Backoff
 	if first <= 0 {
 		first = 2 * time.Second
 	}
-checkIn:
 	for wait := first; ; wait = min(2*wait, 30*time.Second) {
-		reply, err = checkInProved(ctx, up, plan.CheckIn{Identity: id, Arch: runtime.GOARCH, Disks: disks, Agent: Version, Boot: cfg.Boot, Inventory: inv, TPM: tpmID}, m, sysfs, console)
+		reply, err = checkInProved(ctx, up, ci, m, sysfs, console)
 		if why := tlsRefusal(err); why != "" {
 			// Not the site's server, or someone between: nothing it says
 			// is believed, nothing is installed.
@@ -108,63 +149,50 @@ checkIn:
 			// The credential is spent, expired or wrong: a new boot gets
 			// a new one.
 			fmt.Fprintf(console, "bootops-agent: check-in refused %d times (%v): booting again for a new credential\n", refused, err)
-			if r.Power != nil {
-				return r.Power("reboot")
-			}
-			return defaultPower("reboot")
+			return reply, false, r.reboot()
 		case err != nil:
 			fmt.Fprintf(console, "bootops-agent: check-in: %v (again in %s)\n", err, wait)
 		case reply.Workflow != nil:
-			break checkIn
+			return reply, true, nil
 		case reply.RetrySeconds > 0:
 			fmt.Fprintf(console, "bootops-agent: held: %s (asking again in %d s)\n", reply.Hold, reply.RetrySeconds)
 			wait = time.Duration(reply.RetrySeconds) * time.Second
 		default:
 			// Told to boot again: what the Plan says now is another script.
 			fmt.Fprintf(console, "bootops-agent: %s\n", reply.Hold)
-			if r.Power != nil {
-				return r.Power("reboot")
-			}
-			return defaultPower("reboot")
+			return reply, false, r.reboot()
 		}
 		if !sleep(ctx, wait) {
-			return ctx.Err()
+			return reply, false, ctx.Err()
 		}
 	}
-	r.Generation = reply.Generation
-	if reply.Peers != nil && r.Swarm == nil {
-		r.Swarm, r.Peers = swarmLine{up}, reply.Peers
+}
+
+// reboot boots the machine again, through the Runner's Power when set.
+func (r *Runner) reboot() error {
+	if r.Power != nil {
+		return r.Power("reboot")
 	}
-	if r.QAStream == nil {
-		r.QAStream = up.qaStream(cfg.client(0))
-	}
-	if r.CloudInit == nil {
-		r.CloudInit = func(context.Context) (Seed, error) {
-			if reply.CloudInit == nil {
-				return Seed{}, nil
-			}
-			seed := Seed{UserData: reply.CloudInit.UserData, MetaData: reply.CloudInit.MetaData, NetworkConfig: reply.CloudInit.NetworkConfig, Report: reply.CloudInit.Report}
-			if m != nil {
-				// The key the check-in proved (a server challenges
-				// every check-in with a TPM): it keeps its public area
-				// with this install.
-				k, err := m.ReportKey()
-				if err != nil {
-					return Seed{}, err
-				}
-				seed.ReportKey = &k
-			}
-			return seed, nil
+	return defaultPower("reboot")
+}
+
+// cloudInitSeed is the Runner's CloudInit for the check-in's seed ci (none:
+// an empty seed). With a TPM m, the seed carries the key the check-in
+// proved (a server challenges every check-in with a TPM): it keeps its
+// public area with this install.
+func cloudInitSeed(ci *plan.CloudInitSeed, m *tpm.Machine) func(context.Context) (Seed, error) {
+	return func(context.Context) (Seed, error) {
+		if ci == nil {
+			return Seed{}, nil
 		}
+		seed := Seed{UserData: ci.UserData, MetaData: ci.MetaData, NetworkConfig: ci.NetworkConfig, Report: ci.Report}
+		if m != nil {
+			k, err := m.ReportKey()
+			if err != nil {
+				return Seed{}, err
+			}
+			seed.ReportKey = &k
+		}
+		return seed, nil
 	}
-	err = r.Run(ctx, *reply.Workflow)
-	fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if ferr := up.Flush(fctx); ferr != nil {
-		fmt.Fprintf(console, "bootops-agent: %v\n", ferr)
-	}
-	if err != nil {
-		return fmt.Errorf("workflow failed: %w (the machine stays in the Micro-OS; the failure is in `bootops status`)", err)
-	}
-	return nil
 }

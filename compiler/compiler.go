@@ -187,8 +187,30 @@ func (c *Compiler) compile(fsys fs.FS, changed map[string]bool, stats *Stats) (*
 	return p, nil
 }
 
-// load reads, parses and validates every file.
+// load reads, parses and validates every file: the listing, then the YAML
+// files (cached ones taken, the rest parsed in parallel) while the CUE files
+// are evaluated on this goroutine, then the cache is brought up to date.
 func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors, error) {
+	listing, errs := c.list(fsys, changed)
+	yamlFiles, cuePaths := splitByLanguage(listing)
+	c.gen++
+	b := c.cachedYAML(yamlFiles, changed)
+	wait := c.readYAML(fsys, b)
+	cueObjs, cueErrs, err := c.loadCUE(fsys, cuePaths)
+	wait()
+	if err != nil {
+		return nil, nil, err
+	}
+	errs = append(errs, cueErrs...)
+	c.remember(b)
+	objs, errs, used := b.collect(errs)
+	c.evict(used)
+	return append(objs, cueObjs...), errs, nil
+}
+
+// list returns the repository's files: the last listing brought up to date
+// when the caller named what changed, else a walk of the tree.
+func (c *Compiler) list(fsys fs.FS, changed map[string]bool) ([]listed, Errors) {
 	var listing []listed
 	var errs Errors
 	ok := false
@@ -210,8 +232,12 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors,
 	if len(errs) == 0 {
 		c.listing = listing
 	}
-	var yamlFiles []listed
-	var cuePaths []string
+	return listing, errs
+}
+
+// splitByLanguage separates the CUE files, evaluated together, from the
+// YAML files, each parsed on its own.
+func splitByLanguage(listing []listed) (yamlFiles []listed, cuePaths []string) {
 	for _, l := range listing {
 		if path.Ext(l.path) == ".cue" {
 			cuePaths = append(cuePaths, l.path)
@@ -219,14 +245,30 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors,
 			yamlFiles = append(yamlFiles, l)
 		}
 	}
+	return yamlFiles, cuePaths
+}
 
-	// YAML files: what the cache holds is taken first, in one pass; the
-	// rest is read, parsed and validated in parallel, keyed by content.
-	c.gen++
-	results := make([]*fileResult, len(yamlFiles))
-	keys := make([]cacheKey, len(yamlFiles))
-	var misses []int
-	for i, l := range yamlFiles {
+// yamlBatch is one compilation's YAML files, by index in files: each one's
+// result, its cache key (empty when it could not be read) and, for a file
+// read this time, what it was when read.
+type yamlBatch struct {
+	files   []listed
+	results []*fileResult
+	keys    []cacheKey
+	infos   []fs.FileInfo
+	misses  []int // the files the cache did not answer, to be read
+}
+
+// cachedYAML takes, in one pass, what the cache holds for files that did
+// not change (by size and mtime, or by the caller's word), and marks those
+// entries used by this compilation; the rest are the batch's misses.
+func (c *Compiler) cachedYAML(files []listed, changed map[string]bool) *yamlBatch {
+	b := &yamlBatch{
+		files:   files,
+		results: make([]*fileResult, len(files)),
+		keys:    make([]cacheKey, len(files)),
+	}
+	for i, l := range files {
 		st := c.stat[l.path]
 		unchanged := st != nil && l.mtime != 0 && st.size == l.size && st.mtime == l.mtime
 		if changed != nil {
@@ -235,107 +277,131 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors,
 		if unchanged {
 			if r := c.yaml[st.key]; r != nil {
 				st.gen, r.gen = c.gen, c.gen
-				keys[i], results[i] = st.key, r
+				b.keys[i], b.results[i] = st.key, r
 				continue
 			}
 		}
-		misses = append(misses, i)
+		b.misses = append(b.misses, i)
 	}
-	infos := make([]fs.FileInfo, len(yamlFiles))
+	b.infos = make([]fs.FileInfo, len(files))
+	return b
+}
+
+// readYAML reads, parses and validates the batch's misses on Workers
+// goroutines, keyed by content (a file that only moved, or came back, is
+// still found in the cache). It returns at once; the returned func waits
+// for the work to finish. Until then the caller must not write c.yaml.
+func (c *Compiler) readYAML(fsys fs.FS, b *yamlBatch) (wait func()) {
 	workers := c.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	var wg sync.WaitGroup
-	next := make(chan int, len(misses))
-	for _, i := range misses {
+	next := make(chan int, len(b.misses))
+	for _, i := range b.misses {
 		next <- i
 	}
 	close(next)
-	for range min(workers, len(misses)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	var wg sync.WaitGroup
+	for range min(workers, len(b.misses)) {
+		wg.Go(func() {
 			for i := range next {
-				p := yamlFiles[i].path
-				data, info, e := readFile(fsys, p)
-				if e != nil {
-					results[i] = &fileResult{errs: Errors{e}}
-					continue
-				}
-				key := cacheKey{p, sha256.Sum256(data)}
-				keys[i], infos[i] = key, info
-				// c.yaml is only read here; it is written after Wait.
-				if r := c.yaml[key]; r != nil {
-					results[i] = r
-					continue
-				}
-				results[i] = c.loadYAML(p, data)
+				b.results[i] = c.readOneYAML(fsys, b, i)
 			}
-		}()
+		})
 	}
+	return wg.Wait
+}
 
-	// CUE files: evaluated together, on this goroutine (a cue.Context is not
-	// safe for concurrent use).
-	var cueObjs []*object
-	if len(cuePaths) > 0 {
-		var files []srcFile
-		h := sha256.New()
-		for _, p := range cuePaths {
-			data, _, e := readFile(fsys, p)
-			if e != nil {
-				errs = append(errs, e)
-				continue
-			}
-			files = append(files, srcFile{p, data})
-			h.Write([]byte(p))
-			h.Write([]byte{0})
-			h.Write(data)
-			h.Write([]byte{0})
-		}
-		var key [32]byte
-		copy(key[:], h.Sum(nil))
-		if !c.cue.ok || c.cue.key != key {
-			var objs []*object
-			var cerrs Errors
-			if c.Sandbox != nil && len(files) > 0 {
-				var err error
-				if objs, cerrs, err = c.evalIsolated(files); err != nil {
-					// Nothing is cached: the next compilation evaluates
-					// again (a fixed revision, or a larger limit).
-					wg.Wait()
-					return nil, nil, err
-				}
-			} else {
-				objs, cerrs = c.evalCUE(files)
-			}
-			c.cue.objs, c.cue.errs = objs, cerrs
-			c.cue.key, c.cue.ok = key, true
-		}
-		cueObjs, errs = c.cue.objs, append(errs, c.cue.errs...)
+// readOneYAML is one worker's step for the batch's file i.
+func (c *Compiler) readOneYAML(fsys fs.FS, b *yamlBatch, i int) *fileResult {
+	p := b.files[i].path
+	data, info, e := readFile(fsys, p)
+	if e != nil {
+		return &fileResult{errs: Errors{e}}
 	}
-	wg.Wait()
+	key := cacheKey{p, sha256.Sum256(data)}
+	b.keys[i], b.infos[i] = key, info
+	// c.yaml is only read here; it is written after the wait.
+	if r := c.yaml[key]; r != nil {
+		return r
+	}
+	return c.loadYAML(p, data)
+}
 
-	// Record what was read, with the size and mtime it had when read;
-	// then keep only what this compilation used, so the cache stays bounded.
-	for _, i := range misses {
-		r := results[i]
-		if keys[i].path == "" {
+// loadCUE reads the CUE files and evaluates them together, on this
+// goroutine (a cue.Context is not safe for concurrent use); the result is
+// kept and reused while the files' paths and contents stay the same. The
+// error is the Sandbox's, when the evaluation did not finish.
+func (c *Compiler) loadCUE(fsys fs.FS, paths []string) ([]*object, Errors, error) {
+	if len(paths) == 0 {
+		return nil, nil, nil
+	}
+	var errs Errors
+	var files []srcFile
+	h := sha256.New()
+	for _, p := range paths {
+		data, _, e := readFile(fsys, p)
+		if e != nil {
+			errs = append(errs, e)
 			continue
 		}
-		r.gen = c.gen
-		c.yaml[keys[i]] = r
-		c.stat[keys[i].path] = &statEntry{size: infos[i].Size(), mtime: infos[i].ModTime().UnixNano(), key: keys[i], gen: c.gen}
+		files = append(files, srcFile{p, data})
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+		h.Write(data)
+		h.Write([]byte{0})
 	}
-	objs := make([]*object, 0, len(results))
-	used := 0
-	for i, r := range results {
+	var key [32]byte
+	copy(key[:], h.Sum(nil))
+	if !c.cue.ok || c.cue.key != key {
+		var objs []*object
+		var cerrs Errors
+		if c.Sandbox != nil && len(files) > 0 {
+			var err error
+			if objs, cerrs, err = c.evalIsolated(files); err != nil {
+				// Nothing is cached: the next compilation evaluates
+				// again (a fixed revision, or a larger limit).
+				return nil, nil, err
+			}
+		} else {
+			objs, cerrs = c.evalCUE(files)
+		}
+		c.cue.objs, c.cue.errs = objs, cerrs
+		c.cue.key, c.cue.ok = key, true
+	}
+	return c.cue.objs, append(errs, c.cue.errs...), nil
+}
+
+// remember records in the cache what the batch read, with the size and
+// mtime each file had when read.
+func (c *Compiler) remember(b *yamlBatch) {
+	for _, i := range b.misses {
+		if b.keys[i].path == "" {
+			continue
+		}
+		b.results[i].gen = c.gen
+		c.yaml[b.keys[i]] = b.results[i]
+		c.stat[b.keys[i].path] = &statEntry{size: b.infos[i].Size(), mtime: b.infos[i].ModTime().UnixNano(), key: b.keys[i], gen: c.gen}
+	}
+}
+
+// collect returns the batch's objects and, after errs, its errors, in the
+// files' order; used counts the files that have a cache entry.
+func (b *yamlBatch) collect(errs Errors) (objs []*object, _ Errors, used int) {
+	objs = make([]*object, 0, len(b.results))
+	for i, r := range b.results {
 		objs = append(objs, r.objs...)
 		errs = append(errs, r.errs...)
-		if keys[i].path != "" {
+		if b.keys[i].path != "" {
 			used++
 		}
 	}
+	return objs, errs, used
+}
+
+// evict keeps only the cache entries this compilation used (used of them),
+// so the cache stays bounded by the repository.
+func (c *Compiler) evict(used int) {
 	if len(c.yaml) != used {
 		for k, r := range c.yaml {
 			if r.gen != c.gen {
@@ -350,7 +416,6 @@ func (c *Compiler) load(fsys fs.FS, changed map[string]bool) ([]*object, Errors,
 			}
 		}
 	}
-	return append(objs, cueObjs...), errs, nil
 }
 
 // loadYAML parses one YAML file and validates each document against the

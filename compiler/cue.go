@@ -22,6 +22,36 @@ import (
 // structs and lists. Each is unified with its kind's definition, so CUE
 // itself applies the schema and its defaults.
 func (c *Compiler) evalCUE(files []srcFile) ([]*object, Errors) {
+	inst, labels, errs := c.parseCUE(files)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	root := c.ctx.BuildInstance(inst, cue.Scope(c.schema))
+	if err := root.Err(); err != nil {
+		// Report every error, not only the first one Err summarises, then
+		// go on with the objects that are not in error themselves.
+		if all := root.Validate(); all != nil {
+			err = all
+		}
+		errs = append(errs, c.cueErrors(err, nil)...)
+	}
+	w := &cueWalk{c: c, errs: errs}
+	if root.Err() == nil {
+		w.walk(root, 0)
+	} else {
+		// A struct in error cannot be iterated: reach its fields by the
+		// labels written in the files.
+		for _, label := range labels {
+			w.walk(root.LookupPath(cue.MakePath(cue.Str(label))), 1)
+		}
+	}
+	return w.objs, w.errs
+}
+
+// parseCUE parses the files into one instance: one package, no imports
+// but the standard library's. It returns the top-level labels the files
+// write (neither hidden nor definitions), in order.
+func (c *Compiler) parseCUE(files []srcFile) (*build.Instance, []string, Errors) {
 	var errs Errors
 	inst := build.NewContext().NewInstance("", nil)
 	pkg := ""
@@ -39,88 +69,86 @@ func (c *Compiler) evalCUE(files []srcFile) ([]*object, Errors) {
 			errs = append(errs, errorf(Pos{File: f.path, Line: 1, Col: 1}, "", "package %s: every CUE file of the repository must be in one package (found %s first)", name, pkg))
 			continue
 		}
-		imports := false
-		for im := range ast.ImportSpecs() {
-			ip, _ := strconv.Unquote(im.Path.Value)
-			if first, _, _ := strings.Cut(ip, "/"); !strings.Contains(first, ".") {
-				continue // the CUE standard library: strings, list, math, …
-			}
-			p := im.Pos()
-			imports = true
-			errs = append(errs, errorf(Pos{File: f.path, Line: p.Line(), Col: p.Column()}, "", "import %q: only the CUE standard library can be imported; the schema's definitions (#Node, #Site, #Profile, #MicroOS) are in scope", ip))
-		}
-		if imports {
+		if ierrs := cueImports(f.path, ast); len(ierrs) > 0 {
+			errs = append(errs, ierrs...)
 			continue
 		}
-		for _, d := range ast.Decls {
-			if f, ok := d.(*cueast.Field); ok {
-				if name, _, err := cueast.LabelName(f.Label); err == nil && !strings.HasPrefix(name, "_") && !strings.HasPrefix(name, "#") && !slices.Contains(labels, name) {
-					labels = append(labels, name)
-				}
-			}
-		}
+		labels = topLabels(ast, labels)
 		if err := inst.AddSyntax(ast); err != nil {
 			errs = append(errs, c.cueErrors(err, nil)...)
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	root := c.ctx.BuildInstance(inst, cue.Scope(c.schema))
-	if err := root.Err(); err != nil {
-		// Report every error, not only the first one Err summarises, then
-		// go on with the objects that are not in error themselves.
-		if all := root.Validate(); all != nil {
-			err = all
-		}
-		errs = append(errs, c.cueErrors(err, nil)...)
-	}
+	return inst, labels, errs
+}
 
-	var objs []*object
-	var walk func(v cue.Value, depth int)
-	walk = func(v cue.Value, depth int) {
-		if depth > 32 || depth > 0 && v.Err() != nil {
+// cueImports reports each import of file f that is not of the CUE
+// standard library.
+func cueImports(file string, f *cueast.File) Errors {
+	var errs Errors
+	for im := range f.ImportSpecs() {
+		ip, _ := strconv.Unquote(im.Path.Value)
+		if first, _, _ := strings.Cut(ip, "/"); !strings.Contains(first, ".") {
+			continue // the CUE standard library: strings, list, math, …
+		}
+		p := im.Pos()
+		errs = append(errs, errorf(Pos{File: file, Line: p.Line(), Col: p.Column()}, "", "import %q: only the CUE standard library can be imported; the schema's definitions (#Node, #Site, #Profile, #MicroOS) are in scope", ip))
+	}
+	return errs
+}
+
+// topLabels appends to labels the top-level regular field names of f not
+// already in it.
+func topLabels(f *cueast.File, labels []string) []string {
+	for _, d := range f.Decls {
+		if fd, ok := d.(*cueast.Field); ok {
+			if name, _, err := cueast.LabelName(fd.Label); err == nil && !strings.HasPrefix(name, "_") && !strings.HasPrefix(name, "#") && !slices.Contains(labels, name) {
+				labels = append(labels, name)
+			}
+		}
+	}
+	return labels
+}
+
+// cueWalk collects the objects of an evaluated instance: every struct
+// with a "kind" field reached through structs and lists.
+type cueWalk struct {
+	c    *Compiler
+	objs []*object
+	errs Errors
+}
+
+func (w *cueWalk) walk(v cue.Value, depth int) {
+	if depth > 32 || depth > 0 && v.Err() != nil {
+		return
+	}
+	switch v.IncompleteKind() {
+	case cue.StructKind:
+		if k := v.LookupPath(cue.ParsePath("kind")); k.Exists() {
+			o, e := w.c.cueObject(v, k)
+			w.errs = append(w.errs, e...)
+			if o != nil {
+				w.objs = append(w.objs, o)
+			}
 			return
 		}
-		switch v.IncompleteKind() {
-		case cue.StructKind:
-			if k := v.LookupPath(cue.ParsePath("kind")); k.Exists() {
-				o, e := c.cueObject(v, k)
-				errs = append(errs, e...)
-				if o != nil {
-					objs = append(objs, o)
-				}
-				return
-			}
-			it, err := v.Fields()
-			if err != nil {
-				errs = append(errs, c.cueErrors(err, nil)...)
-				return
-			}
-			for it.Next() {
-				walk(it.Value(), depth+1)
-			}
-		case cue.ListKind:
-			it, err := v.List()
-			if err != nil {
-				errs = append(errs, c.cueErrors(err, nil)...)
-				return
-			}
-			for it.Next() {
-				walk(it.Value(), depth+1)
-			}
+		it, err := v.Fields()
+		if err != nil {
+			w.errs = append(w.errs, w.c.cueErrors(err, nil)...)
+			return
+		}
+		for it.Next() {
+			w.walk(it.Value(), depth+1)
+		}
+	case cue.ListKind:
+		it, err := v.List()
+		if err != nil {
+			w.errs = append(w.errs, w.c.cueErrors(err, nil)...)
+			return
+		}
+		for it.Next() {
+			w.walk(it.Value(), depth+1)
 		}
 	}
-	if root.Err() == nil {
-		walk(root, 0)
-	} else {
-		// A struct in error cannot be iterated: reach its fields by the
-		// labels written in the files.
-		for _, label := range labels {
-			walk(root.LookupPath(cue.MakePath(cue.Str(label))), 1)
-		}
-	}
-	return objs, errs
 }
 
 func (c *Compiler) cueObject(v, k cue.Value) (*object, Errors) {

@@ -14,6 +14,25 @@ import (
 // cloud-init, workflow, and the DHCP reservations of reservation sites.
 func (r *repo) render() (*plan.Plan, Errors) {
 	p := &plan.Plan{Sites: []*plan.Site{}, Profiles: []*plan.Profile{}, MicroOS: []*plan.MicroOS{}}
+	microOS := r.renderMicroOS(p)
+	profiles := r.renderProfiles(p)
+	var sites []*plan.Site
+	for _, name := range sortedKeys(r.sites) {
+		sites = append(sites, r.renderSite(name, profiles, microOS))
+	}
+	r.renderNodes(sites, profiles, microOS)
+	for _, s := range sites {
+		sortReservations(s.Reservations)
+		s.Hash = plan.SiteHash(s)
+		p.Sites = append(p.Sites, s)
+	}
+	p.Hash = plan.PlanHash(p)
+	return p, nil
+}
+
+// renderMicroOS adds the Micro-OSes to p, by name, and returns them by
+// name.
+func (r *repo) renderMicroOS(p *plan.Plan) map[string]*plan.MicroOS {
 	microOS := map[string]*plan.MicroOS{}
 	for _, name := range sortedKeys(r.microOS) {
 		o := r.microOS[name]
@@ -37,6 +56,12 @@ func (r *repo) render() (*plan.Plan, Errors) {
 		microOS[name] = m
 		p.MicroOS = append(p.MicroOS, m)
 	}
+	return microOS
+}
+
+// renderProfiles adds the profiles to p, by name, and returns them by
+// name.
+func (r *repo) renderProfiles(p *plan.Plan) map[string]*plan.Profile {
 	profiles := map[string]*plan.Profile{}
 	for _, name := range sortedKeys(r.profiles) {
 		o := r.profiles[name]
@@ -53,79 +78,84 @@ func (r *repo) render() (*plan.Plan, Errors) {
 		profiles[name] = pr
 		p.Profiles = append(p.Profiles, pr)
 	}
-	bySite := map[string][]*nodeObj{}
-	for _, n := range r.nodes {
-		bySite[n.site] = append(bySite[n.site], n)
-	}
-	var sites []*plan.Site
-	for _, name := range sortedKeys(r.sites) {
-		o := r.sites[name]
-		nw := o.v.get("network")
-		s := &plan.Site{
-			Name: name,
-			Network: plan.Network{
-				Interface:     nw.get("interface").String(),
-				ServerAddress: nw.get("serverAddress").String(),
-				HTTPPort:      nw.get("httpPort").integer(),
-				HTTPSPort:     nw.get("httpsPort").integer(),
-				DHCP:          nw.get("dhcp").String(),
-				Subnet:        nw.get("subnet").String(),
-				Gateway:       nw.get("gateway").String(),
-				DNS:           nw.get("dns").strs(),
-				LeaseSeconds:  nw.get("leaseSeconds").integer(),
-			},
-			DefaultProfile: o.str("defaultProfile"),
-			UnknownNodes:   o.str("unknownNodes"),
-			Labels:         o.v.get("labels").stringMap(),
-			Env:            o.v.get("env").stringMap(),
-			Power:          powerPolicy(o.str("power")),
-			Peers:          peerLimits(o),
-			Rollouts:       r.rollouts(o),
-			Nodes:          []*plan.Node{},
-		}
-		if cas := r.ekCAs[name]; cas != nil {
-			s.TPM = &plan.SiteTPM{EKCAs: cas}
-		}
-		if pool := nw.get("pool"); pool != nil {
-			s.Network.Pool = &plan.Pool{Start: pool.get("start").str, End: pool.get("end").str}
-		}
-		if s.Network.ServerAddress == "" {
-			// IPv6 only: nothing answers DHCPv4 for the site.
-			s.Network.DHCP = plan.DHCPOff
-		}
-		s.Network.IPv6 = networkV6(nw.get("ipv6"))
-		switch s.UnknownNodes {
-		case plan.PolicyProvision:
-			pr := profiles[s.DefaultProfile]
-			a := r.artifacts(&plan.Node{Site: name, Profile: pr.Name}, nil, s, pr, microOS[pr.MicroOS], "")
-			s.Unknown = &a
-		case plan.PolicyHold:
-			m := microOS[r.holdMicroOS(o)]
-			s.Unknown = &plan.Artifacts{IPXE: ipxeScript(s, m, nil, "", nil, "bootops.mode=hold"), Workflow: plan.Workflow{Actions: []plan.Action{}}}
-			if m.Chain == plan.ChainShim {
-				s.Unknown.GRUB = grubConfig(s, m, nil, "", nil, "bootops.mode=hold")
-			}
-		}
-		sites = append(sites, s)
-	}
+	return profiles
+}
 
-	// Nodes: rendered in parallel, and only when the node, its site, its
-	// profile or its Micro-OS changed since the last compilation.
-	type job struct {
-		n    *nodeObj
-		site *plan.Site
-		key  renderKey
-		out  *plan.Node
+// renderSite is the named site without its nodes: its network, its
+// policies and what an unknown machine gets.
+func (r *repo) renderSite(name string, profiles map[string]*plan.Profile, microOS map[string]*plan.MicroOS) *plan.Site {
+	o := r.sites[name]
+	nw := o.v.get("network")
+	s := &plan.Site{
+		Name: name,
+		Network: plan.Network{
+			Interface:     nw.get("interface").String(),
+			ServerAddress: nw.get("serverAddress").String(),
+			HTTPPort:      nw.get("httpPort").integer(),
+			HTTPSPort:     nw.get("httpsPort").integer(),
+			DHCP:          nw.get("dhcp").String(),
+			Subnet:        nw.get("subnet").String(),
+			Gateway:       nw.get("gateway").String(),
+			DNS:           nw.get("dns").strs(),
+			LeaseSeconds:  nw.get("leaseSeconds").integer(),
+		},
+		DefaultProfile: o.str("defaultProfile"),
+		UnknownNodes:   o.str("unknownNodes"),
+		Labels:         o.v.get("labels").stringMap(),
+		Env:            o.v.get("env").stringMap(),
+		Power:          powerPolicy(o.str("power")),
+		Peers:          peerLimits(o),
+		Rollouts:       r.rollouts(o),
+		Nodes:          []*plan.Node{},
 	}
-	jobs := make([]job, 0, len(r.nodes))
-	for _, s := range sites {
-		nodes := bySite[s.Name]
-		slices.SortFunc(nodes, func(a, b *nodeObj) int { return strings.Compare(a.name, b.name) })
-		for _, n := range nodes {
-			key := r.renderKey(n, profiles[n.profile].MicroOS)
-			jobs = append(jobs, job{n: n, site: s, key: key, out: r.cache.get(key)})
+	if cas := r.ekCAs[name]; cas != nil {
+		s.TPM = &plan.SiteTPM{EKCAs: cas}
+	}
+	if pool := nw.get("pool"); pool != nil {
+		s.Network.Pool = &plan.Pool{Start: pool.get("start").str, End: pool.get("end").str}
+	}
+	if s.Network.ServerAddress == "" {
+		// IPv6 only: nothing answers DHCPv4 for the site.
+		s.Network.DHCP = plan.DHCPOff
+	}
+	s.Network.IPv6 = networkV6(nw.get("ipv6"))
+	s.Unknown = r.unknownArtifacts(o, s, profiles, microOS)
+	return s
+}
+
+// unknownArtifacts is what site s boots a machine it does not know into:
+// the default profile, the hold Micro-OS, or nothing (nil).
+func (r *repo) unknownArtifacts(o *object, s *plan.Site, profiles map[string]*plan.Profile, microOS map[string]*plan.MicroOS) *plan.Artifacts {
+	switch s.UnknownNodes {
+	case plan.PolicyProvision:
+		pr := profiles[s.DefaultProfile]
+		a := r.artifacts(&plan.Node{Site: s.Name, Profile: pr.Name}, nil, s, pr, microOS[pr.MicroOS], "")
+		return &a
+	case plan.PolicyHold:
+		m := microOS[r.holdMicroOS(o)]
+		a := &plan.Artifacts{IPXE: ipxeScript(s, m, nil, "", nil, "bootops.mode=hold"), Workflow: plan.Workflow{Actions: []plan.Action{}}}
+		if m.Chain == plan.ChainShim {
+			a.GRUB = grubConfig(s, m, nil, "", nil, "bootops.mode=hold")
 		}
+		return a
 	}
+	return nil
+}
+
+// renderJob is one node to render into its site: out is the cache's
+// answer for key, or nil until rendered.
+type renderJob struct {
+	n    *nodeObj
+	site *plan.Site
+	key  renderKey
+	out  *plan.Node
+}
+
+// renderNodes renders every node into its site, by name, with its
+// reservation: in parallel, and only when the node, its site, its profile
+// or its Micro-OS changed since the last compilation.
+func (r *repo) renderNodes(sites []*plan.Site, profiles map[string]*plan.Profile, microOS map[string]*plan.MicroOS) {
+	jobs := r.renderJobs(sites, profiles)
 	var misses []int
 	for i := range jobs {
 		if jobs[i].out == nil {
@@ -146,23 +176,40 @@ func (r *repo) render() (*plan.Plan, Errors) {
 			s.Reservations = append(s.Reservations, plan.Reservation{Node: pn.Name, MACs: pn.Identity.MACs, IP: pn.IP, IPv6: pn.IPv6, Hostname: pn.Hostname})
 		}
 	}
-	for _, s := range sites {
-		// By IPv4 address, then IPv6 (IPv6-only reservations first).
-		slices.SortFunc(s.Reservations, func(a, b plan.Reservation) int {
-			x, _ := netip.ParseAddr(a.IP)
-			y, _ := netip.ParseAddr(b.IP)
-			if c := x.Compare(y); c != 0 {
-				return c
-			}
-			x, _ = netip.ParseAddr(a.IPv6)
-			y, _ = netip.ParseAddr(b.IPv6)
-			return x.Compare(y)
-		})
-		s.Hash = plan.SiteHash(s)
-		p.Sites = append(p.Sites, s)
+}
+
+// renderJobs lists the nodes site by site, each site's by name, with what
+// the render cache holds for each.
+func (r *repo) renderJobs(sites []*plan.Site, profiles map[string]*plan.Profile) []renderJob {
+	bySite := map[string][]*nodeObj{}
+	for _, n := range r.nodes {
+		bySite[n.site] = append(bySite[n.site], n)
 	}
-	p.Hash = plan.PlanHash(p)
-	return p, nil
+	jobs := make([]renderJob, 0, len(r.nodes))
+	for _, s := range sites {
+		nodes := bySite[s.Name]
+		slices.SortFunc(nodes, func(a, b *nodeObj) int { return strings.Compare(a.name, b.name) })
+		for _, n := range nodes {
+			key := r.renderKey(n, profiles[n.profile].MicroOS)
+			jobs = append(jobs, renderJob{n: n, site: s, key: key, out: r.cache.get(key)})
+		}
+	}
+	return jobs
+}
+
+// sortReservations orders a site's reservations by IPv4 address, then
+// IPv6 (IPv6-only reservations first).
+func sortReservations(res []plan.Reservation) {
+	slices.SortFunc(res, func(a, b plan.Reservation) int {
+		x, _ := netip.ParseAddr(a.IP)
+		y, _ := netip.ParseAddr(b.IP)
+		if c := x.Compare(y); c != 0 {
+			return c
+		}
+		x, _ = netip.ParseAddr(a.IPv6)
+		y, _ = netip.ParseAddr(b.IPv6)
+		return x.Compare(y)
+	})
 }
 
 // networkV6 is a site's network.ipv6, addresses in canonical form; nil

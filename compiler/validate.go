@@ -186,195 +186,246 @@ func (vd *validator) resolve(r *rule) *rule {
 
 // walk checks v against r. With fill, missing fields with defaults are
 // added; without, v is left untouched (used to try disjunction branches).
+// The steps: a disjunction's branches, then every allOf, then v itself (its
+// type and value), then what it holds.
 func (vd *validator) walk(r *rule, v *value, path string, fill bool, out *[]problem) {
 	named := r
 	r = vd.resolve(r)
-	bad := func(format string, args ...any) {
-		*out = append(*out, problem{path: path, line: v.line, col: v.col, msg: fmt.Sprintf(format, args...)})
-	}
-
-	if len(r.anyOf) > 0 {
-		var sameKind [][]problem
-		for _, b := range r.anyOf {
-			var p []problem
-			vd.walk(b, v, path, false, &p)
-			if len(p) == 0 {
-				if fill {
-					vd.walk(b, v, path, true, out)
-				}
-				goto rest
-			}
-			if vd.kindMatches(b, v) {
-				sameKind = append(sameKind, p)
-			}
-		}
-		// One alternative is of the value's type: its problems are the
-		// precise ones (mac[1] is not a MAC rather than "not a list of …").
-		// A fixed-length list is only ever the literal default.
-		if len(sameKind) > 1 {
-			var general [][]problem
-			for _, b := range r.anyOf {
-				if vd.kindMatches(b, v) && !vd.isTuple(b) {
-					var p []problem
-					vd.walk(b, v, path, false, &p)
-					general = append(general, p)
-				}
-			}
-			if len(general) == 1 {
-				sameKind = general
-			}
-		}
-		if len(sameKind) == 1 {
-			*out = append(*out, sameKind[0]...)
-			return
-		}
-		var alts []string
-		for _, b := range r.anyOf {
-			alts = append(alts, vd.expect(b))
-		}
-		bad("%s is not %s", describe(v), strings.Join(alts, " or "))
+	if len(r.anyOf) > 0 && !vd.walkAnyOf(r, v, path, fill, out) {
 		return
 	}
-rest:
 	for _, a := range r.allOf {
 		vd.walk(a, v, path, fill, out)
 	}
+	if msg := vd.valueProblem(r, named, v); msg != "" {
+		*out = append(*out, problem{path: path, line: v.line, col: v.col, msg: msg})
+		return
+	}
+	switch v.kind {
+	case kList:
+		vd.walkList(r, v, path, fill, out)
+	case kMap:
+		vd.walkMap(r, v, path, fill, out)
+	}
+}
 
-	switch r.typ {
+// walkAnyOf checks v against r's alternatives. When one accepts v (filled,
+// with fill) it reports true and the walk goes on with the rest of r;
+// otherwise it reports the problems of the alternative that fits best, or
+// that v is none of them, and returns false.
+func (vd *validator) walkAnyOf(r *rule, v *value, path string, fill bool, out *[]problem) bool {
+	var sameKind [][]problem
+	for _, b := range r.anyOf {
+		var p []problem
+		vd.walk(b, v, path, false, &p)
+		if len(p) == 0 {
+			if fill {
+				vd.walk(b, v, path, true, out)
+			}
+			return true
+		}
+		if vd.kindMatches(b, v) {
+			sameKind = append(sameKind, p)
+		}
+	}
+	// One alternative is of the value's type: its problems are the
+	// precise ones (mac[1] is not a MAC rather than "not a list of …").
+	// A fixed-length list is only ever the literal default.
+	if len(sameKind) > 1 {
+		var general [][]problem
+		for _, b := range r.anyOf {
+			if vd.kindMatches(b, v) && !vd.isTuple(b) {
+				var p []problem
+				vd.walk(b, v, path, false, &p)
+				general = append(general, p)
+			}
+		}
+		if len(general) == 1 {
+			sameKind = general
+		}
+	}
+	if len(sameKind) == 1 {
+		*out = append(*out, sameKind[0]...)
+		return false
+	}
+	var alts []string
+	for _, b := range r.anyOf {
+		alts = append(alts, vd.expect(b))
+	}
+	*out = append(*out, problem{path: path, line: v.line, col: v.col,
+		msg: fmt.Sprintf("%s is not %s", describe(v), strings.Join(alts, " or "))})
+	return false
+}
+
+// valueProblem says what is wrong with v itself against r (named is r
+// before $ref was followed, for the description): its type, then the
+// allowed values, the pattern and the bounds, the first that fails. It
+// returns "" when v passes them all.
+func (vd *validator) valueProblem(r, named *rule, v *value) string {
+	if msg := typeProblem(r.typ, v); msg != "" {
+		return msg
+	}
+	if msg := enumProblem(r.enum, v); msg != "" {
+		return msg
+	}
+	if r.pattern != nil && v.kind == kString && !r.pattern.MatchString(v.str) {
+		return fmt.Sprintf("%s is not %s", describe(v), vd.expect(named))
+	}
+	return boundsProblem(r, v)
+}
+
+// typeProblem says why v is not of the JSON Schema type typ ("" if it is,
+// or if typ says nothing).
+func typeProblem(typ string, v *value) string {
+	switch typ {
 	case "string":
 		if v.kind != kString {
 			if v.raw != "" || v.kind == kBool {
-				bad("want a string, got %s: YAML reads it as %s, quote it (%q)", describe(v), map[kind]string{kInt: "an integer", kFloat: "a number", kBool: "a boolean"}[v.kind], yamlText(v))
-				return
+				return fmt.Sprintf("want a string, got %s: YAML reads it as %s, quote it (%q)", describe(v), map[kind]string{kInt: "an integer", kFloat: "a number", kBool: "a boolean"}[v.kind], yamlText(v))
 			}
-			bad("want a string, got %s", describe(v))
-			return
+			return fmt.Sprintf("want a string, got %s", describe(v))
 		}
 	case "integer":
 		if v.kind != kInt {
-			bad("want an integer, got %s", describe(v))
-			return
+			return fmt.Sprintf("want an integer, got %s", describe(v))
 		}
 	case "number":
 		if v.kind != kInt && v.kind != kFloat {
-			bad("want a number, got %s", describe(v))
-			return
+			return fmt.Sprintf("want a number, got %s", describe(v))
 		}
 	case "boolean":
 		if v.kind != kBool {
-			bad("want true or false, got %s", describe(v))
-			return
+			return fmt.Sprintf("want true or false, got %s", describe(v))
 		}
 	case "array":
 		if v.kind != kList {
-			bad("want a list, got %s", describe(v))
-			return
+			return fmt.Sprintf("want a list, got %s", describe(v))
 		}
 	case "object":
 		if v.kind != kMap {
-			bad("want a struct, got %s", describe(v))
-			return
+			return fmt.Sprintf("want a struct, got %s", describe(v))
 		}
 	}
+	return ""
+}
 
-	if len(r.enum) > 0 {
-		ok := false
-		for _, e := range r.enum {
-			if equalScalar(e, v) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			var opts []string
-			for _, e := range r.enum {
-				opts = append(opts, describe(e))
-			}
-			msg := fmt.Sprintf("%s is not allowed: want %s", describe(v), orList(opts))
-			if v.kind == kString {
-				var names []string
-				for _, e := range r.enum {
-					names = append(names, e.str)
-				}
-				msg += DidYouMean(v.str, names)
-			}
-			bad("%s", msg)
-			return
+// enumProblem says why v is none of the allowed values enum, with a
+// suggestion for a misspelt string ("" if v is one, or enum is empty).
+func enumProblem(enum []*value, v *value) string {
+	if len(enum) == 0 {
+		return ""
+	}
+	for _, e := range enum {
+		if equalScalar(e, v) {
+			return ""
 		}
 	}
-	if r.pattern != nil && v.kind == kString && !r.pattern.MatchString(v.str) {
-		bad("%s is not %s", describe(v), vd.expect(named))
-		return
+	var opts []string
+	for _, e := range enum {
+		opts = append(opts, describe(e))
 	}
-	if v.kind == kInt || v.kind == kFloat {
-		n := float64(v.i)
-		if v.kind == kFloat {
-			n = v.f
+	msg := fmt.Sprintf("%s is not allowed: want %s", describe(v), orList(opts))
+	if v.kind == kString {
+		var names []string
+		for _, e := range enum {
+			names = append(names, e.str)
 		}
-		if r.min != nil && n < *r.min {
-			bad("%s is less than the minimum %s", describe(v), fmtNum(*r.min))
-			return
-		}
-		if r.max != nil && n > *r.max {
-			bad("%s is more than the maximum %s", describe(v), fmtNum(*r.max))
-			return
-		}
+		msg += DidYouMean(v.str, names)
 	}
+	return msg
+}
 
-	switch v.kind {
-	case kList:
-		if r.tuple != nil {
-			if len(v.list) != len(r.tuple) {
-				bad("want a list of %d, got %d", len(r.tuple), len(v.list))
-				return
-			}
-			for i, e := range v.list {
-				vd.walk(r.tuple[i], e, indexPath(path, i), fill, out)
-			}
-		} else if r.items != nil {
-			for i, e := range v.list {
-				vd.walk(r.items, e, indexPath(path, i), fill, out)
-			}
+// boundsProblem says why a number v is outside r's minimum and maximum
+// ("" if it is inside, or is not a number).
+func boundsProblem(r *rule, v *value) string {
+	if v.kind != kInt && v.kind != kFloat {
+		return ""
+	}
+	n := float64(v.i)
+	if v.kind == kFloat {
+		n = v.f
+	}
+	if r.min != nil && n < *r.min {
+		return fmt.Sprintf("%s is less than the minimum %s", describe(v), fmtNum(*r.min))
+	}
+	if r.max != nil && n > *r.max {
+		return fmt.Sprintf("%s is more than the maximum %s", describe(v), fmtNum(*r.max))
+	}
+	return ""
+}
+
+// walkList checks a list's elements: against a fixed-length list's own
+// rule each, or all against the items rule.
+func (vd *validator) walkList(r *rule, v *value, path string, fill bool, out *[]problem) {
+	switch {
+	case r.tuple != nil:
+		if len(v.list) != len(r.tuple) {
+			*out = append(*out, problem{path: path, line: v.line, col: v.col,
+				msg: fmt.Sprintf("want a list of %d, got %d", len(r.tuple), len(v.list))})
+			return
 		}
-	case kMap:
-		props, required := vd.fields(r)
-		if props != nil || r.addl != nil {
-			for i, k := range v.keys {
-				p := props[k]
-				if p == nil {
-					p = r.addl
-				}
-				if p == nil {
-					e := v.vals[i]
-					*out = append(*out, problem{path: joinPath(path, k), line: e.line, col: e.col,
-						msg: "unknown field" + DidYouMean(k, sortedKeys(props))})
-					continue
-				}
-				vd.walk(p, v.vals[i], joinPath(path, k), fill, out)
-			}
+		for i, e := range v.list {
+			vd.walk(r.tuple[i], e, indexPath(path, i), fill, out)
 		}
-		for _, k := range sortedKeys(props) {
-			if v.get(k) != nil {
-				continue
+	case r.items != nil:
+		for i, e := range v.list {
+			vd.walk(r.items, e, indexPath(path, i), fill, out)
+		}
+	}
+}
+
+// walkMap checks a struct's fields, then its missing ones.
+func (vd *validator) walkMap(r *rule, v *value, path string, fill bool, out *[]problem) {
+	props, required := vd.fields(r)
+	if props != nil || r.addl != nil {
+		vd.walkFields(props, r.addl, v, path, fill, out)
+	}
+	vd.missingFields(props, required, v, path, fill, out)
+}
+
+// walkFields checks each field of v against its property, or against addl
+// for a name props does not know; a field neither allows is unknown.
+func (vd *validator) walkFields(props map[string]*rule, addl *rule, v *value, path string, fill bool, out *[]problem) {
+	for i, k := range v.keys {
+		p := props[k]
+		if p == nil {
+			p = addl
+		}
+		if p == nil {
+			e := v.vals[i]
+			*out = append(*out, problem{path: joinPath(path, k), line: e.line, col: e.col,
+				msg: "unknown field" + DidYouMean(k, sortedKeys(props))})
+			continue
+		}
+		vd.walk(p, v.vals[i], joinPath(path, k), fill, out)
+	}
+}
+
+// missingFields handles the properties v does not set: with fill, one with
+// a default gets it (with its own defaults); a required one without a
+// default is a problem.
+func (vd *validator) missingFields(props map[string]*rule, required map[string]bool, v *value, path string, fill bool, out *[]problem) {
+	for _, k := range sortedKeys(props) {
+		if v.get(k) != nil {
+			continue
+		}
+		// A default sits on the property or on the definition it names.
+		def := vd.resolve(props[k]).def
+		if def == nil {
+			def = props[k].def
+		}
+		switch {
+		case def != nil:
+			if fill {
+				// The default's own fields get their defaults too.
+				d := def.clone()
+				setPos(d, v.line, v.col)
+				var discard []problem
+				vd.walk(props[k], d, joinPath(path, k), true, &discard)
+				v.set(k, d)
 			}
-			// A default sits on the property or on the definition it names.
-			def := vd.resolve(props[k]).def
-			if def == nil {
-				def = props[k].def
-			}
-			switch {
-			case def != nil:
-				if fill {
-					// The default's own fields get their defaults too.
-					d := def.clone()
-					setPos(d, v.line, v.col)
-					var discard []problem
-					vd.walk(props[k], d, joinPath(path, k), true, &discard)
-					v.set(k, d)
-				}
-			case required[k]:
-				*out = append(*out, problem{path: joinPath(path, k), line: v.line, col: v.col, msg: "missing required field"})
-			}
+		case required[k]:
+			*out = append(*out, problem{path: joinPath(path, k), line: v.line, col: v.col, msg: "missing required field"})
 		}
 	}
 }

@@ -82,8 +82,37 @@ func Run(ctx context.Context, cfg Config) error {
 	// The dashboard.
 	routeDashboard(d.dash, d.http, d.events, d.src.Sync, d.reg)
 	g.Go(func() error { return d.dash.Run(ctx) })
-	// Power, and the forgetting of nodes gone from Git: both act on each
-	// new Plan.
+	if err := d.startPlanActors(ctx, g); err != nil {
+		return err
+	}
+	// The swarm, then the HTTP, pprof and HTTPS listeners.
+	if d.http.Agent.Swarm, err = newSwarm(ctx, g, cfg.Swarm, cfg.StateDir, d.log, d.reg, d.http.Guard); err != nil {
+		return err
+	}
+	addr, err := d.serveHTTP(ctx, g)
+	if err != nil {
+		return err
+	}
+	// SIGHUP.
+	g.Go(func() error { return reloadOnHUP(ctx, d.log, cfg, cfg.Level, &d.settings, d.src.follower) })
+	// DHCP and TFTP need the site's network: they start with the first
+	// Plan (kept, fetched or compiled).
+	g.Go(func() error {
+		p := waitPlan(ctx, d.rec)
+		if p == nil {
+			return nil
+		}
+		return d.boot.start(ctx, g, cfg, p)
+	})
+	d.log.Info("started", "source", reconciler.Redacted(cfg.Source.Source), "http", addr, "state_dir", cfg.StateDir)
+	return g.Wait()
+}
+
+// startPlanActors starts what acts on each new Plan: power, the
+// rollouts, the forgetting of nodes gone from Git, and the hub forwarder.
+func (d *daemon) startPlanActors(ctx context.Context, g *errgroup.Group) error {
+	cfg := d.cfg
+	var err error
 	if d.power, err = newPower(cfg.Power, cfg.StateDir, d.log, d.overlays.live, d.events, d.reg); err != nil {
 		return configErr(err)
 	}
@@ -112,27 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 		d.fwd.Store(fwd)
 		g.Go(func() error { return fwd.Run(ctx) })
 	}
-	// The swarm, then the HTTP, pprof and HTTPS listeners.
-	if d.http.Agent.Swarm, err = newSwarm(ctx, g, cfg.Swarm, cfg.StateDir, d.log, d.reg, d.http.Guard); err != nil {
-		return err
-	}
-	addr, err := d.serveHTTP(ctx, g)
-	if err != nil {
-		return err
-	}
-	// SIGHUP.
-	g.Go(func() error { return reloadOnHUP(ctx, d.log, cfg, cfg.Level, &d.settings, d.src.follower) })
-	// DHCP and TFTP need the site's network: they start with the first
-	// Plan (kept, fetched or compiled).
-	g.Go(func() error {
-		p := waitPlan(ctx, d.rec)
-		if p == nil {
-			return nil
-		}
-		return d.boot.start(ctx, g, cfg, p)
-	})
-	d.log.Info("started", "source", reconciler.Redacted(cfg.Source.Source), "http", addr, "state_dir", cfg.StateDir)
-	return g.Wait()
+	return nil
 }
 
 // newDaemon reads the settings SIGHUP may change and readies the

@@ -115,7 +115,6 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("hub: the site's nkey seed: %w", err)
 	}
-	pub, _ := kp.PublicKey()
 	if f.EpochFile != "" {
 		e, made, err := loadEpoch(f.EpochFile)
 		if err != nil {
@@ -126,6 +125,41 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		}
 		f.setEpoch(e)
 	}
+	opts := f.natsOptions(kp)
+	backoff := time.Second
+	for ctx.Err() == nil {
+		nc, err := nats.Connect(strings.Join(f.URLs, ","), opts...)
+		if err == nil {
+			f.setState(nc.IsConnected(), "")
+			start := time.Now()
+			f.session(ctx, nc)
+			if err = nc.LastError(); err == nil {
+				err = errors.New("the connection closed")
+			}
+			nc.Close()
+			if time.Since(start) > time.Minute {
+				backoff = time.Second
+			}
+		}
+		f.setState(false, errString(err))
+		if ctx.Err() != nil {
+			break
+		}
+		f.Log.Warn("hub: the link gave up (is the site's key still registered at the hub?); dialing again", "in", backoff.String(), "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Minute)
+	}
+	return nil
+}
+
+// natsOptions are the link's options: the site's key kp, its inbox,
+// reconnecting for ever without a buffer, and the link's state kept and
+// logged as it changes.
+func (f *Forwarder) natsOptions(kp nkeys.KeyPair) []nats.Option {
+	pub, _ := kp.PublicKey()
 	opts := []nats.Option{
 		nats.Name("bootops-site-" + f.Site),
 		nats.Nkey(pub, kp.Sign),
@@ -161,33 +195,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	if f.RootCAs != nil {
 		opts = append(opts, nats.Secure(&tls.Config{RootCAs: f.RootCAs, MinVersion: tls.VersionTLS12}))
 	}
-	backoff := time.Second
-	for ctx.Err() == nil {
-		nc, err := nats.Connect(strings.Join(f.URLs, ","), opts...)
-		if err == nil {
-			f.setState(nc.IsConnected(), "")
-			start := time.Now()
-			f.session(ctx, nc)
-			if err = nc.LastError(); err == nil {
-				err = errors.New("the connection closed")
-			}
-			nc.Close()
-			if time.Since(start) > time.Minute {
-				backoff = time.Second
-			}
-		}
-		f.setState(false, errString(err))
-		if ctx.Err() != nil {
-			break
-		}
-		f.Log.Warn("hub: the link gave up (is the site's key still registered at the hub?); dialing again", "in", backoff.String(), "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Minute)
-	}
-	return nil
+	return opts
 }
 
 // session forwards over nc until ctx ends or nc is closed for good.

@@ -187,16 +187,7 @@ func (n *Node) SetSites(sites map[string]string) error {
 // the servers have a leader), opens each site's lane: its stream, its
 // ingest and the view's reading of it.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
-	if cfg.Dedup == 0 {
-		cfg.Dedup = 10 * time.Minute
-	}
-	cfg.Limits = cfg.Limits.withDefaults()
+	cfg = cfg.withDefaults()
 	host, port, err := splitHostPort(cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("hub: listen %q: %w", cfg.Listen, err)
@@ -212,57 +203,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if _, err := g.set(cfg.Sites); err != nil {
 		return nil, err
 	}
-	opts := &server.Options{
-		ServerName: cfg.Name,
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   cfg.StoreDir,
-		// Each site's stream reserves its --site-max-bytes; JetStream's
-		// default store (75 % of the disk's free space) would refuse the
-		// 50th site's stream on a 64 GB disk. The bounds are per site: what
-		// all of them may use together is the disk's.
-		JetStreamMaxStore: math.MaxInt64,
-		NoSigs:            true,
-		// Sites come in through the gate (each key's connections bounded),
-		// with the server's nonce to sign.
-		CustomClientAuthentication: g,
-		AlwaysEnableNonce:          true,
-		// Per connection, the hub's own included (a lane's needs four).
-		MaxSubs:    cfg.Limits.SiteSubs,
-		TLSConfig:  cfg.TLS,
-		TLSTimeout: 5,
-		MaxPayload: cfg.Limits.MaxMsgSize,
-	}
-	if cfg.TLS != nil {
-		opts.TLS = true
-	}
-	if cfg.ClusterListen != "" {
-		ch, cp, err := splitHostPort(cfg.ClusterListen)
-		if err != nil {
-			return nil, fmt.Errorf("hub: cluster listen %q: %w", cfg.ClusterListen, err)
-		}
-		if cfg.ClusterTLS == nil {
-			return nil, fmt.Errorf("hub: a cluster's routes need their TLS: route certificates of the hub's CA (bootops ca route)")
-		}
-		opts.Cluster = server.ClusterOpts{Name: "bootops-hub", Host: ch, Port: cp, TLSConfig: cfg.ClusterTLS, TLSTimeout: 5}
-		for _, r := range cfg.Routes {
-			u, err := url.Parse(r)
-			if err != nil {
-				return nil, fmt.Errorf("hub: route %q: %w", r, err)
-			}
-			opts.Routes = append(opts.Routes, u)
-		}
-	}
-	srv, err := server.NewServer(opts)
+	opts, err := serverOptions(cfg, host, port, g)
 	if err != nil {
-		return nil, fmt.Errorf("hub: %w", err)
+		return nil, err
 	}
-	srv.SetLoggerV2(natsLogger{cfg.Log.With("server", cfg.Name)}, false, false, false)
-	go srv.Start()
-	if !srv.ReadyForConnections(15 * time.Second) {
-		srv.Shutdown()
-		return nil, fmt.Errorf("hub %s: not ready for connections on %s", cfg.Name, cfg.Listen)
+	srv, err := startServer(cfg, opts)
+	if err != nil {
+		return nil, err
 	}
 	g.mu.Lock()
 	g.srv = srv
@@ -292,6 +239,94 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.follow(ctx)
 	go n.keepMarks()
 	return n, nil
+}
+
+// withDefaults is cfg with its zero values given their defaults.
+func (cfg Config) withDefaults() Config {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.Dedup == 0 {
+		cfg.Dedup = 10 * time.Minute
+	}
+	cfg.Limits = cfg.Limits.withDefaults()
+	return cfg
+}
+
+// serverOptions are the NATS server's options for cfg, listening on host
+// and port, sites let in through g.
+func serverOptions(cfg Config, host string, port int, g *gate) (*server.Options, error) {
+	opts := &server.Options{
+		ServerName: cfg.Name,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		// Each site's stream reserves its --site-max-bytes; JetStream's
+		// default store (75 % of the disk's free space) would refuse the
+		// 50th site's stream on a 64 GB disk. The bounds are per site: what
+		// all of them may use together is the disk's.
+		JetStreamMaxStore: math.MaxInt64,
+		NoSigs:            true,
+		// Sites come in through the gate (each key's connections bounded),
+		// with the server's nonce to sign.
+		CustomClientAuthentication: g,
+		AlwaysEnableNonce:          true,
+		// Per connection, the hub's own included (a lane's needs four).
+		MaxSubs:    cfg.Limits.SiteSubs,
+		TLSConfig:  cfg.TLS,
+		TLSTimeout: 5,
+		MaxPayload: cfg.Limits.MaxMsgSize,
+	}
+	if cfg.TLS != nil {
+		opts.TLS = true
+	}
+	if cfg.ClusterListen != "" {
+		if err := clusterOptions(cfg, opts); err != nil {
+			return nil, err
+		}
+	}
+	return opts, nil
+}
+
+// clusterOptions sets in opts the cluster cfg asks for: its listener, over
+// TLS, and the routes to the other hubs.
+func clusterOptions(cfg Config, opts *server.Options) error {
+	ch, cp, err := splitHostPort(cfg.ClusterListen)
+	if err != nil {
+		return fmt.Errorf("hub: cluster listen %q: %w", cfg.ClusterListen, err)
+	}
+	if cfg.ClusterTLS == nil {
+		return fmt.Errorf("hub: a cluster's routes need their TLS: route certificates of the hub's CA (bootops ca route)")
+	}
+	opts.Cluster = server.ClusterOpts{Name: "bootops-hub", Host: ch, Port: cp, TLSConfig: cfg.ClusterTLS, TLSTimeout: 5}
+	for _, r := range cfg.Routes {
+		u, err := url.Parse(r)
+		if err != nil {
+			return fmt.Errorf("hub: route %q: %w", r, err)
+		}
+		opts.Routes = append(opts.Routes, u)
+	}
+	return nil
+}
+
+// startServer starts the NATS server and waits (15 s at most) until it
+// takes connections.
+func startServer(cfg Config, opts *server.Options) (*server.Server, error) {
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	srv.SetLoggerV2(natsLogger{cfg.Log.With("server", cfg.Name)}, false, false, false)
+	go srv.Start()
+	if !srv.ReadyForConnections(15 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("hub %s: not ready for connections on %s", cfg.Name, cfg.Listen)
+	}
+	return srv, nil
 }
 
 // selfConn is a connection of the hub to its own server, with the hub's

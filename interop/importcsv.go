@@ -91,60 +91,15 @@ var csvRequired = []string{"Serial", "UUID", "OSProfile", "Site", "Secure", "Rem
 // no row has failed; it returns ImportErrors listing every bad row. Memory
 // grows only with the identifiers kept to find duplicates.
 func (im *CSVImport) Import(r io.Reader, emit func(ImportedNode) error) (CSVSummary, error) {
-	sum := CSVSummary{Ignored: map[string]int{}}
-	var errs ImportErrors
-	fail := func(line int, format string, args ...any) {
-		errs = append(errs, &RowError{File: im.File, Line: line, Msg: fmt.Sprintf(format, args...)})
-	}
+	run := &csvRun{im: im, sum: CSVSummary{Ignored: map[string]int{}}}
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = true
-	header, err := cr.Read()
-	if err != nil {
-		if err == io.EOF {
-			err = errors.New("empty file: want a header " + strings.Join(csvRequired, ","))
-		}
-		fail(1, "%v", err)
-		return sum, errs
+	if !run.header(cr) {
+		return run.sum, run.errs
 	}
-	col := map[string]int{}
-	var extra []int
-	for i, h := range header {
-		if i == 0 {
-			h = strings.TrimPrefix(h, "\uFEFF")
-		}
-		h = strings.ToLower(strings.TrimSpace(h))
-		if _, dup := col[h]; dup {
-			fail(1, "column %q appears twice", header[i])
-			continue
-		}
-		col[h] = i
-		switch h {
-		case "serial", "uuid", "osprofile", "site", "metadata", "mac":
-		default:
-			extra = append(extra, i)
-		}
-	}
-	var missing []string
-	for _, c := range csvRequired {
-		if _, ok := col[strings.ToLower(c)]; !ok {
-			missing = append(missing, c)
-		}
-	}
-	if len(missing) > 0 {
-		fail(1, "missing columns: %s (header must name %s, MAC optional)", strings.Join(missing, ", "), strings.Join(csvRequired, ","))
-	}
-	if len(errs) > 0 {
-		return sum, errs
-	}
-	extraNames := make([]string, len(extra))
-	for i, x := range extra {
-		extraNames[i] = strings.TrimPrefix(strings.TrimSpace(header[x]), "\uFEFF")
-	}
-	sum.Columns = extraNames
-
-	ex := newExistingIndex(im.Existing, im.Site)
-	seen := map[string]int{} // "serial:…", "uuid:…", "mac:…", "name:…" → line
+	run.existing = newExistingIndex(im.Existing, im.Site)
+	run.seen = map[string]int{}
 	for {
 		rec, err := cr.Read()
 		if err == io.EOF {
@@ -153,136 +108,234 @@ func (im *CSVImport) Import(r io.Reader, emit func(ImportedNode) error) (CSVSumm
 		if err != nil {
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
-				fail(pe.Line, "%v", pe.Err)
+				run.fail(pe.Line, "%v", pe.Err)
 			} else {
-				fail(0, "%v", err)
+				run.fail(0, "%v", err)
 			}
 			break
 		}
 		line, _ := cr.FieldPos(0)
-		get := func(name string) string {
-			if i, ok := col[name]; ok && i < len(rec) {
-				return strings.TrimSpace(rec[i])
-			}
-			return ""
-		}
-		sum.Rows++
-		for i, x := range extra {
-			if x < len(rec) && strings.TrimSpace(rec[x]) != "" {
-				sum.Ignored[extraNames[i]]++
-			}
-		}
-		before := len(errs)
-		serial, uuid, mac := get("serial"), get("uuid"), get("mac")
-		if serial == "" && uuid == "" && mac == "" {
-			fail(line, "no Serial, UUID or MAC: a node needs at least one")
-			continue
-		}
-		if serial != "" && !reSerial.MatchString(serial) {
-			fail(line, "Serial %q: want 1 to 64 characters without spaces", serial)
-		}
-		if uuid != "" && !reUUID.MatchString(uuid) {
-			fail(line, "UUID %q: want an SMBIOS UUID such as 01020304-0506-0708-090a-0b0c0d0e0f10", uuid)
-		}
-		if mac != "" && !reMAC.MatchString(mac) {
-			fail(line, "MAC %q: want a MAC address such as 52:54:00:12:34:56", mac)
-		}
-		if s := get("site"); s != "" && s != im.Site {
-			fail(line, "Site %q differs from --site %s: import each site's rows separately", s, im.Site)
-		}
-		profile := ""
-		if p := get("osprofile"); p != "" {
-			profile = ImportName(p)
-			switch {
-			case !reName.MatchString(profile):
-				fail(line, "OSProfile %q: not usable as a profile name", p)
-			case im.Existing != nil && im.Existing.Profile(profile) == nil:
-				fail(line, "OSProfile %q: no profile %q in the repository (import it with `bootops import eim-profile`)", p, profile)
-			}
-		}
-		labels, lerr := parseMetadata(get("metadata"))
-		if lerr != nil {
-			fail(line, "Metadata: %v", lerr)
-		}
-		var name string
-		switch {
-		case serial != "":
-			name = ImportName(serial)
-		case mac != "":
-			name = ImportName(mac)
-		default:
-			name = ImportName(uuid)
-		}
-		if !reName.MatchString(name) {
-			fail(line, "cannot make a node name from %q", cmpOr(serial, mac, uuid))
-		}
-		if len(errs) > before {
-			continue
-		}
-		keys := []struct{ kind, key, shown string }{
-			{"name", name, name},
-			{"serial", plan.NormalizeSerial(serial), serial},
-			{"uuid", plan.NormalizeUUID(uuid), uuid},
-			{"mac", plan.NormalizeMAC(mac), mac},
-		}
-		for _, k := range keys {
-			if k.key == "" {
-				continue
-			}
-			if l, ok := seen[k.kind+":"+k.key]; ok {
-				fail(line, "%s %s also on line %d", k.kind, k.shown, l)
-				continue
-			}
-			seen[k.kind+":"+k.key] = line
-		}
-		if len(errs) > before {
-			continue
-		}
-		data, err := nodeYAML(name, serial, uuid, mac, profile, labels)
-		if err != nil {
-			fail(line, "%v", err)
-			continue
-		}
-		n := ImportedNode{Name: name, Line: line, Data: data}
-		// Against the repository: the same node with the same content is
-		// a re-import; any other node claiming a name or identifier is a
-		// conflict.
-		if ex != nil {
-			same := ex.byKey["name:"+name]
-			if same != nil && im.sameContent(same, data) {
-				n.Unchanged = true
-			}
-			for _, k := range keys {
-				if k.key == "" {
-					continue
-				}
-				o := ex.byKey[k.kind+":"+k.key]
-				if o == nil || (n.Unchanged && o == same) {
-					continue
-				}
-				if k.kind == "name" {
-					fail(line, "node %s already exists at %s with other content (edit or remove it there)", name, o.Source)
-				} else {
-					fail(line, "%s %s also on node %s at %s", k.kind, k.shown, o.Name, o.Source)
-				}
-			}
-		}
-		if len(errs) > before {
-			continue
-		}
-		if n.Unchanged {
-			sum.Unchanged++
-		}
-		if len(errs) == 0 && emit != nil {
+		n, ok := run.row(line, rec)
+		if ok && len(run.errs) == 0 && emit != nil {
 			if err := emit(n); err != nil {
-				return sum, err
+				return run.sum, err
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return sum, errs
+	if len(run.errs) > 0 {
+		return run.sum, run.errs
 	}
-	return sum, nil
+	return run.sum, nil
+}
+
+// csvRun is one import under way: the header's columns, the identifiers
+// the rows before claimed, what was counted and every error so far.
+type csvRun struct {
+	im         *CSVImport
+	col        map[string]int // lower-case column name → index
+	extra      []int          // the columns without a bootops equivalent
+	extraNames []string
+	existing   *existingIndex
+	seen       map[string]int // "serial:…", "uuid:…", "mac:…", "name:…" → line
+	sum        CSVSummary
+	errs       ImportErrors
+}
+
+func (run *csvRun) fail(line int, format string, args ...any) {
+	run.errs = append(run.errs, &RowError{File: run.im.File, Line: line, Msg: fmt.Sprintf(format, args...)})
+}
+
+// header reads the first record: every column found once, the required
+// ones present. It reports whether the rows can be read.
+func (run *csvRun) header(cr *csv.Reader) bool {
+	header, err := cr.Read()
+	if err != nil {
+		if err == io.EOF {
+			err = errors.New("empty file: want a header " + strings.Join(csvRequired, ","))
+		}
+		run.fail(1, "%v", err)
+		return false
+	}
+	run.col = map[string]int{}
+	for i, h := range header {
+		if i == 0 {
+			h = strings.TrimPrefix(h, "\uFEFF")
+		}
+		h = strings.ToLower(strings.TrimSpace(h))
+		if _, dup := run.col[h]; dup {
+			run.fail(1, "column %q appears twice", header[i])
+			continue
+		}
+		run.col[h] = i
+		switch h {
+		case "serial", "uuid", "osprofile", "site", "metadata", "mac":
+		default:
+			run.extra = append(run.extra, i)
+		}
+	}
+	var missing []string
+	for _, c := range csvRequired {
+		if _, ok := run.col[strings.ToLower(c)]; !ok {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		run.fail(1, "missing columns: %s (header must name %s, MAC optional)", strings.Join(missing, ", "), strings.Join(csvRequired, ","))
+	}
+	if len(run.errs) > 0 {
+		return false
+	}
+	run.extraNames = make([]string, len(run.extra))
+	for i, x := range run.extra {
+		run.extraNames[i] = strings.TrimPrefix(strings.TrimSpace(header[x]), "\uFEFF")
+	}
+	run.sum.Columns = run.extraNames
+	return true
+}
+
+// csvRow is what one row says of its node, checked.
+type csvRow struct {
+	line              int
+	serial, uuid, mac string
+	name, profile     string
+	labels            map[string]string
+	keys              []rowKey
+}
+
+// rowKey is a name or identifier a row claims: kind, normalised key, and
+// as the row wrote it.
+type rowKey struct{ kind, key, shown string }
+
+// row checks one record and makes its node, in steps: its own fields, then
+// the identifiers earlier rows claimed, then the repository. Each step runs
+// only if the ones before found nothing wrong with this row; ok says the
+// row is valid.
+func (run *csvRun) row(line int, rec []string) (n ImportedNode, ok bool) {
+	run.sum.Rows++
+	for i, x := range run.extra {
+		if x < len(rec) && strings.TrimSpace(rec[x]) != "" {
+			run.sum.Ignored[run.extraNames[i]]++
+		}
+	}
+	before := len(run.errs)
+	clean := func() bool { return len(run.errs) == before }
+	r := run.fields(line, rec)
+	if !clean() {
+		return n, false
+	}
+	run.claim(r)
+	if !clean() {
+		return n, false
+	}
+	data, err := nodeYAML(r.name, r.serial, r.uuid, r.mac, r.profile, r.labels)
+	if err != nil {
+		run.fail(line, "%v", err)
+		return n, false
+	}
+	n = ImportedNode{Name: r.name, Line: line, Data: data, Unchanged: run.againstRepository(r, data)}
+	if !clean() {
+		return n, false
+	}
+	if n.Unchanged {
+		run.sum.Unchanged++
+	}
+	return n, true
+}
+
+// get is the named column's value in rec, trimmed ("" when absent).
+func (run *csvRun) get(rec []string, name string) string {
+	if i, ok := run.col[name]; ok && i < len(rec) {
+		return strings.TrimSpace(rec[i])
+	}
+	return ""
+}
+
+// fields reads and checks a row's values and names its node.
+func (run *csvRun) fields(line int, rec []string) *csvRow {
+	r := &csvRow{line: line, serial: run.get(rec, "serial"), uuid: run.get(rec, "uuid"), mac: run.get(rec, "mac")}
+	if r.serial == "" && r.uuid == "" && r.mac == "" {
+		run.fail(line, "no Serial, UUID or MAC: a node needs at least one")
+		return r
+	}
+	if r.serial != "" && !reSerial.MatchString(r.serial) {
+		run.fail(line, "Serial %q: want 1 to 64 characters without spaces", r.serial)
+	}
+	if r.uuid != "" && !reUUID.MatchString(r.uuid) {
+		run.fail(line, "UUID %q: want an SMBIOS UUID such as 01020304-0506-0708-090a-0b0c0d0e0f10", r.uuid)
+	}
+	if r.mac != "" && !reMAC.MatchString(r.mac) {
+		run.fail(line, "MAC %q: want a MAC address such as 52:54:00:12:34:56", r.mac)
+	}
+	if s := run.get(rec, "site"); s != "" && s != run.im.Site {
+		run.fail(line, "Site %q differs from --site %s: import each site's rows separately", s, run.im.Site)
+	}
+	if p := run.get(rec, "osprofile"); p != "" {
+		r.profile = ImportName(p)
+		switch {
+		case !reName.MatchString(r.profile):
+			run.fail(line, "OSProfile %q: not usable as a profile name", p)
+		case run.im.Existing != nil && run.im.Existing.Profile(r.profile) == nil:
+			run.fail(line, "OSProfile %q: no profile %q in the repository (import it with `bootops import eim-profile`)", p, r.profile)
+		}
+	}
+	labels, err := parseMetadata(run.get(rec, "metadata"))
+	if err != nil {
+		run.fail(line, "Metadata: %v", err)
+	}
+	r.labels = labels
+	r.name = ImportName(cmpOr(r.serial, r.mac, r.uuid))
+	if !reName.MatchString(r.name) {
+		run.fail(line, "cannot make a node name from %q", cmpOr(r.serial, r.mac, r.uuid))
+	}
+	r.keys = []rowKey{
+		{"name", r.name, r.name},
+		{"serial", plan.NormalizeSerial(r.serial), r.serial},
+		{"uuid", plan.NormalizeUUID(r.uuid), r.uuid},
+		{"mac", plan.NormalizeMAC(r.mac), r.mac},
+	}
+	return r
+}
+
+// claim records the row's name and identifiers; one an earlier row
+// claimed is an error.
+func (run *csvRun) claim(r *csvRow) {
+	for _, k := range r.keys {
+		if k.key == "" {
+			continue
+		}
+		if l, ok := run.seen[k.kind+":"+k.key]; ok {
+			run.fail(r.line, "%s %s also on line %d", k.kind, k.shown, l)
+			continue
+		}
+		run.seen[k.kind+":"+k.key] = r.line
+	}
+}
+
+// againstRepository checks the row's node, whose file is data, against the
+// repository's: the same node with the same content is a re-import
+// (unchanged); any other node claiming its name or an identifier is a
+// conflict.
+func (run *csvRun) againstRepository(r *csvRow, data []byte) (unchanged bool) {
+	if run.existing == nil {
+		return false
+	}
+	same := run.existing.byKey["name:"+r.name]
+	unchanged = same != nil && run.im.sameContent(same, data)
+	for _, k := range r.keys {
+		if k.key == "" {
+			continue
+		}
+		o := run.existing.byKey[k.kind+":"+k.key]
+		if o == nil || (unchanged && o == same) {
+			continue
+		}
+		if k.kind == "name" {
+			run.fail(r.line, "node %s already exists at %s with other content (edit or remove it there)", r.name, o.Source)
+		} else {
+			run.fail(r.line, "%s %s also on node %s at %s", k.kind, k.shown, o.Name, o.Source)
+		}
+	}
+	return unchanged
 }
 
 func cmpOr(s ...string) string {

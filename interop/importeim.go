@@ -48,17 +48,37 @@ func ImportEIMProfile(data []byte, file, baseURL string) (*ImportedProfile, erro
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, &RowError{File: file, Msg: err.Error()}
 	}
-	var errs ImportErrors
-	fail := func(line int, format string, args ...any) {
-		errs = append(errs, &RowError{File: file, Line: line, Msg: fmt.Sprintf(format, args...)})
+	spec, ignored, err := eimSpec(&doc, file)
+	if err != nil {
+		return nil, err
 	}
+	r := newEIMSpec(file, spec)
+	ignored = append(ignored, r.ignored...)
+	p := importedProfile{APIVersion: "bootops.dev/v1alpha1", Kind: "Profile"}
+	r.name(&p)
+	r.description(&p)
+	r.osType(&p)
+	r.arch(&p)
+	p.OS.Version, _ = r.str("osImageVersion")
+	r.imageURL(&p, baseURL)
+	r.imageSHA256(&p)
+	if len(r.errs) > 0 {
+		return nil, r.errs
+	}
+	out, err := marshalYAML(p)
+	if err != nil {
+		return nil, err
+	}
+	return &ImportedProfile{Name: p.Name, Data: out, Ignored: ignored}, nil
+}
+
+// eimSpec finds the profile's spec in the document, and lists the
+// top-level fields (metadata's by name) that have no bootops equivalent.
+func eimSpec(doc *yaml.Node, file string) (spec *yaml.Node, ignored []string, err error) {
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		fail(0, "not an EIM OS profile: want a mapping with spec")
-		return nil, errs
+		return nil, nil, ImportErrors{{File: file, Msg: "not an EIM OS profile: want a mapping with spec"}}
 	}
 	top := doc.Content[0]
-	var ignored []string
-	var spec *yaml.Node
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		k, v := top.Content[i], top.Content[i+1]
 		switch k.Value {
@@ -76,69 +96,108 @@ func ImportEIMProfile(data []byte, file, baseURL string) (*ImportedProfile, erro
 		}
 	}
 	if spec == nil || spec.Kind != yaml.MappingNode {
-		fail(0, "spec: missing (not an EIM OS profile)")
-		return nil, errs
+		return nil, nil, ImportErrors{{File: file, Msg: "spec: missing (not an EIM OS profile)"}}
 	}
-	f := map[string]*yaml.Node{}
+	return spec, ignored, nil
+}
+
+// eimSpecReader reads an EIM profile's spec field by field, collecting
+// every problem.
+type eimSpecReader struct {
+	file    string
+	spec    *yaml.Node
+	fields  map[string]*yaml.Node
+	ignored []string // the spec's fields without a bootops equivalent
+	errs    ImportErrors
+}
+
+func newEIMSpec(file string, spec *yaml.Node) *eimSpecReader {
+	r := &eimSpecReader{file: file, spec: spec, fields: map[string]*yaml.Node{}}
 	for i := 0; i+1 < len(spec.Content); i += 2 {
 		k, v := spec.Content[i], spec.Content[i+1]
-		f[k.Value] = v
+		r.fields[k.Value] = v
 		switch k.Value {
 		case "name", "description", "type", "architecture", "profileName", "osImageUrl", "osImageVersion", "osImageSha256":
 		default:
-			ignored = append(ignored, k.Value)
+			r.ignored = append(r.ignored, k.Value)
 		}
 	}
-	str := func(k string) (string, int) {
-		v := f[k]
-		if v == nil || v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
-			return "", spec.Line
-		}
-		return strings.TrimSpace(v.Value), v.Line
+	return r
+}
+
+func (r *eimSpecReader) fail(line int, format string, args ...any) {
+	r.errs = append(r.errs, &RowError{File: r.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+}
+
+// str is the spec's scalar field k, trimmed, and its line ("" and the
+// spec's line when it is absent, null or not a scalar).
+func (r *eimSpecReader) str(k string) (string, int) {
+	v := r.fields[k]
+	if v == nil || v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+		return "", r.spec.Line
 	}
-	p := importedProfile{APIVersion: "bootops.dev/v1alpha1", Kind: "Profile"}
-	pn, line := str("profileName")
+	return strings.TrimSpace(v.Value), v.Line
+}
+
+func (r *eimSpecReader) name(p *importedProfile) {
+	pn, line := r.str("profileName")
 	p.Name = ImportName(pn)
 	switch {
 	case pn == "":
-		fail(line, "spec.profileName: missing")
+		r.fail(line, "spec.profileName: missing")
 	case !reName.MatchString(p.Name):
-		fail(line, "spec.profileName %q: not usable as a profile name", pn)
+		r.fail(line, "spec.profileName %q: not usable as a profile name", pn)
 	}
-	title, _ := str("name")
-	desc, _ := str("description")
+}
+
+// description is the profile's name, and its description when that says
+// more.
+func (r *eimSpecReader) description(p *importedProfile) {
+	title, _ := r.str("name")
+	desc, _ := r.str("description")
 	p.Description = title
 	if desc != "" && desc != title {
 		p.Description = strings.TrimPrefix(title+" — "+desc, " — ")
 	}
-	switch t, line := str("type"); t {
+}
+
+func (r *eimSpecReader) osType(p *importedProfile) {
+	switch t, line := r.str("type"); t {
 	case "OS_TYPE_IMMUTABLE":
 		p.OS.Type = "immutable"
 	case "OS_TYPE_MUTABLE":
 		p.OS.Type = "mutable"
 	case "":
-		fail(line, "spec.type: missing (want OS_TYPE_IMMUTABLE or OS_TYPE_MUTABLE)")
+		r.fail(line, "spec.type: missing (want OS_TYPE_IMMUTABLE or OS_TYPE_MUTABLE)")
 	default:
-		fail(line, "spec.type %q: want OS_TYPE_IMMUTABLE or OS_TYPE_MUTABLE", t)
+		r.fail(line, "spec.type %q: want OS_TYPE_IMMUTABLE or OS_TYPE_MUTABLE", t)
 	}
-	switch a, line := str("architecture"); strings.ToLower(a) {
+}
+
+// arch is x86_64 when the spec names none.
+func (r *eimSpecReader) arch(p *importedProfile) {
+	switch a, line := r.str("architecture"); strings.ToLower(a) {
 	case "", "x86_64", "amd64":
 		p.OS.Arch = "x86_64"
 	case "arm64", "aarch64":
 		p.OS.Arch = "arm64"
 	default:
-		fail(line, "spec.architecture %q: want x86_64 or arm64", a)
+		r.fail(line, "spec.architecture %q: want x86_64 or arm64", a)
 	}
-	p.OS.Version, _ = str("osImageVersion")
-	u, line := str("osImageUrl")
+}
+
+// imageURL resolves a relative osImageUrl against baseURL, and takes the
+// image's compression from its suffix.
+func (r *eimSpecReader) imageURL(p *importedProfile, baseURL string) {
+	u, line := r.str("osImageUrl")
 	switch {
 	case u == "":
-		fail(line, "spec.osImageUrl: missing")
+		r.fail(line, "spec.osImageUrl: missing")
 	case !strings.Contains(u, "://"):
 		u = strings.TrimSuffix(baseURL, "/") + "/" + strings.TrimPrefix(u, "/")
 	}
 	if u != "" && !reURL.MatchString(u) {
-		fail(line, "spec.osImageUrl %q: want an http, https or file URL", u)
+		r.fail(line, "spec.osImageUrl %q: want an http, https or file URL", u)
 	}
 	p.Image.URL = u
 	switch lu := strings.ToLower(u); {
@@ -149,20 +208,15 @@ func ImportEIMProfile(data []byte, file, baseURL string) (*ImportedProfile, erro
 	case strings.HasSuffix(lu, ".xz"):
 		p.Image.Compression = "xz"
 	}
-	sum, line := str("osImageSha256")
+}
+
+func (r *eimSpecReader) imageSHA256(p *importedProfile) {
+	sum, line := r.str("osImageSha256")
 	p.Image.SHA256 = strings.ToLower(sum)
 	switch {
 	case sum == "":
-		fail(line, "spec.osImageSha256: missing")
+		r.fail(line, "spec.osImageSha256: missing")
 	case !reSHA256.MatchString(p.Image.SHA256):
-		fail(line, "spec.osImageSha256 %q: want 64 hex digits", sum)
+		r.fail(line, "spec.osImageSha256 %q: want 64 hex digits", sum)
 	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	out, err := marshalYAML(p)
-	if err != nil {
-		return nil, err
-	}
-	return &ImportedProfile{Name: p.Name, Data: out, Ignored: ignored}, nil
 }

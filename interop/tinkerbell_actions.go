@@ -78,25 +78,16 @@ func actionsLayout(acts []tinkAction) string {
 // tinkActions maps one bootops action to Tinkerbell actions (cloud-init
 // becomes one writefile per seed file).
 func tinkActions(a plan.Action, n *plan.Node, disk string) ([]tinkAction, error) {
-	timeout := int64(0)
-	if a.Timeout != "" {
-		d, err := time.ParseDuration(a.Timeout)
-		if err != nil {
-			return nil, fmt.Errorf("action %s: timeout %q: %v", a.Name, a.Timeout, err)
-		}
-		timeout = int64((d + time.Second - 1) / time.Second)
+	timeout, err := tinkTimeout(a)
+	if err != nil {
+		return nil, err
 	}
 	act := tinkAction{Name: a.Name, Timeout: timeout}
 	part := plan.PartitionDevice(disk, a.Partition)
 	switch a.Action {
 	case "wipe-disk":
-		// As the agent does: zero the first and the last MiB, where the
-		// partition tables (GPT's primary and backup, MBR) live.
 		act.Image = TinkerbellShell
-		act.Command = []string{"/bin/sh", "-c", `set -e; dev=$(readlink -f "$DEST_DISK"); ` +
-			`sectors=$(cat "/sys/class/block/${dev##*/}/size"); ` +
-			`dd if=/dev/zero of="$dev" bs=512 count=2048; ` +
-			`if [ "$sectors" -gt 4096 ]; then dd if=/dev/zero of="$dev" bs=512 count=2048 seek=$((sectors - 2048)); fi; sync`}
+		act.Command = []string{"/bin/sh", "-c", wipeDiskScript}
 		act.Env = []tinkEnv{{"DEST_DISK", disk}}
 	case "image-to-disk":
 		// image2disk picks the decompressor from the URL's suffix.
@@ -106,24 +97,7 @@ func tinkActions(a plan.Action, n *plan.Node, disk string) ([]tinkAction, error)
 		act.Image = TinkerbellWriteFile
 		act.Env = writeFileEnv(part, a.FSType, a.Path, a.Content, a.Mode, "0755")
 	case "cloud-init":
-		user := n.Artifacts.UserData
-		if a.Content != "" {
-			user = a.Content // the agent writes an action's own content as user-data
-		}
-		files := []struct{ name, data string }{{"user-data", user}, {"meta-data", n.Artifacts.MetaData}}
-		if n.Artifacts.NetworkConfig != "" {
-			files = append(files, struct{ name, data string }{"network-config", n.Artifacts.NetworkConfig})
-		}
-		var out []tinkAction
-		for _, f := range files {
-			w := act
-			w.Name = a.Name + "-" + f.name
-			w.Image = TinkerbellWriteFile
-			// user-data may hold secrets: root only, as the agent writes it.
-			w.Env = writeFileEnv(part, a.FSType, strings.TrimSuffix(a.Path, "/")+"/"+f.name, f.data, "0600", "0700")
-			out = append(out, w)
-		}
-		return out, nil
+		return tinkCloudInit(act, a, n, part), nil
 	case "exec":
 		if a.Chroot {
 			act.Image = TinkerbellCexec
@@ -145,22 +119,73 @@ func tinkActions(a plan.Action, n *plan.Node, disk string) ([]tinkAction, error)
 		act.Volumes = []string{"/var/run/docker.sock:/var/run/docker.sock"}
 		act.Env = []tinkEnv{{"IMAGE", TinkerbellShell}, {"WAIT_SECONDS", "10"}}
 	case "kexec":
-		kernel := a.Path
-		if kernel == "" {
-			kernel = "/boot/vmlinuz"
-		}
-		cmdline := a.Content
-		if cmdline == "" {
-			cmdline = "root=" + part + " ro"
-		}
 		act.Image = TinkerbellKexec
 		act.Pid = "host"
-		act.Env = []tinkEnv{{"BLOCK_DEVICE", part}, {"FS_TYPE", a.FSType},
-			{"KERNEL_PATH", kernel}, {"INITRD_PATH", "/boot/initrd.img"}, {"CMD_LINE", cmdline}}
+		act.Env = kexecEnv(a, part)
 	default:
 		return nil, fmt.Errorf("action %s: %q has no Tinkerbell equivalent", a.Name, a.Action)
 	}
 	return []tinkAction{act}, nil
+}
+
+// tinkTimeout is the action's timeout in whole seconds, rounded up (0:
+// none).
+func tinkTimeout(a plan.Action) (int64, error) {
+	if a.Timeout == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(a.Timeout)
+	if err != nil {
+		return 0, fmt.Errorf("action %s: timeout %q: %v", a.Name, a.Timeout, err)
+	}
+	return int64((d + time.Second - 1) / time.Second), nil
+}
+
+// wipeDiskScript does as the agent does: it zeroes the first and the last
+// MiB of $DEST_DISK, where the partition tables (GPT's primary and backup,
+// MBR) live.
+const wipeDiskScript = `set -e; dev=$(readlink -f "$DEST_DISK"); ` +
+	`sectors=$(cat "/sys/class/block/${dev##*/}/size"); ` +
+	`dd if=/dev/zero of="$dev" bs=512 count=2048; ` +
+	`if [ "$sectors" -gt 4096 ]; then dd if=/dev/zero of="$dev" bs=512 count=2048 seek=$((sectors - 2048)); fi; sync`
+
+// tinkCloudInit is a cloud-init action as one writefile action, made from
+// act, per seed file (user-data, meta-data, network-config if any).
+func tinkCloudInit(act tinkAction, a plan.Action, n *plan.Node, part string) []tinkAction {
+	user := n.Artifacts.UserData
+	if a.Content != "" {
+		user = a.Content // the agent writes an action's own content as user-data
+	}
+	files := []struct{ name, data string }{{"user-data", user}, {"meta-data", n.Artifacts.MetaData}}
+	if n.Artifacts.NetworkConfig != "" {
+		files = append(files, struct{ name, data string }{"network-config", n.Artifacts.NetworkConfig})
+	}
+	var out []tinkAction
+	for _, f := range files {
+		w := act
+		w.Name = a.Name + "-" + f.name
+		w.Image = TinkerbellWriteFile
+		// user-data may hold secrets: root only, as the agent writes it.
+		w.Env = writeFileEnv(part, a.FSType, strings.TrimSuffix(a.Path, "/")+"/"+f.name, f.data, "0600", "0700")
+		out = append(out, w)
+	}
+	return out
+}
+
+// kexecEnv is the kexec action's environment: the new system's kernel
+// (by default /boot/vmlinuz) and command line (by default its root, read
+// only).
+func kexecEnv(a plan.Action, part string) []tinkEnv {
+	kernel := a.Path
+	if kernel == "" {
+		kernel = "/boot/vmlinuz"
+	}
+	cmdline := a.Content
+	if cmdline == "" {
+		cmdline = "root=" + part + " ro"
+	}
+	return []tinkEnv{{"BLOCK_DEVICE", part}, {"FS_TYPE", a.FSType},
+		{"KERNEL_PATH", kernel}, {"INITRD_PATH", "/boot/initrd.img"}, {"CMD_LINE", cmdline}}
 }
 
 func writeFileEnv(part, fsType, path, content, mode, dirMode string) []tinkEnv {

@@ -239,28 +239,44 @@ func (g *Git) Fetch(ctx context.Context, ref plumbing.ReferenceName, want plumbi
 		g.dropKept()
 	}
 	g.dropKept()
-	if err := os.MkdirAll(g.WorkDir, 0o700); err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp(g.WorkDir, "fetch-")
+	dir, st, err := g.newClone()
 	if err != nil {
 		return nil, err
 	}
-	var st *filesystem.Storage
-	ok := false
-	defer func() {
-		if !ok {
-			if st != nil {
-				st.Close()
-			}
-			os.RemoveAll(dir)
-		}
-	}()
-	// On disk, not in memory: a big file or a big pack does not grow the
-	// daemon; objects above 1 MiB are read from the pack when needed.
-	// KeepDescriptors: one pack reader for every object read, not one
-	// (with its buffers) per object.
-	st = filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(4*cache.MiByte), filesystem.Options{LargeObjectThreshold: 1 << 20, KeepDescriptors: true})
+	repo, commit, tfs, err := g.cloneCommit(ctx, st, ref, want, auth)
+	if err != nil {
+		st.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if !g.Pinned() {
+		// Kept for the next fetch of the ref.
+		g.kept, g.keptFresh = &keptClone{dir: dir, repo: repo, store: st, ref: ref}, 0
+		return &Checkout{Commit: commit, FS: tfs, dir: dir, store: st, kept: true}, nil
+	}
+	return &Checkout{Commit: commit, FS: tfs, dir: dir, store: st}, nil
+}
+
+// newClone makes a folder in WorkDir for a new clone, and its object
+// store. On disk, not in memory: a big file or a big pack does not grow
+// the daemon; objects above 1 MiB are read from the pack when needed.
+// KeepDescriptors: one pack reader for every object read, not one (with
+// its buffers) per object.
+func (g *Git) newClone() (string, *filesystem.Storage, error) {
+	if err := os.MkdirAll(g.WorkDir, 0o700); err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp(g.WorkDir, "fetch-")
+	if err != nil {
+		return "", nil, err
+	}
+	st := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(4*cache.MiByte), filesystem.Options{LargeObjectThreshold: 1 << 20, KeepDescriptors: true})
+	return dir, st, nil
+}
+
+// cloneCommit clones the remote into st and opens the commit to serve:
+// want when pinned, else the commit ref names in the clone.
+func (g *Git) cloneCommit(ctx context.Context, st *filesystem.Storage, ref plumbing.ReferenceName, want plumbing.Hash, auth transport.AuthMethod) (*git.Repository, *object.Commit, *treeFS, error) {
 	opts := &git.CloneOptions{URL: g.URL, Auth: auth, CABundle: g.CABundle, NoCheckout: true, Tags: git.NoTags}
 	if !g.Pinned() {
 		// The ref's whole history, once: the next fetches then bring one
@@ -273,43 +289,46 @@ func (g *Git) Fetch(ctx context.Context, ref plumbing.ReferenceName, want plumbi
 	}
 	repo, err := git.CloneContext(ctx, st, nil, opts)
 	if err != nil {
-		return nil, fmt.Errorf("git: fetch %s %s: %w", Redacted(g.URL), refLabel(ref, g.Ref), explain(err))
+		return nil, nil, nil, fmt.Errorf("git: fetch %s %s: %w", Redacted(g.URL), refLabel(ref, g.Ref), explain(err))
 	}
 	h := want
 	if !g.Pinned() {
 		// The ref may have moved since it was listed: serve what came.
-		r, err := repo.Reference(ref, true)
-		if err != nil {
-			return nil, fmt.Errorf("git: fetch %s: %s not in the clone: %w", Redacted(g.URL), ref, err)
-		}
-		h = r.Hash()
-		if tag, err := repo.TagObject(h); err == nil {
-			c, err := tag.Commit()
-			if err != nil {
-				return nil, fmt.Errorf("git: tag %s: %w", ref, err)
-			}
-			h = c.Hash
+		if h, err = g.clonedRef(repo, ref); err != nil {
+			return nil, nil, nil, err
 		}
 	}
 	commit, err := repo.CommitObject(h)
 	if err != nil {
-		return nil, fmt.Errorf("git: commit %s is not on %s: %w", h, Redacted(g.URL), err)
+		return nil, nil, nil, fmt.Errorf("git: commit %s is not on %s: %w", h, Redacted(g.URL), err)
 	}
 	tree, err := commit.Tree()
 	if err != nil {
-		return nil, fmt.Errorf("git: commit %s: %w", h, err)
+		return nil, nil, nil, fmt.Errorf("git: commit %s: %w", h, err)
 	}
 	tfs, err := newTreeFS(repo.Storer, tree)
 	if err != nil {
-		return nil, fmt.Errorf("git: commit %s: %w", h, err)
+		return nil, nil, nil, fmt.Errorf("git: commit %s: %w", h, err)
 	}
-	ok = true
-	if !g.Pinned() {
-		// Kept for the next fetch of the ref.
-		g.kept, g.keptFresh = &keptClone{dir: dir, repo: repo, store: st, ref: ref}, 0
-		return &Checkout{Commit: commit, FS: tfs, dir: dir, store: st, kept: true}, nil
+	return repo, commit, tfs, nil
+}
+
+// clonedRef is the commit ref names in the clone, through an annotated
+// tag.
+func (g *Git) clonedRef(repo *git.Repository, ref plumbing.ReferenceName) (plumbing.Hash, error) {
+	r, err := repo.Reference(ref, true)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("git: fetch %s: %s not in the clone: %w", Redacted(g.URL), ref, err)
 	}
-	return &Checkout{Commit: commit, FS: tfs, dir: dir, store: st}, nil
+	h := r.Hash()
+	if tag, err := repo.TagObject(h); err == nil {
+		c, err := tag.Commit()
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("git: tag %s: %w", ref, err)
+		}
+		h = c.Hash
+	}
+	return h, nil
 }
 
 // fetchKept fetches the ref into the kept clone (the new commits, and of

@@ -185,30 +185,7 @@ func (r *Reconciler) Restore() (*Saved, error) {
 // records the attempted revision with its errors.
 func (r *Reconciler) Apply(snap Snapshot) (*plan.Plan, error) {
 	start := time.Now()
-	var p *plan.Plan
-	err := snap.Refused
-	if err == nil {
-		if snap.Changed != nil {
-			p, err = r.Compiler.CompileChanged(snap.FS, snap.Changed)
-		} else {
-			p, err = r.Compiler.Compile(snap.FS)
-		}
-	}
-	// The state folder keeps the whole Plan, so a daemon restarted with
-	// other sites has them.
-	full := p
-	if err == nil {
-		p, err = r.subset(p)
-	}
-	r.mu.Lock()
-	prev := r.current
-	r.mu.Unlock()
-	if err == nil {
-		err = r.checkEmpty(prev, p)
-	}
-	if err == nil && snap.Materialize && r.State != nil {
-		err = r.State.Materialize(snap.FS, p)
-	}
+	p, full, prev, err := r.build(snap)
 	rev := snap.Revision
 	if rev == "" && p != nil {
 		rev = "dir:" + p.Hash[:12]
@@ -264,6 +241,35 @@ func (r *Reconciler) Apply(snap Snapshot) (*plan.Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// build compiles snap into the Plan of the sites served (p) and the whole
+// Plan (full: the state folder keeps it, so a daemon restarted with other
+// sites has them), checked against the Plan served now (prev), and
+// materialized when snap asks.
+func (r *Reconciler) build(snap Snapshot) (p, full, prev *plan.Plan, err error) {
+	err = snap.Refused
+	if err == nil {
+		if snap.Changed != nil {
+			p, err = r.Compiler.CompileChanged(snap.FS, snap.Changed)
+		} else {
+			p, err = r.Compiler.Compile(snap.FS)
+		}
+	}
+	full = p
+	if err == nil {
+		p, err = r.subset(p)
+	}
+	r.mu.Lock()
+	prev = r.current
+	r.mu.Unlock()
+	if err == nil {
+		err = r.checkEmpty(prev, p)
+	}
+	if err == nil && snap.Materialize && r.State != nil {
+		err = r.State.Materialize(snap.FS, p)
+	}
+	return p, full, prev, err
 }
 
 // Checked records a look at the source; err is why it failed.

@@ -99,62 +99,12 @@ func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Webhook) serve(w http.ResponseWriter, r *http.Request) hookReply {
-	var secret []byte
-	if h.Secret != nil {
-		secret = h.Secret()
+	p, body, refused := h.authenticate(w, r)
+	if refused != nil {
+		return *refused
 	}
-	if len(secret) == 0 {
-		return hookFail(http.StatusServiceUnavailable, HookUnavailable, "no webhook secret configured")
-	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		return hookFail(http.StatusMethodNotAllowed, HookBadRequest, "method "+r.Method+" not allowed: use POST")
-	}
-
-	p := hookDetect(r.Header)
-	if p.name == "" {
-		return hookFail(http.StatusUnauthorized, HookUnauthorized, "no signature: send one of "+hookAccepted)
-	}
-	// The body has to be read to be verified, so an oversized one is
-	// refused before anyone is known to have sent it.
-	if r.ContentLength > hookMaxBody {
-		return p.fail(http.StatusRequestEntityTooLarge, HookBadRequest, fmt.Sprintf("body of %d bytes is over the %d-byte limit", r.ContentLength, hookMaxBody))
-	}
-	body, err := hookRead(w, r)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return p.fail(http.StatusRequestEntityTooLarge, HookBadRequest, fmt.Sprintf("body is over the %d-byte limit", hookMaxBody))
-		}
-		return p.fail(http.StatusBadRequest, HookBadRequest, "read body: "+err.Error())
-	}
-	if msg := p.verify(secret, body); msg != "" {
-		return p.fail(http.StatusUnauthorized, HookUnauthorized, msg)
-	}
-
-	if p.system {
-		// A system hook says what it is in the body only, which is
-		// trusted now that the token matched.
-		var sh struct {
-			EventName string `json:"event_name"`
-		}
-		if err := json.Unmarshal(body, &sh); err != nil {
-			return p.fail(http.StatusBadRequest, HookBadRequest, "system hook body is not JSON: "+err.Error())
-		}
-		if len(sh.EventName) > 64 {
-			sh.EventName = sh.EventName[:64]
-		}
-		p.event += " " + sh.EventName
-		p.push = sh.EventName == "push" || sh.EventName == "tag_push"
-	}
-	if !p.push {
-		switch {
-		case p.event == "":
-			return p.fail(http.StatusOK, HookIgnored, "no "+p.eventHeader+" header: not a push")
-		case p.name == "github" && p.event == "ping":
-			return p.fail(http.StatusOK, HookIgnored, "ping: the webhook and its secret work")
-		}
-		return p.fail(http.StatusOK, HookIgnored, "event "+p.event+" is not a push")
+	if ignored := p.notPush(body); ignored != nil {
+		return *ignored
 	}
 	ev, err := hookParse(body, r.Header.Get("Content-Type"), p.name == "generic")
 	if err != nil {
@@ -178,6 +128,79 @@ func (h *Webhook) serve(w http.ResponseWriter, r *http.Request) hookReply {
 		status: http.StatusAccepted, provider: p.name, event: p.event,
 		Result: HookAccepted, Message: "reconcile triggered", Ref: ev.Ref, After: ev.After,
 	}
+}
+
+// authenticate checks that the request is a POST whose body (read here,
+// within hookMaxBody) carries a good signature of a provider the headers
+// name. It returns the provider and the body, or the reply that refuses
+// the request.
+func (h *Webhook) authenticate(w http.ResponseWriter, r *http.Request) (hookProvider, []byte, *hookReply) {
+	refuse := func(rep hookReply) (hookProvider, []byte, *hookReply) { return hookProvider{}, nil, &rep }
+	var secret []byte
+	if h.Secret != nil {
+		secret = h.Secret()
+	}
+	if len(secret) == 0 {
+		return refuse(hookFail(http.StatusServiceUnavailable, HookUnavailable, "no webhook secret configured"))
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return refuse(hookFail(http.StatusMethodNotAllowed, HookBadRequest, "method "+r.Method+" not allowed: use POST"))
+	}
+	p := hookDetect(r.Header)
+	if p.name == "" {
+		return refuse(hookFail(http.StatusUnauthorized, HookUnauthorized, "no signature: send one of "+hookAccepted))
+	}
+	// The body has to be read to be verified, so an oversized one is
+	// refused before anyone is known to have sent it.
+	if r.ContentLength > hookMaxBody {
+		return refuse(p.fail(http.StatusRequestEntityTooLarge, HookBadRequest, fmt.Sprintf("body of %d bytes is over the %d-byte limit", r.ContentLength, hookMaxBody)))
+	}
+	body, err := hookRead(w, r)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return refuse(p.fail(http.StatusRequestEntityTooLarge, HookBadRequest, fmt.Sprintf("body is over the %d-byte limit", hookMaxBody)))
+		}
+		return refuse(p.fail(http.StatusBadRequest, HookBadRequest, "read body: "+err.Error()))
+	}
+	if msg := p.verify(secret, body); msg != "" {
+		return refuse(p.fail(http.StatusUnauthorized, HookUnauthorized, msg))
+	}
+	return p, body, nil
+}
+
+// notPush returns the reply for a verified request that is not a push
+// (nil for a push). A GitLab system hook says what it is in the body only,
+// which is trusted now that the token matched: p takes its event from it.
+func (p *hookProvider) notPush(body []byte) *hookReply {
+	if p.system {
+		var sh struct {
+			EventName string `json:"event_name"`
+		}
+		if err := json.Unmarshal(body, &sh); err != nil {
+			rep := p.fail(http.StatusBadRequest, HookBadRequest, "system hook body is not JSON: "+err.Error())
+			return &rep
+		}
+		if len(sh.EventName) > 64 {
+			sh.EventName = sh.EventName[:64]
+		}
+		p.event += " " + sh.EventName
+		p.push = sh.EventName == "push" || sh.EventName == "tag_push"
+	}
+	if p.push {
+		return nil
+	}
+	var rep hookReply
+	switch {
+	case p.event == "":
+		rep = p.fail(http.StatusOK, HookIgnored, "no "+p.eventHeader+" header: not a push")
+	case p.name == "github" && p.event == "ping":
+		rep = p.fail(http.StatusOK, HookIgnored, "ping: the webhook and its secret work")
+	default:
+		rep = p.fail(http.StatusOK, HookIgnored, "event "+p.event+" is not a push")
+	}
+	return &rep
 }
 
 // hookProvider is what the headers say about the sender.

@@ -130,7 +130,7 @@ type Member struct {
 // Report takes a report from a machine about the image m, and returns its
 // work.
 func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
-	name, ip, peers := who.Name, who.IP, who.Peers
+	peers := who.Peers
 	if peers <= 0 {
 		peers = DefaultPeers
 	}
@@ -138,12 +138,53 @@ func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g := s.group(m, now)
+	me := g.member(who.Name, m, now)
+	g.heard(me, who.IP, r, now)
+	g.holds(me, r.Have, r.Lost)
+	s.settle(g, me, r, now)
+	me.complete = r.Complete
+	reply := Reply{Key: g.key, Banned: me.bad}
+	for _, h := range me.have {
+		if h {
+			reply.Holds++
+		}
+	}
+	if r.Leaving {
+		g.forget(me)
+		delete(g.members, who.Name)
+		return reply
+	}
+	g.expire(now)
+	s.recheck(g, now)
+	for _, o := range g.members {
+		if o != me && !o.complete && o.alive(now) {
+			reply.Fetching++
+		}
+	}
+	if r.Want > 0 && !r.Complete {
+		reply.Assign = s.assign(g, me, min(r.Want, peers), peers, who.Server, now)
+	}
+	if me.downloads > 0 {
+		me.idle = now
+	}
+	return reply
+}
+
+// member returns the named machine of the swarm for m, made on its first
+// report.
+func (g *group) member(name string, m *Manifest, now time.Time) *member {
 	me := g.members[name]
 	if me == nil {
 		me = &member{name: name, have: make([]bool, m.Chunks()), avoid: map[string]time.Time{}, known: map[string]bool{},
 			leases: map[int]lease{}, ended: map[ended]time.Time{}, idle: now}
 		g.members[name] = me
 	}
+	return me
+}
+
+// heard notes that me reported r from ip: a new life of the machine, its
+// return after failures, the address it serves chunks at.
+func (g *group) heard(me *member, ip string, r Report, now time.Time) {
 	if r.Instance != me.instance {
 		// A new life of the machine (the agent started again): whatever
 		// it held before is not on its disk any more.
@@ -161,7 +202,12 @@ func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
 			me.url = "http://" + net.JoinHostPort(ip, port)
 		}
 	}
-	for _, i := range r.Have {
+}
+
+// holds takes the chunks me now has and has lost (indexes out of range
+// ignored); a banned machine's chunks are not counted as held.
+func (g *group) holds(me *member, have, lost []int) {
+	for _, i := range have {
 		if i >= 0 && i < len(me.have) && !me.have[i] {
 			me.have[i] = true
 			if !me.bad {
@@ -169,7 +215,7 @@ func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
 			}
 		}
 	}
-	for _, i := range r.Lost {
+	for _, i := range lost {
 		if i >= 0 && i < len(me.have) && me.have[i] {
 			me.have[i] = false
 			if !me.bad {
@@ -177,6 +223,11 @@ func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
 			}
 		}
 	}
+}
+
+// settle closes the transfers r says ended, done or failed, and counts
+// them.
+func (s *Scheduler) settle(g *group, me *member, r Report, now time.Time) {
 	for _, t := range r.Done {
 		s.close(g, me, t, now)
 		if t.From == "" {
@@ -198,32 +249,6 @@ func (s *Scheduler) Report(m *Manifest, who Member, r Report) Reply {
 		}
 		s.failed(g, me, t, now)
 	}
-	me.complete = r.Complete
-	reply := Reply{Key: g.key, Banned: me.bad}
-	for _, h := range me.have {
-		if h {
-			reply.Holds++
-		}
-	}
-	if r.Leaving {
-		g.forget(me)
-		delete(g.members, name)
-		return reply
-	}
-	g.expire(now)
-	s.recheck(g, now)
-	for _, o := range g.members {
-		if o != me && !o.complete && o.alive(now) {
-			reply.Fetching++
-		}
-	}
-	if r.Want > 0 && !r.Complete {
-		reply.Assign = s.assign(g, me, min(r.Want, peers), peers, who.Server, now)
-	}
-	if me.downloads > 0 {
-		me.idle = now
-	}
-	return reply
 }
 
 // group returns m's swarm, made on first use; swarms nobody reported to

@@ -52,52 +52,18 @@ func InitCA(dir string, opt CAOptions) error {
 		opt.Now = time.Now()
 	}
 	if !opt.Force {
-		for _, f := range []string{CAFile, CAKeyFile, ServerFile, ServerKeyFile, OverlayKeyFile, OverlayPubFile} {
-			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
-				return fmt.Errorf("ca init: %s already exists: keep it, or give --force to replace the site's CA (every Micro-OS built with the old one must then be rebuilt)", filepath.Join(dir, f))
-			}
+		if err := refuseExisting(dir); err != nil {
+			return err
 		}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	// RSA 2048: UEFI firmware's TLS (EDK2's HTTPS boot) offers only RSA
-	// suites and verifies only RSA signatures; the agent takes either.
-	caKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	caKey, caDER, err := newSiteCA(opt.Now)
 	if err != nil {
 		return err
 	}
-	ca := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "bootops site CA", Organization: []string{"bootops"}},
-		NotBefore:             opt.Now.Add(-time.Hour),
-		NotAfter:              opt.Now.AddDate(10, 0, 0),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	srvKey, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return err
-	}
-	srv := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: opt.Hosts[0], Organization: []string{"bootops"}},
-		NotBefore:    opt.Now.Add(-time.Hour),
-		NotAfter:     opt.Now.AddDate(2, 0, 0),
-		// keyEncipherment: the firmware's suites use RSA key exchange.
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-	}
-	addHosts(srv, opt.Hosts)
-	srvDER, err := x509.CreateCertificate(rand.Reader, srv, caCert, &srvKey.PublicKey, caKey)
+	srvKey, srvDER, err := newServerCert(caKey, caDER, opt.Hosts, opt.Now)
 	if err != nil {
 		return err
 	}
@@ -127,6 +93,69 @@ func InitCA(dir string, opt CAOptions) error {
 		}
 	}
 	return nil
+}
+
+// refuseExisting fails if dir holds any file InitCA writes.
+func refuseExisting(dir string) error {
+	for _, f := range []string{CAFile, CAKeyFile, ServerFile, ServerKeyFile, OverlayKeyFile, OverlayPubFile} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			return fmt.Errorf("ca init: %s already exists: keep it, or give --force to replace the site's CA (every Micro-OS built with the old one must then be rebuilt)", filepath.Join(dir, f))
+		}
+	}
+	return nil
+}
+
+// newSiteCA makes the site CA's key and self-signed certificate, valid
+// for ten years from now. RSA 2048: UEFI firmware's TLS (EDK2's HTTPS
+// boot) offers only RSA suites and verifies only RSA signatures; the agent
+// takes either.
+func newSiteCA(now time.Time) (*rsa.PrivateKey, []byte, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, nil, err
+	}
+	ca := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "bootops site CA", Organization: []string{"bootops"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.AddDate(10, 0, 0),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, ca, ca, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return key, der, nil
+}
+
+// newServerCert makes the boot server's key and a certificate for hosts
+// (the first its common name), signed by the CA caDER with caKey and valid
+// for two years from now.
+func newServerCert(caKey *rsa.PrivateKey, caDER []byte, hosts []string, now time.Time) (*rsa.PrivateKey, []byte, error) {
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: hosts[0], Organization: []string{"bootops"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.AddDate(2, 0, 0),
+		// keyEncipherment: the firmware's suites use RSA key exchange.
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+	}
+	addHosts(srv, hosts)
+	der, err := x509.CreateCertificate(rand.Reader, srv, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	return key, der, nil
 }
 
 // addHosts names hosts in c: IP addresses ("[2001:db8::1]" as in a URL

@@ -488,16 +488,35 @@ func (s *Memory) record(e Event) {
 		}
 		e.Time = now().UTC()
 	}
+	k := e.Key()
+	node := IsNodeKey(k)
+	en := s.entryFor(k, e.Node, e.MAC)
+	en.m.apply(e)
+	if e.isLast() {
+		en.last = int(size)
+	}
+	if e.Inventory != nil {
+		en.inv = inv
+	}
+	sum := en.summarySize()
+	s.sums += sum - en.sum
+	en.sum = sum
+	id := s.add(en, e, size)
+	s.bound(en, id, node)
+}
+
+// entryFor is the machine k's entry, made (an unknown machine evicting
+// the oldest past MaxUnknown) when it has none. A machine first seen by
+// its MAC (DHCP, before anything else is known) that turns out to be a
+// node joins the node's entry here. The lock is held.
+func (s *Memory) entryFor(k, node, mac string) *entry {
 	if s.machines == nil {
 		s.machines = map[string]*entry{}
 	}
-	k := e.Key()
 	en := s.machines[k]
-	// A machine first seen by its MAC (DHCP, before anything else is
-	// known) turns out to be a node: its history joins the node's.
-	if e.Node != "" && e.MAC != "" {
-		if early := s.machines["mac:"+e.MAC]; early != nil {
-			delete(s.machines, "mac:"+e.MAC)
+	if node != "" && mac != "" {
+		if early := s.machines["mac:"+mac]; early != nil {
+			delete(s.machines, "mac:"+mac)
 			s.unknown--
 			// Its summary goes; its events are the node's now.
 			s.sums -= early.sum
@@ -510,9 +529,8 @@ func (s *Memory) record(e Event) {
 			en.m.Events += early.m.Events
 		}
 	}
-	node := IsNodeKey(k)
 	if en == nil {
-		if !node {
+		if !IsNodeKey(k) {
 			if s.unknown >= orDefault(s.MaxUnknown, 20000) {
 				s.evictOldest()
 			}
@@ -521,18 +539,14 @@ func (s *Memory) record(e Event) {
 		en = newEntry(Machine{Key: k, State: StateRegistered})
 		s.machines[k] = en
 	}
-	en.m.apply(e)
-	if e.isLast() {
-		en.last = int(size)
-	}
-	if e.Inventory != nil {
-		en.inv = inv
-	}
-	sum := en.summarySize()
-	s.sums += sum - en.sum
-	en.sum = sum
+	return en
+}
+
+// add appends e, of size bytes, to en's events and to the store's order,
+// and returns its id. The lock is held.
+func (s *Memory) add(en *entry, e Event, size int64) (id uint64) {
 	s.nextID++
-	id := s.nextID
+	id = s.nextID
 	if len(en.events) == cap(en.events) {
 		en.dead = 0 // append makes a new array
 	}
@@ -541,6 +555,13 @@ func (s *Memory) record(e Event) {
 	s.order = append(s.order, ref{en, id})
 	s.held++
 	s.bytes += size
+	return id
+}
+
+// bound keeps the store within its limits after event id was added to en
+// (a node's or not): events per machine, then bytes in all. The lock is
+// held.
+func (s *Memory) bound(en *entry, id uint64, node bool) {
 	limit := orDefault(s.PerMachine, 200)
 	if !node {
 		limit = orDefault(s.PerUnknown, limit)

@@ -46,28 +46,20 @@ func newPump(l *listener, local netip.Addr, network string, tick time.Duration) 
 }
 
 // run serves the pump's transfers until its socket is closed; the
-// transfers still in flight then fail.
+// transfers still in flight then fail. Each turn reads a batch, and under
+// the listener's lock moves the transfers it is for (receive) and, every
+// tick, those whose deadline passed (expire); then it sends what they call
+// for and finishes those that ended, the lock released.
 func (p *pump) run() {
 	defer close(p.done)
-	var ended []*transfer
+	var r round
 	nextScan := time.Now().Add(p.tick)
 	p.conn.SetReadDeadline(nextScan)
 	for {
 		n, err := p.bc.ReadBatch(p.in, 0)
 		now := time.Now()
 		if errors.Is(err, net.ErrClosed) {
-			ended = ended[:0]
-			p.l.mu.Lock()
-			for _, t := range p.l.active {
-				if t.pump == p {
-					delete(p.l.active, t.peer)
-					ended = append(ended, t)
-				}
-			}
-			p.l.mu.Unlock()
-			for _, t := range ended {
-				p.l.finish(t, errShutdown)
-			}
+			p.shutdown(r.ended[:0])
 			return
 		}
 		if err != nil {
@@ -76,58 +68,98 @@ func (p *pump) run() {
 				p.l.log.Debug("tftp: read", "err", err)
 			}
 		}
-		out := p.out[:0]
-		ended = ended[:0]
-		var errs []error
+		r.out, r.ended, r.errs = p.out[:0], r.ended[:0], r.errs[:0]
 		p.l.mu.Lock()
-		for _, m := range p.in[:n] {
-			a, ok := m.Addr.(*net.UDPAddr)
-			if !ok {
-				continue
-			}
-			peer := a.AddrPort()
-			peer = netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port())
-			t := p.l.active[peer]
-			if t == nil || t.pump != p {
-				continue // a late packet of a transfer that ended, or a stranger's
-			}
-			moved, err := t.packet(m.Buffers[0][:m.N])
-			switch {
-			case err != nil:
-			case !moved:
-				continue
-			case t.done():
-			default:
-				out = t.window(out, now)
-				continue
-			}
-			delete(p.l.active, peer)
-			ended = append(ended, t)
-			errs = append(errs, err)
-		}
+		p.receive(&r, p.in[:n], now)
 		if !now.Before(nextScan) {
-			for peer, t := range p.l.active {
-				if t.pump != p || now.Before(t.deadline) {
-					continue
-				}
-				again, err := t.expired()
-				if again {
-					out = t.window(out, now)
-					continue
-				}
-				delete(p.l.active, peer)
-				ended = append(ended, t)
-				errs = append(errs, err)
-			}
+			p.expire(&r, now)
 			nextScan = now.Add(p.tick)
 			p.conn.SetReadDeadline(nextScan)
 		}
 		p.l.mu.Unlock()
-		p.write(out)
-		p.out = out[:0]
-		for i, t := range ended {
-			p.l.finish(t, errs[i])
+		p.write(r.out)
+		p.out = r.out[:0]
+		for i, t := range r.ended {
+			p.l.finish(t, r.errs[i])
 		}
+	}
+}
+
+// round is what one turn of run gathers under the listener's lock: the
+// blocks to send, and the transfers that ended with why (errs[i] for
+// ended[i]; nil: done). Its slices are reused turn after turn.
+type round struct {
+	out   []ipv4.Message
+	ended []*transfer
+	errs  []error
+}
+
+// end takes t, which ended with err, out of the active transfers.
+// The listener's lock is held.
+func (r *round) end(l *listener, t *transfer, err error) {
+	delete(l.active, t.peer)
+	r.ended = append(r.ended, t)
+	r.errs = append(r.errs, err)
+}
+
+// receive moves this pump's transfers the datagrams in are for: the next
+// window of blocks for one that moved, the end for one done or failed.
+// Other datagrams are dropped. The listener's lock is held.
+func (p *pump) receive(r *round, in []ipv4.Message, now time.Time) {
+	for _, m := range in {
+		a, ok := m.Addr.(*net.UDPAddr)
+		if !ok {
+			continue
+		}
+		peer := a.AddrPort()
+		peer = netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port())
+		t := p.l.active[peer]
+		if t == nil || t.pump != p {
+			continue // a late packet of a transfer that ended, or a stranger's
+		}
+		moved, err := t.packet(m.Buffers[0][:m.N])
+		switch {
+		case err != nil:
+		case !moved:
+			continue
+		case t.done():
+		default:
+			r.out = t.window(r.out, now)
+			continue
+		}
+		r.end(p.l, t, err)
+	}
+}
+
+// expire times out this pump's transfers whose deadline passed: each
+// sends its window again, or ends. The listener's lock is held.
+func (p *pump) expire(r *round, now time.Time) {
+	for _, t := range p.l.active {
+		if t.pump != p || now.Before(t.deadline) {
+			continue
+		}
+		again, err := t.expired()
+		if again {
+			r.out = t.window(r.out, now)
+			continue
+		}
+		r.end(p.l, t, err)
+	}
+}
+
+// shutdown fails the pump's transfers still in flight, its socket closed;
+// ended is scratch space.
+func (p *pump) shutdown(ended []*transfer) {
+	p.l.mu.Lock()
+	for _, t := range p.l.active {
+		if t.pump == p {
+			delete(p.l.active, t.peer)
+			ended = append(ended, t)
+		}
+	}
+	p.l.mu.Unlock()
+	for _, t := range ended {
+		p.l.finish(t, errShutdown)
 	}
 }
 

@@ -114,35 +114,56 @@ func Write(w io.Writer, o Options) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := os.CopyFS(tmp, assets); err != nil {
-		return fmt.Errorf("deb: unpack the package's files: %w", err)
+	st, err := stage(tmp, o)
+	if err != nil {
+		return err
 	}
-	src := filepath.Join(tmp, "files")
+	if err := deb.Default.Package(packageInfo(o, st), w); err != nil {
+		return fmt.Errorf("deb: %w", err)
+	}
+	return nil
+}
+
+// staged is where stage put the package's files: the assets under src,
+// the man page and the changelog compressed.
+type staged struct {
+	src, manGz, changelogGz string
+}
+
+// stage unpacks the package's files into tmp and writes the compressed
+// ones beside them.
+func stage(tmp string, o Options) (staged, error) {
+	if err := os.CopyFS(tmp, assets); err != nil {
+		return staged{}, fmt.Errorf("deb: unpack the package's files: %w", err)
+	}
 	gz := func(name string, data []byte) (string, error) {
 		p := filepath.Join(tmp, name)
 		return p, os.WriteFile(p, gzip9(data), 0o644)
 	}
 	man, err := fs.ReadFile(assets, "files/bootops.1")
 	if err != nil {
-		return err
+		return staged{}, err
 	}
-	manGz, err := gz("bootops.1.gz", man)
-	if err != nil {
-		return err
+	st := staged{src: filepath.Join(tmp, "files")}
+	if st.manGz, err = gz("bootops.1.gz", man); err != nil {
+		return staged{}, err
 	}
-	changelogGz, err := gz("changelog.gz", changelog(o))
-	if err != nil {
-		return err
+	if st.changelogGz, err = gz("changelog.gz", changelog(o)); err != nil {
+		return staged{}, err
 	}
+	return st, nil
+}
 
+// contents is what the package installs, owned by root with o's mtime.
+func contents(o Options, st staged) files.Contents {
 	fi := func(mode os.FileMode) *files.ContentFileInfo {
 		return &files.ContentFileInfo{Owner: "root", Group: "root", Mode: mode, MTime: o.MTime}
 	}
 	file := func(from, to string, mode os.FileMode) *files.Content {
 		return &files.Content{Source: from, Destination: to, FileInfo: fi(mode)}
 	}
-	doc := "/usr/share/doc/" + Name
-	contents := files.Contents{
+	src, doc := st.src, "/usr/share/doc/"+Name
+	return files.Contents{
 		// The real binary sits beside the agent: `bootops microos build`
 		// looks for bootops-agent next to itself (symlinks resolved).
 		file(o.Bootops, "/usr/lib/bootops/bootops", 0o755),
@@ -155,11 +176,15 @@ func Write(w io.Writer, o Options) error {
 		{Destination: "/etc/bootops/hub-sites", Type: files.TypeDir, FileInfo: fi(0o755)},
 		file(filepath.Join(src, "copyright"), doc+"/copyright", 0o644),
 		// A native package (no Debian revision): changelog.gz.
-		file(changelogGz, doc+"/changelog.gz", 0o644),
+		file(st.changelogGz, doc+"/changelog.gz", 0o644),
 		file(filepath.Join(src, "lintian-overrides"), "/usr/share/lintian/overrides/"+Name, 0o644),
-		file(manGz, "/usr/share/man/man1/bootops.1.gz", 0o644),
+		file(st.manGz, "/usr/share/man/man1/bootops.1.gz", 0o644),
 	}
-	info := nfpm.WithDefaults(&nfpm.Info{
+}
+
+// packageInfo is the package's control data, contents and scripts.
+func packageInfo(o Options, st staged) *nfpm.Info {
+	return nfpm.WithDefaults(&nfpm.Info{
 		Name: Name, Arch: Arch, Platform: "linux",
 		Version: o.Version, VersionSchema: "none",
 		Section: "admin", Priority: "optional",
@@ -174,19 +199,15 @@ func Write(w io.Writer, o Options) error {
 		MTime: o.MTime,
 		Overridables: nfpm.Overridables{
 			Depends: depends, Recommends: recommends, Suggests: suggests,
-			Contents: contents,
+			Contents: contents(o, st),
 			Scripts: nfpm.Scripts{
-				PostInstall: filepath.Join(src, "postinst"),
-				PreRemove:   filepath.Join(src, "prerm"),
-				PostRemove:  filepath.Join(src, "postrm"),
+				PostInstall: filepath.Join(st.src, "postinst"),
+				PreRemove:   filepath.Join(st.src, "prerm"),
+				PostRemove:  filepath.Join(st.src, "postrm"),
 			},
 			Deb: nfpm.Deb{Compression: "xz"},
 		},
 	})
-	if err := deb.Default.Package(info, w); err != nil {
-		return fmt.Errorf("deb: %w", err)
-	}
-	return nil
 }
 
 // changelog is the Debian changelog of this one build.

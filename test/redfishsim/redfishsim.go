@@ -213,23 +213,7 @@ func (b *BMC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if login {
-		b.logins++
-		if f.SessionBroken {
-			w.WriteHeader(http.StatusInternalServerError)
-			w.Write([]byte(`{"error":{"code":"Base.1.12.InternalError","message":"The request failed due to an internal service error."}}`))
-			return
-		}
-		var in struct{ UserName, Password string }
-		json.NewDecoder(r.Body).Decode(&in)
-		if f.RefuseLogin || in.UserName != b.User || in.Password != b.Pass {
-			w.WriteHeader(http.StatusUnauthorized)
-			w.Write([]byte(`{"error":{"@Message.ExtendedInfo":[{"Message":"Unable to complete the operation because an invalid username and/or password is entered, and therefore authentication failed.","MessageId":"IDRAC.2.8.SYS415","Severity":"Warning"}],"code":"Base.1.12.GeneralError","message":"A general error has occurred. See ExtendedInfo for more information"}}`))
-			return
-		}
-		w.Header().Set("X-Auth-Token", SessionToken)
-		w.Header().Set("Location", "/redfish/v1/SessionService/Sessions/1")
-		w.WriteHeader(http.StatusCreated)
-		w.Write([]byte(`{"@odata.id":"/redfish/v1/SessionService/Sessions/1","@odata.type":"#Session.v1_3_0.Session","Id":"1","Name":"User Session","UserName":"` + in.UserName + `"}`))
+		b.login(w, r, f)
 		return
 	}
 	user, pass, basic := r.BasicAuth()
@@ -254,42 +238,77 @@ func (b *BMC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.settle()
 		json.NewEncoder(w).Encode(b.system)
 	case "POST /redfish/v1/Systems/System.Embedded.1/Actions/ComputerSystem.Reset":
-		var in struct{ ResetType string }
-		json.NewDecoder(r.Body).Decode(&in)
-		b.requests[len(b.requests)-1] += " " + in.ResetType
-		switch in.ResetType {
-		case "On":
-			b.setPower("On")
-		case "ForceOff", "GracefulShutdown":
-			b.setPower("Off")
-		case "ForceRestart", "PowerCycle", "GracefulRestart":
-			if b.shown() != "On" {
-				w.WriteHeader(http.StatusConflict)
-				w.Write([]byte(`{"error":{"code":"Base.1.12.ActionNotSupported","message":"The requested operation is not supported in the present power state."}}`))
-				return
-			}
-		default:
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+		b.reset(w, r)
 	case "PATCH /redfish/v1/Systems/System.Embedded.1":
-		var in struct{ Boot map[string]any }
-		json.NewDecoder(r.Body).Decode(&in)
-		boot := b.system["Boot"].(map[string]any)
-		var set []string
-		for k, v := range in.Boot {
-			boot[k] = v
-			if strings.HasPrefix(k, "BootSourceOverride") {
-				set = append(set, fmt.Sprintf("%s=%v", k, v))
-			}
-		}
-		slices.Sort(set)
-		b.requests[len(b.requests)-1] += " " + strings.Join(set, " ")
-		w.WriteHeader(http.StatusOK)
-		json.NewEncoder(w).Encode(b.system)
+		b.patchBoot(w, r)
 	default:
 		w.WriteHeader(http.StatusNotFound)
 		w.Write([]byte(`{"error":{"code":"Base.1.12.ResourceMissingAtURI","message":"The resource at the URI ` + path + ` was not found."}}`))
 	}
+}
+
+// login answers a Redfish session login: a token for the right user and
+// password, else 401 (or 500, the session service broken by f). b.mu is
+// held.
+func (b *BMC) login(w http.ResponseWriter, r *http.Request, f Faults) {
+	b.logins++
+	if f.SessionBroken {
+		w.WriteHeader(http.StatusInternalServerError)
+		w.Write([]byte(`{"error":{"code":"Base.1.12.InternalError","message":"The request failed due to an internal service error."}}`))
+		return
+	}
+	var in struct{ UserName, Password string }
+	json.NewDecoder(r.Body).Decode(&in)
+	if f.RefuseLogin || in.UserName != b.User || in.Password != b.Pass {
+		w.WriteHeader(http.StatusUnauthorized)
+		w.Write([]byte(`{"error":{"@Message.ExtendedInfo":[{"Message":"Unable to complete the operation because an invalid username and/or password is entered, and therefore authentication failed.","MessageId":"IDRAC.2.8.SYS415","Severity":"Warning"}],"code":"Base.1.12.GeneralError","message":"A general error has occurred. See ExtendedInfo for more information"}}`))
+		return
+	}
+	w.Header().Set("X-Auth-Token", SessionToken)
+	w.Header().Set("Location", "/redfish/v1/SessionService/Sessions/1")
+	w.WriteHeader(http.StatusCreated)
+	w.Write([]byte(`{"@odata.id":"/redfish/v1/SessionService/Sessions/1","@odata.type":"#Session.v1_3_0.Session","Id":"1","Name":"User Session","UserName":"` + in.UserName + `"}`))
+}
+
+// reset answers ComputerSystem.Reset: power on or off; a restart only of
+// a machine that is on (409 otherwise). b.mu is held.
+func (b *BMC) reset(w http.ResponseWriter, r *http.Request) {
+	var in struct{ ResetType string }
+	json.NewDecoder(r.Body).Decode(&in)
+	b.requests[len(b.requests)-1] += " " + in.ResetType
+	switch in.ResetType {
+	case "On":
+		b.setPower("On")
+	case "ForceOff", "GracefulShutdown":
+		b.setPower("Off")
+	case "ForceRestart", "PowerCycle", "GracefulRestart":
+		if b.shown() != "On" {
+			w.WriteHeader(http.StatusConflict)
+			w.Write([]byte(`{"error":{"code":"Base.1.12.ActionNotSupported","message":"The requested operation is not supported in the present power state."}}`))
+			return
+		}
+	default:
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// patchBoot answers a PATCH of the system's Boot settings, recording the
+// BootSourceOverride ones it set. b.mu is held.
+func (b *BMC) patchBoot(w http.ResponseWriter, r *http.Request) {
+	var in struct{ Boot map[string]any }
+	json.NewDecoder(r.Body).Decode(&in)
+	boot := b.system["Boot"].(map[string]any)
+	var set []string
+	for k, v := range in.Boot {
+		boot[k] = v
+		if strings.HasPrefix(k, "BootSourceOverride") {
+			set = append(set, fmt.Sprintf("%s=%v", k, v))
+		}
+	}
+	slices.Sort(set)
+	b.requests[len(b.requests)-1] += " " + strings.Join(set, " ")
+	w.WriteHeader(http.StatusOK)
+	json.NewEncoder(w).Encode(b.system)
 }

@@ -122,6 +122,9 @@ func (c *dhcpClient) discover(mac net.HardwareAddr, id dhcpv4.TransactionID) (ne
 // this server; meanwhile the probe, a MAC the repository reserves an
 // address for, sends DISCOVERs and times the OFFERs. With -wait it only
 // waits (at most 30 s) until the probe is answered.
+//
+// It is long on purpose: the flood and the probe read best side by side,
+// top to bottom, as a benchmark should.
 func lease(args []string) (any, error) {
 	fs := flag.NewFlagSet("lease", flag.ExitOnError)
 	iface := fs.String("iface", "vcli", "the interface to send on (inside the bench's client namespace)")

@@ -86,6 +86,8 @@ type site struct {
 	done  chan struct{}
 }
 
+// run is long on purpose: a benchmark reads best top to bottom, step by
+// step as BENCHMARKS.md ("Many sites: events into the hub") describes it.
 func run(bin string, nSites, machines, cut int, o options) error {
 	work, err := os.MkdirTemp("", "bootops-hub-bench-")
 	if err != nil {

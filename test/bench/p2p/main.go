@@ -223,6 +223,9 @@ type result struct {
 	note        string
 }
 
+// run is long on purpose: a benchmark reads best top to bottom, step by
+// step as BENCHMARKS.md ("Machines fetching the image from each other")
+// describes it.
 func (b *bench) run(ctx context.Context) error {
 	b.started = time.Now()
 	if os.Geteuid() != 0 {
@@ -862,6 +865,9 @@ func (b *bench) newDisk(i int, sized bool) error {
 
 // bootopsMode runs machines agents at once, nodes prefix001… of site,
 // machine i in namespace p2p-m00i.
+//
+// It is long on purpose: a mode reads best top to bottom, step by step,
+// as a benchmark should.
 func (b *bench) bootopsMode(ctx context.Context, mode, site, prefix string, machines int) (*result, error) {
 	r := &result{mode: mode, machines: machines}
 	fmt.Fprintf(os.Stderr, "p2p: mode %s: %d machines, site %s\n", mode, machines, site)
@@ -1106,6 +1112,9 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 // torrentMode: the seed on the server, every machine a BitTorrent client
 // given the seed and all the other machines as peers; no bootops.
+//
+// It is long on purpose: a mode reads best top to bottom, as bootopsMode
+// does, so the two can be read side by side.
 func (b *bench) torrentMode(ctx context.Context) (*result, error) {
 	if st, err := os.Stat(b.torrent); err != nil || st.IsDir() {
 		return nil, fmt.Errorf("%s: not there (build test/bench/p2p/torrent)", b.torrent)
@@ -1305,6 +1314,8 @@ func median(v []float64) float64 {
 
 // report prints the run: its settings, the shaping check, the modes side
 // by side, and the ratios the issue sets goals for.
+//
+// It is long on purpose: the report is printed in the order it is read.
 func (b *bench) report(w io.Writer) {
 	fmt.Fprintf(w, "\n== p2p image delivery benchmark\n")
 	fmt.Fprintf(w, "command: %s\n", shellJoin(os.Args))

@@ -49,6 +49,8 @@ func main() {
 
 var cpuProfile string
 
+// run is long on purpose: a benchmark reads best top to bottom, step by
+// step as BENCHMARKS.md ("Reconciler: push to live") describes it.
 func run(bin string, nodes, sites, pushes int, reference bool) error {
 	bin, _ = filepath.Abs(bin)
 	work, err := os.MkdirTemp("", "pushlive-")

@@ -59,6 +59,8 @@ var (
 	machineRe = regexp.MustCompile(`bootops\.machine=([a-z]+:[A-Za-z0-9:._-]+)`)
 )
 
+// main is long on purpose: the attack reads best top to bottom, phase by
+// phase as the package comment tells it, every bound in sight.
 func main() {
 	server := flag.String("server", "http://198.18.0.1:8080", "the daemon (inside the test's namespaces)")
 	sourceList := flag.String("sources", "", "source addresses, comma-separated, or FIRST-LAST")

@@ -57,6 +57,9 @@ func main() {
 	}
 }
 
+// run is long on purpose: a benchmark reads best top to bottom, step by
+// step as BENCHMARKS.md ("Fleet: 1,000 nodes through the whole flow")
+// describes it.
 func run(bin string, nodes, conc, size, rounds int) error {
 	work, err := os.MkdirTemp("", "fleet-sim-")
 	if err != nil {

@@ -68,6 +68,9 @@ func parseGetFlags(args []string) (*getFlags, error) {
 
 // runGet implements "p2ptorrent get": download into -out, report, then keep
 // seeding for -linger or until SIGTERM/SIGINT.
+//
+// It is long on purpose: the client's life reads best top to bottom, from
+// download to linger.
 func runGet(args []string) error {
 	g, err := parseGetFlags(args)
 	if err != nil {

@@ -49,15 +49,16 @@ func TestImportHelp(t *testing.T) {
 	}
 }
 
-const eimDir = "/work/shared/reference/eim"
+// eimDir holds EIM-format samples of our own (interop/testdata/eim).
+const eimDir = "../../interop/testdata/eim"
 
 // importRepo is a repository with site s1, a Micro-OS and the EIM sample
 // profiles imported with `bootops import eim-profile`.
 func importRepo(t *testing.T) string {
 	t.Helper()
 	samples, _ := filepath.Glob(filepath.Join(eimDir, "os-profile-*.yaml"))
-	if len(samples) == 0 {
-		t.Skip("no EIM samples in " + eimDir)
+	if len(samples) != 2 {
+		t.Fatalf("EIM samples in %s: %v, want 2", eimDir, samples)
 	}
 	dir := t.TempDir()
 	write(t, dir, "sites/s1/site.yaml", "apiVersion: bootops.dev/v1alpha1\nkind: Site\nname: s1\nnetwork:\n  serverAddress: 198.18.0.1\ndefaultProfile: microvisor-standalone\n")

@@ -150,6 +150,7 @@ func TestAddressOf(t *testing.T) {
 // lease ends, and the agent asks anew as the same client and moves to the
 // address it gets.
 func TestKeepV6(t *testing.T) {
+	testutil.Slow(t)
 	r1, r2 := netip.MustParseAddr("2001:db8::11"), netip.MustParseAddr("2001:db8::12")
 	config := func(serverMAC byte, reserved netip.Addr) dhcp6.Config {
 		cfg := config6(t, serverMAC, reserved)

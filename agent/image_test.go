@@ -21,6 +21,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -115,6 +116,7 @@ func startImage(t *testing.T, s *imageServer) (*Runner, *recorder, string) {
 }
 
 func TestImageToDisk(t *testing.T) {
+	testutil.Slow(t)
 	data := payload()
 	for _, kind := range []string{"none", "gz", "zst", "xz"} {
 		t.Run(kind, func(t *testing.T) {

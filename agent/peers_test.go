@@ -117,6 +117,7 @@ func TestImageFromPeers(t *testing.T) {
 // back in the swarm: its report is held until after the leave would have
 // gone, and the scheduler must still count no member.
 func TestImageFromPeersLeavesForGood(t *testing.T) {
+	testutil.Slow(t)
 	data := bytes.Repeat(payload(), 3)
 	file := compress(t, "gz", data)
 	r, _, url := startImage(t, &imageServer{file: file})
@@ -189,6 +190,7 @@ func (r *recorder) messages() []string {
 // workflow goes on (image-to-disk's own handle on the disk is closed by
 // then): the second machine gets every byte from the first.
 func TestImageServedAfterTheStep(t *testing.T) {
+	testutil.Slow(t)
 	data := bytes.Repeat(payload(), 3)
 	file := compress(t, "gz", data)
 	_, _, url := startImage(t, &imageServer{file: file})

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -60,6 +61,7 @@ func debianPython(t *testing.T) string {
 // meant, a string staying a string (hostname 0042 is not 34, yes is not
 // True, 2001-12-14 is not a date).
 func TestCloudInitReadsWhatWasMeant(t *testing.T) {
+	testutil.Slow(t)
 	py := debianPython(t)
 	base := readTxtar(t, "testdata/_base.txtar")
 	dirs, err := filepath.Glob("testdata/*/repo.txtar")

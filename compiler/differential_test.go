@@ -13,6 +13,8 @@ import (
 	"cuelang.org/go/cue"
 	cueyaml "cuelang.org/go/encoding/yaml"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // The fast path (validator, over the definitions CUE exports) must agree
@@ -153,6 +155,7 @@ func corpus(t testing.TB) map[string][]byte {
 }
 
 func TestFastPathAgreesWithCUE(t *testing.T) {
+	testutil.Slow(t)
 	c := newCompiler(t)
 	compared, valid := 0, 0
 	docs := corpus(t)

@@ -14,6 +14,7 @@ import (
 	"cuelang.org/go/cue/cuecontext"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/schema"
 )
 
@@ -64,6 +65,7 @@ var jsonSchemaCannot = map[string]string{
 // TestJSONSchemaAgreesWithValidate checks `bootops schema --jsonschema`
 // with a third-party validator against every golden case.
 func TestJSONSchemaAgreesWithValidate(t *testing.T) {
+	testutil.Slow(t)
 	sv, err := schema.Compile(cuecontext.New())
 	if err != nil {
 		t.Fatal(err)

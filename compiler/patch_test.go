@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/test/fleet"
 )
 
@@ -15,6 +16,7 @@ import (
 // compilation gives: after every one of a series of random edits, the same
 // Plan hash or the same errors.
 func TestPatchMatchesFullCompile(t *testing.T) {
+	testutil.Slow(t)
 	const sites, nodes, steps = 5, 300, 150
 	dir := filepath.Join(t.TempDir(), "fleet")
 	if err := fleet.Generate(dir, sites, nodes); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/api"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -32,6 +33,7 @@ import (
 // secret. An operation added to the document is attacked with no test
 // written for it.
 func TestAPIAttacksItself(t *testing.T) {
+	testutil.Slow(t)
 	h := newHarness(t)
 	ops := h.operations()
 	if len(ops) < 25 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/power"
 	"github.com/bootops/bootops/test/redfishsim"
@@ -81,6 +82,7 @@ func (f *fleet) rollOut(cycled func(i int) bool, max int) int {
 // the group before the next node is touched; a refused login is not
 // retried (a wrong password tried again locks accounts).
 func TestRolloutRedfishFaults(t *testing.T) {
+	testutil.Slow(t)
 	f, sims := redfishFleet(t, 4, map[int]redfishsim.Faults{
 		2: {Latency: 300 * time.Millisecond},
 		3: {DropEvery: 2},

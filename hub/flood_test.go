@@ -105,6 +105,7 @@ func quantiles(d []time.Duration) (p50, p90, max time.Duration) {
 // bound during the flood, and the hub's own connections are never closed
 // as slow consumers.
 func TestHubFloodIsFair(t *testing.T) {
+	testutil.Slow(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pubs, kps := siteKeys(t, "loud", "quiet")

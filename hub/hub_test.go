@@ -338,6 +338,7 @@ func siteKeys(t testing.TB, names ...string) (map[string]string, map[string]nkey
 // sends again is not counted twice. A serial seen at two sites is two
 // machines.
 func TestHubFleet(t *testing.T) {
+	testutil.Slow(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	names := []string{"north", "south", "east"}

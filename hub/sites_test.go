@@ -16,6 +16,7 @@ import (
 // default is 75 % of the disk's free space: the 49th site's stream was
 // refused on a 64 GB disk, and its events were never acknowledged).
 func TestHubFiftySites(t *testing.T) {
+	testutil.Slow(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var names []string

@@ -11,6 +11,7 @@ import (
 
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -164,6 +165,7 @@ func heapInUse() int64 {
 // stays a summary: its size is bounded by the machines, not by what the
 // site padded its events with.
 func TestViewBoundedInBytes(t *testing.T) {
+	testutil.Slow(t)
 	lim := Limits{ViewBytes: 64 << 20, EarlyBytes: 8 << 20}
 	v := NewViewLimits(lim, nil)
 	before := heapInUse()

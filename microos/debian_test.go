@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // debianKernel finds the newest kernel in /boot that has its modules in
@@ -29,6 +31,7 @@ func debianKernel(t *testing.T) (kernel, modules string) {
 }
 
 func TestDebianKernel(t *testing.T) {
+	testutil.Slow(t)
 	kernel, modules := debianKernel(t)
 	if _, err := os.Stat(DefaultBusybox); err != nil {
 		t.Fatalf("%v: install the Debian package busybox-static (make test installs it)", err)

@@ -227,6 +227,7 @@ func TestGitServerDownAndRestart(t *testing.T) {
 }
 
 func TestGitBadInput(t *testing.T) {
+	testutil.Slow(t)
 	rem := gitserver.New(t, repo(t))
 	f, live := follow(t, rem.URL, t.TempDir())
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -251,6 +252,7 @@ func TestEventBounds(t *testing.T) {
 // no more than its budget of boot-plane events: its provisioned install
 // stays on its timeline. What they say of how they booted is checked.
 func TestAnonymousCheckInsBudgeted(t *testing.T) {
+	testutil.Slow(t)
 	p := testPlan("http://198.18.0.1/i", strings.Repeat("ab", 32))
 	s, _ := newServer(t, p)
 	store, err := status.Open(filepath.Join(t.TempDir(), "status.db"), status.Options{NodeTrafficBurst: 20, NodeTrafficEvery: time.Hour, PerMachine: 50})

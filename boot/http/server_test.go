@@ -18,6 +18,7 @@ import (
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/agentapi"
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -285,6 +286,7 @@ func FuzzParseIdentity(f *testing.F) {
 // 10,000 different identities from one client: every request answered,
 // the status store stays within its bound.
 func TestManyIdentitiesFromOneClient(t *testing.T) {
+	testutil.Slow(t)
 	s, mem, _ := newServer(t, testPlan("", ""))
 	mem.MaxUnknown = 1000
 	h := s.Handler()

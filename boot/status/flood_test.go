@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // floodEvents is n script requests of made-up serials from one address,
@@ -25,6 +27,7 @@ func floodEvents(from, n int) []Event {
 // one least-recently-seen table (the node went, and its next boot wiped its
 // disk).
 func TestFloodKeepsNodes(t *testing.T) {
+	testutil.Slow(t)
 	path := filepath.Join(t.TempDir(), "status.db")
 	d := open(t, path, Options{})
 	install := []Event{

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -285,6 +286,7 @@ func (md *model) record(e Event, seq int) {
 // first seen by their MAC join their nodes': the store keeps what a slow
 // model of it keeps, event for event and summary for summary.
 func TestMemoryMaxBytesTrimEvictMerge(t *testing.T) {
+	testutil.Slow(t)
 	const maxBytes = 30000
 	m := &Memory{PerMachine: 6, PerUnknown: 3, MaxUnknown: 4, MaxBytes: maxBytes, Now: tick()}
 	md := &model{perMachine: 6, perUnknown: 3, maxUnknown: 4, maxBytes: maxBytes, now: tick(), machines: map[string]*modelMachine{}, size: map[int]int64{}}

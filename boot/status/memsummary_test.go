@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -38,6 +39,7 @@ func maximalEvent() Event {
 // less, the heap grows by no more than about that, and the machines seen
 // longest ago go, the newest stay.
 func TestMemorySummariesBounded(t *testing.T) {
+	testutil.Slow(t)
 	const machines = 20000
 	m := &Memory{MaxBytes: 64 << 20, Now: tick()}
 	e := maximalEvent()

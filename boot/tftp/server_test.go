@@ -437,6 +437,7 @@ func TestTooManyTransfersRefused(t *testing.T) {
 }
 
 func TestManyConcurrentClients(t *testing.T) {
+	testutil.Slow(t)
 	efi := random(850_528)
 	r := start(t, Files{"ipxe.efi": efi}, nil)
 	const clients = 100

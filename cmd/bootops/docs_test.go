@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // consoleBlock is a ```console block of a page: commands, each with what
@@ -110,6 +112,7 @@ func lineMatches(want, got string) bool {
 // it; what the page started is gone when it ends. "127.0.0.1:8080" is a
 // free port of the test's, for a daemon a page starts.
 func TestDocsConsoleBlocks(t *testing.T) {
+	testutil.Slow(t)
 	pages, _ := filepath.Glob("../../docs/*.md")
 	pages = append(pages, "../../README.md")
 	n := 0

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // importRun runs `bootops import ARGS…` as run does, whether or not main
@@ -162,6 +164,7 @@ func assertTree(t *testing.T, dir string, want map[string][]byte) {
 }
 
 func TestImportCSVHundredThousand(t *testing.T) {
+	testutil.Slow(t)
 	dir := t.TempDir()
 	f, err := os.Create(filepath.Join(dir, "big.csv"))
 	if err != nil {

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // TestMain lets a test run this test binary as the bootops command (with
@@ -152,6 +154,7 @@ func TestSIGTERMDrains(t *testing.T) {
 // The README's GitOps walk-through, run as written there (with the bootops
 // on PATH being this test binary), its shown output checked.
 func TestReadmeGitOps(t *testing.T) {
+	testutil.Slow(t)
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)

@@ -146,3 +146,12 @@ func Tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// Slow skips t under -short, as make check runs the tests: it takes many
+// seconds under the race detector, and make test runs it in full.
+func Slow(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("slow: make test runs it (make check passes -short)")
+	}
+}

@@ -34,7 +34,7 @@ func TestHolderOf(t *testing.T) {
 	locks := "1: FLOCK  ADVISORY  WRITE 700 fe:01:42 0 EOF\n" +
 		"2: -> FLOCK  ADVISORY  WRITE 900 fe:00:42 0 EOF\n" +
 		"2: FLOCK  ADVISORY  WRITE 800 fe:00:42 0 EOF\n"
-	dev := uint64(0xfe<<8 | 0x00)
+	dev := uint64(0xfe << 8) // major 0xfe, minor 0
 	if got := holderOf(bufio.NewScanner(strings.NewReader(locks)), dev, 42); got != 800 {
 		t.Errorf("holder %d, want 800", got)
 	}

@@ -9,16 +9,6 @@ import (
 	"github.com/bootops/bootops/plan"
 )
 
-func inventoryOf(mem int64) *plan.Inventory {
-	return &plan.Inventory{
-		System: plan.SystemInfo{Vendor: "QEMU", Product: "Standard PC", Serial: "SER-A"},
-		CPU:    plan.CPUInfo{Threads: 2},
-		Memory: plan.MemoryInfo{Total: mem},
-		Disks:  []plan.DiskInfo{{Name: "vda", Size: 3 << 30}, {Name: "vdb", Size: 1 << 30}},
-		NICs:   []plan.NICInfo{{Name: "eth0", MAC: "52:54:00:00:00:0A"}, {Name: "eth1", MAC: "52:54:00:00:00:0c"}},
-	}
-}
-
 // A machine that does not meet its node's expectations is held before any
 // workflow is handed out (nothing touches its disk), with each unmet
 // expectation on its timeline and in its status; the same machine with

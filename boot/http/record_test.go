@@ -10,16 +10,6 @@ import (
 	"github.com/bootops/bootops/plan"
 )
 
-func inventoryOf(mem int64) *plan.Inventory {
-	return &plan.Inventory{
-		System: plan.SystemInfo{Vendor: "QEMU", Product: "Standard PC", Serial: "SER-A"},
-		CPU:    plan.CPUInfo{Threads: 2},
-		Memory: plan.MemoryInfo{Total: mem},
-		Disks:  []plan.DiskInfo{{Name: "vda", Size: 3 << 30}, {Name: "vdb", Size: 1 << 30}},
-		NICs:   []plan.NICInfo{{Name: "eth0", MAC: "52:54:00:00:00:0A"}, {Name: "eth1", MAC: "52:54:00:00:00:0c"}},
-	}
-}
-
 // The delivery record: a node's serial, MACs, hardware, expectations, the
 // QA results of its last install, what it installed and from which
 // revision, when it was provisioned and running; as CSV a cell that a

@@ -17,9 +17,16 @@ import (
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/agentapi"
+	"github.com/bootops/bootops/boot/internal/boottest"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
+)
+
+// The fixtures both HTTP packages test with.
+var (
+	testPlan    = boottest.Plan
+	inventoryOf = boottest.Inventory
 )
 
 // testSecret signs the tests' credentials.
@@ -34,19 +41,6 @@ func tokenIn(script string) string {
 	tok, _, _ := strings.Cut(rest, " ")
 	tok, _, _ = strings.Cut(tok, "\n")
 	return tok
-}
-
-func testPlan(kernelURL, kernelSHA string) *plan.Plan {
-	script := "#!ipxe\nkernel http://x/artifacts/microos/default/kernel bootops.node=%s bootops.token=" + plan.TokenPlaceholder + "\nboot\n"
-	s := &plan.Site{Name: "lab", UnknownNodes: plan.PolicyProvision, DefaultProfile: "base",
-		Unknown: &plan.Artifacts{IPXE: "#!ipxe\n# unknown\nkernel k bootops.token=" + plan.TokenPlaceholder + "\n"}}
-	s.Nodes = []*plan.Node{
-		{Name: "a", Site: "lab", Profile: "base", Source: "a.yaml:1", Identity: plan.Identity{Serial: "SER-A"}, Artifacts: plan.Artifacts{IPXE: strings.Replace(script, "%s", "a", 1)}},
-		{Name: "b", Site: "lab", Profile: "base", Source: "b.yaml:1", Reprovision: 2, Identity: plan.Identity{MACs: []string{"52:54:00:00:00:0b"}}, Artifacts: plan.Artifacts{IPXE: strings.Replace(script, "%s", "b", 1)}},
-	}
-	quiet := &plan.Site{Name: "quiet", UnknownNodes: plan.PolicyIgnore, Nodes: []*plan.Node{}}
-	return &plan.Plan{Hash: "h1", Sites: []*plan.Site{s, quiet},
-		MicroOS: []*plan.MicroOS{{Name: "default", Kernel: plan.Artifact{Path: "microos/vmlinuz"}, Initrd: plan.Artifact{URL: kernelURL, SHA256: kernelSHA}}}}
 }
 
 func newServer(t testing.TB, p *plan.Plan) (*Server, *status.Memory, string) {

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -30,19 +29,15 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	c, err := contract.New()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	checker = c
-	testHTTP = func(s *bhttp.Server) {
-		s.Middleware = c.Wrap
-		mu.Lock()
-		patterns = s.Patterns()
-		mu.Unlock()
-	}
-	os.Exit(c.Finish(os.Stdout, m.Run()))
+	contract.Main(m, func(c *contract.Checker) {
+		checker = c
+		testHTTP = func(s *bhttp.Server) {
+			s.Middleware = c.Wrap
+			mu.Lock()
+			patterns = s.Patterns()
+			mu.Unlock()
+		}
+	})
 }
 
 // startDaemon runs a daemon on the demo repository, with an operator

@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -325,4 +327,17 @@ func (t *teeBody) Read(p []byte) (int, error) {
 		t.eof = true
 	}
 	return n, err
+}
+
+// Main is a package's TestMain with the contract check: use puts the
+// Checker where the package's servers take their middleware, the tests
+// run, and Finish gives the exit code.
+func Main(m *testing.M, use func(*Checker)) {
+	c, err := New()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	use(c)
+	os.Exit(c.Finish(os.Stdout, m.Run()))
 }

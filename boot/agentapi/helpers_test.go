@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"crypto/tls"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -30,13 +28,7 @@ var (
 var checker *contract.Checker
 
 func TestMain(m *testing.M) {
-	c, err := contract.New()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	checker, checkRoutes = c, c.Wrap
-	os.Exit(c.Finish(os.Stdout, m.Run()))
+	contract.Main(m, func(c *contract.Checker) { checker, checkRoutes = c, c.Wrap })
 }
 
 // testSecret signs the tests' credentials.

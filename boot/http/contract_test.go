@@ -2,9 +2,7 @@ package http
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"testing"
 
@@ -18,13 +16,7 @@ import (
 var checker *contract.Checker
 
 func TestMain(m *testing.M) {
-	c, err := contract.New()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	checker, checkRoutes = c, c.Wrap
-	os.Exit(c.Finish(os.Stdout, m.Run()))
+	contract.Main(m, func(c *contract.Checker) { checker, checkRoutes = c, c.Wrap })
 }
 
 // Every route of the server is in the document (the daemon's, the

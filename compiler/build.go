@@ -92,6 +92,7 @@ func assemble(objs []*object, fsys fs.FS, cache *renderCache, ix *index, loadErr
 	r.checkRollouts()
 	r.checkExpects()
 	r.checkAttestation()
+	r.checkRemote()
 	if len(r.errs) > 0 || len(loadErrs) > 0 {
 		return nil, r, append(loadErrs, r.errs...)
 	}

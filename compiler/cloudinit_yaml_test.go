@@ -147,6 +147,9 @@ func TestCloudInitReadsWhatWasMeant(t *testing.T) {
 // site has, a reserved address or DHCP (IPv6: router advertisements, and
 // DHCPv6 when the site hands out addresses with it).
 func wantNetworkConfig(n *plan.Node, s *plan.Site) any {
+	if n.Network != nil {
+		return wantStaticNetwork(n)
+	}
 	eth := map[string]any{}
 	if s.Network.ServerAddress != "" {
 		eth["dhcp4"] = n.IP == ""
@@ -188,3 +191,36 @@ func wantNetworkConfig(n *plan.Node, s *plan.Site) any {
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// wantStaticNetwork is what a node's own static network means: the NIC
+// (by network.interface, else its first MAC) without DHCP, the address,
+// route and name servers on it, or on its VLAN.
+func wantStaticNetwork(n *plan.Node) any {
+	nn := n.Network
+	mac := nn.Interface
+	if mac == "" && len(n.Identity.MACs) > 0 {
+		mac = n.Identity.MACs[0]
+	}
+	eth := map[string]any{"dhcp4": false, "match": map[string]any{"name": "e*"}}
+	if mac != "" {
+		eth["match"] = map[string]any{"macaddress": mac}
+	}
+	where := eth
+	doc := map[string]any{"version": 2, "ethernets": map[string]any{"primary": eth}}
+	if nn.VLAN != 0 {
+		where = map[string]any{"id": nn.VLAN, "link": "primary", "dhcp4": false}
+		doc["vlans"] = map[string]any{"vlan" + itoa(nn.VLAN): where}
+	}
+	where["addresses"] = []any{nn.Address}
+	if nn.Gateway != "" {
+		where["routes"] = []any{map[string]any{"to": "default", "via": nn.Gateway}}
+	}
+	if len(nn.DNS) > 0 {
+		var dns []any
+		for _, d := range nn.DNS {
+			dns = append(dns, d)
+		}
+		where["nameservers"] = map[string]any{"addresses": dns}
+	}
+	return doc
+}

@@ -120,7 +120,7 @@ func (c *Compiler) patchEdit(fsys fs.FS, p string, lg *lastGood) *patchEdit {
 // address (a reservation changes the site's, which patch does not redo).
 func dynamicNodesOnly(objs []*object) bool {
 	return !slices.ContainsFunc(objs, func(o *object) bool {
-		return o.kind != "Node" || o.v.get("ip") != nil || o.v.get("ipv6") != nil
+		return o.kind != "Node" || o.v.get("ip") != nil || o.v.get("ipv6") != nil || o.v.get("network") != nil
 	})
 }
 

@@ -119,6 +119,7 @@ func (r *repo) renderSite(name string, profiles map[string]*plan.Profile, microO
 		s.Network.DHCP = plan.DHCPOff
 	}
 	s.Network.IPv6 = networkV6(nw.get("ipv6"))
+	s.Remote = siteRemote(o, s.Network)
 	s.Unknown = r.unknownArtifacts(o, s, profiles, microOS)
 	return s
 }
@@ -266,6 +267,7 @@ func (r *repo) node(n *nodeObj, s *plan.Site, pr *plan.Profile, microOS map[stri
 		Labels:      n.v.get("labels").stringMap(),
 		Reprovision: n.v.get("reprovision").integer(),
 		BMC:         r.bmc(n),
+		Network:     nodeNetwork(n),
 		Source:      fmt.Sprintf("%s:%d", n.file, n.line),
 		Identity: plan.Identity{
 			UUID:   plan.NormalizeUUID(id.get("uuid").String()),
@@ -493,10 +495,16 @@ func (r *repo) workflow(n *plan.Node, pr *plan.Profile, disk string, lookup func
 func networkConfig(n *plan.Node, s *plan.Site) string {
 	var b strings.Builder
 	b.WriteString("version: 2\nethernets:\n  primary:\n")
-	if len(n.Identity.MACs) > 0 {
+	if n.Network != nil && n.Network.Interface != "" {
+		fmt.Fprintf(&b, "    match:\n      macaddress: %q\n", n.Network.Interface)
+	} else if len(n.Identity.MACs) > 0 {
 		fmt.Fprintf(&b, "    match:\n      macaddress: %q\n", n.Identity.MACs[0])
 	} else {
 		b.WriteString(plan.NetworkMatchAny)
+	}
+	if n.Network != nil {
+		staticNetworkConfig(&b, n.Network)
+		return b.String()
 	}
 	v6 := s.Network.IPv6
 	if n.IP == "" && n.IPv6 == "" {
@@ -541,6 +549,26 @@ func networkConfig(n *plan.Node, s *plan.Site) string {
 		}
 	}
 	return b.String()
+}
+
+// staticNetworkConfig is a node's own static network in cloud-init's
+// network config (version 2): a VLAN on the NIC when it says one, the
+// address, the default route, the name servers.
+func staticNetworkConfig(b *strings.Builder, nn *plan.NodeNetwork) {
+	if nn.VLAN != 0 {
+		fmt.Fprintf(b, "    dhcp4: false\nvlans:\n  vlan%d:\n    id: %d\n    link: primary\n", nn.VLAN, nn.VLAN)
+	}
+	b.WriteString("    dhcp4: false\n    addresses:\n")
+	fmt.Fprintf(b, "      - %s\n", yamlString(nn.Address))
+	if nn.Gateway != "" {
+		fmt.Fprintf(b, "    routes:\n      - to: default\n        via: %s\n", yamlString(nn.Gateway))
+	}
+	if len(nn.DNS) > 0 {
+		b.WriteString("    nameservers:\n      addresses:\n")
+		for _, d := range nn.DNS {
+			fmt.Fprintf(b, "        - %s\n", yamlString(d))
+		}
+	}
 }
 
 // networkConfigV6 is a dynamic IPv6 configuration: router advertisements

@@ -68,7 +68,30 @@ type Site struct {
 	// profiles its nodes install whose policy is not the default
 	// (manual); nil when none is.
 	Rollouts map[string]*Rollout `json:"rollouts,omitempty"`
-	Nodes    []*Node             `json:"nodes"`
+	// Remote is set when the site's machines come over the Internet: nil
+	// for a LAN site.
+	Remote *Remote `json:"remote,omitempty"`
+	Nodes  []*Node `json:"nodes"`
+}
+
+// Remote is how a site's machines reach the server over the Internet.
+type Remote struct {
+	// URLs are the server's https base URLs as the machines reach it,
+	// tried in order.
+	URLs []string `json:"urls"`
+}
+
+// NodeNetwork is a node's static IPv4 network, for a link with no DHCP.
+type NodeNetwork struct {
+	// Address is the node's address and prefix length (203.0.113.10/24).
+	Address string   `json:"address"`
+	Gateway string   `json:"gateway,omitempty"`
+	DNS     []string `json:"dns,omitempty"`
+	// VLAN is the 802.1Q tag (0: untagged).
+	VLAN int `json:"vlan,omitempty"`
+	// Interface is the NIC's MAC ("": the node's first MAC, else the
+	// first interface with a link).
+	Interface string `json:"interface,omitempty"`
 }
 
 // Rollout is the rollout policy of profile's nodes at s: manual unless
@@ -302,6 +325,9 @@ type Node struct {
 	// Attestation is its profile's attestation policy over its site's;
 	// nil when neither requires any.
 	Attestation *Attestation `json:"attestation,omitempty"`
+	// Network is the node's static network (a link with no DHCP); nil
+	// when it takes its address by DHCP.
+	Network *NodeNetwork `json:"network,omitempty"`
 	// Source is where the node is defined (file:line).
 	Source    string    `json:"source"`
 	Hash      string    `json:"hash"`

@@ -19,9 +19,9 @@ func siteRemote(o *object, nw plan.Network) *plan.Remote {
 	if rv == nil {
 		return nil
 	}
-	rm := &plan.Remote{URLs: rv.get("urls").strs()}
-	if len(rm.URLs) == 0 && nw.ServerAddress != "" && nw.HTTPSPort != 0 {
-		rm.URLs = []string{"https://" + plan.HostPort(nw.ServerAddress, nw.HTTPSPort)}
+	rm := &plan.Remote{URL: rv.get("url").String()}
+	if rm.URL == "" && nw.ServerAddress != "" && nw.HTTPSPort != 0 {
+		rm.URL = "https://" + plan.HostPort(nw.ServerAddress, nw.HTTPSPort)
 	}
 	return rm
 }
@@ -69,15 +69,13 @@ func (r *repo) checkSiteRemote(s *object) {
 	if nw.get("httpsPort") == nil {
 		r.errorf(s.pos("remote"), "remote", "a remote site needs network.httpsPort: over the Internet everything after the firmware goes over TLS, pinned to the site CA")
 	}
-	urls := rv.get("urls")
-	if urls == nil && nw.get("serverAddress") == nil {
-		r.errorf(s.pos("remote"), "remote.urls", "missing: the server's https URL as the machines reach it (the site has no serverAddress to default to)")
+	u := rv.get("url")
+	if u == nil && nw.get("serverAddress") == nil {
+		r.errorf(s.pos("remote"), "remote.url", "missing: the server's https URL as the machines reach it (the site has no serverAddress to default to)")
 	}
-	if urls != nil {
-		for i, u := range urls.list {
-			if why := remoteURL(u.str); why != "" {
-				r.errorf(s.pos("remote", "urls"), indexPath("remote.urls", i), "%q: %s", u.str, why)
-			}
+	if u != nil {
+		if why := remoteURL(u.str); why != "" {
+			r.errorf(s.pos("remote", "url"), "remote.url", "%q: %s", u.str, why)
 		}
 	}
 	if s.str("unknownNodes") == plan.PolicyProvision {

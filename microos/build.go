@@ -48,8 +48,8 @@ var DefaultModules = []string{
 	// NICs: virtual ones, then Intel, Realtek and Broadcom server and desktop ones.
 	"virtio_pci", "virtio_net", "vmxnet3",
 	"e1000", "e1000e", "igb", "igc", "ixgbe", "i40e", "r8169", "tg3",
-	// udhcpc's raw sockets.
-	"af_packet",
+	// udhcpc's raw sockets; VLANs of a static network from Git.
+	"af_packet", "8021q",
 	// Disks: virtio, SATA/IDE, NVMe, and the common server RAID/SAS HBAs.
 	"virtio_blk", "virtio_scsi", "ahci", "ata_piix", "sd_mod", "nvme",
 	"megaraid_sas", "mpt3sas", "smartpqi",

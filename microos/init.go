@@ -112,7 +112,45 @@ global6() {
 }
 
 lease=
-if [ -n "$ipv6" ]; then
+# A static network from Git (a node's network: on its boot media, for a
+# link with no DHCP): /etc/bootops/network sets BOOTOPS_NET_ADDRESS (with
+# its prefix length), _GATEWAY, _DNS, _VLAN and _MAC (which NIC).
+if [ -f /etc/bootops/network ]; then
+	. /etc/bootops/network
+	n=
+	if [ -n "$BOOTOPS_NET_MAC" ]; then
+		for d in $all; do
+			[ "$(cat "/sys/class/net/$d/address")" = "$BOOTOPS_NET_MAC" ] && n=$d
+		done
+		[ -n "$n" ] || fail "static network: no interface has the MAC $BOOTOPS_NET_MAC (interfaces: $all)"
+	else
+		# The first interface with a link, waited for 10 s.
+		i=0
+		while [ -z "$n" ] && [ "$i" -lt 10 ]; do
+			for d in $all; do
+				[ -z "$n" ] && [ "$(cat "/sys/class/net/$d/carrier" 2>/dev/null)" = 1 ] && n=$d
+			done
+			[ -z "$n" ] && sleep 1
+			i=$((i + 1))
+		done
+		n=${n:-${all%% *}}
+	fi
+	if [ -n "$BOOTOPS_NET_VLAN" ]; then
+		ip link add link "$n" name "$n.$BOOTOPS_NET_VLAN" type vlan id "$BOOTOPS_NET_VLAN" || fail "static network: VLAN $BOOTOPS_NET_VLAN on $n: is 8021q among the modules?"
+		n=$n.$BOOTOPS_NET_VLAN
+		ip link set "$n" up
+	fi
+	ip addr add "$BOOTOPS_NET_ADDRESS" dev "$n" || fail "static network: cannot set $BOOTOPS_NET_ADDRESS on $n"
+	if [ -n "$BOOTOPS_NET_GATEWAY" ]; then
+		ip route add default via "$BOOTOPS_NET_GATEWAY" dev "$n" || fail "static network: no route via $BOOTOPS_NET_GATEWAY on $n"
+	fi
+	: >/etc/resolv.conf
+	for d in $BOOTOPS_NET_DNS; do echo "nameserver $d" >>/etc/resolv.conf; done
+	mkdir -p /run/bootops-microos
+	echo "static $BOOTOPS_NET_ADDRESS${BOOTOPS_NET_GATEWAY:+ via $BOOTOPS_NET_GATEWAY}${BOOTOPS_NET_VLAN:+ vlan $BOOTOPS_NET_VLAN}" >"/run/bootops-microos/$n"
+	lease=$n
+fi
+if [ -z "$lease" ] && [ -n "$ipv6" ]; then
 	# SLAAC: the kernel takes the prefix of the link's router
 	# advertisements. A managed link (the RA's M flag, no autonomous
 	# prefix) gives addresses by DHCPv6 only: busybox has no DHCPv6

@@ -1,6 +1,7 @@
 package microos
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,5 +88,66 @@ esac
 	got := busybox(t, fake+fn+"all='eth0 eth1'\nglobal6")
 	if strings.TrimSpace(got) != "eth1 2001:db8:1::5054:ff:fe00:2/64" {
 		t.Errorf("global6: %q", got)
+	}
+}
+
+// TestInitStaticNetwork: with a static network from Git on the boot
+// media, /init sets the address (on a VLAN when it says one) on the NIC
+// with the MAC it names, or the first with a link, adds the default route
+// and the name servers, and runs no DHCP.
+func TestInitStaticNetwork(t *testing.T) {
+	block := between(t, "if [ -f /etc/bootops/network ]; then", "fi\nif [ -z \"$lease\" ]")
+	block = strings.TrimSuffix(block, "if [ -z \"$lease\" ]\n")
+	cases := []struct {
+		name, conf string
+		carrier    map[string]string
+		want       []string
+		lease      string
+	}{
+		{
+			name:    "by MAC, on a VLAN",
+			conf:    "BOOTOPS_NET_ADDRESS=198.19.7.10/24\nBOOTOPS_NET_GATEWAY=198.19.7.1\nBOOTOPS_NET_DNS='198.19.7.1 198.19.7.2'\nBOOTOPS_NET_VLAN=20\nBOOTOPS_NET_MAC=52:54:00:00:00:02\n",
+			carrier: map[string]string{"eth0": "1", "eth1": "0"},
+			want: []string{"ip link add link eth1 name eth1.20 type vlan id 20", "ip link set eth1.20 up",
+				"ip addr add 198.19.7.10/24 dev eth1.20", "ip route add default via 198.19.7.1 dev eth1.20"},
+			lease: "eth1.20",
+		},
+		{
+			name:    "the first with a link",
+			conf:    "BOOTOPS_NET_ADDRESS=198.19.7.11/24\nBOOTOPS_NET_DNS=198.19.7.1\n",
+			carrier: map[string]string{"eth0": "0", "eth1": "1"},
+			want:    []string{"ip addr add 198.19.7.11/24 dev eth1"},
+			lease:   "eth1",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for i, n := range []string{"eth0", "eth1"} {
+				os.MkdirAll(filepath.Join(dir, "sys", n), 0o755)
+				os.WriteFile(filepath.Join(dir, "sys", n, "address"), []byte(fmt.Sprintf("52:54:00:00:00:%02d\n", i+1)), 0o644)
+				os.WriteFile(filepath.Join(dir, "sys", n, "carrier"), []byte(c.carrier[n]+"\n"), 0o644)
+			}
+			os.WriteFile(filepath.Join(dir, "network"), []byte(c.conf), 0o644)
+			script := strings.NewReplacer("/sys/class/net", dir+"/sys", "/etc/bootops/network", dir+"/network",
+				"/etc/resolv.conf", dir+"/resolv.conf", "/run/bootops-microos", dir+"/run").Replace(block)
+			fake := "ip() { echo \"ip $*\"; }\nfail() { echo \"FAIL $*\"; exit 1; }\nsleep() { :; }\nall='eth0 eth1'\nlease=\n"
+			out := busybox(t, fake+script+"echo \"lease=$lease\"\n")
+			for _, w := range c.want {
+				if !strings.Contains(out, w+"\n") {
+					t.Errorf("no %q in\n%s", w, out)
+				}
+			}
+			if !strings.Contains(out, "lease="+c.lease+"\n") {
+				t.Errorf("lease: want %s in\n%s", c.lease, out)
+			}
+			if strings.Contains(c.conf, "GATEWAY") != strings.Contains(out, "ip route add") {
+				t.Errorf("a default route only with a gateway:\n%s", out)
+			}
+			resolv, _ := os.ReadFile(filepath.Join(dir, "resolv.conf"))
+			if !strings.Contains(string(resolv), "nameserver 198.19.7.1\n") {
+				t.Errorf("resolv.conf: %q", resolv)
+			}
+		})
 	}
 }

@@ -76,9 +76,8 @@ type Site struct {
 
 // Remote is how a site's machines reach the server over the Internet.
 type Remote struct {
-	// URLs are the server's https base URLs as the machines reach it,
-	// tried in order.
-	URLs []string `json:"urls"`
+	// URL is the server's https base URL as the machines reach it.
+	URL string `json:"url"`
 }
 
 // NodeNetwork is a node's static IPv4 network, for a link with no DHCP.
@@ -459,6 +458,9 @@ const (
 	ChainIPXE = "ipxe"
 	ChainShim = "shim"
 	ChainUKI  = "uki"
+	// ChainMedia is boot media made by bootops media (a USB stick, an
+	// ISO, virtual media): the Micro-OS straight from the medium.
+	ChainMedia = "media"
 )
 
 // Artifact is a file fetched from URL or read from Path in the repository.

@@ -42,9 +42,9 @@ func checkInIdentity(c *plan.CheckIn) error {
 		return fmt.Errorf("boot.firmware %.40q: want uefi or bios", c.Boot.Firmware)
 	}
 	switch c.Boot.Chain {
-	case "", plan.ChainIPXE, plan.ChainShim, plan.ChainUKI:
+	case "", plan.ChainIPXE, plan.ChainShim, plan.ChainUKI, plan.ChainMedia:
 	default:
-		return fmt.Errorf("boot.chain %.40q: want %s, %s or %s", c.Boot.Chain, plan.ChainIPXE, plan.ChainShim, plan.ChainUKI)
+		return fmt.Errorf("boot.chain %.40q: want %s, %s, %s or %s", c.Boot.Chain, plan.ChainIPXE, plan.ChainShim, plan.ChainUKI, plan.ChainMedia)
 	}
 	return nil
 }

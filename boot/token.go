@@ -30,6 +30,11 @@ const (
 	// KindReport is written into a node's seed at check-in: the installed
 	// OS reports its boots with it (to that node and generation only).
 	KindReport = "r"
+	// KindMedia is a media credential: an operator asks the server for
+	// one (POST /api/v1/media-credentials) and writes it beside a boot
+	// medium's files; good for one check-in of one node, like a boot
+	// token, but for days rather than minutes.
+	KindMedia = "m"
 )
 
 // Errors of Verify, tested with errors.Is.

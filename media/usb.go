@@ -7,7 +7,9 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"unicode/utf16"
 
 	"github.com/bootops/bootops/plan"
@@ -166,4 +168,34 @@ func protectiveMBR(total uint64) []byte {
 	binary.LittleEndian.PutUint32(e[12:], uint32(min(total-1, 0xffffffff)))
 	m[510], m[511] = 0x55, 0xaa
 	return m
+}
+
+// AddCredential writes node's media credential into the EFI partition of
+// a USB image made by USB, as bootops/credential.cfg: GRUB reads it and
+// puts it on the Micro-OS's kernel command line. Any earlier one is
+// replaced.
+func AddCredential(img, node, credential string) error {
+	if err := need(nil, "mcopy"); err != nil {
+		return err
+	}
+	for _, s := range []string{node, credential} {
+		if strings.ContainsAny(s, "\"'$\\ \n;") {
+			return fmt.Errorf("media: %q cannot go into a GRUB config", s)
+		}
+	}
+	f, err := os.CreateTemp("", "credential-*.cfg")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	fmt.Fprintf(f, "# media credential of node %s: single-use, expiring\nset bootops_credential=\"bootops.node=%s bootops.token=%s\"\n", node, node, credential)
+	if err := f.Close(); err != nil {
+		return err
+	}
+	cmd := exec.Command("mcopy", "-o", "-i", fmt.Sprintf("%s@@%d", img, ESPOffset), f.Name(), "::/bootops/credential.cfg")
+	cmd.Env = append(os.Environ(), "MTOOLS_SKIP_CHECK=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("media: writing the credential into %s: %v: %s (is it an image made by bootops media usb?)", img, err, b)
+	}
+	return nil
 }

@@ -63,7 +63,7 @@ func (s *Server) facts(p *plan.Plan) facts {
 // body is read), then its body, bounded, decoded and validated.
 func (s *Server) readCheckIn(w http.ResponseWriter, r *http.Request) (request, *refusal) {
 	req := request{credential: bearer(r), tls: r.TLS != nil, ip: clientIP(r)}
-	if ref := s.precheck(req.credential, "check-in", req.tls, boot.KindBoot, boot.KindSession); ref != nil {
+	if ref := s.precheck(req.credential, "check-in", req.tls, boot.KindBoot, boot.KindMedia, boot.KindSession); ref != nil {
 		return req, ref
 	}
 	b, code, err := readBody(w, r, maxCheckInBody)
@@ -114,6 +114,10 @@ func (s *Server) gate(p *plan.Plan, req request, v *verdict) (ak []byte, challen
 	if err != nil {
 		return nil, nil, unavailable("session store: " + err.Error())
 	}
+	if !fresh && who.media {
+		why := fmt.Sprintf("a media credential already used was presented again, from %s: a second machine claims this identity, or the medium was copied", req.ip)
+		return nil, nil, conflict(http.StatusUnauthorized, why, "check-in: the media credential was already used: ask for a new one (bootops media credential)")
+	}
 	if !fresh {
 		why := fmt.Sprintf("a boot token already used was presented again, from %s: a second machine claims this identity, or the token was copied", req.ip)
 		return nil, nil, conflict(http.StatusUnauthorized, why, "check-in: the boot token was already used: boot the machine again for a new one")
@@ -137,7 +141,7 @@ func (s *Server) openSession(req request, v *verdict, ak []byte) *refusal {
 				req.ip, cur.Peer, cur.Started.UTC().Format(time.RFC3339), cur.Done, cur.Steps)
 			s.note(v.event, conflict(http.StatusConflict, why, "")) // noted, not answered: the newer check-in goes on
 		}
-		sess = status.Session{ID: boot.NewID(), Generation: who.grant.Generation, Peer: req.ip, Started: now}
+		sess = status.Session{ID: boot.NewID(), Generation: who.grant.Generation, Peer: req.ip, Started: now, Unproven: who.byIdentity && ak == nil}
 		if ak != nil {
 			sess.ReportKey = base64.StdEncoding.EncodeToString(ak)
 		}

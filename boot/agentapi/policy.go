@@ -49,6 +49,9 @@ type claimant struct {
 	// its grant is the node's generation.
 	grant      boot.Grant
 	byIdentity bool // over TLS with no credential: found by what it reports
+	// media: its credential is a media credential (boot.KindMedia), not
+	// a served script's boot token.
+	media bool
 	// resumed is the session a held machine asks again with (nil: it
 	// presented a boot token, or none).
 	resumed *status.Session
@@ -173,6 +176,12 @@ func credential(f facts, req request, who *claimant) *refusal {
 	}
 	g, err := f.secret.Verify(req.credential, boot.KindBoot, who.site.Name, who.subject, f.now)
 	if errors.Is(err, boot.ErrWrongKind) {
+		// A media credential: a boot token an operator asked for.
+		if g2, err2 := f.secret.Verify(req.credential, boot.KindMedia, who.site.Name, who.subject, f.now); !errors.Is(err2, boot.ErrWrongKind) {
+			g, err, who.media = g2, err2, true
+		}
+	}
+	if errors.Is(err, boot.ErrWrongKind) {
 		// A held machine asking again, with the session it was given.
 		if g, err = f.secret.Verify(req.credential, boot.KindSession, who.site.Name, who.subject, f.now); err == nil {
 			cur, ok := f.session(who.key)
@@ -245,6 +254,11 @@ func decideNode(d *decision, who claimant, c plan.CheckIn) {
 	n := who.node
 	unmet := unmetExpectations(n, d.inventory)
 	switch {
+	case unproven(who):
+		why := "over the Internet a serial, a UUID or a MAC proves nothing: boot it with a media credential (bootops media credential) or register its TPM in Git (identity.tpm)"
+		d.reply = plan.CheckInReply{Hold: why, RetrySeconds: 30}
+		d.state, d.held = status.StateHeld, why
+		d.message = "held, given nothing: node " + n.Name + " of remote site " + who.site.Name + " checked in by what it reports alone; " + why
 	case who.grant.Generation != n.Reprovision:
 		d.reply = plan.CheckInReply{Hold: fmt.Sprintf("node %s's reprovision generation is %d, this machine booted for %d: reboot it", n.Name, n.Reprovision, who.grant.Generation)}
 		d.message = "agent told to reboot: " + d.reply.Hold
@@ -262,7 +276,20 @@ func decideNode(d *decision, who claimant, c plan.CheckIn) {
 		d.reply = plan.CheckInReply{Workflow: &wf, Generation: n.Reprovision}
 		d.seed, d.install, d.installing = &n.Artifacts, &in, true
 		d.message = "agent checked in: " + describe(c) + "; workflow of profile " + n.Profile + fmt.Sprintf(", %d actions", len(wf.Actions))
+		if who.media {
+			d.message += "; proved by a media credential (now spent)"
+		}
 	}
+}
+
+// unproven: a node of a remote site that showed only what anyone can
+// claim — it checked in by its identity without a TPM registered (whose
+// proof gate would demand), or asks again with the session that gave it.
+func unproven(who claimant) bool {
+	if who.site.Remote == nil || who.node.Identity.TPM != nil {
+		return false
+	}
+	return who.byIdentity || (who.resumed != nil && who.resumed.Unproven)
 }
 
 func decideUnknown(d *decision, p *plan.Plan, who claimant, c plan.CheckIn) {

@@ -26,7 +26,12 @@ func policyPlan() *plan.Plan {
 	lab.Unknown.Workflow = plan.Workflow{Profile: "base", Actions: []plan.Action{{Action: "reboot", Name: "reboot"}}}
 	lab.Peers = &plan.Peers{PerMachine: 2}
 	hold := &plan.Site{Name: "hold", UnknownNodes: plan.PolicyHold, Nodes: []*plan.Node{}}
-	p.Sites = append(p.Sites, hold)
+	wf := plan.Workflow{Actions: []plan.Action{{Action: "wipe-disk", Name: "wipe"}}}
+	edge := &plan.Site{Name: "edge", UnknownNodes: plan.PolicyHold, Remote: &plan.Remote{URL: "https://boot.example.net:8443"}, Nodes: []*plan.Node{
+		{Name: "e", Site: "edge", Profile: "base", Source: "e.yaml:1", Identity: plan.Identity{Serial: "SER-E"}, Artifacts: plan.Artifacts{Workflow: wf}},
+		{Name: "t", Site: "edge", Profile: "base", Source: "t.yaml:1", Identity: plan.Identity{Serial: "SER-T", TPM: &plan.TPMIdentity{EK: "sha256:" + strings.Repeat("ab", 32)}}, Artifacts: plan.Artifacts{Workflow: wf}},
+	}}
+	p.Sites = append(p.Sites, hold, edge)
 	return p
 }
 
@@ -49,7 +54,11 @@ func TestPolicy(t *testing.T) {
 	held := mint(boot.KindSession, "hold", "unknown-mac:52:54:00:00:00:97", 0, "s-97", later)
 	replaced := mint(boot.KindSession, "hold", "unknown-mac:52:54:00:00:00:96", 0, "s-old", later)
 	sessA := mint(boot.KindSession, "lab", "a", 0, "s-a", later)
+	mediaE := mint(boot.KindMedia, "edge", "e", 0, "m-e", later)
+	mediaOld := mint(boot.KindMedia, "edge", "e", 0, "m-old", now.Add(-time.Second))
+	sessE := mint(boot.KindSession, "edge", "e", 0, "s-e", later)
 	sessions := map[string]status.Session{
+		"edge/e":                             {ID: "s-e", Expires: later, Unproven: true},
 		"hold/unknown-mac:52:54:00:00:00:97": {ID: "s-97", Expires: later},
 		"hold/unknown-mac:52:54:00:00:00:96": {ID: "s-new", Expires: later},
 		"lab/a":                              {ID: "s-a", Expires: later},
@@ -95,7 +104,22 @@ func TestPolicy(t *testing.T) {
 		{name: "by identity, a provisioned node: its disk", req: request{tls: true, body: plan.CheckIn{Site: "lab", Identity: serialA}}, provisioned: "a",
 			told: "node a is provisioned (generation 0): boot from its disk"},
 
+		// A remote site: over the Internet, what a machine reports proves
+		// nothing; a media credential (or a TPM, which gate checks) does.
+		{name: "remote, by identity: held", req: request{tls: true, body: plan.CheckIn{Site: "edge", Identity: plan.Identity{Serial: "SER-E"}}},
+			told: "over the Internet a serial, a UUID or a MAC proves nothing", subject: "e"},
+		{name: "remote, asking again with the session that held it", req: request{tls: true, credential: sessE, body: plan.CheckIn{Site: "edge", Node: "e", Identity: plan.Identity{Serial: "SER-E"}}},
+			told: "proves nothing", subject: "e", resumed: true},
+		{name: "remote, a media credential", req: request{tls: true, credential: mediaE, body: plan.CheckIn{Site: "edge", Node: "e", Identity: plan.Identity{Serial: "SER-E"}}},
+			told: "workflow", subject: "e"},
+		{name: "remote, by identity with a TPM in Git: gate asks its proof", req: request{tls: true, body: plan.CheckIn{Site: "edge", Identity: plan.Identity{Serial: "SER-T"}}},
+			told: "workflow", subject: "t"},
+
 		// Refusals.
+		{name: "a media credential of another node", req: request{tls: true, credential: mediaE, body: plan.CheckIn{Site: "edge", Node: "t", Identity: plan.Identity{Serial: "SER-T"}}},
+			status: http.StatusUnauthorized, reason: "node t: wrong or missing credential"},
+		{name: "a media credential expired", req: request{tls: true, credential: mediaOld, body: plan.CheckIn{Site: "edge", Node: "e", Identity: plan.Identity{Serial: "SER-E"}}},
+			status: http.StatusUnauthorized, reason: "the credential expired"},
 		{name: "no plan yet", req: request{credential: tokA, body: plan.CheckIn{Site: "lab", Node: "a"}}, noPlan: true,
 			status: http.StatusServiceUnavailable, reason: "no plan loaded yet"},
 		{name: "no such site", req: request{credential: tokA, body: plan.CheckIn{Site: "nope", Node: "a"}},

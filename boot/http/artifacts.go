@@ -190,3 +190,27 @@ func (a *Artifacts) download(art plan.Artifact, p string) error {
 	}
 	return os.Rename(tmp.Name(), p)
 }
+
+// File is where a Micro-OS file is on this machine: in the repository
+// (checked against its sha256 when Git gives one), or in the cache,
+// fetched from its URL and verified first. Boot media are built from it.
+func (a *Artifacts) File(ctx context.Context, art plan.Artifact) (string, error) {
+	f, _, err := a.open(ctx, art)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if art.Path != "" && art.SHA256 != "" {
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return "", err
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, art.SHA256) {
+			return "", fmt.Errorf("%s: sha256 %s, Git says %s", art.Path, got, art.SHA256)
+		}
+	}
+	if art.Path != "" {
+		return filepath.Join(a.Repo.Name(), filepath.FromSlash(art.Path)), nil
+	}
+	return f.Name(), nil
+}

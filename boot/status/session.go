@@ -43,6 +43,10 @@ type Session struct {
 	// the check-in proved ("" without a TPM): the install's "provisioned"
 	// event carries it, and its reports must be quoted by it.
 	ReportKey string `json:"reportKey,omitempty"`
+	// Unproven: the check-in that opened it proved nothing of the
+	// machine (by its identity, no TPM, no credential); a remote site's
+	// node asking again with it stays held.
+	Unproven bool `json:"unproven,omitempty"`
 	// Peer is the address the check-in came from.
 	Peer    string    `json:"peer,omitempty"`
 	Started time.Time `json:"started"`

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"runtime/metrics"
 	"strings"
@@ -282,6 +283,8 @@ func (d *daemon) provisioned(site, node string) (int, bool) {
 func (d *daemon) serveHTTP(ctx context.Context, g *errgroup.Group) (string, error) {
 	cfg, srv := d.cfg.HTTP, d.http
 	srv.Files.Overlay, srv.Agent.SiteCA = d.overlays.overlay, d.overlays.ca
+	mf := &mediaFiles{dir: filepath.Join(d.cfg.StateDir, "media"), ca: d.overlays.ca, artifacts: srv.Files.Artifacts, plans: d.overlays.live}
+	srv.Files.Media = mf.get
 	var addrs []string
 	for _, a := range Addrs(cfg.Addr) {
 		ln, err := listenHTTP(a, srv.Guard)

@@ -33,6 +33,10 @@ type Spec struct {
 	Epoch time.Time
 }
 
+// DefaultEpoch is a medium's date when none is given: a constant, so the
+// CLI and the daemon make the same bytes of the same inputs.
+var DefaultEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // NetworkPath is where a medium puts a node's static network for /init.
 const NetworkPath = "/etc/bootops/network"
 
@@ -46,6 +50,21 @@ func Server(s *plan.Site) (string, error) {
 		return "https://" + plan.HostPort(s.Network.ServerAddress, s.Network.HTTPSPort), nil
 	}
 	return "", fmt.Errorf("site %s has no https URL for its machines: boot media talk to the server over TLS only (set network.httpsPort, and remote.url when they reach it through NAT or a name)", s.Name)
+}
+
+// MicroOSFor is the Micro-OS a medium of site (or of node, when given)
+// boots: the node's profile's, else the site's default profile's, else
+// the one named default; nil when there is none.
+func MicroOSFor(p *plan.Plan, s *plan.Site, n *plan.Node) *plan.MicroOS {
+	profile := s.DefaultProfile
+	if n != nil {
+		profile = n.Profile
+	}
+	name := "default"
+	if pr := p.Profile(profile); pr != nil {
+		name = pr.MicroOS
+	}
+	return p.MicroOSNamed(name)
 }
 
 // check says what is missing from sp.

@@ -115,6 +115,11 @@ type Files struct {
 	// being served was swapped in: bytes, like every other artifact (nil:
 	// none are served).
 	Overlay func(site string) ([]byte, error)
+	// Media is the file of a boot medium (kind media.iso, media.img or
+	// boot.efi) of a site, or of one of its nodes (node ""): built once
+	// for the Plan being served, from nothing secret (nil: none are
+	// served). An error wrapping fs.ErrNotExist is a 404.
+	Media func(ctx context.Context, site, node, kind string) (string, error)
 }
 
 // View is what the status API shows beside the Plan.
@@ -208,6 +213,8 @@ func (s *Server) firmwareRoutes() []Route {
 		{"GET /ipxe", http.HandlerFunc(s.script)},
 		{"GET /artifacts/microos/{name}/{file}", Streaming(http.HandlerFunc(s.artifact))},
 		{"GET /artifacts/overlay/{site}", http.HandlerFunc(s.overlayHandler)},
+		{"GET /media/{site}/{file}", Streaming(http.HandlerFunc(s.medium))},
+		{"GET /media/{site}/nodes/{node}/{file}", Streaming(http.HandlerFunc(s.medium))},
 		{"GET /tftp/{file}", Streaming(http.HandlerFunc(s.binary))},
 		{"GET /api/v1/status", s.Needs(RoleRead, http.HandlerFunc(s.status))},
 		{"POST /api/v1/login", http.HandlerFunc(s.login)},

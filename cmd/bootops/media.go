@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	gogit "github.com/go-git/go-git/v5"
 
 	boothttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/media"
@@ -60,7 +57,7 @@ func buildMedium(ctx context.Context, c *command, e *env, kind string, args []st
 	caFile := fs.String("ca", "", "the site CA's certificate (PEM) the agent pins: the daemon's tls/ca.pem (required)")
 	out := fs.String("o", "", "the file to write (required)")
 	cache := fs.String("cache", "", "where Micro-OS files fetched from URLs are kept (default: the user cache folder)")
-	epoch := fs.String("epoch", "", "every file's date, in seconds since 1970 (default: $SOURCE_DATE_EPOCH, else the repository's HEAD commit time)")
+	epoch := fs.String("epoch", "", "every file's date, in seconds since 1970 (default: $SOURCE_DATE_EPOCH, else 2000-01-01, as the daemon builds them)")
 	dir, err := parseDir(fs, e, args)
 	if err != nil {
 		return err
@@ -81,7 +78,7 @@ func buildMedium(ctx context.Context, c *command, e *env, kind string, args []st
 		return err
 	}
 	sp.CA = string(ca)
-	if sp.Epoch, err = mediumEpoch(e, dir, *epoch); err != nil {
+	if sp.Epoch, err = mediumEpoch(e, *epoch); err != nil {
 		return err
 	}
 	build := map[string]func(media.Spec, string) error{"iso": media.ISO, "usb": media.USB, "uki": media.UKI}[kind]
@@ -113,20 +110,15 @@ func mediumSpec(ctx context.Context, p *plan.Plan, dir, siteName, nodeName, cach
 	if sp.Site == nil {
 		return sp, usagef("no site %q in the repository%s", siteName, siteNames(p))
 	}
-	profile := sp.Site.DefaultProfile
 	if nodeName != "" {
 		if sp.Node = p.Node(siteName, nodeName); sp.Node == nil {
 			return sp, usagef("no node %q on site %s", nodeName, siteName)
 		}
-		profile = sp.Node.Profile
 	}
-	name := "default"
-	if pr := p.Profile(profile); pr != nil {
-		name = pr.MicroOS
-	}
-	if sp.MicroOS = p.MicroOSNamed(name); sp.MicroOS == nil {
+	if sp.MicroOS = media.MicroOSFor(p, sp.Site, sp.Node); sp.MicroOS == nil {
 		return sp, fmt.Errorf("site %s boots no Micro-OS: define a MicroOS named default, or give the site a defaultProfile", siteName)
 	}
+	name := sp.MicroOS.Name
 	if cache == "" {
 		d, err := os.UserCacheDir()
 		if err != nil {
@@ -157,10 +149,10 @@ func siteNames(p *plan.Plan) string {
 	return fmt.Sprintf(" (sites: %v)", names)
 }
 
-// mediumEpoch is the medium's date: --epoch, $SOURCE_DATE_EPOCH, the
-// repository's HEAD commit, else 2000-01-01 (a folder that is no Git
-// checkout: still the same bytes every time).
-func mediumEpoch(e *env, dir, flagValue string) (time.Time, error) {
+// mediumEpoch is the medium's date: --epoch, $SOURCE_DATE_EPOCH, else
+// media.DefaultEpoch, as the daemon builds them: the same inputs give the
+// same bytes here and there.
+func mediumEpoch(e *env, flagValue string) (time.Time, error) {
 	for _, v := range []string{flagValue, e.getenv("SOURCE_DATE_EPOCH")} {
 		if v == "" {
 			continue
@@ -171,17 +163,7 @@ func mediumEpoch(e *env, dir, flagValue string) (time.Time, error) {
 		}
 		return time.Unix(s, 0).UTC(), nil
 	}
-	r, err := gogit.PlainOpenWithOptions(dir, &gogit.PlainOpenOptions{DetectDotGit: true})
-	if err == nil {
-		if ref, err := r.Head(); err == nil {
-			if c, err := r.CommitObject(ref.Hash()); err == nil {
-				return c.Committer.When.UTC(), nil
-			}
-		}
-	} else if !errors.Is(err, gogit.ErrRepositoryNotExists) {
-		return time.Time{}, err
-	}
-	return time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), nil
+	return media.DefaultEpoch, nil
 }
 
 // mediaCredential asks the server for a node's media credential, prints

@@ -118,7 +118,7 @@ func TestBootOverrideAndReset(t *testing.T) {
 func TestResetMachineFails(t *testing.T) {
 	_, fake, srv := newBMC(t, Config{})
 	call(t, srv, "PATCH", systemPath, `{"Boot":{"BootSourceOverrideTarget":"Cd","BootSourceOverrideEnabled":"Once"}}`)
-	fake.Fail = errors.New("qemu would not start")
+	fake.SetFail(errors.New("qemu would not start"))
 	status, body := call(t, srv, "POST", resetPath, `{"ResetType":"On"}`)
 	if status != 500 || !strings.Contains(fmt.Sprint(body), "qemu would not start") {
 		t.Errorf("a failed power-on: %d %v", status, body)

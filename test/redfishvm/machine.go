@@ -36,16 +36,22 @@ type FakeMachine struct {
 	on    bool
 	media string
 	calls []string
-	// Fail, when set, makes every order fail with it.
-	Fail error
+	fail  error
+}
+
+// SetFail makes every order from now on fail with err (nil: none).
+func (f *FakeMachine) SetFail(err error) {
+	f.mu.Lock()
+	f.fail = err
+	f.mu.Unlock()
 }
 
 func (f *FakeMachine) do(call string, change func()) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, call)
-	if f.Fail != nil {
-		return f.Fail
+	if f.fail != nil {
+		return f.fail
 	}
 	change()
 	return nil

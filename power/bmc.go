@@ -273,7 +273,7 @@ func isTimeout(err error) bool {
 // Opener implementations found": there is one provider).
 func tidy(err error) string {
 	s := strings.Join(strings.Fields(err.Error()), " ")
-	for _, noise := range []string{"* no Opener implementations found", "* no PowerStateGetter implementations found", "* no PowerSetter implementations found", "* no BootDeviceSetter implementations found"} {
+	for _, noise := range []string{"* no Opener implementations found", "* no PowerStateGetter implementations found", "* no PowerSetter implementations found", "* no BootDeviceSetter implementations found", "* no VirtualMediaSetter implementations found"} {
 		s = strings.ReplaceAll(s, noise, "")
 	}
 	if i := strings.Index(s, " errors occurred: * "); i >= 0 && i < 4 {

@@ -55,6 +55,9 @@ type Manager struct {
 	Secrets *Secrets
 	Dial    Dial          // default DialBMCLib
 	Timeout time.Duration // per BMC call; default DefaultTimeout
+	// MediaTimeout bounds a virtual media call (InsertMedia, EjectMedia);
+	// default DefaultMediaTimeout.
+	MediaTimeout time.Duration
 	// Interval between power polls; default DefaultInterval.
 	Interval time.Duration
 	Parallel int // BMCs asked at once; default DefaultParallel

@@ -71,8 +71,15 @@ func (l *lab) serve(repo string, flags ...string) {
 // listener lists (comma-separated, as --http-addr and --tftp-addr take).
 func (l *lab) serveOn(repo, httpAddr, tftpAddr string, flags ...string) {
 	l.t.Helper()
-	args := []string{"ip", "netns", "exec", l.lan, bootops, "serve", "--open-reads", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
-		"--http-addr", httpAddr, "--tftp-addr", tftpAddr, "--interface", "br0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text"}
+	l.serveIn(l.lan, "br0", repo, httpAddr, tftpAddr, flags...)
+}
+
+// serveIn starts bootops in namespace ns, its DHCP on iface (the WAN lab's
+// server has a namespace of its own).
+func (l *lab) serveIn(ns, iface, repo, httpAddr, tftpAddr string, flags ...string) {
+	l.t.Helper()
+	args := []string{"ip", "netns", "exec", ns, bootops, "serve", "--open-reads", "--source", repo, "--state-dir", filepath.Join(l.dir, "state"),
+		"--http-addr", httpAddr, "--tftp-addr", tftpAddr, "--interface", iface, "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text"}
 	l.start("bootops", append(args, flags...)...)
 	l.started("bootops", "msg=serving", 20*time.Second)
 }

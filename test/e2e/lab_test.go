@@ -21,7 +21,9 @@
 //   - image_test.go: the OS images the machines install (the small test
 //     image, the real Debian one) and the checks of a disk after;
 //   - ipv6_lab_test.go, swtpm_test.go and power_test.go add IPv6 (radvd,
-//     reference DHCPv6), software TPMs and IPMI BMCs to a lab.
+//     reference DHCPv6), software TPMs and IPMI BMCs to a lab;
+//   - wan_lab_test.go: the WAN lab, a store LAN behind its router's NAT,
+//     the server across a shaped WAN link that can be cut (wanLab).
 //
 // The other files hold the tests, each with the helpers only it uses.
 package e2e
@@ -31,6 +33,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -85,7 +88,7 @@ func sweepLabs() {
 	out, _ := exec.Command("ip", "netns", "list").Output()
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
-		if len(f) == 0 || !(strings.HasPrefix(f[0], "bo-lan-") || strings.HasPrefix(f[0], "bo-dhcp-")) {
+		if len(f) == 0 || !slices.ContainsFunc([]string{"bo-lan-", "bo-dhcp-", "bo-srv-", "bo-wan-"}, func(p string) bool { return strings.HasPrefix(f[0], p) }) {
 			continue
 		}
 		parts := strings.Split(f[0], "-")

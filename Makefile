@@ -22,14 +22,14 @@ AGENT    := bin/bootops-agent
 FUZZTIME ?= 2m
 CUE_VERSION := v0.17.1
 # What the tests (a Git server, VMs, BMC simulators) and the demo need: Debian packages only (README, "Two commands").
-LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium sbsigntool systemd-boot-efi efitools shim-signed grub-efi-amd64-signed binutils openssl tcpdump openipmi ipmitool nftables swtpm swtpm-tools osslsigncode radvd kea-dhcp6-server dhcpcd-base tpm2-tools python3-pyghmi
+LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium sbsigntool systemd-boot-efi efitools shim-signed grub-efi-amd64-signed binutils openssl tcpdump openipmi ipmitool nftables swtpm swtpm-tools osslsigncode radvd kea-dhcp6-server dhcpcd-base tpm2-tools python3-pyghmi xorriso isolinux syslinux-common mtools
 
 export GOFLAGS := -buildvcs=false
 # What bootops version prints: -buildvcs=false leaves the build info no
 # commit, so the version comes from Git here ("dev" outside a checkout).
 BUILD_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build agent microos check vet lint test e2e e2e-run browser lab-deps demo bench fuzz clean go-check image image-test api-diff package package-test
+.PHONY: build agent microos check vet lint test e2e e2e-run browser lab-deps unit-deps demo bench fuzz clean go-check image image-test api-diff package package-test
 
 build: go-check
 	$(GO) build -ldflags "-X main.version=$(BUILD_VERSION)" -o $(BIN) ./cmd/bootops
@@ -52,6 +52,12 @@ go-check:
 lab-deps:
 	@bash test/deps.sh $(LAB_DEBS)
 
+# What the unit tests run besides Go: busybox (the Micro-OS's /init), the
+# boot media's tools and loaders (package media).
+UNIT_DEBS := busybox-static xorriso isolinux syslinux-common mtools shim-signed grub-efi-amd64-signed systemd-boot-efi binutils fdisk
+unit-deps:
+	@bash test/deps.sh $(UNIT_DEBS)
+
 # The daemon's packages run under the race detector; the rest as they are.
 MODULE    := github.com/bootops/bootops
 RACE_DIRS := agent boot daemon hub power reconciler swarm
@@ -60,7 +66,7 @@ empty :=
 space := $(empty) $(empty)
 OTHER_PKGS = $$($(GO) list ./... | grep -v -E '^$(MODULE)/($(subst $(space),|,$(RACE_DIRS)))(/|$$)')
 # Each build tag with the packages that have files behind it.
-VET_TAGS := e2e:./test/e2e e2e:./boot/dhcp6 browser:./test/browser image:./packaging/image \
+VET_TAGS := e2e:./test/e2e e2e:./test/redfishvm e2e:./boot/dhcp6 browser:./test/browser image:./packaging/image \
 	package:./test/package swtpm:./tpm swtpm:./boot/agentapi ipmi:./daemon
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := .cache/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
@@ -70,7 +76,7 @@ STATICCHECK := .cache/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 E2E_FLAGS := -count=1 -tags e2e -timeout 70m -parallel 3 -v
 
 # The inner loop: what a change must pass before it is pushed.
-check: go-check lint
+check: go-check unit-deps lint
 	$(GO) test -count=1 -race -short -timeout 15m ./...
 
 vet: go-check
@@ -111,7 +117,7 @@ e2e: go-check lab-deps
 # a CI log says it; the run's status is the tests'.
 e2e-run:
 	@mkdir -p .cache; set -o pipefail; \
-	$(GO) test $(E2E_FLAGS) ./test/e2e 2>&1 | tee .cache/e2e.log; status=$$?; \
+	$(GO) test $(E2E_FLAGS) ./test/e2e ./test/redfishvm 2>&1 | tee .cache/e2e.log; status=$$?; \
 	bash test/e2e/summary.sh .cache/e2e.log; \
 	exit $$status
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,6 +27,12 @@ const (
 	// maxDrops is how often in a row a download may lose its connection
 	// without a byte getting through before the attempt fails.
 	maxDrops = 5
+	// stallTimeout is how long a download's connection may deliver
+	// nothing before it is given up and the rest asked for again: on a
+	// long lossy link a connection that lost its way (a NAT that forgot
+	// it, a link down for a while) would otherwise wait out TCP's
+	// retransmission backoff, minutes.
+	stallTimeout = 15 * time.Second
 )
 
 // wipeDisk zeroes the first and the last MiB of the disk: the MBR, the GPT
@@ -146,7 +153,7 @@ func (r *Runner) imageFromURL(ctx context.Context, s *step, f *os.File, disk str
 		return 0, err
 	}
 	start := r.Now()
-	src := &download{ctx: ctx, client: r.HTTP, url: a.URL, delay: r.Backoff, log: s.log}
+	src := &download{ctx: ctx, client: r.HTTP, url: a.URL, delay: r.Backoff, log: s.log, stall: r.Stall}
 	if err := src.connect(); err != nil {
 		return 0, err
 	}
@@ -233,6 +240,11 @@ type download struct {
 	total     int64  // the file's size, -1 when unknown
 	validator string // ETag or Last-Modified, so a resume gets the same file
 	drops     int    // connections lost in a row without a byte
+	// stall is how long a connection may deliver nothing (default
+	// stallTimeout); watchdog closes the body past it, stalled says so.
+	stall    time.Duration
+	watchdog *time.Timer
+	stalled  atomic.Bool
 }
 
 // connect makes the first request.
@@ -291,7 +303,24 @@ func (d *download) get() error {
 		return &answerError{fmt.Errorf("GET %s: %s", d.url, resp.Status)}
 	}
 	d.body = resp.Body
+	d.watch()
 	return nil
+}
+
+// watch arms the watchdog over the current body: nothing read for
+// d.stall, and the body is closed (the read in flight returns an error
+// and the download resumes with a new connection).
+func (d *download) watch() {
+	stall := d.stallOrDefault()
+	if d.watchdog != nil {
+		d.watchdog.Stop()
+	}
+	body := d.body
+	d.stalled.Store(false)
+	d.watchdog = time.AfterFunc(stall, func() {
+		d.stalled.Store(true)
+		body.Close()
+	})
 }
 
 // parseContentRange reads "bytes FROM-TO/SIZE"; size is -1 for "*".
@@ -323,6 +352,10 @@ func (d *download) Read(p []byte) (int, error) {
 		d.n += int64(n)
 		if n > 0 {
 			d.drops = 0
+			d.watchdog.Reset(d.stallOrDefault())
+		}
+		if err != nil && d.stalled.Load() {
+			err = fmt.Errorf("nothing received for %s: %w", d.stallOrDefault(), err)
 		}
 		switch {
 		case err == nil:
@@ -372,7 +405,17 @@ type answerError struct{ err error }
 func (e *answerError) Error() string { return e.err.Error() }
 func (e *answerError) Unwrap() error { return e.err }
 
+func (d *download) stallOrDefault() time.Duration {
+	if d.stall > 0 {
+		return d.stall
+	}
+	return stallTimeout
+}
+
 func (d *download) Close() error {
+	if d.watchdog != nil {
+		d.watchdog.Stop()
+	}
 	if d.body == nil {
 		return nil
 	}

@@ -371,3 +371,37 @@ func TestImageQcow2Refused(t *testing.T) {
 		t.Errorf("%d downloads: a qcow2 image is not retried", s.requests)
 	}
 }
+
+// A connection that goes silent (a link down for a while, a NAT that
+// forgot it) is given up after Stall and the rest asked for: the image is
+// whole, without waiting out TCP.
+func TestImageResumesAfterAStalledConnection(t *testing.T) {
+	data := payload()
+	file := compress(t, "gz", data)
+	const cut = 80_000
+	s := &imageServer{file: file, take: func(n int, w http.ResponseWriter, r *http.Request) bool {
+		if n != 1 {
+			return false
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(file)))
+		w.Write(file[:cut])
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // silent, the connection open, until the client gives up
+		return true
+	}}
+	r, rec, url := startImage(t, s)
+	r.Stall = 500 * time.Millisecond
+	disk := newDisk(t, 0)
+	if err := r.Run(t.Context(), wf(plan.Action{Action: "image-to-disk", Disk: disk, URL: url, SHA256: digest(file), Compression: "gz"})); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(disk); !bytes.Equal(got, data) {
+		t.Error("the disk does not hold the image")
+	}
+	if want := []string{"|", fmt.Sprintf("bytes=%d-|\"v1\"", cut)}; !slices.Equal(s.ranges, want) {
+		t.Errorf("requests (Range|If-Range) %q, want %q", s.ranges, want)
+	}
+	if logs := strings.Join(rec.logs(), "\n"); !strings.Contains(logs, fmt.Sprintf("connection lost at byte %d (nothing received for 500ms", cut)) {
+		t.Errorf("logs do not tell of the stalled connection:\n%s", logs)
+	}
+}

@@ -95,6 +95,9 @@ type Runner struct {
 	CloudInit func(ctx context.Context) (Seed, error)
 	Now       func() time.Time
 	Backoff   time.Duration // first retry delay (default 2 s, doubling, max 1 min)
+	// Stall is how long an image download may receive nothing before it
+	// drops the connection and asks for the rest (default 15 s).
+	Stall time.Duration
 	// Swarm, when set, is how image-to-disk fetches its image with the
 	// other machines installing it, within Peers' limits (the site's
 	// imageDelivery: peers); nil fetches it from its URL.

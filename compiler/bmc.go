@@ -49,6 +49,9 @@ func (r *repo) bmc(n *nodeObj) *plan.BMC {
 	if get("auth").String() == plan.AuthBasic && b.Protocol == plan.BMCRedfish {
 		b.Auth = plan.AuthBasic
 	}
+	if get("boot").String() == plan.BootVirtualMedia {
+		b.Boot = plan.BootVirtualMedia
+	}
 	if c := get("credentials"); c != nil {
 		b.Secret = c.get("secret").String()
 		b.Age = c.get("age").String()
@@ -75,6 +78,9 @@ func (r *repo) checkBMCs() {
 		}
 		if v, o := r.bmcField(n, "tlsVerify"); v != nil && b.Protocol == plan.BMCIPMI {
 			r.errorf(o.pos("bmc", "tlsVerify"), "bmc.tlsVerify", "only a Redfish BMC speaks TLS; IPMI has none to verify")
+		}
+		if v, o := r.bmcField(n, "boot"); v != nil && v.str == plan.BootVirtualMedia && b.Protocol != plan.BMCRedfish {
+			r.errorf(o.pos("bmc", "boot"), "bmc.boot", "virtual-media needs a Redfish BMC (VirtualMedia); an IPMI one boots the node by network (pxe)")
 		}
 		if v, o := r.bmcField(n, "auth"); v != nil && b.Protocol == plan.BMCIPMI {
 			r.errorf(o.pos("bmc", "auth"), "bmc.auth", "only a Redfish BMC has a choice of login (session or basic); IPMI logs in with RMCP+")

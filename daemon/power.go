@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/bootops/bootops/boot"
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/power"
 )
 
@@ -53,6 +55,7 @@ func newPower(cfg PowerConfig, stateDir string, log *slog.Logger, plans *boot.Li
 		Interval:    cfg.Interval,
 		StateFile:   power.StatePath(stateDir),
 		Log:         log,
+		MediaURL:    func(site, node string) string { return mediaURL(plans.Current(), site, node) },
 	}
 	for _, state := range []string{power.On, power.Off, power.Unknown, power.Unreachable} {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -84,4 +87,15 @@ func routePower(srv *bhttp.Server, pm *power.Manager) {
 		}
 		return st.Power, st.Error
 	}
+}
+
+// mediaURL is where a node's BMC fetches the node's boot medium: this
+// server's plain HTTP address on the site's network (a BMC is on the
+// site's management network, and the medium holds nothing secret).
+func mediaURL(p *plan.Plan, site, node string) string {
+	if p == nil || p.Site(site) == nil {
+		return ""
+	}
+	s := p.Site(site)
+	return "http://" + plan.HostPort(s.Network.ServerAddress, s.Network.HTTPPort) + "/media/" + url.PathEscape(site) + "/nodes/" + url.PathEscape(node) + "/media.iso"
 }

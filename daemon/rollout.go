@@ -358,6 +358,20 @@ func (r *rollouts) reinstall(ctx context.Context, site *plan.Site, key, name str
 		Message: fmt.Sprintf("rollout %s halted: %s: %s", key, name, why)})
 }
 
+// mediaURL is the URL of the node's medium when its BMC boots it by
+// virtual media ("" when it boots by network).
+func (r *rollouts) mediaURL(nodeKey string) string {
+	site, node, _ := strings.Cut(nodeKey, "/")
+	p := r.plans.Current()
+	if p == nil {
+		return ""
+	}
+	if n := p.Node(site, node); n == nil || n.BMC == nil || n.BMC.Boot != plan.BootVirtualMedia {
+		return ""
+	}
+	return mediaURL(p, site, node)
+}
+
 // pxeCycle sets the node's next boot to the network, once, and power
 // cycles it: both again, after a backoff with jitter, when the BMC failed
 // in a way that may pass (busy with the daemon's own poll, a timeout, a
@@ -377,8 +391,10 @@ func (r *rollouts) pxeCycle(ctx context.Context, nodeKey string) error {
 	ctx = power.Queued(ctx)
 	var err error
 	for try := 1; ; try++ {
-		err = r.power.BootDevice(ctx, nodeKey, "pxe", true)
-		if err == nil {
+		if u := r.mediaURL(nodeKey); u != "" {
+			// bmc.boot: virtual-media: its medium, inserted and booted once.
+			_, err = r.power.InsertMedia(power.AskedBy(ctx, "a rollout"), nodeKey, u)
+		} else if err = r.power.BootDevice(ctx, nodeKey, "pxe", true); err == nil {
 			_, err = r.power.Act(ctx, nodeKey, "cycle")
 		}
 		if err == nil || try >= tries || !transientBMC(err) {

@@ -188,7 +188,14 @@ type BMC struct {
 	// AuthBasic (HTTP Basic authentication on every request, for BMCs
 	// whose session login is broken).
 	Auth string `json:"auth,omitempty"`
+	// Boot is how the daemon has the node boot for an install: "" (a
+	// one-time network boot) or BootVirtualMedia.
+	Boot string `json:"boot,omitempty"`
 }
+
+// BootVirtualMedia: the node boots its medium, inserted through its
+// Redfish BMC's virtual media.
+const BootVirtualMedia = "virtual-media"
 
 // AuthBasic is a Redfish BMC reached with HTTP Basic authentication.
 const AuthBasic = "basic"

@@ -55,6 +55,9 @@ type Manager struct {
 	Secrets *Secrets
 	Dial    Dial          // default DialBMCLib
 	Timeout time.Duration // per BMC call; default DefaultTimeout
+	// MediaURL is where a node's BMC fetches its boot medium for
+	// bmc.boot: virtual-media (nil: such nodes boot by network).
+	MediaURL func(site, node string) string
 	// MediaTimeout bounds a virtual media call (InsertMedia, EjectMedia);
 	// default DefaultMediaTimeout.
 	MediaTimeout time.Duration
@@ -126,6 +129,9 @@ type nodePower struct {
 	loginFails  int
 	fingerprint string
 	quiet       time.Time
+	// inserted: this daemon filled the node's virtual CD for an install;
+	// it is ejected once the node is provisioned (ejectDone).
+	inserted bool
 }
 
 // Status is a node's power as last seen.
@@ -414,6 +420,9 @@ func (m *Manager) visitHeld(ctx context.Context, t target, np *nodePower) {
 	}
 	state, err := m.poll(ctx, t, np)
 	m.loginFailed(t, np, err)
+	if err == nil {
+		m.ejectDone(ctx, t, np)
+	}
 	if t.site.Power != plan.PowerAuto {
 		return
 	}
@@ -552,7 +561,7 @@ func (m *Manager) auto(ctx context.Context, t target, np *nodePower, state strin
 	if err == nil {
 		var c Controller
 		if c, err = m.controller(ctx, t); err == nil {
-			err = m.bootAndCycle(ctx, t, c, state, gen)
+			err = m.bootAndCycle(ctx, t, np, c, state, gen)
 		}
 	}
 	if err == nil {
@@ -590,7 +599,18 @@ func backoff(first time.Duration, n int) time.Duration {
 	return d
 }
 
-func (m *Manager) bootAndCycle(ctx context.Context, t target, c Controller, state string, gen int) error {
+func (m *Manager) bootAndCycle(ctx context.Context, t target, np *nodePower, c Controller, state string, gen int) error {
+	if t.node.BMC.Boot == plan.BootVirtualMedia && m.MediaURL != nil {
+		why := "a new node"
+		if gen > 0 {
+			why = fmt.Sprintf("reprovision raised to %d", gen)
+		}
+		if err := m.bootMedia(AskedBy(ctx, "power: auto"), t, np, c, m.MediaURL(t.site.Name, t.node.Name)); err != nil {
+			return err
+		}
+		m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: booted its virtual medium for generation %d (%s)", gen, why), false, gen)
+		return nil
+	}
 	if err := m.bounded(ctx, func(ctx context.Context) error { return c.SetBootDevice(ctx, "pxe", true) }); err != nil {
 		return err
 	}

@@ -123,44 +123,8 @@ func (m *Manager) InsertMedia(ctx context.Context, key, imageURL string) (Status
 	if err := checkImageURL(imageURL); err != nil {
 		return Status{}, err
 	}
-	image := redactURL(imageURL)
 	err := m.operator(ctx, key, func(t target, np *nodePower, c Controller) error {
-		mc, err := media(t, c)
-		if err != nil {
-			return err
-		}
-		// note puts a step on the timeline: done, or failed and why.
-		note := func(done, failed string, err error) error {
-			if err != nil {
-				err = scrub(err, imageURL)
-				m.Record(t.site.Name, t.node.Name, "power: "+failed+" failed: "+err.Error(), true, 0)
-				return err
-			}
-			m.Record(t.site.Name, t.node.Name, "power: "+done+" (asked by "+askedBy(ctx)+")", false, 0)
-			return nil
-		}
-		err = m.boundedFor(ctx, m.mediaTimeout(), func(ctx context.Context) error { return mc.SetVirtualMedia(ctx, imageURL) })
-		if err := note("virtual CD "+image+" inserted", "inserting virtual CD "+image, err); err != nil {
-			return err
-		}
-		err = m.again(ctx, func(ctx context.Context) error { return c.SetBootDevice(ctx, "cdrom", true) })
-		if err := note("set next boot cdrom (once)", "set next boot cdrom (once)", err); err != nil {
-			return err
-		}
-		var state string
-		err = m.again(ctx, func(ctx context.Context) (err error) { state, err = c.PowerState(ctx); return err })
-		action, said := "cycle", "cycled to boot the virtual CD"
-		if err == nil && state == Off {
-			action, said = "on", "powered on to boot the virtual CD (it was off)"
-		}
-		if err == nil {
-			err = m.bounded(ctx, func(ctx context.Context) error { return c.SetPower(ctx, action) })
-		}
-		if err := note(said, "power "+action+" to boot the virtual CD", err); err != nil {
-			return err
-		}
-		m.settle(ctx, c, np, action)
-		return nil
+		return m.bootMedia(ctx, t, np, c, imageURL)
 	})
 	if err != nil {
 		return Status{}, err
@@ -191,4 +155,82 @@ func (m *Manager) boundedFor(ctx context.Context, d time.Duration, f func(contex
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return f(ctx)
+}
+
+// bootMedia inserts imageURL into t's virtual CD, sets the next boot from
+// it (once) and cycles the node (or powers it on); each step on its
+// timeline, the first failure ends it. The caller holds np.call.
+func (m *Manager) bootMedia(ctx context.Context, t target, np *nodePower, c Controller, imageURL string) error {
+	mc, err := media(t, c)
+	if err != nil {
+		return err
+	}
+	image := redactURL(imageURL)
+	// note puts a step on the timeline: done, or failed and why.
+	note := func(done, failed string, err error) error {
+		if err != nil {
+			err = scrub(err, imageURL)
+			m.Record(t.site.Name, t.node.Name, "power: "+failed+" failed: "+err.Error(), true, 0)
+			return err
+		}
+		m.Record(t.site.Name, t.node.Name, "power: "+done+" (asked by "+askedBy(ctx)+")", false, 0)
+		return nil
+	}
+	err = m.boundedFor(ctx, m.mediaTimeout(), func(ctx context.Context) error { return mc.SetVirtualMedia(ctx, imageURL) })
+	if err := note("virtual CD "+image+" inserted", "inserting virtual CD "+image, err); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	np.inserted = true
+	m.mu.Unlock()
+	err = m.again(ctx, func(ctx context.Context) error { return c.SetBootDevice(ctx, "cdrom", true) })
+	if err := note("set next boot cdrom (once)", "set next boot cdrom (once)", err); err != nil {
+		return err
+	}
+	var state string
+	err = m.again(ctx, func(ctx context.Context) (err error) { state, err = c.PowerState(ctx); return err })
+	action, said := "cycle", "cycled to boot the virtual CD"
+	if err == nil && state == Off {
+		action, said = "on", "powered on to boot the virtual CD (it was off)"
+	}
+	if err == nil {
+		err = m.bounded(ctx, func(ctx context.Context) error { return c.SetPower(ctx, action) })
+	}
+	if err := note(said, "power "+action+" to boot the virtual CD", err); err != nil {
+		return err
+	}
+	m.settle(ctx, c, np, action)
+	return nil
+}
+
+// ejectDone empties the virtual CD the daemon filled for a node that is
+// now provisioned at its generation and not installing: its medium must
+// not boot again at its next power cycle. The caller holds np.call.
+func (m *Manager) ejectDone(ctx context.Context, t target, np *nodePower) {
+	m.mu.Lock()
+	inserted := np.inserted
+	m.mu.Unlock()
+	if !inserted || t.node.BMC == nil {
+		return
+	}
+	installing, installed, ok := m.Node(t.site.Name, t.node.Name)
+	if installing || !ok || installed < t.node.Reprovision {
+		return
+	}
+	c, err := m.controller(ctx, t)
+	var mc MediaController
+	if err == nil {
+		mc, err = media(t, c)
+	}
+	if err == nil {
+		err = m.boundedFor(ctx, m.mediaTimeout(), func(ctx context.Context) error { return mc.SetVirtualMedia(ctx, "") })
+	}
+	if err != nil {
+		m.Record(t.site.Name, t.node.Name, "power: virtual CD eject failed (tried again at the next poll): "+err.Error(), true, 0)
+		return
+	}
+	m.mu.Lock()
+	np.inserted = false
+	m.mu.Unlock()
+	m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: virtual CD ejected: the node is provisioned at generation %d", installed), false, 0)
 }

@@ -196,3 +196,55 @@ func TestManagerInsertMediaRefused(t *testing.T) {
 		t.Errorf("eject through an IPMI BMC: %v", err)
 	}
 }
+
+// bmc.boot: virtual-media on a power: auto site: a new node's round
+// inserts its medium (from MediaURL), boots it once and powers the node
+// on; once the node is provisioned at its generation, the next round
+// ejects the CD, and only once.
+func TestAutoBootsVirtualMediaThenEjects(t *testing.T) {
+	b, fake, bmc, image := newVMBMC(t)
+	bmc.Boot = plan.BootVirtualMedia
+	m, timeline := mediaManager(t, bmc)
+	m.Plan = func() *plan.Plan {
+		return &plan.Plan{Sites: []*plan.Site{{Name: "edge", Power: plan.PowerAuto, Nodes: []*plan.Node{{Name: "n1", Site: "edge", BMC: bmc}}}}}
+	}
+	var mu sync.Mutex
+	installed := false
+	m.Node = func(site, node string) (bool, int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return false, 0, installed
+	}
+	m.MediaURL = func(site, node string) string { return image + "?" + site + "/" + node }
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m.Round(ctx)
+	if got := strings.Join(fake.Calls(), ", "); !strings.HasPrefix(got, "insert ") || !strings.Contains(got, "on Cd") {
+		t.Fatalf("the machine was told: %s", got)
+	}
+	if saw := b.Saw("POST /redfish/v1/Managers"); len(saw) != 1 || !strings.HasSuffix(saw[0], "InsertMedia "+image+"?edge/n1") {
+		t.Errorf("the BMC saw %q", saw)
+	}
+	m.Round(ctx) // cycled for generation 0: not again; not provisioned: not ejected
+	if fake.Media() == "" || strings.Contains(strings.Join(fake.Calls(), ","), "eject") {
+		t.Fatalf("the CD was emptied before the node was provisioned: %s", fake.Calls())
+	}
+	mu.Lock()
+	installed = true
+	mu.Unlock()
+	m.Round(ctx)
+	m.Round(ctx)
+	if fake.Media() != "" {
+		t.Errorf("the CD still holds %s after the node was provisioned", fake.Media())
+	}
+	if n := strings.Count(strings.Join(fake.Calls(), ","), "eject"); n != 1 {
+		t.Errorf("ejected %d times, want once: %s", n, fake.Calls())
+	}
+	events := strings.Join(timeline(), "\n")
+	for _, e := range []string{"(asked by power: auto)", "power: booted its virtual medium for generation 0 (a new node)",
+		"power: virtual CD ejected: the node is provisioned at generation 0"} {
+		if !strings.Contains(events, e) {
+			t.Errorf("the timeline lacks %q:\n%s", e, events)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
+)
+
+// Edge nodes over the Internet (docs/edge.md): a store LAN whose router
+// hands out addresses only and NATs, a WAN link of 50 ms each way, 1 %
+// loss and 20 Mbit/s, and the server behind it; nothing answers a network
+// boot in the store. One lab, three machines at once:
+//
+//   - vm-usb: OVMF, only its USB stick (bootops media usb, its node's media
+//     credential written beside it with bootops media credential): the
+//     stick's shim and GRUB start the Micro-OS, which takes an address
+//     from the router, checks in across the WAN over TLS with the
+//     credential and installs; the link is cut for 20 s during its image
+//     download, which resumes and is verified.
+//   - vm-static: the same, on a subnet where nothing answers DHCP: its
+//     address, gateway and DNS come from Git (node network:) on its stick.
+//   - vm-held: SeaBIOS booting the site's generic ISO, fetched from the
+//     server (GET /media/lab/media.iso) as a BMC's virtual media would: a
+//     registered node that shows only its MAC is held and given nothing.
+func TestEdgeOverTheInternet(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	w := newWANLab(t, wanShape, true)
+	state := filepath.Join(w.dir, "state")
+	run(t, bootops, "ca", "init", "--host", wanServer, "--state-dir", state)
+	ca := filepath.Join(state, "tls/ca.pem")
+
+	// A large image (64 MiB of noise past its partition): its download
+	// takes long enough across the WAN for a cut in the middle of it.
+	imgDir := t.TempDir()
+	gzSHA, b := buildImage(t, imgDir, "test.raw", imageSize+64<<20, "start=2048, size=65536, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root\n",
+		func(b []byte) { rand.Read(b[imageSize-1<<20 : len(b)-1<<20]) })
+	rawSHA := outsidePartition(b)
+	w.start("images", "ip", "netns", "exec", w.srv, imageServer, "-dir", imgDir, "-addr", wanServer+":8081")
+
+	repo := filepath.Join(t.TempDir(), "repo")
+	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "-o", filepath.Join(repo, "microos"))
+	writeRepo(t, repo, vars{"ImageSHA": gzSHA}, "edge")
+	token := filepath.Join(w.dir, "ui-token")
+	os.WriteFile(token, []byte("edge-operator-token\n"), 0o600)
+	w.serve(repo, "--https-addr", wanServer+":8443", "--ui-token-file", token)
+
+	// The sticks, from the repository; each node's credential beside its
+	// medium's files. Built twice, a stick is the same bytes.
+	usb, static := filepath.Join(w.dir, "vm-usb.img"), filepath.Join(w.dir, "vm-static.img")
+	for _, m := range [][2]string{{"vm-usb", usb}, {"vm-static", static}} {
+		run(t, bootops, "media", "usb", repo, "--site", "lab", "--node", m[0], "--ca", ca, "-o", m[1])
+	}
+	again := filepath.Join(w.dir, "again.img")
+	run(t, bootops, "media", "usb", repo, "--site", "lab", "--node", "vm-usb", "--ca", ca, "-o", again)
+	if x, y := mustRead(usb), mustRead(again); x != y {
+		t.Error("two builds of vm-usb's stick differ")
+	}
+	for _, m := range [][2]string{{"lab/vm-usb", usb}, {"lab/vm-static", static}} {
+		run(t, "ip", "netns", "exec", w.srv, "env", "BOOTOPS_TOKEN_FILE="+token, bootops, "media", "credential", m[0],
+			"--server", urlWAN, "--ttl", "2h", "--into", m[1])
+	}
+	// The generic ISO, as the server hands it out.
+	iso := filepath.Join(w.dir, "site.iso")
+	run(t, "ip", "netns", "exec", w.srv, "curl", "-sSf", "-o", iso, urlWAN+"/media/lab/media.iso")
+	t.Logf("timing: lab, Micro-OS, media: %s", time.Since(start).Round(time.Second))
+
+	// The store: vm-static's subnet on the router's LAN side, no DHCP for it.
+	run(t, "ip", "-n", w.dhc, "addr", "add", "198.18.61.1/24", "dev", "eth0")
+	usbDisk, staticDisk := disk(t, w.lab, "usb"), disk(t, w.lab, "static")
+	vmUSB := w.uefiBoot("vm-usb", "52:54:00:e3:00:01", ",romfile=", stick(usb, usbDisk)...)
+	vmStatic := w.uefiBoot("vm-static", "52:54:00:e3:00:02", ",romfile=", stick(static, staticDisk)...)
+	vmHeld := w.boot("vm-held", "52:54:00:e3:00:03", ",romfile=", "-drive", "file="+iso+",media=cdrom,readonly=on,if=ide,index=0", "-boot", "d")
+	booted := time.Now()
+
+	// The link goes down for 20 s once vm-usb's image is on its way.
+	waitTimeline(t, w.status(t), "lab/vm-usb", "image-to-disk", 10*time.Minute)
+	time.Sleep(3 * time.Second)
+	t.Logf("timing: power-on → image download started over the WAN: %s; cutting the link for 20 s", time.Since(booted).Round(time.Second))
+	<-w.cut(20 * time.Second)
+
+	held := w.waitState(t, "lab/vm-held", "held", 10*time.Minute)
+	if !strings.Contains(held, "proves nothing") {
+		t.Errorf("vm-held: %q, want held as unproven", held)
+	}
+	w.waitState(t, "lab/vm-usb", "provisioned", 15*time.Minute)
+	t.Logf("timing: vm-usb, power-on → provisioned over the WAN: %s", time.Since(booted).Round(time.Second))
+	w.waitState(t, "lab/vm-static", "provisioned", 10*time.Minute)
+	t.Logf("timing: vm-static, power-on → provisioned over the WAN: %s", time.Since(booted).Round(time.Second))
+	waitVMs(3*time.Minute, vmUSB, vmStatic)
+	checkDisk(t, usbDisk, rawSHA)
+	checkDisk(t, staticDisk, rawSHA)
+
+	api := w.status(t)
+	for _, key := range []string{"lab/vm-usb", "lab/vm-static"} {
+		m, _ := api.machine(key)
+		if m.Boot != "uefi, secure boot off, media, tls" {
+			t.Errorf("%s booted %q, want uefi, secure boot off, media, tls", key, m.Boot)
+		}
+		_, js := api.timeline(key)
+		if !strings.Contains(js, "proved by a media credential") {
+			t.Errorf("%s: no check-in by its media credential on its timeline:\n%s", key, js)
+		}
+		if strings.Contains(js, "198.18.6") {
+			t.Errorf("%s: a store address reached the server (no NAT?):\n%s", key, js)
+		}
+		if !strings.Contains(js, wanRouter) {
+			t.Errorf("%s: the router's WAN address is not where it came from:\n%s", key, js)
+		}
+	}
+	if _, js := api.timeline("lab/vm-usb"); !strings.Contains(js, "resume") {
+		t.Errorf("vm-usb: no resumed download after the cut on its timeline:\n%s", js)
+	}
+	con := mustRead(vmStatic.console)
+	if !strings.Contains(con, "static 198.18.61.20/24 via 198.18.61.1") || strings.Contains(con, "bootops-microos: dhcp on") {
+		t.Errorf("vm-static did not bring up its static network from Git (or ran DHCP):\n%s", testutil.Tail(con, 40))
+	}
+	if !strings.Contains(mustRead(vmHeld.console), "bootops-microos: starting bootops-agent") {
+		t.Errorf("vm-held did not boot the ISO's Micro-OS (BIOS, ISOLINUX):\n%s", testutil.Tail(mustRead(vmHeld.console), 40))
+	}
+	if _, js := api.timeline("lab/vm-held"); strings.Contains(js, "workflow") || strings.Contains(js, "image-to-disk") {
+		t.Errorf("vm-held was given more than the Micro-OS:\n%s", js)
+	}
+	// A spent credential is spent: the stick again is refused.
+	vmHeld.cmd.Process.Kill()
+	t.Logf("timing: TestEdgeOverTheInternet %s", time.Since(start).Round(time.Second))
+}
+
+// stick boots a VM from a USB image first, then its disk.
+func stick(img, disk string) []string {
+	return []string{"-device", "qemu-xhci,id=xhci", "-drive", "if=none,id=stick,format=raw,file=" + img,
+		"-device", "usb-storage,bus=xhci.0,drive=stick,bootindex=0",
+		"-drive", "file=" + disk + ",if=none,id=d0,format=raw", "-device", "virtio-blk-pci,drive=d0,bootindex=1"}
+}
+
+// status is the daemon's status API, asked from the server's own
+// namespace: the tests' questions neither cross the shaped link nor fail
+// while it is cut.
+func (w *wanLab) status(t *testing.T) statusClient {
+	return statusClient{t: t, ns: w.srv, server: urlWAN}
+}
+
+// waitState waits (at most d) until the machine is in state want, and
+// returns its last message then.
+func (w *wanLab) waitState(t *testing.T, key, want string, d time.Duration) string {
+	t.Helper()
+	var m status.Machine
+	if testutil.Poll(d, every, func() bool { m, _ = w.status(t).machine(key); return m.State == want }) {
+		return m.Last.Message
+	}
+	t.Fatalf("%s: state %q (%s), want %q after %s\nbootops log:\n%s", key, m.State, m.Last.Message, want, d, testutil.Tail(w.log("bootops"), 30))
+	return ""
+}
+
+// waitTimeline waits until key's timeline mentions want.
+func waitTimeline(t *testing.T, api statusClient, key, want string, d time.Duration) {
+	t.Helper()
+	var js string
+	if !testutil.Poll(d, 2*time.Second, func() bool {
+		_, js = api.timeline(key)
+		return strings.Contains(js, want)
+	}) {
+		t.Fatalf("%s: %q not on its timeline after %s:\n%s", key, want, d, js)
+	}
+}

@@ -107,6 +107,14 @@ func ParseLoadOption(b []byte) (LoadOption, error) {
 // lowest free Boot#### number is taken. The firmware keeps the option
 // across boots: only auto-created options (those whose optional data is
 // edk2's auto-create GUID) are pruned by its boot option refresh.
+//
+// What the firmware does with it (edk2 2022.11, Debian's OVMF, proved by
+// this package's e2e test): HttpBootDxe still runs DHCP for the address
+// (a plain offer will do; no DHCP server, no boot), tries IPv4 and then
+// IPv6, HEADs then GETs the URI, and for https trusts only the CAs of
+// TlsCaCertificate (SetTLSCA). QEMU's bootindex properties reorder
+// BootOrder at every boot: the options they match come first, this one
+// after them.
 func SetBootURI(vars []byte, desc, uri string) ([]byte, error) {
 	if err := checkBootURI(uri); err != nil {
 		return nil, err

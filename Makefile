@@ -66,7 +66,7 @@ empty :=
 space := $(empty) $(empty)
 OTHER_PKGS = $$($(GO) list ./... | grep -v -E '^$(MODULE)/($(subst $(space),|,$(RACE_DIRS)))(/|$$)')
 # Each build tag with the packages that have files behind it.
-VET_TAGS := e2e:./test/e2e e2e:./test/redfishvm e2e:./boot/dhcp6 browser:./test/browser image:./packaging/image \
+VET_TAGS := e2e:./test/e2e e2e:./test/redfishvm e2e:./test/ovmfvars e2e:./boot/dhcp6 browser:./test/browser image:./packaging/image \
 	package:./test/package swtpm:./tpm swtpm:./boot/agentapi ipmi:./daemon
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := .cache/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
@@ -117,7 +117,7 @@ e2e: go-check lab-deps
 # a CI log says it; the run's status is the tests'.
 e2e-run:
 	@mkdir -p .cache; set -o pipefail; \
-	$(GO) test $(E2E_FLAGS) ./test/e2e ./test/redfishvm 2>&1 | tee .cache/e2e.log; status=$$?; \
+	$(GO) test $(E2E_FLAGS) ./test/e2e ./test/redfishvm ./test/ovmfvars 2>&1 | tee .cache/e2e.log; status=$$?; \
 	bash test/e2e/summary.sh .cache/e2e.log; \
 	exit $$status
 

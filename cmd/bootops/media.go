@@ -35,7 +35,11 @@ func mediaCmd() *command {
 			"  # asks the server for a single-use media credential and writes it beside the image's files",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
-		if len(args) == 0 {
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+			// --help (or a flag before the subcommand): the usage.
+			if _, err := parse(c.flags(e), e, args); err != nil {
+				return err
+			}
 			return usagef("want iso, usb, uki or credential")
 		}
 		switch args[0] {

@@ -78,7 +78,7 @@ var rules = []rule{
 	{from: "schema", only: []string{}, why: "the embedded CUE schema"},
 	{from: "rollout", only: []string{"plan"}, why: "a pure planner: the daemon stores its state and acts"},
 	{from: "power", only: []string{"plan"}, why: "BMCs and the power policy"},
-	{from: "boot", never: []string{"compiler", "reconciler", "microos", "daemon", "hub", "interop", "rollout", "power", "agent", "cmd"},
+	{from: "boot", never: []string{"compiler", "reconciler", "microos", "media", "daemon", "hub", "interop", "rollout", "power", "agent", "cmd"},
 		why: "the boot plane reads the live Plan through an interface and serves bytes"},
 	{from: "agent", never: []string{"boot", "compiler", "reconciler", "daemon", "hub", "microos", "cmd"},
 		why: "the Micro-OS side talks to the server only over the wire"},
@@ -88,6 +88,7 @@ var rules = []rule{
 	{from: "hub", never: []string{"daemon", "compiler", "reconciler", "agent", "cmd"}, why: "the hub reads sites' events"},
 	{from: "interop", never: []string{"boot", "daemon", "hub", "agent", "cmd"}, why: "other systems' formats, offline"},
 	{from: "microos", never: []string{"boot", "daemon", "compiler", "cmd"}, why: "builds bytes the boot plane serves"},
+	{from: "media", only: []string{"plan", "microos", "trust", "tpm"}, why: "boot media from a Plan and a Micro-OS: bytes the boot plane serves"},
 }
 
 // reporter is what check tells of a wrong arrow: a *testing.T, or a

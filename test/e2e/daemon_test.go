@@ -17,8 +17,8 @@ import (
 )
 
 // The binaries the tests run: bootops, the agent (static, for the
-// Micro-OS) and the image server.
-var bootops, agentBin, imageServer string
+// Micro-OS), the image server and the Redfish BMC in front of a VM.
+var bootops, agentBin, imageServer, redfishVMD string
 
 func TestMain(m *testing.M) {
 	flag.Parse() // -run decides whether the Debian image is built
@@ -32,7 +32,8 @@ func TestMain(m *testing.M) {
 	bootops = filepath.Join(dir, "bootops")
 	agentBin = filepath.Join(dir, "bootops-agent")
 	imageServer = filepath.Join(dir, "imageserver")
-	for _, b := range [][2]string{{bootops, "../../cmd/bootops"}, {agentBin, "../../cmd/bootops-agent"}, {imageServer, "./imageserver"}} {
+	redfishVMD = filepath.Join(dir, "redfishvmd")
+	for _, b := range [][2]string{{bootops, "../../cmd/bootops"}, {agentBin, "../../cmd/bootops-agent"}, {imageServer, "./imageserver"}, {redfishVMD, "../redfishvm/redfishvmd"}} {
 		cmd := exec.Command("go", "build", "-o", b[0], b[1])
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

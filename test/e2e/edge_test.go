@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"crypto/rand"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,24 +13,32 @@ import (
 
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/internal/testutil"
+	"github.com/bootops/bootops/test/ovmfvars"
 )
 
 // Edge nodes over the Internet (docs/edge.md): a store LAN whose router
 // hands out addresses only and NATs, a WAN link of 50 ms each way, 1 %
 // loss and 20 Mbit/s, and the server behind it; nothing answers a network
-// boot in the store. One lab, three machines at once:
+// boot in the store. One lab, its machines at once:
 //
 //   - vm-usb: OVMF, only its USB stick (bootops media usb, its node's media
-//     credential written beside it with bootops media credential): the
-//     stick's shim and GRUB start the Micro-OS, which takes an address
-//     from the router, checks in across the WAN over TLS with the
-//     credential and installs; the link is cut for 20 s during its image
-//     download, which resumes and is verified.
-//   - vm-static: the same, on a subnet where nothing answers DHCP: its
-//     address, gateway and DNS come from Git (node network:) on its stick.
-//   - vm-held: SeaBIOS booting the site's generic ISO, fetched from the
-//     server (GET /media/lab/media.iso) as a BMC's virtual media would: a
-//     registered node that shows only its MAC is held and given nothing.
+//     credential written beside it with bootops media credential): shim
+//     and GRUB start the Micro-OS, which takes an address from the router,
+//     checks in across the WAN over TLS with the credential and installs;
+//     the link is cut for 20 s during its image download, which resumes
+//     and is verified. Booted again from the same stick, it is refused:
+//     the credential was spent.
+//   - vm-static: the same with Secure Boot on (Microsoft's keys), on a
+//     subnet where nothing answers DHCP: its address, gateway and DNS come
+//     from Git (node network:) on its stick.
+//   - vm-url: OVMF told only an HTTPS boot URL (the server's UKI of the
+//     node, GET /media/lab/nodes/vm-url/boot.efi) and the site CA, as an
+//     operator sets them in its setup; it proves itself with its TPM.
+//   - vm-iso: SeaBIOS booting the site's generic ISO, fetched from the
+//     server as a BMC's virtual media would (GET /media/lab/media.iso);
+//     its TPM proves it.
+//   - vm-held: the same ISO on a registered node that shows only its MAC:
+//     held, and given nothing.
 func TestEdgeOverTheInternet(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
@@ -46,9 +55,10 @@ func TestEdgeOverTheInternet(t *testing.T) {
 	rawSHA := outsidePartition(b)
 	w.start("images", "ip", "netns", "exec", w.srv, imageServer, "-dir", imgDir, "-addr", wanServer+":8081")
 
+	urlTPM, isoTPM := w.tpm("url"), w.tpm("iso")
 	repo := filepath.Join(t.TempDir(), "repo")
 	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "-o", filepath.Join(repo, "microos"))
-	writeRepo(t, repo, vars{"ImageSHA": gzSHA}, "edge")
+	writeRepo(t, repo, vars{"ImageSHA": gzSHA, "URLEK": urlTPM.EKHash, "ISOEK": isoTPM.EKHash}, "edge")
 	token := filepath.Join(w.dir, "ui-token")
 	os.WriteFile(token, []byte("edge-operator-token\n"), 0o600)
 	w.serve(repo, "--https-addr", wanServer+":8443", "--ui-token-file", token)
@@ -71,67 +81,112 @@ func TestEdgeOverTheInternet(t *testing.T) {
 	// The generic ISO, as the server hands it out.
 	iso := filepath.Join(w.dir, "site.iso")
 	run(t, "ip", "netns", "exec", w.srv, "curl", "-sSf", "-o", iso, urlWAN+"/media/lab/media.iso")
+	urlVars := httpsBootVars(t, w, ca, "https://"+wanServer+":8443/media/lab/nodes/vm-url/boot.efi")
 	t.Logf("timing: lab, Micro-OS, media: %s", time.Since(start).Round(time.Second))
 
 	// The store: vm-static's subnet on the router's LAN side, no DHCP for it.
 	run(t, "ip", "-n", w.dhc, "addr", "add", "198.18.61.1/24", "dev", "eth0")
-	usbDisk, staticDisk := disk(t, w.lab, "usb"), disk(t, w.lab, "static")
-	vmUSB := w.uefiBoot("vm-usb", "52:54:00:e3:00:01", ",romfile=", stick(usb, usbDisk)...)
-	vmStatic := w.uefiBoot("vm-static", "52:54:00:e3:00:02", ",romfile=", stick(static, staticDisk)...)
-	vmHeld := w.boot("vm-held", "52:54:00:e3:00:03", ",romfile=", "-drive", "file="+iso+",media=cdrom,readonly=on,if=ide,index=0", "-boot", "d")
+	usbDisk, staticDisk, urlDisk, isoDisk := disk(t, w.lab, "usb"), disk(t, w.lab, "static"), disk(t, w.lab, "url"), disk(t, w.lab, "iso")
 	booted := time.Now()
+	vmUSB := w.uefiBoot("vm-usb", "52:54:00:e3:00:01", ",romfile=", stick(usb, usbDisk)...)
+	vmStatic := w.secureVM("vm-static", "52:54:00:e3:00:02", "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd", stick(static, staticDisk)...)
+	vmURL := w.boot("vm-url", "52:54:00:e3:00:04", ",romfile=", append([]string{
+		"-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd", "-drive", "if=pflash,format=raw,file=" + urlVars,
+		"-drive", "file=" + urlDisk + ",if=virtio,format=raw"}, w.tpmArgs(urlTPM)...)...)
+	vmISO := w.boot("vm-iso", "52:54:00:e3:00:05", ",romfile=", append([]string{"-drive", "file=" + iso + ",media=cdrom,readonly=on,if=ide,index=0",
+		"-drive", "file=" + isoDisk + ",if=virtio,format=raw", "-boot", "d"}, w.tpmArgs(isoTPM)...)...)
+	vmHeld := w.boot("vm-held", "52:54:00:e3:00:03", ",romfile=", "-drive", "file="+iso+",media=cdrom,readonly=on,if=ide,index=0", "-boot", "d")
 
 	// The link goes down for 20 s once vm-usb's image is on its way.
-	waitTimeline(t, w.status(t), "lab/vm-usb", "image-to-disk", 10*time.Minute)
+	waitTimeline(t, w.status(t), "lab/vm-usb", "image-to-disk", 15*time.Minute)
 	time.Sleep(3 * time.Second)
-	t.Logf("timing: power-on → image download started over the WAN: %s; cutting the link for 20 s", time.Since(booted).Round(time.Second))
+	t.Logf("timing: power-on → vm-usb's image download started over the WAN: %s; cutting the link for 20 s", time.Since(booted).Round(time.Second))
 	<-w.cut(20 * time.Second)
 
 	held := w.waitState(t, "lab/vm-held", "held", 10*time.Minute)
 	if !strings.Contains(held, "proves nothing") {
 		t.Errorf("vm-held: %q, want held as unproven", held)
 	}
-	w.waitState(t, "lab/vm-usb", "provisioned", 15*time.Minute)
-	t.Logf("timing: vm-usb, power-on → provisioned over the WAN: %s", time.Since(booted).Round(time.Second))
-	w.waitState(t, "lab/vm-static", "provisioned", 10*time.Minute)
-	t.Logf("timing: vm-static, power-on → provisioned over the WAN: %s", time.Since(booted).Round(time.Second))
-	waitVMs(3*time.Minute, vmUSB, vmStatic)
-	checkDisk(t, usbDisk, rawSHA)
-	checkDisk(t, staticDisk, rawSHA)
+	vmHeld.cmd.Process.Kill()
+	for _, vm := range []string{"vm-usb", "vm-static", "vm-url", "vm-iso"} {
+		w.waitState(t, "lab/"+vm, "provisioned", 15*time.Minute)
+		t.Logf("timing: %s, power-on → provisioned over the WAN: %s", vm, time.Since(booted).Round(time.Second))
+	}
+	waitVMs(3*time.Minute, vmUSB, vmStatic, vmURL, vmISO)
+	for _, d := range []string{usbDisk, staticDisk, urlDisk, isoDisk} {
+		checkDisk(t, d, rawSHA)
+	}
 
 	api := w.status(t)
-	for _, key := range []string{"lab/vm-usb", "lab/vm-static"} {
-		m, _ := api.machine(key)
-		if m.Boot != "uefi, secure boot off, media, tls" {
-			t.Errorf("%s booted %q, want uefi, secure boot off, media, tls", key, m.Boot)
+	for key, boot := range map[string]string{"lab/vm-usb": "uefi, secure boot off, media, tls", "lab/vm-static": "uefi, secure boot, media, tls",
+		"lab/vm-url": "uefi, secure boot off, uki, tls", "lab/vm-iso": "bios, media, tls"} {
+		if m, _ := api.machine(key); m.Boot != boot {
+			t.Errorf("%s booted %q, want %s", key, m.Boot, boot)
 		}
-		_, js := api.timeline(key)
-		if !strings.Contains(js, "proved by a media credential") {
-			t.Errorf("%s: no check-in by its media credential on its timeline:\n%s", key, js)
+		evs, js := api.timeline(key)
+		for _, e := range evs {
+			// What the server saw the machine come from: the router's
+			// WAN address, never a store address.
+			if e.Kind == status.KindAgent && e.IP != "" && e.IP != wanRouter && e.IP != wanServer {
+				t.Errorf("%s: an agent event from %s: a store address reached the server (no NAT?)", key, e.IP)
+			}
 		}
-		if strings.Contains(js, "198.18.6") {
-			t.Errorf("%s: a store address reached the server (no NAT?):\n%s", key, js)
-		}
-		if !strings.Contains(js, wanRouter) {
+		if !strings.Contains(js, `"ip":"`+wanRouter+`"`) {
 			t.Errorf("%s: the router's WAN address is not where it came from:\n%s", key, js)
 		}
+		if proof := map[string]string{"lab/vm-usb": "proved by a media credential", "lab/vm-static": "proved by a media credential"}[key]; proof != "" && !strings.Contains(js, proof) {
+			t.Errorf("%s: no check-in by its media credential on its timeline:\n%s", key, js)
+		}
 	}
-	if _, js := api.timeline("lab/vm-usb"); !strings.Contains(js, "resume") {
+	if _, js := api.timeline("lab/vm-usb"); !strings.Contains(js, "resuming") {
 		t.Errorf("vm-usb: no resumed download after the cut on its timeline:\n%s", js)
 	}
 	con := mustRead(vmStatic.console)
 	if !strings.Contains(con, "static 198.18.61.20/24 via 198.18.61.1") || strings.Contains(con, "bootops-microos: dhcp on") {
 		t.Errorf("vm-static did not bring up its static network from Git (or ran DHCP):\n%s", testutil.Tail(con, 40))
 	}
-	if !strings.Contains(mustRead(vmHeld.console), "bootops-microos: starting bootops-agent") {
-		t.Errorf("vm-held did not boot the ISO's Micro-OS (BIOS, ISOLINUX):\n%s", testutil.Tail(mustRead(vmHeld.console), 40))
+	if !strings.Contains(mustRead(vmURL.console), "https://"+wanServer+":8443/media/lab/nodes/vm-url/boot.efi") {
+		t.Errorf("vm-url's firmware did not boot the HTTPS URL:\n%s", testutil.Tail(mustRead(vmURL.console), 40))
 	}
 	if _, js := api.timeline("lab/vm-held"); strings.Contains(js, "workflow") || strings.Contains(js, "image-to-disk") {
 		t.Errorf("vm-held was given more than the Micro-OS:\n%s", js)
 	}
-	// A spent credential is spent: the stick again is refused.
-	vmHeld.cmd.Process.Kill()
+
+	// vm-usb again from the same stick: its credential is spent.
+	vmUSB = w.uefiBoot("vm-usb-again", "52:54:00:e3:00:01", ",romfile=", stick(usb, usbDisk)...)
+	vmUSB.wait(t, "check-in refused", 8*time.Minute)
+	vmUSB.cmd.Process.Kill()
+	if _, js := api.timeline("lab/vm-usb"); !strings.Contains(js, "identity-conflict") {
+		t.Errorf("vm-usb's second boot from a spent credential is not an identity conflict:\n%s", js)
+	}
 	t.Logf("timing: TestEdgeOverTheInternet %s", time.Since(start).Round(time.Second))
+}
+
+// httpsBootVars is an OVMF variable store whose first boot option is the
+// HTTPS URL uri, trusting the PEM CA ca: what an operator sets in the
+// firmware's setup.
+func httpsBootVars(t *testing.T, w *wanLab, ca, uri string) string {
+	t.Helper()
+	tmpl, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")
+	if err != nil {
+		t.Fatalf("OVMF is missing (Debian package ovmf): %v", err)
+	}
+	block, _ := pem.Decode([]byte(mustRead(ca)))
+	if block == nil {
+		t.Fatalf("%s holds no PEM certificate", ca)
+	}
+	vars, err := ovmfvars.SetBootURI(tmpl, "bootops HTTPS boot", uri)
+	if err == nil {
+		vars, err = ovmfvars.SetTLSCA(vars, block.Bytes)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(w.dir, "vm-url-vars.fd")
+	if err := os.WriteFile(p, vars, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // stick boots a VM from a USB image first, then its disk.

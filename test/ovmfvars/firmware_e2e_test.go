@@ -43,7 +43,11 @@ var (
 // TestBootURI proves the store this package writes with real firmware:
 // Debian's OVMF (4 MiB) boots an HTTPS URL from a Boot#### option whose
 // device path is a lone URI node, trusting the CA of TlsCaCertificate,
-// on a LAN whose DHCP server gives addresses only.
+// on a LAN whose DHCP server gives addresses only; with another CA in
+// the list it refuses the server. (What else was found by trying — no CA,
+// Go's default suites, plain http, a Secure Boot store, a link without
+// DHCP — is in docs/edge.md; TestEdgeOverTheInternet provisions a machine
+// by this path.)
 func TestBootURI(t *testing.T) {
 	l := newLab(t, true)
 	good, wrong := newPKI(t, "bootops e2e CA"), newPKI(t, "some other CA")
@@ -56,7 +60,7 @@ func TestBootURI(t *testing.T) {
 		":443":  trust.ServerTLS(good.cert),                   // bootops' own listener settings
 		":8443": {Certificates: []tls.Certificate{good.cert}}, // Go's defaults
 	})
-	plain, secure := ovmfDir+"/OVMF_VARS_4M.fd", ovmfDir+"/OVMF_VARS_4M.ms.fd"
+	plain := ovmfDir + "/OVMF_VARS_4M.fd"
 	https := "https://" + serverIP
 	for _, c := range []bootCase{
 		{name: "https", mac: "52:54:00:40:00:01", template: plain, uri: https + "/https/boot.efi",
@@ -64,16 +68,6 @@ func TestBootURI(t *testing.T) {
 		// The firmware resets the connection when the chain fails: no alert.
 		{name: "wrongca", mac: "52:54:00:40:00:02", template: plain, uri: https + "/wrongca/boot.efi",
 			cas: [][]byte{wrong.caDER}, console: givesUp, handshake: "connection reset by peer"},
-		{name: "noca", mac: "52:54:00:40:00:03", template: plain, uri: https + "/noca/boot.efi", console: givesUp},
-		{name: "godefaults", mac: "52:54:00:40:00:04", template: plain, uri: https + ":8443/godefaults/boot.efi",
-			cas: [][]byte{good.caDER}, console: givesUp, handshake: "no cipher suite supported by both client and server"},
-		{name: "http", mac: "52:54:00:40:00:05", template: plain, uri: "http://" + serverIP + "/http/boot.efi",
-			console: runs, fetched: true},
-		// A store with Secure Boot keys (PK, KEK, db) and Secure Boot on:
-		// the firmware reads our variables among the authenticated ones,
-		// fetches the program, and refuses it (Debian's iPXE is unsigned).
-		{name: "secureboot", mac: "52:54:00:40:00:06", template: secure, uri: https + "/secureboot/boot.efi",
-			cas: [][]byte{good.caDER}, console: givesUp + https + "/secureboot/boot.efi): Access Denied", fetched: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l.boot(t, rec, c)
@@ -159,18 +153,6 @@ func (l *lab) checkRefusal(t *testing.T, c bootCase, got []request) {
 	case c.handshake == "" && slices.ContainsFunc(got, fromVM):
 		t.Errorf("the firmware reached the server, though it must give up before")
 	}
-}
-
-// TestBootURINeedsDHCP: HttpBootDxe takes the URI from the option but its
-// address only from DHCP (HttpBootDiscoverBootInfo runs DHCP for every
-// boot), so on a link without a DHCP server the option fails.
-func TestBootURINeedsDHCP(t *testing.T) {
-	l := newLab(t, false)
-	ca := newPKI(t, "bootops e2e CA")
-	rec := &recorder{}
-	l.servers(rec, []byte("never fetched"), map[string]*tls.Config{":443": trust.ServerTLS(ca.cert)})
-	l.boot(t, rec, bootCase{name: "nodhcp", mac: "52:54:00:40:00:07", template: ovmfDir + "/OVMF_VARS_4M.fd",
-		uri: "https://" + serverIP + "/nodhcp/boot.efi", cas: [][]byte{ca.caDER}, console: givesUp})
 }
 
 // checkKept reads the store the firmware ran with: its own variables

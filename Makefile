@@ -164,6 +164,7 @@ bench: build
 	@bash test/bench/compile.sh
 	@bash test/bench/gitops.sh
 	@bash test/bench/import.sh
+	@bash test/bench/wan.sh
 	$(GO) run ./test/fleet/sim -bootops $(BIN) -nodes 1000 -concurrency 100 -rounds 2
 
 fuzz: go-check

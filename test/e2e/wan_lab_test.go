@@ -219,6 +219,21 @@ func (w *wanLab) close() {
 	}
 }
 
+// minRTT pings the server from the store and fails t unless even the
+// fastest round trip took twice delay.
+func (w *wanLab) minRTT(t *testing.T, delay time.Duration) {
+	t.Helper()
+	out, err := w.inStore("busybox", "ping", "-c", "5", "-q", wanServer)
+	m := regexp.MustCompile(`min/avg/max = ([0-9.]+)/`).FindStringSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("ping from the store: %v\n%s", err, out)
+	}
+	minRTT, _ := strconv.ParseFloat(m[1], 64)
+	if want := 2 * delay.Seconds() * 1000; minRTT < want {
+		t.Errorf("round trip %.1f ms, want at least %.0f ms (2 × %s):\n%s", minRTT, want, delay, out)
+	}
+}
+
 // wanShape is the WAN the tests assume unless they say otherwise: 50 ms
 // each way, 1 % loss, 20 Mbit/s.
 var wanShape = wanem.Shape{Delay: 50 * time.Millisecond, Loss: 0.01, Rate: 20_000_000}
@@ -303,15 +318,13 @@ defaultProfile: test-os
 	})
 
 	t.Run("round trip at least twice the delay", func(t *testing.T) {
-		out, err := w.inStore("busybox", "ping", "-c", "10", "-q", wanServer)
-		m := regexp.MustCompile(`min/avg/max = ([0-9.]+)/`).FindStringSubmatch(out)
-		if err != nil || m == nil {
-			t.Fatalf("ping from the store: %v\n%s", err, out)
-		}
-		minRTT, _ := strconv.ParseFloat(m[1], 64)
-		if want := 2 * wanShape.Delay.Seconds() * 1000; minRTT < want {
-			t.Errorf("round trip %.1f ms, want at least %.0f ms (2 × %s):\n%s", minRTT, want, wanShape.Delay, out)
-		}
+		w.minRTT(t, wanShape.Delay)
+		// Reshaped, and back.
+		far := wanShape
+		far.Delay = 150 * time.Millisecond
+		w.shape(far)
+		w.minRTT(t, far.Delay)
+		w.shape(wanShape)
 	})
 
 	t.Run("a cut stops traffic, then it comes back", func(t *testing.T) {

@@ -15,7 +15,9 @@ import (
 // (Range: bytes=N-, with If-Range naming the first answer's strong ETag or
 // its Last-Modified, so a file changed meanwhile is refused, never
 // spliced), up to 5 losses in a row without a byte getting through, the
-// wait before each new request growing by DefaultBackoff. A failed first
+// wait before each new request growing by DefaultBackoff. A connection
+// that delivers nothing for 15 s counts as lost (a NAT that forgot it, a
+// link down): it is dropped and the rest asked for. A failed first
 // request is not retried: the action's retries do that, not the download.
 //
 // client nil is a client without an overall timeout, as the action's; log,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -132,8 +133,13 @@ func (s *Site) serverURL(addr string) string {
 func (s *Site) TLS() bool { return s.Network.HTTPSPort != 0 }
 
 // AgentURL is the base URL the Micro-OS's agent reports to: https on
-// network.httpsPort when the site has one, else ServerURL.
+// network.httpsPort when the site has one, else ServerURL; a remote
+// site's remote.url.
 func (s *Site) AgentURL() string {
+	if s.Remote != nil && s.Remote.URL != "" {
+		// The machines come over the Internet: the URL they reach.
+		return strings.TrimSuffix(s.Remote.URL, "/")
+	}
 	if s.TLS() {
 		return "https://" + HostPort(s.Network.PrimaryAddress(), s.Network.HTTPSPort)
 	}

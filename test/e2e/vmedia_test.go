@@ -35,7 +35,9 @@ func TestVirtualMedia(t *testing.T) {
 	os.WriteFile(filepath.Join(secrets, "vmedia-bmc"), []byte("root:calvin\nallow: 198.18.0.5\n"), 0o600)
 
 	// The BMC at 198.18.0.5, its VM's NIC on the lab's bridge; the VM is
-	// off until the BMC is told to power it on.
+	// off until the BMC is told to power it on. No -no-reboot: the BMC
+	// takes a boot override with a reset of the paused VM, which would
+	// end it.
 	run(t, "ip", "-n", l.lan, "addr", "add", "198.18.0.5/24", "dev", "br0")
 	run(t, "ip", "-n", l.lan, "tuntap", "add", "dev", "tap-vmedia", "mode", "tap")
 	run(t, "ip", "-n", l.lan, "link", "set", "tap-vmedia", "master", "br0", "up")
@@ -47,7 +49,7 @@ func TestVirtualMedia(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(bmcDir) })
 	l.start("bmc", "ip", "netns", "exec", l.lan, redfishVMD, "-addr", "198.18.0.5:8443", "-dir", bmcDir, "-console", console, "-hdd", "disk0", "--",
-		"-accel", "tcg", "-m", "512", "-nographic", "-monitor", "none", "-no-reboot",
+		"-accel", "tcg", "-m", "512", "-nographic", "-monitor", "none",
 		"-netdev", "tap,id=n0,ifname=tap-vmedia,script=no,downscript=no", "-device", "virtio-net-pci,netdev=n0,mac=52:54:00:e4:00:01,romfile=",
 		"-drive", "file="+vmDisk+",if=none,id=d0,format=raw", "-device", "virtio-blk-pci,drive=d0,id=disk0,bootindex=1")
 	l.started("bmc", "serving on", 20*time.Second)

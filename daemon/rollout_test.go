@@ -64,6 +64,7 @@ func (b *bmc) SetBootDevice(ctx context.Context, d string, once bool) error {
 	b.add("boot " + d)
 	return nil
 }
+func (b *bmc) SetVirtualMedia(_ context.Context, u string) error { b.add("media " + u); return nil }
 func (b *bmc) add(c string) { b.mu.Lock(); b.calls = append(b.calls, c); b.mu.Unlock() }
 func (b *bmc) said() string { b.mu.Lock(); defer b.mu.Unlock(); return strings.Join(b.calls, ", ") }
 
@@ -195,6 +196,25 @@ func (f *fleet) timeline(node string) string {
 // first, each through its BMC; a node started boots the Micro-OS again
 // at its generation until its disk holds v2; a restarted controller
 // starts nobody twice.
+// A node whose BMC boots it by virtual media is reinstalled that way: its
+// medium from this server inserted, the CD booted once, a power cycle; no
+// network boot.
+func TestRolloutBootsVirtualMedia(t *testing.T) {
+	f := newFleet(t)
+	site := f.live.Current().Sites[0]
+	site.Network = plan.Network{ServerAddress: "198.18.0.100", HTTPPort: 8080}
+	for _, n := range site.Nodes {
+		n.BMC.Protocol, n.BMC.Boot, n.BMC.TLSVerify = plan.BMCRedfish, plan.BootVirtualMedia, true
+	}
+	f.round()
+	if b := f.bmcs["198.18.0.1"].said(); b != "media http://198.18.0.100:8080/media/lab/nodes/n1/media.iso, boot cdrom, power cycle" {
+		t.Errorf("n1's BMC: %s", b)
+	}
+	if got := f.cycled(); len(got) != 1 || got[0] != "n1" {
+		t.Errorf("cycled after the first round: %v", got)
+	}
+}
+
 func TestRolloutController(t *testing.T) {
 	f := newFleet(t)
 	d := &daemon{events: f.store, overlays: &overlaySwap{live: f.live}, rollouts: f.r}

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/bootops/bootops/plan"
 )
@@ -21,19 +20,12 @@ func ISO(sp Spec, out string) error {
 	if err := need([]loader{Shim, GRUB, MokManager, ISOLINUX, ISOHybrid, LDLinux}, "xorriso", "mformat", "mcopy", "mmd"); err != nil {
 		return err
 	}
-	settings, err := sp.Settings(plan.ChainMedia)
+	b, done, err := sp.scratch(out, plan.ChainMedia)
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp(filepath.Dir(out), ".media-*")
-	if err != nil {
-		return fmt.Errorf("media: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	all, _, err := sp.stage(dir, settings)
-	if err != nil {
-		return err
-	}
+	defer done()
+	dir, all := b.dir, b.all
 	// The UEFI chain in its own FAT image (El Torito's EFI entry); GRUB
 	// finds the kernel on the ISO 9660 side by the medium's marker.
 	efi := uefiFiles()
@@ -44,8 +36,7 @@ func ISO(sp Spec, out string) error {
 		return err
 	}
 	efiImg := filepath.Join(dir, "efi.img")
-	mid := strings.TrimPrefix(markerOf(all), "bootops/id-")
-	if err := fatImage(efiImg, (n+n/8+1<<20+1<<20-1)&^(1<<20-1), efi, serial(mid), sp.Epoch); err != nil {
+	if err := fatImage(efiImg, (n+n/8+1<<20+1<<20-1)&^(1<<20-1), efi, serial(b.mid), sp.Epoch); err != nil {
 		return err
 	}
 	all["boot/efi.img"] = efiImg
@@ -75,14 +66,4 @@ func ISO(sp Spec, out string) error {
 		return fmt.Errorf("media: xorriso: %v: %s", err, b)
 	}
 	return nil
-}
-
-// markerOf is the path of a tree's marker file.
-func markerOf(t tree) string {
-	for p := range t {
-		if strings.HasPrefix(p, "bootops/id-") {
-			return p
-		}
-	}
-	return ""
 }

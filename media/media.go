@@ -240,3 +240,30 @@ func isolinuxConfig(sp Spec) []byte {
 	return []byte(fmt.Sprintf("# bootops boot medium for %s\nDEFAULT bootops\nPROMPT 0\nTIMEOUT 0\nLABEL bootops\n  KERNEL /bootops/vmlinuz\n  INITRD /bootops/initrd,/bootops/media.img\n  APPEND %s\n",
 		sp.what(), sp.cmdline()))
 }
+
+// scratch readies a medium's build: a folder beside out (removed by done)
+// holding sp's settings (for chain) and its own files, staged with the
+// Micro-OS's (stage).
+func (sp Spec) scratch(out, chain string) (b build, done func(), err error) {
+	if b.settings, err = sp.Settings(chain); err != nil {
+		return b, nil, err
+	}
+	if b.dir, err = os.MkdirTemp(filepath.Dir(out), ".media-*"); err != nil {
+		return b, nil, fmt.Errorf("media: %w", err)
+	}
+	done = func() { os.RemoveAll(b.dir) }
+	if b.all, b.mid, err = sp.stage(b.dir, b.settings); err != nil {
+		done()
+		return b, nil, err
+	}
+	return b, done, nil
+}
+
+// build is a medium being built: its scratch folder, settings, staged
+// tree and marker.
+type build struct {
+	dir      string
+	settings []byte
+	all      tree
+	mid      string
+}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/trust"
 )
@@ -65,13 +66,13 @@ func TestSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cfg trust.Config
-	if err := json.Unmarshal([]byte(cpioFile(string(b), strings.TrimPrefix(trust.ConfigPath, "/"))), &cfg); err != nil {
+	if err := json.Unmarshal([]byte(testutil.CPIOFile(string(b), strings.TrimPrefix(trust.ConfigPath, "/"))), &cfg); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Server != "https://boot.example.net:8443" || cfg.Site != "s1" || cfg.CA != sp.CA || cfg.Chain != plan.ChainMedia {
 		t.Errorf("settings: %+v", cfg)
 	}
-	net := cpioFile(string(b), strings.TrimPrefix(NetworkPath, "/"))
+	net := testutil.CPIOFile(string(b), strings.TrimPrefix(NetworkPath, "/"))
 	for _, w := range []string{"BOOTOPS_NET_ADDRESS='198.19.7.10/24'", "BOOTOPS_NET_GATEWAY='198.19.7.1'", "BOOTOPS_NET_VLAN='20'", "BOOTOPS_NET_MAC='52:54:00:00:00:01'"} {
 		if !strings.Contains(net, w+"\n") {
 			t.Errorf("network: no %s in\n%s", w, net)
@@ -79,7 +80,7 @@ func TestSettings(t *testing.T) {
 	}
 	sp.Node = nil
 	b, _ = sp.Settings(plan.ChainMedia)
-	if cpioFile(string(b), strings.TrimPrefix(NetworkPath, "/")) != "" {
+	if testutil.CPIOFile(string(b), strings.TrimPrefix(NetworkPath, "/")) != "" {
 		t.Error("a site's generic medium carries a node's network")
 	}
 	sp.CA = ""
@@ -214,26 +215,6 @@ func TestISO(t *testing.T) {
 	}
 }
 
-// cpioFile is the content of name in a newc archive.
-func cpioFile(a, name string) string {
-	for len(a) >= 110 && a[:6] == "070701" {
-		var size, nameLen int64
-		for i, f := range []*int64{&size, &nameLen} {
-			off := []int{54, 94}[i]
-			for _, c := range a[off : off+8] {
-				*f = *f*16 + int64(strings.IndexRune("0123456789ABCDEF", c))
-			}
-		}
-		n := a[110 : 110+nameLen-1]
-		start := (110 + int(nameLen) + 3) &^ 3
-		if n == name {
-			return a[start : start+int(size)]
-		}
-		a = a[(start+int(size)+3)&^3:]
-	}
-	return ""
-}
-
 // TestUKI: the HTTPS boot URL's UKI holds the kernel, the Micro-OS's
 // initrd with the settings (chain uki) appended at a 4-byte boundary, and
 // the command line.
@@ -262,7 +243,7 @@ func TestUKI(t *testing.T) {
 	if !bytes.HasPrefix(got, initrd) || !bytes.HasSuffix(got, settings) || (len(got)-len(settings))%4 != 0 {
 		t.Errorf(".initrd: %d bytes, want the initrd (%d) then the settings (%d) at a 4-byte boundary", len(got), len(initrd), len(settings))
 	}
-	if !strings.Contains(cpioFile(string(settings), strings.TrimPrefix(trust.ConfigPath, "/")), `"chain": "uki"`) {
+	if !strings.Contains(testutil.CPIOFile(string(settings), strings.TrimPrefix(trust.ConfigPath, "/")), `"chain": "uki"`) {
 		t.Error("the UKI's settings do not say chain uki")
 	}
 	if c := string(bytes.TrimRight(data(".cmdline"), "\x00")); c != "console=ttyS0,115200" {

@@ -20,15 +20,12 @@ func UKI(sp Spec, out string) error {
 	if err := need(nil, "objcopy"); err != nil {
 		return err
 	}
-	settings, err := sp.Settings(plan.ChainUKI)
+	b, done, err := sp.scratch(out, plan.ChainUKI)
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp(filepath.Dir(out), ".media-*")
-	if err != nil {
-		return fmt.Errorf("media: %w", err)
-	}
-	defer os.RemoveAll(dir)
+	defer done()
+	dir, settings := b.dir, b.settings
 	initrd := filepath.Join(dir, "initrd")
 	if err := concat(initrd, sp.Initrd, settings); err != nil {
 		return err

@@ -37,19 +37,12 @@ func USB(sp Spec, out string) error {
 	if err := need([]loader{Shim, GRUB, MokManager}, "mformat", "mcopy", "mmd"); err != nil {
 		return err
 	}
-	settings, err := sp.Settings(plan.ChainMedia)
+	b, done, err := sp.scratch(out, plan.ChainMedia)
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp(filepath.Dir(out), ".media-*")
-	if err != nil {
-		return fmt.Errorf("media: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	all, mid, err := sp.stage(dir, settings)
-	if err != nil {
-		return err
-	}
+	defer done()
+	dir, all, mid := b.dir, b.all, b.mid
 	files := uefiFiles()
 	for _, p := range []string{"bootops/vmlinuz", "bootops/initrd", "bootops/media.img", "bootops/id-" + mid,
 		"bootops/README.txt", "bootops/credential.txt", "EFI/BOOT/grub.cfg", "EFI/debian/grub.cfg"} {

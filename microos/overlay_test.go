@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/trust"
 )
@@ -26,7 +27,7 @@ func TestBuildOverlays(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := string(b)
-	doc, sig := cpioFile(got, strings.TrimPrefix(trust.OverlayPath, "/")), cpioFile(got, strings.TrimPrefix(trust.OverlaySigPath, "/"))
+	doc, sig := testutil.CPIOFile(got, strings.TrimPrefix(trust.OverlayPath, "/")), testutil.CPIOFile(got, strings.TrimPrefix(trust.OverlaySigPath, "/"))
 	v, err := trust.VerifyOverlay([]string{base64.StdEncoding.EncodeToString(pub)}, []byte(doc), []byte(sig))
 	if err != nil {
 		t.Fatal(err)
@@ -37,25 +38,4 @@ func TestBuildOverlays(t *testing.T) {
 	if _, err := o.Get("elsewhere"); err == nil {
 		t.Error("an overlay for a site the Plan does not have")
 	}
-}
-
-// cpioFile is the content of name in a newc archive (test helper: small
-// archives, ASCII headers).
-func cpioFile(a, name string) string {
-	for len(a) >= 110 && a[:6] == "070701" {
-		var size, nameLen int64
-		for i, f := range []*int64{&size, &nameLen} {
-			off := []int{54, 94}[i]
-			for _, c := range a[off : off+8] {
-				*f = *f*16 + int64(strings.IndexRune("0123456789ABCDEF", c))
-			}
-		}
-		n := a[110 : 110+nameLen-1]
-		start := (110 + int(nameLen) + 3) &^ 3
-		if n == name {
-			return a[start : start+int(size)]
-		}
-		a = a[(start+int(size)+3)&^3:]
-	}
-	return ""
 }

@@ -39,8 +39,9 @@ import (
 //   - vm-iso: SeaBIOS booting the site's generic ISO, fetched from the
 //     server as a BMC's virtual media would (GET /media/lab/media.iso);
 //     its TPM proves it.
-//   - vm-held: the same ISO on a registered node that shows only its MAC:
-//     held, and given nothing.
+//   - vm-held: the same ISO on a registered node that shows only its MAC,
+//     and vm-unknown, a machine Git does not know: both held, given
+//     nothing.
 func TestEdgeOverTheInternet(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
@@ -126,12 +127,21 @@ func TestEdgeOverTheInternet(t *testing.T) {
 	vmURL := w.boot("vm-url", "52:54:00:e3:00:04", ",romfile=", append([]string{
 		"-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd", "-drive", "if=pflash,format=raw,file=" + urlVars,
 		"-drive", "file=" + urlDisk + ",if=virtio,format=raw"}, w.tpmArgs(urlTPM)...)...)
+	// Beside it, a machine Git does not know boots the site's ISO: held.
+	vmUnknown := w.boot("vm-unknown", "52:54:00:e3:00:09", ",romfile=", "-drive", "file="+iso+",media=cdrom,readonly=on,if=ide,index=0", "-boot", "d")
 	vmURL.wait(t, "bootops-microos: starting on kernel", 10*time.Minute)
 	t.Logf("timing: vm-url, power-on → the Micro-OS running from the HTTPS boot URL: %s", time.Since(urlBooted).Round(time.Second))
 	w.shape(wanShape)
 	w.waitState(t, "lab/vm-url", "provisioned", 10*time.Minute)
 	t.Logf("timing: vm-url, power-on → provisioned over the WAN: %s", time.Since(urlBooted).Round(time.Second))
 	waitVMs(3*time.Minute, vmURL)
+	if msg := w.waitState(t, "mac:52:54:00:e3:00:09", "held", 5*time.Minute); !strings.Contains(msg, "unknown machine held") {
+		t.Errorf("vm-unknown: %q, want held as an unknown machine", msg)
+	}
+	vmUnknown.cmd.Process.Kill()
+	if _, js := w.status(t).timeline("mac:52:54:00:e3:00:09"); strings.Contains(js, "image-to-disk") {
+		t.Errorf("vm-unknown was given more than the Micro-OS:\n%s", js)
+	}
 	for _, d := range []string{staticDisk, urlDisk, isoDisk} {
 		checkDisk(t, d, rawSHA)
 	}

@@ -54,7 +54,7 @@ func TestEdgeBench(t *testing.T) {
 			running := time.Since(again)
 			vm.cmd.Process.Kill()
 			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s |", c.name, provisioned.Round(time.Second), running.Round(time.Second),
-				(provisioned + running).Round(time.Second)))
+				(provisioned+running).Round(time.Second)))
 		})
 	}
 	t.Logf("\n| link | power-on → provisioned (stick) | power-on from disk → running | in all |\n| --- | --- | --- | --- |\n%s\n%s", rows[0], rows[len(rows)-1])

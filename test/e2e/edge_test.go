@@ -32,7 +32,8 @@ import (
 //     the same stick, it is refused: the credential was spent.
 //   - vm-static: the same with Secure Boot on (Microsoft's keys), on a
 //     subnet where nothing answers DHCP: its address, gateway and DNS come
-//     from Git (node network:) on its stick.
+//     from Git (node network:) on its stick; its Debian runs with Secure
+//     Boot on, on the same network.
 //   - vm-url, last: OVMF told only an HTTPS boot URL (the server's UKI of
 //     the node, GET /media/lab/nodes/vm-url/boot.efi) and the site CA, as
 //     an operator sets them in its setup; it proves itself with its TPM.
@@ -94,6 +95,7 @@ func TestEdgeOverTheInternet(t *testing.T) {
 	usbDisk, staticDisk, urlDisk, isoDisk := disk(t, w.lab, "usb"), disk(t, w.lab, "static"), disk(t, w.lab, "url"), disk(t, w.lab, "iso")
 	os.Truncate(usbDisk, 3<<30) // Debian's root grows into the rest
 	os.Truncate(isoDisk, 3<<30)
+	os.Truncate(staticDisk, 3<<30)
 	booted := time.Now()
 	vmUSB := w.uefiBoot("vm-usb", "52:54:00:e3:00:01", ",romfile=", stick(usb, usbDisk)...)
 	vmStatic := w.secureVM("vm-static", "52:54:00:e3:00:02", "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd", stick(static, staticDisk)...)
@@ -112,27 +114,29 @@ func TestEdgeOverTheInternet(t *testing.T) {
 		t.Errorf("vm-held: %q, want held as unproven", held)
 	}
 	vmHeld.cmd.Process.Kill()
-	for _, vm := range []string{"vm-usb", "vm-static", "vm-iso"} {
-		w.waitState(t, "lab/"+vm, "provisioned", 15*time.Minute)
-		t.Logf("timing: %s, power-on → provisioned over the WAN: %s", vm, time.Since(booted).Round(time.Second))
-	}
+	w.waitAll(t, "provisioned", booted, 15*time.Minute, "vm-usb", "vm-static", "vm-iso")
 	waitVMs(3*time.Minute, vmUSB, vmStatic, vmISO)
 
-	// Their media pulled, vm-usb and vm-iso boot Debian from their disks
-	// (vm-iso's TPM beside it: its reports are quoted by the key its
-	// check-in proved); their reports cross the WAN: running.
+	// Their media pulled, they boot Debian from their disks — vm-static
+	// with Secure Boot still on (the image's shim and GRUB are signed),
+	// its static network from Git; vm-iso with its TPM beside it (its
+	// reports are quoted by the key its check-in proved) — and their
+	// reports cross the WAN: running.
 	ranAt := time.Now()
+	vmStaticDisk := w.secureVM("vm-static-disk", "52:54:00:e3:00:02", "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd",
+		"-drive", "file="+staticDisk+",if=none,id=d0,format=raw", "-device", "virtio-blk-pci,drive=d0,bootindex=0")
 	vmUSBDisk := w.uefiBoot("vm-usb-disk", "52:54:00:e3:00:01", ",romfile=", "-drive", "file="+usbDisk+",if=none,id=d0,format=raw",
 		"-device", "virtio-blk-pci,drive=d0,bootindex=0")
 	vmISODisk := w.boot("vm-iso-disk", "52:54:00:e3:00:05", ",romfile=", append([]string{"-drive", "file=" + isoDisk + ",if=virtio,format=raw", "-boot", "c"},
 		w.tpmArgs(isoTPM)...)...)
-	for _, vm := range []string{"vm-usb", "vm-iso"} {
-		w.waitState(t, "lab/"+vm, "running", 12*time.Minute)
-		t.Logf("timing: %s, power-on from its disk → running (its report across the WAN): %s", vm, time.Since(ranAt).Round(time.Second))
+	w.waitAll(t, "running", ranAt, 12*time.Minute, "vm-usb", "vm-static", "vm-iso")
+	if c := mustRead(vmStaticDisk.console); !strings.Contains(c, "Secure boot enabled") {
+		t.Errorf("vm-static's installed Debian did not boot with Secure Boot on:\n%s", testutil.Tail(c, 30))
 	}
-	vmUSBDisk.cmd.Process.Kill()
-	vmISODisk.cmd.Process.Kill()
-	waitVMs(time.Minute, vmUSBDisk, vmISODisk)
+	for _, vm := range []*vm{vmUSBDisk, vmStaticDisk, vmISODisk} {
+		vm.cmd.Process.Kill()
+	}
+	waitVMs(time.Minute, vmUSBDisk, vmStaticDisk, vmISODisk)
 
 	// The firmware's HTTPS boot URL, last: edk2's HTTP boot gave up on the
 	// 20 MB UKI across this link at 1 % loss ("Server response timeout",
@@ -159,9 +163,7 @@ func TestEdgeOverTheInternet(t *testing.T) {
 	if _, js := w.status(t).timeline("mac:52:54:00:e3:00:09"); strings.Contains(js, "image-to-disk") {
 		t.Errorf("vm-unknown was given more than the Micro-OS:\n%s", js)
 	}
-	for _, d := range []string{staticDisk, urlDisk} {
-		checkDisk(t, d, rawSHA)
-	}
+	checkDisk(t, urlDisk, rawSHA)
 
 	api := w.status(t)
 	for key, boot := range map[string]string{"lab/vm-usb": "uefi, secure boot off, media, tls", "lab/vm-static": "uefi, secure boot, media, tls",
@@ -259,6 +261,27 @@ func (w *wanLab) waitState(t *testing.T, key, want string, d time.Duration) stri
 	}
 	t.Fatalf("%s: state %q (%s), want %q after %s\nbootops log:\n%s", key, m.State, m.Last.Message, want, d, testutil.Tail(w.log("bootops"), 30))
 	return ""
+}
+
+// waitAll waits (at most d) until each of the lab site's nodes is in state
+// want, and logs when each first was, counted from since.
+func (w *wanLab) waitAll(t *testing.T, want string, since time.Time, d time.Duration, nodes ...string) {
+	t.Helper()
+	at := map[string]time.Duration{}
+	testutil.Poll(d, every, func() bool {
+		for _, n := range nodes {
+			if m, _ := w.status(t).machine("lab/" + n); m.State == want && at[n] == 0 {
+				at[n] = time.Since(since).Round(time.Second)
+				t.Logf("timing: %s, power-on → %s over the WAN: %s", n, want, at[n])
+			}
+		}
+		return len(at) == len(nodes)
+	})
+	for _, n := range nodes {
+		if at[n] == 0 {
+			w.waitState(t, "lab/"+n, want, time.Second) // fails, saying where it is
+		}
+	}
 }
 
 // waitTimeline waits until key's timeline mentions want.

@@ -10,8 +10,10 @@
 #   OUT_DIR/build-info.txt layout, sizes, timings, sha256
 #
 # The image boots from the disk alone under legacy BIOS (SeaBIOS: gptmbr.bin
-# + syslinux on the ESP) and UEFI (OVMF: systemd-boot at the removable path
-# \EFI\BOOT\BOOTX64.EFI). Both load the same /vmlinuz and /initrd.img from
+# + syslinux on the ESP) and UEFI (OVMF: Debian's shim, signed by
+# Microsoft's UEFI CA, at the removable path \EFI\BOOT\BOOTX64.EFI, then
+# Debian's signed GRUB: it boots with Secure Boot on, the kernel checked
+# against Debian's key). Both load the same /vmlinuz and /initrd.img from
 # the ESP. Serial console on ttyS0 (115200 8n1) with a getty.
 #
 # cloud-init uses NoCloud from /var/lib/cloud/seed/nocloud/ on the root fs
@@ -30,7 +32,7 @@
 #
 # Needs root (mmdebstrap in root mode, files owned by root in the image).
 # Host packages (installed with apt-get if missing): mmdebstrap mtools
-# dosfstools syslinux syslinux-common systemd-boot-efi e2fsprogs (mkfs.ext4,
+# dosfstools syslinux syslinux-common shim-signed grub-efi-amd64-signed e2fsprogs (mkfs.ext4,
 # debugfs, e2fsck) fdisk gzip. The output also depends on the mirror content.
 #
 # Environment knobs (all optional):
@@ -94,7 +96,8 @@ ensure_host_tools() {
     command -v "${c%%:*}" >/dev/null || missing+=("${c#*:}")
   done
   for p in /usr/lib/syslinux/mbr/gptmbr.bin:syslinux-common \
-           /usr/lib/systemd/boot/efi/systemd-bootx64.efi:systemd-boot-efi; do
+           /usr/lib/shim/shimx64.efi.signed:shim-signed \
+           /usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed:grub-efi-amd64-signed; do
     [ -e "${p%%:*}" ] || missing+=("${p#*:}")
   done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -223,26 +226,28 @@ else
 fi
 E2FSPROGS_FAKE_TIME=$SOURCE_DATE_EPOCH e2fsck -fn "$WORK/root.img" >&2 || die "e2fsck of root.img failed"
 
-# 4. ESP (FAT) with syslinux + systemd-boot + kernel (no mount) -----------
+# 4. ESP (FAT) with syslinux + shim/GRUB + kernel (no mount) -------------
 ESP=$WORK/esp.img
 ESP_STAGE=$WORK/esp
-mkdir -p "$ESP_STAGE/EFI/BOOT" "$ESP_STAGE/loader/entries" "$ESP_STAGE/syslinux"
+mkdir -p "$ESP_STAGE/EFI/BOOT" "$ESP_STAGE/EFI/debian" "$ESP_STAGE/syslinux"
 cp "$R/boot/vmlinuz-$KVER" "$ESP_STAGE/vmlinuz"
 cp "$R/boot/initrd.img-$KVER" "$ESP_STAGE/initrd.img"
-# UEFI: systemd-boot at the removable-media fallback path.
-cp /usr/lib/systemd/boot/efi/systemd-bootx64.efi "$ESP_STAGE/EFI/BOOT/BOOTX64.EFI"
-cat > "$ESP_STAGE/loader/loader.conf" <<'EOF'
-default debian.conf
-timeout 0
-editor no
-random-seed-mode off
+# UEFI: shim at the removable-media fallback path loads grubx64.efi beside
+# it (no fbx64: no boot entry is written); Debian's signed GRUB reads
+# /EFI/debian/grub.cfg (its prefix), else the one beside it.
+cp /usr/lib/shim/shimx64.efi.signed "$ESP_STAGE/EFI/BOOT/BOOTX64.EFI"
+cp /usr/lib/shim/mmx64.efi.signed "$ESP_STAGE/EFI/BOOT/mmx64.efi"
+cp /usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed "$ESP_STAGE/EFI/BOOT/grubx64.efi"
+for cfg in "$ESP_STAGE/EFI/debian/grub.cfg" "$ESP_STAGE/EFI/BOOT/grub.cfg"; do
+  cat > "$cfg" <<EOF
+set timeout=0
+search --no-floppy --fs-uuid --set=root ${ESP_VOLID:0:4}-${ESP_VOLID:4:4}
+echo "Debian 12 e2e image ($KVER)"
+linux /vmlinuz $KERNEL_CMDLINE
+initrd /initrd.img
+boot
 EOF
-cat > "$ESP_STAGE/loader/entries/debian.conf" <<EOF
-title   Debian 12 e2e image ($KVER)
-linux   /vmlinuz
-initrd  /initrd.img
-options $KERNEL_CMDLINE
-EOF
+done
 # BIOS: syslinux (ldlinux.sys/.c32 are added by `syslinux --install` below).
 cat > "$ESP_STAGE/syslinux/syslinux.cfg" <<EOF
 SERIAL 0 115200

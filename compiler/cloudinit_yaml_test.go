@@ -168,7 +168,7 @@ func wantNetworkConfig(n *plan.Node, s *plan.Site) any {
 		prefix := netip.MustParsePrefix(s.Network.Subnet)
 		addrs = append(addrs, n.IP+"/"+itoa(prefix.Bits()))
 		if s.Network.Gateway != "" {
-			eth["routes"] = []any{map[string]any{"to": "0.0.0.0/0", "via": s.Network.Gateway}}
+			eth["gateway4"] = s.Network.Gateway
 		}
 		for _, d := range s.Network.DNS {
 			dns = append(dns, d)
@@ -213,7 +213,7 @@ func wantStaticNetwork(n *plan.Node) any {
 	}
 	where["addresses"] = []any{nn.Address}
 	if nn.Gateway != "" {
-		where["routes"] = []any{map[string]any{"to": "0.0.0.0/0", "via": nn.Gateway}}
+		where["gateway4"] = nn.Gateway
 	}
 	if len(nn.DNS) > 0 {
 		var dns []any

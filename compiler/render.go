@@ -540,7 +540,7 @@ func networkConfig(n *plan.Node, s *plan.Site) string {
 		fmt.Fprintf(&b, "      - %s\n", yamlString(a))
 	}
 	if n.IP != "" && s.Network.Gateway != "" {
-		fmt.Fprintf(&b, "    routes:\n      - to: 0.0.0.0/0\n        via: %s\n", yamlString(s.Network.Gateway))
+		fmt.Fprintf(&b, "    gateway4: %s\n", yamlString(s.Network.Gateway))
 	}
 	if len(dns) > 0 {
 		b.WriteString("    nameservers:\n      addresses:\n")
@@ -554,8 +554,11 @@ func networkConfig(n *plan.Node, s *plan.Site) string {
 // staticNetworkConfig is a node's own static network in cloud-init's
 // network config (version 2): a VLAN on the NIC when it says one, the
 // address, the default route, the name servers. The default route is
-// 0.0.0.0/0: cloud-init 22.4 (Debian 12) refuses netplan's "default"
-// ("Address default is not a valid ip network") and brings up nothing.
+// gateway4: cloud-init 22.4 (Debian 12) refuses routes' "to: default"
+// ("Address default is not a valid ip network", and brings up nothing),
+// and renders "to: 0.0.0.0/0" for ifupdown as a post-up "route add",
+// which a system without net-tools skips; gateway4 becomes the
+// interface's gateway, set with iproute2. (netplan still takes it.)
 func staticNetworkConfig(b *strings.Builder, nn *plan.NodeNetwork) {
 	if nn.VLAN != 0 {
 		fmt.Fprintf(b, "    dhcp4: false\nvlans:\n  vlan%d:\n    id: %d\n    link: primary\n", nn.VLAN, nn.VLAN)
@@ -563,7 +566,7 @@ func staticNetworkConfig(b *strings.Builder, nn *plan.NodeNetwork) {
 	b.WriteString("    dhcp4: false\n    addresses:\n")
 	fmt.Fprintf(b, "      - %s\n", yamlString(nn.Address))
 	if nn.Gateway != "" {
-		fmt.Fprintf(b, "    routes:\n      - to: 0.0.0.0/0\n        via: %s\n", yamlString(nn.Gateway))
+		fmt.Fprintf(b, "    gateway4: %s\n", yamlString(nn.Gateway))
 	}
 	if len(nn.DNS) > 0 {
 		b.WriteString("    nameservers:\n      addresses:\n")

@@ -65,8 +65,8 @@ func (b *bmc) SetBootDevice(ctx context.Context, d string, once bool) error {
 	return nil
 }
 func (b *bmc) SetVirtualMedia(_ context.Context, u string) error { b.add("media " + u); return nil }
-func (b *bmc) add(c string) { b.mu.Lock(); b.calls = append(b.calls, c); b.mu.Unlock() }
-func (b *bmc) said() string { b.mu.Lock(); defer b.mu.Unlock(); return strings.Join(b.calls, ", ") }
+func (b *bmc) add(c string)                                      { b.mu.Lock(); b.calls = append(b.calls, c); b.mu.Unlock() }
+func (b *bmc) said() string                                      { b.mu.Lock(); defer b.mu.Unlock(); return strings.Join(b.calls, ", ") }
 
 // fleet is three running nodes installed with image v1, a Plan that says
 // v2 under rolling (one at a time, one canary), a status store, a power

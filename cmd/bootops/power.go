@@ -153,31 +153,10 @@ func (d powerFlags) call(ctx context.Context, method, api, node, token string, b
 // callPower calls the daemon's power API; an error carries the daemon's
 // message (the BMC's, when it failed there).
 func callPower(ctx context.Context, method, url, token string, body any, out *power.Status) error {
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	resp, b, err := callDaemon(ctx, method, url, token, body)
 	if err != nil {
 		return err
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	client, err := apiClient(envOf(ctx), 0)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("the daemon did not answer in time: %w", err)
-		}
-		return fmt.Errorf("no answer from the daemon: %w (is `bootops serve` running there?)", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 	var msg struct {
 		power.Status
 		Message string `json:"message"`
@@ -190,4 +169,39 @@ func callPower(ctx context.Context, method, url, token string, body any, out *po
 	}
 	*out = msg.Status
 	return nil
+}
+
+// callDaemon sends body (nil: none) as JSON to the daemon's url with the
+// operator's token, and returns the answer and its body (at most 64 KiB);
+// an error says whether the daemon answered at all.
+func callDaemon(ctx context.Context, method, url, token string, body any) (*http.Response, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	client, err := apiClient(envOf(ctx), 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("the daemon did not answer in time: %w", err)
+		}
+		return nil, nil, fmt.Errorf("no answer from the daemon: %w (is `bootops serve` running there?)", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	return resp, b, nil
 }

@@ -207,6 +207,7 @@ var ops = []op{
 		security: []string{"uiToken", "operatorCertificate"},
 		body:     jsonBody(t[bhttp.MediaCredentialRequest]()),
 		resps: []resp{jsonResp(200, "The credential.", t[bhttp.MediaCredential]()), fail(400, "The body or its ttl is malformed."),
+			fail(403, "The credential's role is not operate, or (a hub) the dashboard is read-only."),
 			fail(404, "No such node."), fail(503, "No plan is loaded yet."), needUIToken}},
 	{method: "post", path: "/api/v1/sync", id: "sync", tag: "gitops",
 		summary: "Look at the source now", desc: "What the dashboard's sync button does: the daemon fetches its Git source at once.",

@@ -207,6 +207,20 @@ type OSReport struct {
 	// boot: "done", "error: …", or "" when it gave none in time.
 	Install   string `json:"install,omitempty"`
 	CloudInit string `json:"cloudInit,omitempty"`
+	// Encryption is the installed OS's word on its encrypted root, when
+	// the install encrypted it.
+	Encryption *EncryptionReport `json:"encryption,omitempty"`
+}
+
+// EncryptionReport is what the installed OS says of its encrypted root:
+// the PCRs its unlock key is sealed to (after its first boot re-sealed it
+// to its own boot chain), or why it is not.
+type EncryptionReport struct {
+	Device string `json:"device"`
+	// Sealed is true when the only TPM key left is sealed to PCRs.
+	Sealed bool   `json:"sealed"`
+	PCRs   []int  `json:"pcrs,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Agent event kinds.
@@ -218,6 +232,7 @@ const (
 	AgentFailed      = "failed"      // an action failed for good (after its retries)
 	AgentRetry       = "retry"       // an action failed and will be retried
 	AgentProvisioned = "provisioned" // every action succeeded
+	AgentEscrow      = "escrow"      // an encrypted partition's recovery key, as ciphertext (Escrow)
 )
 
 // AgentEvent is one thing the agent reports.
@@ -241,7 +256,26 @@ type AgentEvent struct {
 	Message    string `json:"message,omitempty"`
 	// Generation is set on the provisioned event.
 	Generation int `json:"generation,omitempty"`
+	// Escrow is set on the escrow event: the recovery key of the
+	// partition an image-to-disk action encrypted, as ciphertext only.
+	Escrow *Escrow `json:"escrow,omitempty"`
 }
+
+// Escrow is an encrypted install's recovery key as it leaves the node:
+// encrypted there to the profile's age recipients (armored age). The
+// server keeps it as it came; only an operator holding one of the
+// recipients' identities reads it (bootops recovery-key).
+type Escrow struct {
+	Partition int `json:"partition"`
+	// LUKSUUID is the container's UUID (cryptsetup luksUUID).
+	LUKSUUID   string   `json:"luksUUID"`
+	Recipients []string `json:"recipients"`
+	Ciphertext string   `json:"ciphertext"`
+}
+
+// MaxEscrow bounds an escrow's ciphertext (a recovery key to a few
+// dozen recipients is a few KiB).
+const MaxEscrow = 32 << 10
 
 // Bounds of what an agent posts: the server refuses a batch of more than
 // MaxEventBatch events or MaxEventBatchBytes of JSON (with room to spare

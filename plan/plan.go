@@ -399,7 +399,36 @@ type Action struct {
 	MinWriteMBps float64 `json:"minWriteMBps,omitempty"`
 	MinMbps      float64 `json:"minMbps,omitempty"`
 	MinOpsPerSec float64 `json:"minOpsPerSec,omitempty"`
+
+	// Encrypt (image-to-disk, from the profile's encryption): the
+	// partition of the image put in LUKS2 as it is written.
+	Encrypt *Encryption `json:"encrypt,omitempty"`
 }
+
+// Encryption is a profile's full-disk encryption as an image-to-disk
+// action carries it (docs/security.md, "Full-disk encryption").
+//
+// The agent writes the image's partition Partition (its last: it is
+// grown to the end of the disk to make room for the LUKS2 header) into a
+// LUKS2 container instead of in the clear. The container has two keys: a
+// recovery key the agent makes and encrypts at once to Recipients (age;
+// only that ciphertext leaves the node, as the escrow), and a first-boot
+// key sealed to the node's TPM with no PCR policy (a Clevis tpm2 token).
+// The installed OS's first boot replaces the first-boot key by one sealed
+// to PCRs, read there: the values of its own boot chain.
+type Encryption struct {
+	Partition  int      `json:"partition"`
+	PCRs       []int    `json:"pcrs"`
+	Recipients []string `json:"recipients"`
+	// Unlock is how the image's initramfs unlocks it: "clevis"
+	// (cryptsetup-initramfs and clevis-initramfs, from the kernel command
+	// line's cryptopts=, which the agent sets).
+	Unlock string `json:"unlock"`
+}
+
+// CryptName is the device-mapper name of an encrypted root, in the
+// Micro-OS and in the installed OS (/dev/mapper/bootops-root).
+const CryptName = "bootops-root"
 
 // PartitionDevice names partition n of disk the way the kernel does (n 0
 // is an action's default, partition 1): a "p" goes between a disk name

@@ -32,6 +32,12 @@ type Options struct {
 	// Load names the modules /init loads, with what they depend on; nil
 	// means DefaultModules. Names match with '-' and '_' alike.
 	Load []string
+	// Tools are host programs built in with their shared libraries; nil
+	// means DefaultTools.
+	Tools []Tool
+	// Root is the host's root the tools and libraries are read under
+	// (default "/").
+	Root string
 	// Config, when set, is built in as the agent's settings
 	// (trust.ConfigPath): its server, site CA and overlay keys.
 	Config *trust.Config
@@ -57,6 +63,9 @@ var DefaultModules = []string{
 	// crc32c (a soft dependency modules.dep does not list), vfat its code
 	// page and character set; efivarfs for UEFI boot entries.
 	"ext4", "crc32c_generic", "vfat", "nls_cp437", "nls_ascii", "nls_utf8", "efivarfs",
+	// An encrypted install: dm-crypt with AES-XTS, and the kernel's
+	// crypto API for cryptsetup's keyslots (AES-NI where the CPU has it).
+	"dm_mod", "dm_crypt", "xts", "algif_skcipher", "aesni_intel",
 }
 
 // Result names what Build wrote.
@@ -157,6 +166,16 @@ func image(opt Options) ([]byte, []string, error) {
 	a.symlink("bin/sh", "busybox")
 	a.file("bin/bootops-agent", 0o755, agent)
 	a.file("etc/udhcpc.script", 0o755, []byte(udhcpcScript))
+	tools, root := opt.Tools, opt.Root
+	if tools == nil {
+		tools = DefaultTools
+	}
+	if root == "" {
+		root = "/"
+	}
+	if err := addTools(a, root, tools); err != nil {
+		return nil, nil, err
+	}
 	if opt.Config != nil {
 		b, err := json.MarshalIndent(opt.Config, "", "  ")
 		if err != nil {

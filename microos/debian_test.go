@@ -90,11 +90,39 @@ func TestDebianKernel(t *testing.T) {
 		}
 	}
 
+	toolsRun(t, readInitrd(t, r.Initrd))
+
 	again, err := Build(Options{Kernel: kernel, Agent: agent}, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if again.InitrdSHA256 != r.InitrdSHA256 {
 		t.Errorf("two builds from the same inputs differ: %s, %s", r.InitrdSHA256, again.InitrdSHA256)
+	}
+}
+
+// toolsRun unpacks the image's tools, their loader and libraries (nothing
+// else) into a folder and runs each tool there as the root, so a library
+// the image lacks fails the run instead of being found on the host.
+func toolsRun(t *testing.T, entries []cpioEntry) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, e := range entries {
+		if e.mode&0o170000 != 0o100000 || !(strings.HasPrefix(e.name, "usr/") || strings.HasPrefix(e.name, "lib64/")) {
+			continue
+		}
+		write(t, filepath.Join(dir, e.name), e.data)
+		if err := os.Chmod(filepath.Join(dir, e.name), os.FileMode(e.mode&0o777)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tool := range DefaultTools {
+		// unshare -r: a user namespace, so the chroot needs no root.
+		out, err := exec.Command("unshare", "--user", "--map-root-user", "--root", dir, tool.Path, "--version").CombinedOutput()
+		if err != nil {
+			t.Errorf("%s in the image alone: %v: %s", tool.Path, err, out)
+			continue
+		}
+		t.Logf("%s: %s", tool.Path, bytes.TrimSpace(out))
 	}
 }

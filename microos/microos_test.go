@@ -100,6 +100,7 @@ func fakeInputs(t *testing.T) Options {
 		Busybox: filepath.Join(dir, "busybox"),
 		Agent:   filepath.Join(dir, "bootops-agent"),
 		Load:    []string{"virtio-net", "af_packet", "nvme"},
+		Tools:   []Tool{}, // none: the host's programs are TestDebianKernel's
 	}
 	write(t, opt.Kernel, []byte("fake kernel image"))
 	write(t, opt.Busybox, []byte("fake busybox"))

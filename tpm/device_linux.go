@@ -2,6 +2,7 @@ package tpm
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"syscall"
 )
@@ -15,9 +16,19 @@ import (
 // it is done returns 0 bytes: a slow command (creating a key) fails with
 // EOF.
 func OpenDevice() (*Machine, error) {
+	f, err := OpenChannel()
+	if err != nil {
+		return nil, err
+	}
+	return Open(f)
+}
+
+// OpenChannel opens the TPM's command channel alone (for ClevisSeal),
+// blocking as OpenDevice explains.
+func OpenChannel() (io.ReadWriteCloser, error) {
 	fd, err := syscall.Open(DevicePath, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("tpm: open %s: %w", DevicePath, err)
 	}
-	return Open(os.NewFile(uintptr(fd), DevicePath))
+	return os.NewFile(uintptr(fd), DevicePath), nil
 }

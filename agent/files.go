@@ -26,7 +26,7 @@ func (r *Runner) onPartition(a plan.Action, fn func(dir, dev string) error) (err
 	if fstype == "" {
 		fstype = "ext4"
 	}
-	dev := plan.PartitionDevice(disk, a.Partition)
+	dev := r.mappedPartition(disk, a.Partition)
 	dir, err := os.MkdirTemp("", "bootops-target-")
 	if err != nil {
 		return err

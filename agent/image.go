@@ -111,6 +111,9 @@ func (r *Runner) imageToDisk(ctx context.Context, s *step) error {
 	}
 	defer f.Close()
 
+	if a.Encrypt != nil {
+		return r.encryptedImageToDisk(ctx, s, f, disk)
+	}
 	var written int64
 	if r.Swarm != nil {
 		if written, err = r.imageFromPeers(ctx, s, f, disk); err != nil {
@@ -121,6 +124,9 @@ func (r *Runner) imageToDisk(ctx context.Context, s *step) error {
 		}
 	}
 	if r.Swarm == nil || err != nil {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
 		if written, err = r.imageFromURL(ctx, s, f, disk); err != nil {
 			return err
 		}
@@ -144,14 +150,12 @@ func (r *Runner) imageToDisk(ctx context.Context, s *step) error {
 }
 
 // imageFromURL streams the image from its URL through its decompressor
-// onto the disk f, checking the sha256 of what it downloaded, and returns
-// the bytes written.
-func (r *Runner) imageFromURL(ctx context.Context, s *step, f *os.File, disk string) (int64, error) {
+// into f (the disk, from its start, or an encrypted install's writer),
+// checking the sha256 of what it downloaded, and returns the bytes
+// written.
+func (r *Runner) imageFromURL(ctx context.Context, s *step, f io.Writer, disk string) (int64, error) {
 	a := s.a
 	want := strings.ToLower(a.SHA256)
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return 0, err
-	}
 	start := r.Now()
 	src := &download{ctx: ctx, client: r.HTTP, url: a.URL, delay: r.Backoff, log: s.log, stall: r.Stall}
 	if err := src.connect(); err != nil {

@@ -108,7 +108,17 @@ type Runner struct {
 	// qa-network.
 	QAStream func(ctx context.Context, n int64) (io.ReadCloser, error)
 
+	// SealFirstBoot seals an encrypted install's first-boot key (default:
+	// the machine's TPM, tpm.ClevisSeal). Cryptsetup runs cryptsetup with
+	// stdin (default: os/exec); MapperDir is where its mappings appear
+	// (default /dev/mapper). Tests replace them.
+	SealFirstBoot func(secret []byte) (tpm.ClevisJWE, error)
+	Cryptsetup    func(ctx context.Context, stdin []byte, args ...string) ([]byte, error)
+	MapperDir     string
+
 	qaHook qaHooks // tests' failure injection into the QA actions
+
+	crypt *cryptState // an encrypted install's open mappings
 
 	seeding *seeding // the image this machine serves to the others
 }
@@ -162,6 +172,9 @@ func (r *Runner) Run(ctx context.Context, wf plan.Workflow) error {
 		}
 	}
 	c.stopSeeding(ctx, true)
+	if err := c.closeCrypt(ctx); err != nil {
+		return err
+	}
 	provisioned()
 	return nil
 }
@@ -200,6 +213,18 @@ func (r *Runner) withDefaults() Runner {
 	}
 	if c.Backoff <= 0 {
 		c.Backoff = DefaultBackoff
+	}
+	if c.SealFirstBoot == nil {
+		c.SealFirstBoot = defaultSealFirstBoot
+	}
+	if c.Cryptsetup == nil {
+		c.Cryptsetup = defaultCryptsetup
+	}
+	if c.MapperDir == "" {
+		c.MapperDir = "/dev/mapper"
+	}
+	if c.crypt == nil {
+		c.crypt = &cryptState{mapped: map[int]string{}}
 	}
 	return c
 }
@@ -295,6 +320,9 @@ func (r *Runner) do(ctx context.Context, s *step) error {
 // power hands the machine over to whatever boots next, once the reporter
 // has delivered the events that say so.
 func (r *Runner) power(ctx context.Context, s *step) error {
+	if err := r.closeCrypt(ctx); err != nil {
+		return fmt.Errorf("before %s: %w", s.a.Action, err)
+	}
 	if f, ok := r.Report.(Flusher); ok {
 		if err := f.Flush(ctx); err != nil {
 			return fmt.Errorf("deliver events before %s: %w", s.a.Action, err)

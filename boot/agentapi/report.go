@@ -83,9 +83,46 @@ def cloud_init():
         except (OSError, ValueError):
             time.sleep(1)
     return ""
+def encryption():  # an encrypted root: seal it to this boot's PCRs once, then say how it is sealed
+    try:
+        st = json.load(open(os.environ.get("BOOTOPS_ENCRYPTION_STATE", "/var/lib/bootops/encryption.json")))
+    except (OSError, ValueError):
+        return None
+    dev, slot = st["device"], str(st["firstBootSlot"])
+    pcrs = ",".join(str(p) for p in st["pcrs"])
+    rep = {"device": dev, "sealed": False, "pcrs": st["pcrs"]}
+    def run(argv, stdin=None):
+        p = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(" ".join(argv[:3]) + ": " + (p.stderr or p.stdout).strip()[-300:])
+        return p.stdout
+    try:
+        slots = {}
+        for line in run(["clevis", "luks", "list", "-d", dev]).splitlines():
+            n, _, pin = line.partition(":")
+            slots[n.strip()] = pin.replace(" ", "")
+        if not any('"pcr_ids":"' + pcrs + '"' in pin for n, pin in slots.items() if n != slot):
+            # The first-boot key (sealed in the Micro-OS, to no PCR)
+            # opens the container; a new key is sealed to the PCRs of
+            # this boot, the installed OS's own.
+            key = run(["clevis", "luks", "pass", "-d", dev, "-s", slot])
+            run(["clevis", "luks", "bind", "-y", "-d", dev, "-k", "-", "tpm2", json.dumps({"pcr_bank": "sha256", "pcr_ids": pcrs})], key)
+            print("bootops: sealed", dev, "to PCRs", pcrs)
+        if slot in slots:
+            run(["clevis", "luks", "unbind", "-f", "-d", dev, "-s", slot])
+            print("bootops: removed the first-boot key of", dev)
+        rep["sealed"] = True
+    except Exception as e:
+        rep["error"] = str(e)[-500:]
+        print("bootops: sealing", dev, "failed:", e)
+    return rep
+sealed = encryption()
 result = cloud_init()
-body = json.dumps({"site": site, "node": node, "instanceId": instance_id(), "hostname": socket.gethostname(),
-                   "kernel": os.uname().release, "addresses": addresses(), "install": install, "cloudInit": result}).encode()
+body = {"site": site, "node": node, "instanceId": instance_id(), "hostname": socket.gethostname(),
+        "kernel": os.uname().release, "addresses": addresses(), "install": install, "cloudInit": result}
+if sealed:
+    body["encryption"] = sealed
+body = json.dumps(body).encode()
 def quote(key, nonce):  # the install's TPM key quotes the credential and body (tpm2-tools)
     tcti = os.environ.get("BOOTOPS_TPM_TCTI", "device:/dev/tpmrm0")
     with tempfile.TemporaryDirectory() as d:

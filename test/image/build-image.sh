@@ -16,6 +16,14 @@
 # against Debian's key). Both load the same /vmlinuz and /initrd.img from
 # the ESP. Serial console on ttyS0 (115200 8n1) with a getty.
 #
+# It can be installed encrypted (a profile's encryption, image.unlock:
+# clevis): cryptsetup-initramfs and clevis-initramfs are in its initramfs,
+# which unlocks a LUKS2 root named by cryptopts= on the kernel command line
+# (the provisioning agent sets it in the ESP's boot loader files) with the
+# TPM (Clevis's tpm2 pin), or asks for the recovery key on the console.
+# Without cryptopts= they do nothing. The kernel and initrd live on the ESP,
+# outside the encrypted root.
+#
 # cloud-init uses NoCloud from /var/lib/cloud/seed/nocloud/ on the root fs
 # (written by the provisioning agent after it wrote the image); the image
 # ships without a seed (datasource_list: [ NoCloud, None ]).
@@ -76,6 +84,8 @@ PACKAGES=(
   ifupdown isc-dhcp-client iproute2        # cloud-init's "eni" renderer + DHCP
   python3 ca-certificates
   tpm2-tools                               # the report script's TPM quote (tpm2_load, tpm2_quote)
+  cryptsetup-initramfs clevis-initramfs    # an encrypted root: unlocked in the initramfs from cryptopts=
+  clevis-tpm2 clevis-luks                  #   with Clevis's TPM2 pin; sealed anew at first boot (report script)
   e2fsprogs                                # resize2fs for cloud-init resizefs
 )
 INCLUDE=$(IFS=,; echo "${PACKAGES[*]}")${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}

@@ -1,0 +1,441 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"crypto/aes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"filippo.io/age"
+	"golang.org/x/crypto/xts"
+
+	"github.com/bootops/bootops/internal/testutil"
+)
+
+// fdeMarker is planted in the root filesystem of the encrypted install's
+// image (markerImage); the installed disk must not show it.
+const fdeMarker = "BOOTOPS-E2E-PLAINTEXT-MARKER-7f3a9c"
+
+// An OVMF VM with a TPM (swtpm, its state kept across boots) installs the
+// Debian image encrypted: LUKS2 on its root, the recovery key escrowed to
+// an age recipient in Git. Its first boot, with Secure Boot, unlocks with
+// the key the Micro-OS sealed to the TPM and seals a new one to PCR 7;
+// three more boots unlock unattended. The disk read from the host shows
+// nothing of the image's root; the same disk with another TPM, or with
+// Secure Boot off, stops at cryptsetup's prompt; the recovery key from
+// `bootops recovery-key` opens it; a reinstall to another image makes a
+// new container and a new escrow, and unlocks. vm-plain installs the same
+// image in the clear beside it: the timings of both go to BENCHMARKS.md.
+func TestEncryptedInstall(t *testing.T) {
+	t.Parallel()
+	debDir, debSHA := debianImage(t)
+	markerGz, markerSHA := markerImage(t, debDir)
+	l := newLab(t, true)
+	imgDir := t.TempDir()
+	os.Symlink(filepath.Join(debDir, "debian.raw.gz"), filepath.Join(imgDir, "debian.raw.gz"))
+	os.Symlink(markerGz, filepath.Join(imgDir, "marker.raw.gz"))
+	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
+
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idFile := filepath.Join(l.dir, "operator.age")
+	os.WriteFile(idFile, []byte(id.String()+"\n"), 0o600)
+	v := vars{"MarkerSHA": markerSHA, "FDEImage": "marker.raw.gz", "FDESHA": markerSHA, "Recipient": id.Recipient().String(), "Reprovision": ""}
+	repo := provisionRepo(t, images4, debSHA, "encryption", v)
+	token := filepath.Join(l.dir, "operator-token")
+	os.WriteFile(token, []byte("fde-operator-token\n"), 0o600)
+	l.serve(repo, "--ui-token-file", token)
+
+	const fdeMAC, plainMAC = "52:54:00:e2:50:01", "52:54:00:e2:50:02"
+	tp := l.tpm("fde")
+	disks := map[string]string{}
+	for _, name := range []string{"fde", "plain"} {
+		disks[name] = filepath.Join(l.dir, name+".disk")
+		f, _ := os.Create(disks[name])
+		f.Truncate(3 << 30)
+		f.Close()
+	}
+	noV6 := []string{"-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=n"}
+	// The install: OVMF's PXE, then the Micro-OS, as TestRunning's UEFI VM.
+	install := func(name, mac, round string, tpmArgs []string) *vm {
+		return l.uefiBoot(name+round, mac, ",romfile=,bootindex=1", append(append(tpmArgs, noV6...), bootDisk(disks[name])...)...)
+	}
+	// Secure Boot on (Microsoft's keys enrolled: Debian's shim boots),
+	// from the disk.
+	secure := func(name, mac, round string, tpmArgs []string) *vm {
+		return l.secureVM(name+round, mac, "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd", append(tpmArgs, bootDisk(disks[name])...)...)
+	}
+
+	start := time.Now()
+	fdeVM := install("fde", fdeMAC, "1", l.tpmArgs(tp))
+	plainVM := install("plain", plainMAC, "1", nil)
+	installed := map[string]time.Duration{}
+	waitFor(t, "both installs", 25*time.Minute, func() bool {
+		for _, name := range []string{"fde", "plain"} {
+			if s, _ := nodeState(l, "lab/vm-"+name); s == "provisioned" && installed[name] == 0 {
+				installed[name] = time.Since(start).Round(time.Second)
+			}
+		}
+		return len(installed) == 2
+	})
+	waitVMs(2*time.Minute, fdeVM, plainVM)
+	t.Logf("timing: power-on → provisioned, both at once: encrypted %s, in the clear %s", installed["fde"], installed["plain"])
+	if log := l.logs("lab/vm-fde"); !strings.Contains(log, "made LUKS2 container") || !strings.Contains(log, "escrowed") {
+		t.Errorf("vm-fde's install says nothing of its container or escrow:\n%s", log)
+	}
+
+	// The disk from the host: nothing of the image's root in the clear,
+	// while the image has the marker and vm-plain's disk shows it.
+	if !fileHas(t, disks["plain"], fdeMarker) {
+		t.Fatalf("vm-plain's disk lacks the marker: the check below would prove nothing")
+	}
+	if fileHas(t, disks["fde"], fdeMarker) {
+		t.Errorf("the marker of the image's root is on the encrypted install's disk, in the clear")
+	}
+
+	// The first boot (Secure Boot on): unlocked by the key the Micro-OS
+	// sealed, sealed anew to PCR 7 of this boot, running.
+	reports := func() int { return strings.Count(l.logs("lab/vm-fde"), "running: hostname") }
+	bootRunning := func(round string) time.Duration {
+		t.Helper()
+		before, t0 := reports(), time.Now()
+		v := secure("fde", fdeMAC, round, l.tpmArgs(tp))
+		waitFor(t, "vm-fde running after boot "+round, 15*time.Minute, func() bool { return reports() > before })
+		out := v.wait(t, "set up successfully", time.Minute)
+		if strings.Contains(out, "maximum number of tries exceeded") {
+			t.Errorf("boot %s: cryptsetup gave up:\n%s", round, testutil.Tail(out, 30))
+		}
+		v.cmd.Process.Kill()
+		waitVMs(time.Minute, v)
+		return time.Since(t0).Round(time.Second)
+	}
+	plainBoot := time.Now()
+	plainVM = secure("plain", plainMAC, "2", nil)
+	first := bootRunning("2")
+	waitFor(t, "vm-plain running", 15*time.Minute, func() bool { s, _ := nodeState(l, "lab/vm-plain"); return s == "running" })
+	t.Logf("timing: first boot (power-on → running report, both at once): encrypted %s (unlock, seal to PCR 7), in the clear %s", first, time.Since(plainBoot).Round(time.Second))
+	plainVM.cmd.Process.Kill()
+	waitVMs(time.Minute, plainVM)
+	if enc := encryptionOf(l, "lab/vm-fde"); !strings.Contains(enc, "sealed to PCRs 7") || !strings.Contains(enc, "escrowed") {
+		t.Errorf("vm-fde's status after its first boot: encryption %q", enc)
+	}
+	for i := 3; i <= 5; i++ {
+		t.Logf("timing: boot %d, unattended unlock → running: %s", i, bootRunning(strconv.Itoa(i)))
+	}
+
+	// The container on the disk: one Clevis token left, sealed to PCR 7;
+	// the first-boot key gone.
+	hdr := luksHeader(t, disks["fde"])
+	tokens := clevisTokens(t, hdr)
+	if len(tokens) != 1 || !strings.Contains(tokens[0], `"pcr_ids":"7"`) {
+		t.Errorf("Clevis tokens after the first boot: %v, want one sealed to PCR 7", tokens)
+	}
+
+	// The recovery key, as an operator gets it.
+	recovery := strings.TrimSpace(run(t, "ip", "netns", "exec", l.lan, "env", "BOOTOPS_TOKEN_FILE="+token, bootops, "recovery-key", "vm-fde",
+		"--site", "lab", "--identity", idFile, "--server", url4))
+	if !regexp.MustCompile(`^[0-9]{6}(-[0-9]{6}){7}$`).MatchString(recovery) {
+		t.Fatalf("bootops recovery-key printed %q", recovery)
+	}
+
+	// Another machine's TPM, and Secure Boot off: cryptsetup asks, the
+	// TPM does not answer, nothing boots.
+	other := l.tpm("fde-other")
+	for _, c := range []struct {
+		what string
+		boot func() *vm
+	}{
+		{"another TPM", func() *vm { return secure("fde", fdeMAC, "-other", l.tpmArgs(other)) }},
+		{"Secure Boot off", func() *vm {
+			return l.uefiBoot("fde-nosb", fdeMAC, ",romfile=", append(l.tpmArgs(tp), bootDisk(disks["fde"])...)...)
+		}},
+	} {
+		before := reports()
+		v := c.boot()
+		promptSeen(t, v, 10*time.Minute)
+		// The TPM had its chance: three minutes after the prompt, no
+		// unlock, no report (a good boot unlocks within seconds of it).
+		time.Sleep(3 * time.Minute)
+		if out := mustRead(v.console); strings.Contains(out, "set up successfully") || strings.Contains(out, " login:") || reports() != before {
+			t.Errorf("%s: the root unlocked:\n%s", c.what, testutil.Tail(out, 30))
+		}
+		v.cmd.Process.Kill()
+		waitVMs(time.Minute, v)
+		t.Logf("%s: cryptsetup's prompt, no unlock", c.what)
+	}
+
+	// The recovery key opens the container (cryptsetup on the host; this
+	// host has no device-mapper, so the volume key it gives decrypts the
+	// root's first sectors here: the filesystem the image made).
+	volumeKey := openWithRecovery(t, hdr, recovery)
+	if got := rootFSUUID(t, disks["fde"], hdr, volumeKey); got != "5d3f0c64-1c1e-4b7a-9d2e-7e2a0f1b0f52" {
+		t.Errorf("decrypted with the recovery key's volume key, the root's ext4 UUID is %q", got)
+	}
+	if err := exec.Command("cryptsetup", "open", "--test-passphrase", "--key-file", "-", hdr).Run(); err == nil {
+		t.Error("cryptsetup opened the container with an empty key")
+	}
+	// No key material in the daemon's state, its logs or the consoles.
+	noKeyMaterial(t, l.dir, recovery, volumeKey)
+
+	// A reinstall to another image: a new container, a new escrow, and it
+	// unlocks.
+	firstUUID := luksUUID(t, hdr)
+	v["FDEImage"], v["FDESHA"], v["Reprovision"] = "debian.raw.gz", debSHA, "reprovision: 1"
+	writeRepo(t, repo, v, "encryption")
+	time.Sleep(3 * time.Second) // the daemon compiles the commit
+	again := install("fde", fdeMAC, "-re", l.tpmArgs(tp))
+	waitVMs(15*time.Minute, again)
+	waitState(t, l, "lab/vm-fde", "provisioned", time.Minute)
+	bootRunning("-re2")
+	hdr = luksHeader(t, disks["fde"])
+	if u := luksUUID(t, hdr); u == firstUUID {
+		t.Errorf("the reinstall kept container %s", u)
+	}
+	newRecovery := strings.TrimSpace(run(t, "ip", "netns", "exec", l.lan, "env", "BOOTOPS_TOKEN_FILE="+token, bootops, "recovery-key", "vm-fde",
+		"--site", "lab", "--identity", idFile, "--server", url4))
+	if newRecovery == recovery {
+		t.Error("the reinstall escrowed the same recovery key")
+	}
+	openWithRecovery(t, hdr, newRecovery)
+	if log := l.logs("lab/vm-fde"); !strings.Contains(log[strings.LastIndex(log, "provisioned"):], "running: hostname e2e-fde") {
+		t.Errorf("vm-fde is not running after its reinstall:\n%s", log)
+	}
+}
+
+// markerImage is the Debian image with fdeMarker in a file of its root
+// filesystem (debugfs writes it in place), gzipped; kept beside the
+// image in the cache.
+func markerImage(t *testing.T, debDir string) (gz, sha string) {
+	t.Helper()
+	gz = filepath.Join(debDir, "marker.raw.gz")
+	if _, err := os.Stat(gz); err != nil {
+		raw := filepath.Join(t.TempDir(), "marker.raw")
+		run(t, "sh", "-c", "gzip -dc "+filepath.Join(debDir, "debian.raw.gz")+" > "+raw)
+		start := partitionStart(t, raw, 2)
+		m := filepath.Join(t.TempDir(), "marker")
+		os.WriteFile(m, []byte(fdeMarker+"\n"), 0o644)
+		run(t, "debugfs", "-w", "-R", "write "+m+" /root/bootops-marker", fmt.Sprintf("%s?offset=%d", raw, start))
+		if !fileHas(t, raw, fdeMarker) {
+			t.Fatal("debugfs did not plant the marker")
+		}
+		run(t, "sh", "-c", "gzip -1 -c "+raw+" > "+gz+".tmp && mv "+gz+".tmp "+gz)
+	}
+	b, err := os.ReadFile(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return gz, hex.EncodeToString(sum[:])
+}
+
+// partitionStart is partition n's byte offset in a GPT disk image.
+func partitionStart(t *testing.T, disk string, n int) int64 {
+	t.Helper()
+	var d struct {
+		PartitionTable struct {
+			SectorSize int64 `json:"sectorsize"`
+			Partitions []struct {
+				Node  string `json:"node"`
+				Start int64  `json:"start"`
+			} `json:"partitions"`
+		} `json:"partitiontable"`
+	}
+	if err := json.Unmarshal([]byte(run(t, "sfdisk", "-J", disk)), &d); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range d.PartitionTable.Partitions {
+		if strings.HasSuffix(p.Node, strconv.Itoa(n)) {
+			return p.Start * max(d.PartitionTable.SectorSize, 512)
+		}
+	}
+	t.Fatalf("%s has no partition %d", disk, n)
+	return 0
+}
+
+// fileHas reads a (sparse) file through and says whether s is in it.
+func fileHas(t *testing.T, name, s string) bool {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 8<<20)
+	keep := len(s) - 1
+	n := 0
+	for {
+		m, err := io.ReadFull(f, buf[n:])
+		if bytes.Contains(buf[:n+m], []byte(s)) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		copy(buf, buf[n+m-keep:n+m])
+		n = keep
+	}
+}
+
+// promptSeen waits for cryptsetup's prompt on the console.
+func promptSeen(t *testing.T, v *vm, d time.Duration) {
+	t.Helper()
+	if !testutil.Poll(d, time.Second, func() bool { return strings.Contains(mustRead(v.console), "Please unlock disk "+"bootops-root") }) {
+		t.Fatalf("%s: no cryptsetup prompt after %s:\n%s", v.name, d, testutil.Tail(mustRead(v.console), 30))
+	}
+}
+
+// luksHeader copies the container's header area (16 MiB from partition
+// 2's start) to a file cryptsetup reads.
+func luksHeader(t *testing.T, disk string) string {
+	t.Helper()
+	start := partitionStart(t, disk, 2)
+	hdr := filepath.Join(t.TempDir(), "luks-header")
+	run(t, "dd", "if="+disk, "of="+hdr, "bs=1M", "count=16", fmt.Sprintf("skip=%d", start), "iflag=skip_bytes", "status=none")
+	return hdr
+}
+
+func luksUUID(t *testing.T, hdr string) string {
+	return strings.TrimSpace(run(t, "cryptsetup", "luksUUID", hdr))
+}
+
+// clevisTokens gives the protected headers of the container's Clevis
+// tokens, decoded.
+func clevisTokens(t *testing.T, hdr string) []string {
+	t.Helper()
+	var dump struct {
+		Tokens map[string]struct {
+			Type string `json:"type"`
+			JWE  struct {
+				Protected string `json:"protected"`
+			} `json:"jwe"`
+		} `json:"tokens"`
+	}
+	if err := json.Unmarshal([]byte(run(t, "cryptsetup", "luksDump", "--dump-json-metadata", hdr)), &dump); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, tok := range dump.Tokens {
+		if tok.Type == "clevis" {
+			b, _ := base64.RawURLEncoding.DecodeString(tok.JWE.Protected)
+			out = append(out, string(b))
+		}
+	}
+	return out
+}
+
+// openWithRecovery checks the recovery key opens a keyslot and gives the
+// volume key it unlocks.
+func openWithRecovery(t *testing.T, hdr, key string) []byte {
+	t.Helper()
+	cmd := exec.Command("cryptsetup", "open", "--test-passphrase", "--key-file", "-", hdr)
+	cmd.Stdin = strings.NewReader(key)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cryptsetup open --test-passphrase with the recovery key: %v\n%s", err, out)
+	}
+	cmd = exec.Command("cryptsetup", "luksDump", "--dump-volume-key", "--batch-mode", "--key-file", "-", hdr)
+	cmd.Stdin = strings.NewReader(key)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("cryptsetup luksDump --dump-volume-key: %v\n%s", err, out)
+	}
+	_, after, ok := strings.Cut(string(out), "MK dump:")
+	if !ok {
+		t.Fatalf("no volume key in:\n%s", out)
+	}
+	var hexKey strings.Builder
+	for _, f := range strings.Fields(after) {
+		if len(f) == 2 {
+			hexKey.WriteString(f)
+		}
+	}
+	k, err := hex.DecodeString(hexKey.String())
+	if err != nil || len(k) != 64 {
+		t.Fatalf("volume key %q: %v", hexKey.String(), err)
+	}
+	return k
+}
+
+// rootFSUUID decrypts the superblock of the filesystem inside the
+// container (aes-xts-plain64, 512-byte sectors from the data offset) and
+// reads its UUID.
+func rootFSUUID(t *testing.T, disk, hdr string, key []byte) string {
+	t.Helper()
+	dump := run(t, "cryptsetup", "luksDump", hdr)
+	if !strings.Contains(dump, "aes-xts-plain64") || !strings.Contains(dump, "sector: 512 [bytes]") {
+		t.Fatalf("not aes-xts-plain64 in 512-byte sectors:\n%s", dump)
+	}
+	m := regexp.MustCompile(`offset: ([0-9]+) \[bytes\]`).FindStringSubmatch(dump)
+	if m == nil {
+		t.Fatalf("no data offset in:\n%s", dump)
+	}
+	off, _ := strconv.ParseInt(m[1], 10, 64)
+	c, err := xts.NewCipher(aes.NewCipher, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(disk)
+	defer f.Close()
+	sb := make([]byte, 1024) // sectors 2 and 3: the ext4 superblock
+	if _, err := f.ReadAt(sb, partitionStart(t, disk, 2)+off+1024); err != nil {
+		t.Fatal(err)
+	}
+	plain := make([]byte, 1024)
+	c.Decrypt(plain[:512], sb[:512], 2)
+	c.Decrypt(plain[512:], sb[512:], 3)
+	if plain[56] != 0x53 || plain[57] != 0xEF {
+		t.Fatalf("no ext4 magic in the decrypted superblock: %x", plain[56:58])
+	}
+	u := plain[104:120]
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[:4], u[4:6], u[6:8], u[8:10], u[10:])
+}
+
+// noKeyMaterial looks for the recovery key and the volume key (raw and in
+// hex) in every file of the lab's folder but the disks and the TPMs'
+// state: the daemon's state, its logs, the VMs' consoles.
+func noKeyMaterial(t *testing.T, dir, recovery string, volumeKey []byte) {
+	t.Helper()
+	needles := [][]byte{[]byte(recovery), volumeKey, []byte(hex.EncodeToString(volumeKey))}
+	checked := 0
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, ".disk") || strings.Contains(p, "/tpm-") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		checked++
+		for _, n := range needles {
+			if bytes.Contains(b, n) {
+				t.Errorf("key material in %s", p)
+			}
+		}
+		return nil
+	})
+	if checked < 5 {
+		t.Errorf("only %d files looked at in %s", checked, dir)
+	}
+}
+
+// encryptionOf is a node's encryption as the status API says it.
+func encryptionOf(l *lab, key string) string {
+	m, _ := l.machine(key)
+	b, _ := json.Marshal(m)
+	return string(b)
+}

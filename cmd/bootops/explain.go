@@ -132,7 +132,7 @@ func printEncryption(w io.Writer, pr *plan.Profile) {
 	if e == nil {
 		return
 	}
-	fmt.Fprintf(w, "  encryption: partition %d in LUKS2, unlocked by %s with the TPM, sealed to PCRs %s on the first boot\n", e.Partition, e.Unlock, pcrList(e.PCRs, ","))
+	fmt.Fprintf(w, "  encryption: partition %d in LUKS2, unlocked by %s with the TPM, sealed to PCRs %s on the first boot\n", e.Partition, e.Unlock, pcrList(e.PCRs))
 	fmt.Fprintf(w, "  recovery: its key encrypted with age to %s: %s\n", count(len(e.Recipients), "recipient"), shortRecipients(e.Recipients))
 }
 
@@ -143,16 +143,16 @@ func describeEncryption(e *plan.Encryption) string {
 	if e == nil {
 		return "off"
 	}
-	return fmt.Sprintf("LUKS2 partition %d, TPM PCRs %s, %s", e.Partition, pcrList(e.PCRs, "+"), count(len(e.Recipients), "recovery recipient"))
+	return fmt.Sprintf("LUKS2 partition %d, TPM PCRs %s, %s", e.Partition, pcrList(e.PCRs), count(len(e.Recipients), "recovery recipient"))
 }
 
-// pcrList is PCR numbers joined by sep ("4,7").
-func pcrList(pcrs []int, sep string) string {
+// pcrList is PCR numbers as systemd-cryptenroll writes them ("4+7").
+func pcrList(pcrs []int) string {
 	s := make([]string, len(pcrs))
 	for i, n := range pcrs {
 		s[i] = strconv.Itoa(n)
 	}
-	return strings.Join(s, sep)
+	return strings.Join(s, "+")
 }
 
 // shortRecipients is age recipients in short, joined by commas.

@@ -60,7 +60,12 @@ func explainCmd() *command {
 				Site  string `json:"site,omitempty"`
 				Node  string `json:"node,omitempty"`
 				Boots bool   `json:"boots"`
+				// Encryption is the profile's, when the machine installs one.
+				Encryption *plan.Encryption `json:"encryption,omitempty"`
 			}{Decision: d, Boots: d.Boots()}
+			if pr := p.Profile(d.Profile); pr != nil && d.Boots() {
+				out.Encryption = pr.Encryption
+			}
 			if d.Site != nil {
 				out.Site = d.Site.Name
 			}

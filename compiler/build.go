@@ -597,6 +597,7 @@ func (r *repo) checkProfile(p *object) {
 	if !slices.ContainsFunc(wf.list, func(a *value) bool { return a.get("action").str == "image-to-disk" }) {
 		r.errorf(p.pos("workflow"), "workflow", "never writes the image: add an image-to-disk action")
 	}
+	r.checkEncryption(p)
 }
 
 // checkQA checks what a QA action's parameters say about the workflow

@@ -73,6 +73,7 @@ func (r *repo) renderProfiles(p *plan.Plan) map[string]*plan.Profile {
 			MicroOS:     o.str("microOS"),
 			KernelArgs:  o.v.get("kernelArgs").strs(),
 			Disk:        o.str("disk"),
+			Encryption:  encryption(o),
 		}
 		pr.Hash = plan.Hash(pr)
 		profiles[name] = pr
@@ -445,6 +446,7 @@ func (r *repo) workflow(n *plan.Node, pr *plan.Profile, disk string, lookup func
 			act.Disk = disk
 		case "image-to-disk":
 			act.Disk, act.URL, act.SHA256, act.Compression = disk, pr.Image.URL, pr.Image.SHA256, pr.Image.Compression
+			act.Encrypt = cloneEncryption(pr.Encryption)
 		case "cloud-init", "write-file", "exec", "kexec":
 			act.Disk = disk
 			act.Partition = a.get("partition").integer()

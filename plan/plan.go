@@ -454,6 +454,9 @@ type Profile struct {
 	MicroOS     string   `json:"microOS"`
 	KernelArgs  []string `json:"kernelArgs,omitempty"`
 	Disk        string   `json:"disk"`
+	// Encryption is the profile's full-disk encryption, as each of its
+	// workflow's image-to-disk actions carries it; nil for none.
+	Encryption *Encryption `json:"encryption,omitempty"`
 }
 
 // OS describes the operating system a profile installs.

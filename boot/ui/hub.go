@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/plan"
 )
 
 // Server serves the dashboard and its event stream. Doc is required.
@@ -23,6 +25,10 @@ type Server struct {
 	Doc func() bhttp.StatusDoc
 	// Events is one machine's timeline, oldest first (nil: none).
 	Events func(key string) []status.Event
+	// Plan is the live Plan, for what Git gives each node: its profile
+	// and the profile's encryption (nil: neither is shown; a hub has no
+	// one Plan).
+	Plan func() *plan.Plan
 	// Sync, when set with Token, is what the page's "fetch now" does.
 	Sync func(reason string)
 	// Token is the bearer token actions need; "" (or nil) makes the
@@ -58,17 +64,55 @@ type Server struct {
 	dropped uint64
 }
 
-// view is a machine as the page gets it: its summary, and for a machine
-// that is no node the Node object to commit.
+// view is a machine as the page gets it: its summary, what the Plan
+// gives it, and for a machine that is no node the Node object to commit.
 type view struct {
 	status.Machine
-	NodeYAML string `json:"nodeYAML,omitempty"`
+	// Git is what the Plan gives a node (a field of its own: the
+	// machine's fields are what the machine says).
+	Git      *planned `json:"git,omitempty"`
+	NodeYAML string   `json:"nodeYAML,omitempty"`
 }
 
-// sent is a machine as last sent, and its JSON: a machine equal to it is
-// not marshalled again.
+// planned is what the live Plan gives a node, as the page shows it.
+type planned struct {
+	Profile string `json:"profile,omitempty"`
+	// Encryption is the profile's full-disk encryption in words:
+	// "encrypted (LUKS2, TPM PCRs 7)"; "" for none.
+	Encryption string `json:"encryption,omitempty"`
+}
+
+// plannedOf is what p gives machine m (nothing for a machine that is no
+// node, or without a Plan).
+func plannedOf(p *plan.Plan, m status.Machine) planned {
+	if p == nil || m.Node == "" {
+		return planned{}
+	}
+	n := p.Node(m.Site, m.Node)
+	if n == nil {
+		return planned{}
+	}
+	pl := planned{Profile: n.Profile}
+	if pr := p.Profile(n.Profile); pr != nil && pr.Encryption != nil {
+		pl.Encryption = encryptedText(pr.Encryption)
+	}
+	return pl
+}
+
+// encryptedText is "encrypted (LUKS2, TPM PCRs 4+7)".
+func encryptedText(e *plan.Encryption) string {
+	pcrs := make([]string, len(e.PCRs))
+	for i, n := range e.PCRs {
+		pcrs[i] = strconv.Itoa(n)
+	}
+	return "encrypted (LUKS2, TPM PCRs " + strings.Join(pcrs, "+") + ")"
+}
+
+// sent is a machine as last sent, with what the Plan gave it, and its
+// JSON: a machine equal to it is not marshalled again.
 type sent struct {
 	m    status.Machine
+	pl   planned
 	json []byte
 }
 
@@ -174,6 +218,10 @@ func (s *Server) update() {
 	defer s.refresh.Unlock()
 	s.dirty.Store(false)
 	doc := s.Doc()
+	var live *plan.Plan
+	if s.Plan != nil {
+		live = s.Plan()
+	}
 	source, _ := json.Marshal(doc.Source)
 	// Only s.update changes s.state, and s.refresh is held: it may be read
 	// without s.mu here.
@@ -181,11 +229,12 @@ func (s *Server) update() {
 	var changed []sent
 	keys := map[string]bool{}
 	see := func(m status.Machine, unknown bool) {
-		if old, ok := s.state[m.Key]; ok && old.m == m {
+		pl := plannedOf(live, m)
+		if old, ok := s.state[m.Key]; ok && old.m == m && old.pl == pl {
 			next[m.Key] = old
 			return
 		}
-		v := sent{m, marshalView(m, unknown)}
+		v := sent{m, pl, marshalView(m, pl, unknown)}
 		next[m.Key] = v
 		changed = append(changed, v)
 		keys[m.Key] = true
@@ -280,8 +329,11 @@ func (s *Server) actions() bool {
 	return s.Sync != nil && (s.Authorize != nil || s.Token != nil && s.Token() != "")
 }
 
-func marshalView(m status.Machine, unknown bool) []byte {
+func marshalView(m status.Machine, pl planned, unknown bool) []byte {
 	v := view{Machine: m}
+	if pl != (planned{}) {
+		v.Git = &pl
+	}
 	if unknown {
 		v.NodeYAML, _ = status.NodeYAML(m, "") // none offered for a machine that cannot have one
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/internal/testutil"
+	"github.com/bootops/bootops/plan"
 )
 
 // fleet is a dashboard over an in-memory store: nodes are machines with a
@@ -434,5 +436,52 @@ func BenchmarkUpdate(b *testing.B) {
 			mem.Record(status.Event{Site: "s", Node: fmt.Sprintf("n%05d", (i*100+j)%10000), Kind: status.KindAgent, Bytes: int64(i), Message: "progress"})
 		}
 		s.update()
+	}
+}
+
+// A node's profile and its encryption come from the live Plan: an
+// encrypted profile's node says "encrypted (LUKS2, TPM PCRs …)", another
+// only its profile, a machine that is no node neither; a new Plan that
+// turns encryption on reaches the page though no machine changed.
+func TestProfileAndEncryption(t *testing.T) {
+	enc := &plan.Encryption{Partition: 2, PCRs: []int{7}, Recipients: []string{"age1x"}, Unlock: "clevis"}
+	planWith := func(e *plan.Encryption) *plan.Plan {
+		return &plan.Plan{
+			Hash: fmt.Sprint(e != nil),
+			Sites: []*plan.Site{{Name: "s1", Nodes: []*plan.Node{
+				{Name: "n1", Site: "s1", Profile: "secure"},
+				{Name: "n2", Site: "s1", Profile: "plain"},
+			}}},
+			Profiles: []*plan.Profile{{Name: "secure", Encryption: e}, {Name: "plain"}},
+		}
+	}
+	var live atomic.Pointer[plan.Plan]
+	live.Store(planWith(enc))
+	s, mem, srv := fleet(t, func(s *Server) { s.Plan = live.Load })
+	mem.Record(status.Event{Kind: status.KindScript, Site: "s1", Node: "n1", State: status.StateBooting})
+	mem.Record(status.Event{Kind: status.KindScript, Site: "s1", Node: "n2", State: status.StateBooting})
+	mem.Record(status.Event{Kind: status.KindDHCP, MAC: "52:54:00:aa:bb:cc", Message: "unknown"})
+
+	c := open(t, srv.URL+"/api/v1/stream")
+	got := machinesOf(c.next(t))
+	git := func(m map[string]any) map[string]any { g, _ := m["git"].(map[string]any); return g }
+	if g := git(got["s1/n1"]); g["profile"] != "secure" || g["encryption"] != "encrypted (LUKS2, TPM PCRs 7)" {
+		t.Errorf("the encrypted node's git: %v", g)
+	}
+	if g := git(got["s1/n2"]); g["profile"] != "plain" || g["encryption"] != nil {
+		t.Errorf("the plain node's git: %v", g)
+	}
+	if g, ok := got["mac:52:54:00:aa:bb:cc"]["git"]; ok {
+		t.Errorf("a machine that is no node has git %v", g)
+	}
+
+	enc2 := *enc
+	enc2.PCRs = []int{4, 7}
+	live.Store(planWith(&enc2))
+	s.Notify()
+	up := c.until(t, "update", func(ev event) bool { return len(machinesOf(ev)) > 0 })
+	changed := machinesOf(up)
+	if len(changed) != 1 || git(changed["s1/n1"])["encryption"] != "encrypted (LUKS2, TPM PCRs 4+7)" {
+		t.Errorf("after the new Plan the update carries %v, want only s1/n1 sealed to 4+7", changed)
 	}
 }

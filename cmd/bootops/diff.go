@@ -145,7 +145,37 @@ func computeDiff(e *env, dir, baseRef, headRef string) (*reconciler.ChangeSet, e
 	}
 	cs := reconciler.Diff(bp, hp)
 	cs.Base, cs.Head = baseLabel, headLabel
+	foldEncryption(cs, bp, hp)
 	return cs, nil
+}
+
+// foldEncryption says a profile's change of encryption on one line
+// ("encryption: off → LUKS2 partition 1, TPM PCRs 7, 2 recovery
+// recipients") instead of field by field, recipients in full.
+func foldEncryption(cs *reconciler.ChangeSet, bp, hp *plan.Plan) {
+	for i := range cs.Objects {
+		o := &cs.Objects[i]
+		if o.Object != "profile" || o.Kind != reconciler.Changed {
+			continue
+		}
+		var kept []reconciler.FieldChange
+		for _, f := range o.Fields {
+			if f.Field != "encryption" && !strings.HasPrefix(f.Field, "encryption.") {
+				kept = append(kept, f)
+			}
+		}
+		if len(kept) == len(o.Fields) {
+			continue
+		}
+		b, h := bp.Profile(o.Name).Encryption, hp.Profile(o.Name).Encryption
+		f := reconciler.FieldChange{Field: "encryption", Old: describeEncryption(b), New: describeEncryption(h)}
+		if f.Old == f.New {
+			// Only who holds the recovery key changed.
+			f = reconciler.FieldChange{Field: "encryption.recipients", Old: shortRecipients(b.Recipients), New: shortRecipients(h.Recipients)}
+		}
+		o.Fields = append(kept, f)
+		slices.SortStableFunc(o.Fields, func(x, y reconciler.FieldChange) int { return strings.Compare(x.Field, y.Field) })
+	}
 }
 
 // revisionErrors prints compile errors prefixed by the revision.

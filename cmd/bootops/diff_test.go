@@ -329,3 +329,46 @@ func TestDiffIPv6(t *testing.T) {
 		t.Errorf("renumbering: fields\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// Turning a profile's encryption on is one change of the profile, said on
+// one line, reaching its nodes, each of which would install another
+// workflow; changing only its recipients names them (in short).
+func TestDiffEncryption(t *testing.T) {
+	dir := gitRepo(t)
+	const r1, r2, r3 = "age1nln4ej3qv59j2h0a0uxhdgttewy9uy5cgh9p3y8v38whdrm59gds48hddt",
+		"age17s4lc8ntf947dp2z7mhxtky3ltngrpmnmfnycvmcks77yzpr59mqm37s04",
+		"age1z9eaklrv5swc49wa2e7fytjvnm6xv4kc5fhklwg85djpq28cy3eqn94mq3"
+	prof := "profiles/ubuntu-24-04.yaml"
+	git(t, dir, "checkout", "-q", "-b", "fde")
+	edit(t, dir, prof, "  sha256: bc471ca4", "  unlock: clevis\n  sha256: bc471ca4")
+	edit(t, dir, prof, "workflow:\n", "encryption:\n  recovery:\n    age: ["+r1+", "+r2+"]\nworkflow:\n")
+	git(t, dir, "commit", "-q", "-am", "encrypt")
+	code, out, errs := bootops(t, nil, "diff", dir, "--base", "main", "--head", "fde", "--detailed-exitcode")
+	if code != 2 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, w := range []string{
+		"\nInstalls: 10 nodes would install another workflow.\n",
+		"\n~ profile ubuntu-24-04  encryption: off → LUKS2 partition 1, TPM PCRs 7, 2 recovery recipients\n",
+		"    reaches 10 nodes: warehouse/rack1-11, ",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("turning encryption on: the diff lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "encryption.") || strings.Contains(out, r1) {
+		t.Errorf("turning encryption on: the diff shows its fields one by one:\n%s", out)
+	}
+
+	git(t, dir, "checkout", "-q", "-b", "rotate")
+	edit(t, dir, prof, r2, r3)
+	git(t, dir, "commit", "-q", "-am", "rotate")
+	code, cs, errs := diffJSON(t, dir, "--base", "fde", "--head", "rotate")
+	if code != 0 || len(cs.Objects) != 1 || len(cs.Objects[0].Fields) != 1 {
+		t.Fatalf("rotating a recipient: exit %d %s %+v", code, errs, cs)
+	}
+	want := "encryption.recipients: age17s4lc8…37s04, age1nln4ej…8hddt → age1nln4ej…8hddt, age1z9eakl…94mq3"
+	if got := cs.Objects[0].Fields[0].String(); got != want {
+		t.Errorf("rotating a recipient:\n got %s\nwant %s", got, want)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/bootops/bootops/plan"
 )
@@ -58,7 +60,12 @@ func explainCmd() *command {
 				Site  string `json:"site,omitempty"`
 				Node  string `json:"node,omitempty"`
 				Boots bool   `json:"boots"`
+				// Encryption is the profile's, when the machine installs one.
+				Encryption *plan.Encryption `json:"encryption,omitempty"`
 			}{Decision: d, Boots: d.Boots()}
+			if pr := p.Profile(d.Profile); pr != nil && d.Boots() {
+				out.Encryption = pr.Encryption
+			}
 			if d.Site != nil {
 				out.Site = d.Site.Name
 			}
@@ -85,6 +92,7 @@ func printDecision(e *env, p *plan.Plan, d plan.Decision) {
 		pr := p.Profile(d.Profile)
 		fmt.Fprintf(w, "match: node %s (site %s) installs profile %s with micro-os %s\n", d.Node.Name, d.Node.Site, d.Profile, pr.MicroOS)
 		printProof(w, p, d.Node, pr.MicroOS)
+		printEncryption(w, pr)
 		printAddresses(w, d.Site, d.Node)
 	case plan.Mismatch:
 		fmt.Fprintf(w, "mismatch: refused; the machine gets a script that prints the reason and stops\n")
@@ -101,6 +109,7 @@ func printDecision(e *env, p *plan.Plan, d plan.Decision) {
 			fmt.Fprintf(w, "unknown: not answered (policy ignore)\n")
 		case d.Policy == plan.PolicyProvision:
 			fmt.Fprintf(w, "unknown: installs site %s's default profile %s\n", d.Site.Name, d.Profile)
+			printEncryption(w, p.Profile(d.Profile))
 			printAddresses(w, d.Site, nil)
 		case d.Policy == plan.PolicyHold:
 			fmt.Fprintf(w, "unknown: held in the micro-os on site %s until a Node is committed\n", d.Site.Name)
@@ -119,6 +128,54 @@ func printProof(w io.Writer, p *plan.Plan, n *plan.Node, microOS string) {
 	if a := n.Attestation; a != nil && a.Require {
 		fmt.Fprintf(w, "  attestation: required: secure boot on, PCR 4 shows micro-os %s (PE digest %s)\n", microOS, p.MicroOSNamed(microOS).PEDigest)
 	}
+}
+
+// printEncryption says how profile pr's image is encrypted, if it is:
+// the partition, what the key is sealed to, who can recover it.
+func printEncryption(w io.Writer, pr *plan.Profile) {
+	e := pr.Encryption
+	if e == nil {
+		return
+	}
+	fmt.Fprintf(w, "  encryption: partition %d in LUKS2, unlocked by %s with the TPM, sealed to PCRs %s on the first boot\n", e.Partition, e.Unlock, pcrList(e.PCRs))
+	fmt.Fprintf(w, "  recovery: its key encrypted with age to %s: %s\n", count(len(e.Recipients), "recipient"), shortRecipients(e.Recipients))
+}
+
+// describeEncryption is a profile's encryption on a few words, for a
+// diff: "LUKS2 partition 2, TPM PCRs 7, 2 recovery recipients"; "off"
+// for none.
+func describeEncryption(e *plan.Encryption) string {
+	if e == nil {
+		return "off"
+	}
+	return fmt.Sprintf("LUKS2 partition %d, TPM PCRs %s, %s", e.Partition, pcrList(e.PCRs), count(len(e.Recipients), "recovery recipient"))
+}
+
+// pcrList is PCR numbers as systemd-cryptenroll writes them ("4+7").
+func pcrList(pcrs []int) string {
+	s := make([]string, len(pcrs))
+	for i, n := range pcrs {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, "+")
+}
+
+// shortRecipients is age recipients in short, joined by commas.
+func shortRecipients(rs []string) string {
+	short := make([]string, len(rs))
+	for i, r := range rs {
+		short[i] = shortRecipient(r)
+	}
+	return strings.Join(short, ", ")
+}
+
+// shortRecipient is an age recipient as a person compares it with the
+// one they hold: its start and its end (age1nln4ej…8hddt).
+func shortRecipient(r string) string {
+	if len(r) <= 16 {
+		return r
+	}
+	return r[:10] + "…" + r[len(r)-5:]
 }
 
 // printAddresses says where a machine's addresses come from on site s (n

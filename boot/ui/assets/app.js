@@ -134,7 +134,7 @@ function matches(m, f) {
   if (f.state && m.state !== f.state) return false;
   if (f.site && m.site !== f.site) return false;
   if (!f.words.length) return true;
-  const hay = [m.node, m.site, m.state, m.mac, m.uuid, m.serial, m.boot, m.hostname, m.power, m.sync, m.hardware, m.last && m.last.message].join(" ").toLowerCase();
+  const hay = [m.node, m.site, profileText(m), m.state, m.mac, m.uuid, m.serial, m.boot, m.hostname, m.power, m.sync, m.hardware, m.last && m.last.message].join(" ").toLowerCase();
   return f.words.every((w) => hay.includes(w));
 }
 
@@ -271,6 +271,13 @@ function renderSource() {
   } else ban.hidden = true;
 }
 
+// profileText is the profile Git gives a node, and its encryption:
+// "web · encrypted (LUKS2, TPM PCRs 7)".
+function profileText(m) {
+  const g = m.git || {};
+  return [g.profile, g.encryption].filter(Boolean).join(" · ");
+}
+
 function imageFrom(m) {
   if (!m.image) return "";
   const mb = (n) => (n > 0 && n < 1048576 ? "<1" : Math.floor(n / 1048576)) + " MB";
@@ -284,7 +291,7 @@ function renderNode(key) {
   $("#node-title").textContent = m ? label(m) : key;
   const dl = $("#node-summary");
   if (!m) { dl.replaceChildren(el("dt", { text: "state" }), el("dd", { text: "not seen" })); return; }
-  const items = [["key", m.key], ["site", m.site], ["state", m.state], ["since", m.since && new Date(m.since).toLocaleString()],
+  const items = [["key", m.key], ["site", m.site], ["profile", profileText(m)], ["state", m.state], ["since", m.since && new Date(m.since).toLocaleString()],
     ["MAC", m.mac], ["UUID", m.uuid], ["serial", m.serial], ["TPM", m.tpm || (m.ek ? "ek " + m.ek : "")], ["boot", m.boot], ["hostname", m.hostname], ["kernel", m.kernel],
     ["power", m.power && (m.power + (m.powerError ? ": " + m.powerError : ""))], ["sync", m.sync], ["hardware", m.hardware], ["held", m.held], ["image", imageFrom(m).replace(/^image: /, "")], ["events", m.events]];
   dl.replaceChildren(...items.filter(([, v]) => v !== undefined && v !== "").flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));

@@ -19,6 +19,7 @@ func routeDashboard(dash *ui.Server, srv *bhttp.Server, events *status.Durable, 
 	}
 	dash.Events = events.Events
 	dash.Sync = sync
+	dash.Plan = srv.Plans.Current // each node's profile and its encryption
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "bootops_dashboard_streams",
 		Help: "Dashboard event streams open (browsers watching the fleet).",

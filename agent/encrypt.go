@@ -223,6 +223,10 @@ func newUUID() string {
 
 // defaultCryptsetup runs cryptsetup with stdin.
 func defaultCryptsetup(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+	// Its lock folder: the Micro-OS's /run is bare.
+	if err := os.MkdirAll("/run/cryptsetup", 0o700); err != nil {
+		return nil, err
+	}
 	cmd := exec.CommandContext(ctx, "cryptsetup", args...)
 	cmd.Stdin = bytes.NewReader(stdin)
 	return cmd.CombinedOutput()

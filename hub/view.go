@@ -586,6 +586,23 @@ func (v *View) Events(key string) []status.Event {
 	return s.mem.Events(rest)
 }
 
+// Escrows are a node's recovery key escrows as its site forwarded them
+// (the escrow events' ciphertext, as the agent sent it to the site);
+// known is false when the view has no such node: none of its site's
+// machines, and not among the nodes its last hello named. What
+// GET /api/v1/recovery-keys/{site}/{node} serves on a hub.
+func (v *View) Escrows(site, node string) (escrows []status.Escrow, known bool) {
+	v.mu.Lock()
+	s := v.sites[site]
+	registered := s != nil && s.hello != nil && slices.Contains(s.hello.Nodes, node)
+	v.mu.Unlock()
+	if s == nil || node == "" {
+		return nil, false
+	}
+	m, held := s.mem.Machine(site + "/" + node)
+	return m.Escrows(), held || registered
+}
+
 // Doc is the fleet as GET /api/v1/status has it: the same document as a
 // site daemon's, every site's nodes (a registered node no machine booted
 // yet is "registered"), and the sites with when they were last heard.

@@ -71,6 +71,9 @@ func parseBatch(body []byte) (plan.EventBatch, int, error) {
 // takeBatch checks a batch against the machine's session cur (advance),
 // stores its events durably and moves the session on.
 func (s *Server) takeBatch(key string, cur status.Session, b plan.EventBatch) *refusal {
+	if why := checkEscrows(b.Events); why != "" {
+		return &refusal{status: http.StatusBadRequest, result: ResultBadRequest, reason: "events refused: " + why, note: "agent events refused: " + why}
+	}
 	next, why := advance(cur, b.Events)
 	if why != "" {
 		return &refusal{status: http.StatusConflict, result: ResultRefused, reason: "events refused: " + why, note: "agent events refused: " + why}
@@ -81,6 +84,10 @@ func (s *Server) takeBatch(key string, cur status.Session, b plan.EventBatch) *r
 		if e.State == status.StateProvisioned {
 			// What the session's workflow installed, named by the session.
 			e.Install, e.Revision, e.InstallID, e.ReportKey = cur.Install, cur.Revision, cur.ID, cur.ReportKey
+		}
+		if a.Escrow != nil {
+			// Of the install the session runs, whatever the agent says.
+			e.Escrow = s.escrowOf(cur, *a.Escrow)
 		}
 		evs = append(evs, e)
 	}
@@ -127,7 +134,7 @@ func advance(s status.Session, evs []plan.AgentEvent) (status.Session, string) {
 			if a.Step != s.Done+1 {
 				return s, fmt.Sprintf("%s of action %d while action %d of %d is the one running", a.Type, a.Step, s.Done+1, s.Steps)
 			}
-		case plan.AgentLog:
+		case plan.AgentLog, plan.AgentEscrow:
 			if a.Step > s.Done+1 {
 				return s, fmt.Sprintf("a log line of action %d while action %d of %d is the one running", a.Step, s.Done+1, s.Steps)
 			}
@@ -177,6 +184,16 @@ func agentEvent(b plan.EventBatch, a plan.AgentEvent) status.Event {
 		e.State, e.Error, e.Message = status.StateFailed, true, fmt.Sprintf("%s failed: %s", step, a.Message)
 	case plan.AgentProvisioned:
 		e.State, e.Message = status.StateProvisioned, fmt.Sprintf("provisioned (generation %d)", a.Generation)
+	case plan.AgentEscrow:
+		// What was escrowed, never the agent's words beside it: they
+		// could be anything, the ciphertext too.
+		e.Message = "recovery key escrowed"
+		if a.Escrow != nil {
+			e.Message = status.EscrowMessage(*a.Escrow)
+		}
+		if step != "" {
+			e.Message = step + ": " + e.Message
+		}
 	default:
 		e.Message = a.Message
 		if step != "" {

@@ -204,6 +204,7 @@ func (s *Server) osReport(w http.ResponseWriter, r *http.Request) {
 		ev.Message += ", quoted by its TPM"
 	}
 	cloudInit(&ev, rep.CloudInit)
+	encryption(&ev, rep.Encryption)
 	if err := s.Store.RecordSync(ev); err != nil {
 		s.refuse(w, ev, unavailable("status store: "+err.Error()))
 		return
@@ -310,6 +311,34 @@ func cloudInit(ev *status.Event, said string) {
 		ev.CloudInit, ev.Error = ci, true
 		ev.Message += ", cloud-init " + ci
 	}
+}
+
+// encryption puts the installed OS's word on its encrypted root, as the
+// report says it, on the event: the OS's word only (the server cannot
+// see a seal), kept on the node's record (status.Machine.Seal) when the
+// report proves the recorded install.
+func encryption(ev *status.Event, said *plan.EncryptionReport) {
+	r := cleanEncryption(said)
+	if r == nil {
+		return
+	}
+	ev.Encryption = r
+	switch {
+	case r.Error != "":
+		ev.Error = true
+		ev.Message += ", root encrypted, seal failed: " + r.Error
+	case r.Sealed:
+		ev.Message += ", root encrypted and sealed to PCRs " + pcrs(r.PCRs)
+	default:
+		ev.Message += ", root encrypted, not sealed to PCRs yet"
+	}
+}
+
+func pcrs(ps []int) string {
+	if len(ps) == 0 {
+		return "(none named)"
+	}
+	return strings.Trim(strings.Join(strings.Fields(fmt.Sprint(ps)), ","), "[]")
 }
 
 // reportRefused refuses a report, on the node's timeline when onTimeline

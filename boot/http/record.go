@@ -31,6 +31,10 @@ type DeliveryRecord struct {
 	Revision    string    `json:"revision,omitempty"`
 	Provisioned time.Time `json:"provisioned,omitzero"`
 	Running     time.Time `json:"running,omitzero"`
+	// Encryption is where its encrypted root stands (status.Machine's
+	// summary: sealed, and whether its recovery key is escrowed); "" for
+	// a node not known to be encrypted. Never a key, nor its ciphertext.
+	Encryption string `json:"encryption,omitempty"`
 }
 
 // QAResult is a QA action's outcome on the machine's last install, as the
@@ -54,7 +58,8 @@ func (s *Server) DeliveryRecords(site string, since time.Time) []DeliveryRecord 
 			continue
 		}
 		n := p.Node(m.Site, m.Node)
-		r := DeliveryRecord{Site: m.Site, Node: m.Node, Serial: m.Serial, State: m.State, Hardware: m.Inventory.Summary(), Expectations: "none", Revision: m.Revision}
+		r := DeliveryRecord{Site: m.Site, Node: m.Node, Serial: m.Serial, State: m.State, Hardware: m.Inventory.Summary(), Expectations: "none", Revision: m.Revision,
+			Encryption: m.Encryption}
 		if m.Inventory != nil {
 			r.Serial = cmp.Or(m.Inventory.System.Serial, r.Serial)
 			for _, nic := range m.Inventory.NICs {
@@ -149,7 +154,7 @@ func (s *Server) deliveryRecord(w http.ResponseWriter, r *http.Request) {
 }
 
 // DeliveryCSVHeader is the delivery record's CSV header.
-var DeliveryCSVHeader = []string{"site", "node", "serial", "macs", "hardware", "expectations", "qa", "state", "image_sha256", "install_digest", "revision", "provisioned", "running"}
+var DeliveryCSVHeader = []string{"site", "node", "serial", "macs", "hardware", "expectations", "qa", "state", "image_sha256", "install_digest", "revision", "provisioned", "running", "encryption"}
 
 // WriteDeliveryCSV writes recs as CSV, a header first. Every cell is text
 // the machine or Git gave: a cell a spreadsheet would take for a formula
@@ -167,7 +172,7 @@ func WriteDeliveryCSV(w interface{ Write([]byte) (int, error) }, recs []Delivery
 			qa = append(qa, x.Action+" "+verdict+": "+x.Result)
 		}
 		row := []string{r.Site, r.Node, r.Serial, strings.Join(r.MACs, " "), r.Hardware, r.Expectations, strings.Join(qa, "; "), r.State,
-			r.Image, r.Install, r.Revision, stamp(r.Provisioned), stamp(r.Running)}
+			r.Image, r.Install, r.Revision, stamp(r.Provisioned), stamp(r.Running), r.Encryption}
 		for i, c := range row {
 			row[i] = status.CSVCell(c)
 		}

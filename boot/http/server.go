@@ -221,6 +221,7 @@ func (s *Server) firmwareRoutes() []Route {
 		{"GET /api/v1/events", s.Needs(RoleRead, http.HandlerFunc(s.events))},
 		{"GET /api/v1/report", s.Needs(RoleRead, http.HandlerFunc(s.deliveryRecord))},
 		{"POST /api/v1/media-credentials", s.Needs(RoleOperate, http.HandlerFunc(s.mediaCredential))},
+		{"GET /api/v1/recovery-keys/{site}/{node}", s.Needs(RoleOperate, http.HandlerFunc(s.recoveryKeys))},
 		{"GET " + api.Path, api.Handler()},
 		{"GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
 		{"GET /readyz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -142,6 +142,10 @@ type record struct {
 	Bytes int64 `json:"bytes,omitempty"`
 	// Gone is when Retain first found the node no longer in Git.
 	Gone *time.Time `json:"gone,omitempty"`
+	// Escrows are the Machine's (which its JSON leaves out), kept here in
+	// the same transaction as the event that brought them: an
+	// acknowledged escrow outlives a crash.
+	Escrows []Escrow `json:"escrows,omitempty"`
 
 	elem *list.Element // in Durable.lru
 }
@@ -215,6 +219,9 @@ func (d *Durable) load() error {
 			r := &record{}
 			if err := json.Unmarshal(v, r); err != nil {
 				return fmt.Errorf("machine %q: %w", k, err)
+			}
+			if es := r.Escrows; len(es) > 0 {
+				r.Machine.escrows = &es
 			}
 			recs = append(recs, r)
 			return nil
@@ -738,7 +745,7 @@ func (b *batch) add(e Event) error {
 	if err != nil {
 		return err
 	}
-	v, err := json.Marshal(e)
+	v, out, err := eventJSON(e)
 	if err != nil {
 		return fmt.Errorf("event for %s: %w", k, err)
 	}
@@ -753,7 +760,7 @@ func (b *batch) add(e Event) error {
 	if b.d.opt.Outbox {
 		ob := b.outbox
 		ob.FillPercent = 0.9
-		if err := ob.Put(u64(id), v); err != nil {
+		if err := ob.Put(u64(id), out); err != nil {
 			return err
 		}
 	}
@@ -779,6 +786,18 @@ func (b *batch) add(e Event) error {
 		r.Provisioned = &g
 	}
 	return b.trim(k, r, eb)
+}
+
+// eventJSON is e as the machine's timeline keeps it (an escrow without
+// its ciphertext, which the record keeps) and as the outbox sends it to
+// the hub (whole).
+func eventJSON(e Event) (timeline, outbox []byte, err error) {
+	if outbox, err = json.Marshal(e); err != nil || e.Escrow == nil || e.Escrow.Ciphertext == "" {
+		return outbox, outbox, err
+	}
+	e.Escrow = e.Escrow.withoutCiphertext()
+	timeline, err = json.Marshal(e)
+	return timeline, outbox, err
 }
 
 // merge moves machine from's events into machine to.
@@ -910,6 +929,7 @@ func (b *batch) evict() error {
 // flush writes the records this batch changed.
 func (b *batch) flush() error {
 	for k, r := range b.pending {
+		r.Escrows = r.Machine.Escrows()
 		v, err := json.Marshal(r)
 		if err != nil {
 			return fmt.Errorf("machine %s: %w", k, err)

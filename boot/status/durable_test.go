@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -620,11 +621,18 @@ func TestDurableCrashChild(t *testing.T) {
 				if seq%3 == 0 { // resend the previous one with it
 					batch = append(batch, Event{Kind: KindAgent, Site: "crash", Node: node, Seq: seq - 1})
 				}
+				escrow := w == 0 && seq%7 == 0
+				if escrow { // an escrow, its container named by its Seq
+					batch[0].Escrow = &Escrow{Partition: 2, LUKSUUID: fmt.Sprint(seq), Recipients: []string{"age1qqq"}, Ciphertext: testCiphertext}
+				}
 				if err := d.RecordSync(batch...); err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(2)
 				}
 				fmt.Printf("%s %d\n", node, seq)
+				if escrow {
+					fmt.Printf("escrow %d\n", seq)
+				}
 			}
 		})
 	}
@@ -640,6 +648,7 @@ func TestDurableCrash(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "status.db")
 	acked := map[string][]uint64{}
+	var escrowed uint64 // the newest escrow acknowledged
 	for round := range 3 {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestDurableCrashChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), crashEnv+"="+path)
@@ -657,6 +666,10 @@ func TestDurableCrash(t *testing.T) {
 		for sc.Scan() {
 			var node string
 			var seq uint64
+			if _, err := fmt.Sscanf(sc.Text(), "escrow %d", &seq); err == nil {
+				escrowed = seq
+				continue
+			}
 			if _, err := fmt.Sscanf(sc.Text(), "%s %d", &node, &seq); err != nil {
 				continue
 			}
@@ -694,6 +707,14 @@ func TestDurableCrash(t *testing.T) {
 			if last := slices.Max(seqs); d.LastSeq("crash/"+node) < last {
 				t.Errorf("round %d: %s: last seq %d, acknowledged %d", round, node, d.LastSeq("crash/"+node), last)
 			}
+		}
+		// The newest escrow kept is the newest acknowledged, or one
+		// stored after it (unacknowledged when the kill came).
+		m, _ := d.Machine("crash/n0")
+		if es := m.Escrows(); escrowed == 0 || len(es) == 0 || es[0].Ciphertext != testCiphertext {
+			t.Errorf("round %d: the escrows kept after the kill: %+v (acknowledged up to seq %d)", round, es, escrowed)
+		} else if newest, _ := strconv.ParseUint(es[0].LUKSUUID, 10, 64); newest < escrowed {
+			t.Errorf("round %d: the newest escrow kept is of seq %d; seq %d's was acknowledged", round, newest, escrowed)
 		}
 		t.Logf("round %d: %d acks read, %d lost", round, lines, lost)
 		if err := d.Close(); err != nil {

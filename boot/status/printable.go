@@ -112,14 +112,15 @@ const BriefField = 512
 // padded with: its identifiers whole (Key, Site, Node: the timeline is
 // found by them; each within MaxField already), every other string within
 // BriefField, its last event what happened, when and how far — without
-// what it carried (an inventory, an install) — and no TPM report key. The
+// what it carried (an inventory, an install) — and no TPM report key (nor
+// escrows, which no document carries). The
 // whole record stays in the store; its events tell the rest.
 func (m Machine) Brief() Machine {
 	for _, f := range []*string{&m.MAC, &m.UUID, &m.Serial, &m.EK, &m.TPM, &m.State, &m.Boot, &m.Hostname, &m.Kernel,
-		&m.Held, &m.Sync, &m.Revision, &m.InstallID, &m.CloudInit} {
+		&m.Held, &m.Sync, &m.Revision, &m.InstallID, &m.CloudInit, &m.Encryption} {
 		*f = cutString(*f, BriefField)
 	}
-	m.ReportKey = ""
+	m.ReportKey, m.escrows = "", nil
 	l := m.Last
 	m.Last = Event{Time: l.Time, Kind: l.Kind, Site: l.Site, Node: l.Node, State: cutString(l.State, BriefField),
 		Message: cutString(l.Message, 2*BriefField), Error: l.Error, Action: cutString(l.Action, BriefField),
@@ -141,6 +142,7 @@ func (e Event) printable() Event {
 		*f = cutString(*f, MaxField)
 	}
 	e.Boot, e.CloudInit = cutString(e.Boot, 2*MaxField), cutString(e.CloudInit, 2*MaxField)
+	e.Escrow, e.Encryption = printableEscrow(e.Escrow), printableSealed(e.Encryption)
 	return e
 }
 

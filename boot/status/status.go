@@ -133,6 +133,14 @@ type Event struct {
 	// Rollout names the rollout event's group (site/profile), for views
 	// that follow rollouts (KindRollout).
 	Rollout string `json:"rollout,omitempty"`
+	// Escrow is an encrypted install's recovery key, on the agent's
+	// escrow event: the store keeps it on the machine (Machine.Escrows)
+	// and forwards it whole (the outbox); timelines show it without its
+	// ciphertext.
+	Escrow *Escrow `json:"escrow,omitempty"`
+	// Encryption is the installed OS's word on its encrypted root, on a
+	// "running" report.
+	Encryption *plan.EncryptionReport `json:"encryption,omitempty"`
 }
 
 // Key is what events are grouped by: site/node, or the machine's MAC (or
@@ -187,7 +195,7 @@ func (e Event) size(inv int) int {
 	return eventOverhead + len(e.Kind) + len(e.Site) + len(e.Node) + len(e.MAC) + len(e.UUID) + len(e.Serial) + len(e.IP) +
 		len(e.State) + len(e.Message) + len(e.Action) + len(e.Boot) + len(e.Hostname) + len(e.Kernel) + len(e.InstallID) +
 		len(e.CloudInit) + len(e.Revision) + len(e.Held) + len(e.EK) + len(e.TPM) + len(e.ReportKey) + len(e.Sync) + len(e.Rollout) +
-		installSize(e.Install) + inv
+		installSize(e.Install) + escrowSize(e.Escrow) + sealedSize(e.Encryption) + inv
 }
 
 // installSize is what an Install holds in memory (0 for none).
@@ -288,6 +296,27 @@ type Machine struct {
 	// Sync says whether it runs what Git says (SyncIn, "out of date: …",
 	// SyncUnknown); the status API fills it in.
 	Sync string `json:"sync,omitempty"`
+	// Encryption says on a line where its encrypted root stands
+	// (EncryptionSummary): "encrypted, sealed to PCRs 7, recovery
+	// escrowed"; "" when it is not known to be encrypted. Seal is the
+	// installed OS's last word on it, for the install the record holds.
+	Encryption string                 `json:"encryption,omitempty"`
+	Seal       *plan.EncryptionReport `json:"seal,omitempty"`
+	// escrows are its newest recovery key escrows (Escrows). Unexported:
+	// never in the machine's JSON, which every reader of the status API
+	// gets; a pointer, so that a Machine stays comparable (the dashboard
+	// sends only the machines that changed).
+	escrows *[]Escrow
+}
+
+// Escrows are the machine's newest recovery key escrows (at most
+// KeptEscrows), newest first, ciphertext and all: only the recovery-keys
+// route (role operate) serves them. The caller must not change them.
+func (m *Machine) Escrows() []Escrow {
+	if m.escrows == nil {
+		return nil
+	}
+	return *m.escrows
 }
 
 // machineOverhead is what a Machine takes in memory before what its
@@ -317,7 +346,8 @@ func (m *Machine) size(last, inv int) int {
 	n := machineOverhead - eventOverhead + last +
 		len(m.Key) + len(m.Site) + len(m.Node) + len(m.MAC) + len(m.UUID) + len(m.Serial) + len(m.EK) + len(m.TPM) + len(m.State) +
 		len(m.Boot) + len(m.Hostname) + len(m.Kernel) + len(m.Power) + len(m.PowerError) + len(m.CloudInit) + len(m.InstallID) +
-		len(m.ReportKey) + len(m.Revision) + len(m.Hardware) + len(m.Held) + len(m.Sync)
+		len(m.ReportKey) + len(m.Revision) + len(m.Hardware) + len(m.Held) + len(m.Sync) + len(m.Encryption) +
+		sealedSize(m.Seal) + escrowsSize(m.Escrows())
 	if m.Image != nil {
 		n += imageOverhead
 	}
@@ -478,7 +508,6 @@ func (s *Memory) Record(e Event) {
 func (s *Memory) record(e Event) {
 	e = e.printable()
 	inv := inventorySize(e.Inventory)
-	size := int64(e.size(inv)) // its time, stamped below, is not counted
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e.Time.IsZero() {
@@ -492,6 +521,10 @@ func (s *Memory) record(e Event) {
 	node := IsNodeKey(k)
 	en := s.entryFor(k, e.Node, e.MAC)
 	en.m.apply(e)
+	// The machine keeps the escrow's ciphertext (Escrows); its timeline
+	// keeps the rest.
+	e.Escrow = e.Escrow.withoutCiphertext()
+	size := int64(e.size(inv)) // its time, stamped above, is not counted
 	if e.isLast() {
 		en.last = int(size)
 	}
@@ -771,6 +804,7 @@ func (m *Machine) apply(e Event) {
 		m.Image = &ImageSources{FromServer: e.FromServer, FromPeers: e.FromPeers}
 	}
 	m.applyInstall(e)
+	m.applyEncryption(e)
 	m.Sync = or(e.Sync, m.Sync)
 	if e.Inventory != nil {
 		m.Inventory = e.Inventory
@@ -786,6 +820,7 @@ func (m *Machine) apply(e Event) {
 	}
 	if e.isLast() {
 		m.Last = e
+		m.Last.Escrow = m.Last.Escrow.withoutCiphertext()
 	}
 	m.Events++
 }

@@ -305,8 +305,11 @@ func hubRoutes(v *hub.View, name string, reg prometheus.Gatherer, dash *ui.Serve
 			bhttp.StatusHandler(func() bhttp.StatusDoc { return v.DocOf(name, site) }).ServeHTTP(w, r)
 		}),
 		"GET /api/v1/events": bhttp.EventsHandler(v.Events),
-		"GET /metrics":       promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		"GET " + api.Path:    api.Handler(),
+		// The escrows' ciphertext, as the sites forwarded it: a site's
+		// recovery keys can be had while the site daemon is down.
+		"GET /api/v1/recovery-keys/{site}/{node}": bhttp.RecoveryKeysHandler(v.Escrows),
+		"GET /metrics":    promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		"GET " + api.Path: api.Handler(),
 	}
 	for pattern, h := range dash.Routes() {
 		if pattern == "GET /api/v1/stream" {

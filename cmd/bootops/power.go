@@ -172,8 +172,9 @@ func callPower(ctx context.Context, method, url, token string, body any, out *po
 }
 
 // callDaemon sends body (nil: none) as JSON to the daemon's url with the
-// operator's token, and returns the answer and its body (at most 64 KiB);
-// an error says whether the daemon answered at all.
+// operator's token, and returns the answer and its body (at most 256
+// KiB: a node's recovery key escrows are up to twice plan.MaxEscrow); an
+// error says whether the daemon answered at all.
 func callDaemon(ctx context.Context, method, url, token string, body any) (*http.Response, []byte, error) {
 	var rd io.Reader
 	if body != nil {
@@ -202,6 +203,6 @@ func callDaemon(ctx context.Context, method, url, token string, body any) (*http
 		return nil, nil, fmt.Errorf("no answer from the daemon: %w (is `bootops serve` running there?)", err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256<<10))
 	return resp, b, nil
 }

@@ -293,7 +293,7 @@ function renderNode(key) {
   if (!m) { dl.replaceChildren(el("dt", { text: "state" }), el("dd", { text: "not seen" })); return; }
   const items = [["key", m.key], ["site", m.site], ["profile", profileText(m)], ["state", m.state], ["since", m.since && new Date(m.since).toLocaleString()],
     ["MAC", m.mac], ["UUID", m.uuid], ["serial", m.serial], ["TPM", m.tpm || (m.ek ? "ek " + m.ek : "")], ["boot", m.boot], ["hostname", m.hostname], ["kernel", m.kernel],
-    ["power", m.power && (m.power + (m.powerError ? ": " + m.powerError : ""))], ["sync", m.sync], ["hardware", m.hardware], ["held", m.held], ["image", imageFrom(m).replace(/^image: /, "")], ["events", m.events]];
+    ["power", m.power && (m.power + (m.powerError ? ": " + m.powerError : ""))], ["sync", m.sync], ["hardware", m.hardware], ["encryption", m.encryption], ["held", m.held], ["image", imageFrom(m).replace(/^image: /, "")], ["events", m.events]];
   dl.replaceChildren(...items.filter(([, v]) => v !== undefined && v !== "").flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
   const p = progress(m, lastStepped);
   const bar = el("div", { class: "bar " + p.cls }, el("i", { style: `width:${(p.f * 100).toFixed(1)}%` }), el("span", { text: p.text }));

@@ -63,9 +63,11 @@ var DefaultModules = []string{
 	// crc32c (a soft dependency modules.dep does not list), vfat its code
 	// page and character set; efivarfs for UEFI boot entries.
 	"ext4", "crc32c_generic", "vfat", "nls_cp437", "nls_ascii", "nls_utf8", "efivarfs",
-	// An encrypted install: dm-crypt with AES-XTS, and the kernel's
-	// crypto API for cryptsetup's keyslots (AES-NI where the CPU has it).
-	"dm_mod", "dm_crypt", "xts", "algif_skcipher", "aesni_intel",
+	// An encrypted install: dm-crypt with AES-XTS (xts asks the crypto
+	// API for ecb(aes), which nothing would load on demand: no modprobe),
+	// and the kernel's crypto API for cryptsetup's keyslots (AES-NI where
+	// the CPU has it).
+	"dm_mod", "dm_crypt", "ecb", "xts", "algif_skcipher", "aesni_intel",
 }
 
 // Result names what Build wrote.

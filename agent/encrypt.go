@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"filippo.io/age"
 	"filippo.io/age/armor"
+	"golang.org/x/crypto/xts"
 
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/tpm"
@@ -43,6 +45,8 @@ const (
 	headBytes = 1 << 20
 	// firstBootSlot is the first-boot key's keyslot.
 	firstBootSlot = 1
+	// luksSector is the container's encryption sector.
+	luksSector = 512
 )
 
 // cryptState is what an encrypted install leaves open for the actions
@@ -68,6 +72,7 @@ func (r *Runner) mappedPartition(disk string, n int) string {
 // cryptKeys are an encrypted install's keys and what leaves the node of
 // them.
 type cryptKeys struct {
+	volume              []byte // the data's AES-XTS key (512 bits)
 	recovery, firstBoot []byte
 	token               []byte // the Clevis LUKS2 token of the first-boot key
 	escrow              string // the recovery key, age-encrypted, armored
@@ -88,8 +93,11 @@ func (r *Runner) newCryptKeys(enc *plan.Encryption) (*cryptKeys, error) {
 		}
 		rcpts = append(rcpts, rc)
 	}
-	k := &cryptKeys{recovery: []byte(recoveryKey()), firstBoot: make([]byte, 32)}
+	k := &cryptKeys{recovery: []byte(recoveryKey()), firstBoot: make([]byte, 32), volume: make([]byte, 64)}
 	if _, err := rand.Read(k.firstBoot); err != nil {
+		return nil, err
+	}
+	if _, err := rand.Read(k.volume); err != nil {
 		return nil, err
 	}
 	// The first-boot key as text: it is typed into cryptsetup's prompt by
@@ -174,29 +182,31 @@ func keyFile(key []byte) (string, func(), error) {
 	return f.Name(), func() { os.Remove(f.Name()) }, nil
 }
 
-// format makes the container and opens it: recovery key in slot 0, the
-// first-boot key in slot 1 with its Clevis token.
+// format makes the container's header: the volume key the agent encrypts
+// the data with, the recovery key in slot 0, the first-boot key in slot 1
+// with its Clevis token; aes-xts-plain64 in 512-byte sectors from 16 MiB
+// in, as cryptWriter writes them.
 func (l *luks) format(ctx context.Context) error {
 	l.uuid = newUUID()
-	rec, rmRec, err := keyFile(l.keys.recovery)
-	if err != nil {
-		return err
+	files := map[string][]byte{"volume": l.keys.volume, "recovery": l.keys.recovery, "first-boot": l.keys.firstBoot}
+	path := map[string]string{}
+	for name, key := range files {
+		p, rm, err := keyFile(key)
+		if err != nil {
+			return err
+		}
+		defer rm()
+		path[name] = p
 	}
-	defer rmRec()
-	fb, rmFB, err := keyFile(l.keys.firstBoot)
-	if err != nil {
-		return err
-	}
-	defer rmFB()
 	// pbkdf2 with a short time: both keys are random and long, so a slow
 	// KDF adds nothing, and Argon2's memory would not fit every Micro-OS.
 	kdf := []string{"--pbkdf", "pbkdf2", "--iter-time", "500"}
 	for _, args := range [][]string{
 		append([]string{"luksFormat", "--batch-mode", "--type", "luks2", "--uuid", l.uuid, "--label", plan.CryptName,
-			"--key-slot", "0", "--key-file", rec}, append(kdf, l.dev)...),
-		append([]string{"luksAddKey", "--batch-mode", "--key-slot", fmt.Sprint(firstBootSlot), "--key-file", rec}, append(kdf, l.dev, fb)...),
+			"--cipher", "aes-xts-plain64", "--key-size", "512", "--sector-size", fmt.Sprint(luksSector), "--offset", fmt.Sprint(luksHeader / 512),
+			"--volume-key-file", path["volume"], "--key-slot", "0", "--key-file", path["recovery"]}, append(kdf, l.dev)...),
+		append([]string{"luksAddKey", "--batch-mode", "--key-slot", fmt.Sprint(firstBootSlot), "--key-file", path["recovery"]}, append(kdf, l.dev, path["first-boot"])...),
 		{"token", "import", "--json-file", "-", l.dev},
-		{"open", "--key-file", fb, "--allow-discards", l.dev, plan.CryptName},
 	} {
 		var stdin []byte
 		if args[0] == "token" {
@@ -206,8 +216,23 @@ func (l *luks) format(ctx context.Context) error {
 			return fmt.Errorf("cryptsetup %s %s: %w: %s", args[0], l.dev, err, bytes.TrimSpace(out))
 		}
 	}
+	l.s.log(fmt.Sprintf("made LUKS2 container %s on %s (recovery key in slot 0, first-boot key sealed to the TPM in slot %d)", l.uuid, l.dev, firstBootSlot))
+	return nil
+}
+
+// open maps the container (with the first-boot key) for the actions that
+// write into the new system.
+func (l *luks) open(ctx context.Context) error {
+	fb, rm, err := keyFile(l.keys.firstBoot)
+	if err != nil {
+		return err
+	}
+	defer rm()
+	if out, err := l.r.Cryptsetup(ctx, nil, "open", "--key-file", fb, "--allow-discards", l.dev, plan.CryptName); err != nil {
+		return fmt.Errorf("cryptsetup open %s: %w: %s", l.dev, err, bytes.TrimSpace(out))
+	}
 	l.mapped = filepath.Join(l.r.MapperDir, plan.CryptName)
-	l.s.log(fmt.Sprintf("made LUKS2 container %s on %s (recovery key in slot 0, first-boot key sealed to the TPM in slot %d), open as %s", l.uuid, l.dev, firstBootSlot, l.mapped))
+	l.s.log(fmt.Sprintf("wrote partition %d encrypted into LUKS2 container %s; open as %s", l.enc.Partition, l.uuid, l.mapped))
 	return nil
 }
 
@@ -247,9 +272,16 @@ func waitDevice(dev string, within time.Duration) error {
 
 // cryptWriter takes an image's bytes in order and routes them: before the
 // encrypted partition to the disk (the GPT in them grown first), inside
-// it to the container's mapping, after it (the image's backup GPT)
-// nowhere. The container is made when the first byte of the partition
-// arrives.
+// it encrypted here (AES-XTS, as dm-crypt's aes-xts-plain64 would, with
+// the container's volume key) into the container's data area, after it
+// (the image's backup GPT) nowhere. The container's header is made when
+// the first byte of the partition arrives.
+//
+// Encrypting here rather than through dm-crypt: the writes to the disk are
+// the plain install's (large, through the page cache), and dm-crypt's
+// write thread stalled for good in a 512 MiB VM under QEMU (its requests
+// never completed); the mapping is opened afterwards only for the actions
+// that write a few files into the new system.
 type cryptWriter struct {
 	ctx          context.Context
 	l            *luks
@@ -261,15 +293,12 @@ type cryptWriter struct {
 	head       []byte // held back until the GPT is read
 	table      *gptTable
 	start, end int64 // the partition's bytes in the image
-	mapped     *os.File
-	unsynced   int64 // bytes written to the mapping since its last sync
+	part       *offsetFile
+	xts        *xts.Cipher
+	carry      []byte // the start of a sector not whole yet
+	buf        []byte
 	dropped    int64
 }
-
-// syncEvery bounds the dirty pages of the mapping: dm-crypt's writes
-// behind a large dirty page cache stalled for good under writeback
-// throttling in a 512 MiB VM (hung dmcrypt_write, in wbt_wait).
-const syncEvery = 64 << 20
 
 func (w *cryptWriter) Write(p []byte) (int, error) {
 	n := len(p)
@@ -306,6 +335,9 @@ func (w *cryptWriter) readTable() error {
 		return permanentf("encryption: partition %d is not the image's last (partition %d is): only the last can grow to make room for the LUKS2 header", idx, t.lastPartition)
 	}
 	w.start, w.end = int64(p.First)*w.sector, int64(p.Last+1)*w.sector
+	if w.start%luksSector != 0 || (w.end-w.start)%luksSector != 0 {
+		return permanentf("encryption: partition %d is not made of whole 512-byte sectors", idx)
+	}
 	backup, at, err := t.growToEnd(idx, w.size)
 	if err != nil {
 		return permanentf("encryption: %v", err)
@@ -324,31 +356,25 @@ func (w *cryptWriter) readTable() error {
 func (w *cryptWriter) route(p []byte) error {
 	for len(p) > 0 {
 		var k int
+		var err error
 		switch {
 		case w.off < w.start:
 			k = int(min(int64(len(p)), w.start-w.off))
-			if _, err := w.disk.WriteAt(p[:k], w.off); err != nil {
-				return err
-			}
+			_, err = w.disk.WriteAt(p[:k], w.off)
 		case w.off < w.end:
-			if w.mapped == nil {
-				if err := w.open(); err != nil {
+			if w.part == nil {
+				if err := w.format(); err != nil {
 					return err
 				}
 			}
 			k = int(min(int64(len(p)), w.end-w.off))
-			if _, err := w.mapped.WriteAt(p[:k], w.off-w.start); err != nil {
-				return fmt.Errorf("write %s: %w", w.l.mapped, err)
-			}
-			if w.unsynced += int64(k); w.unsynced >= syncEvery {
-				if err := w.mapped.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
-					return fmt.Errorf("sync %s: %w", w.l.mapped, err)
-				}
-				w.unsynced = 0
-			}
+			err = w.encrypt(p[:k])
 		default:
 			k = len(p)
 			w.dropped += int64(k)
+		}
+		if err != nil {
+			return err
 		}
 		w.off += int64(k)
 		p = p[k:]
@@ -356,36 +382,68 @@ func (w *cryptWriter) route(p []byte) error {
 	return nil
 }
 
-// open makes the kernel read the grown table, then the container.
-func (w *cryptWriter) open() error {
+// encrypt writes the partition's bytes p (which end at w.off+len(p))
+// encrypted into the data area, whole sectors at a time, keeping a
+// sector's start for the next call.
+func (w *cryptWriter) encrypt(p []byte) error {
+	first := w.off - w.start - int64(len(w.carry)) // the data's offset of what is written now
+	data := p
+	if len(w.carry) > 0 {
+		data = append(w.carry, p...)
+	}
+	whole := len(data) / luksSector * luksSector
+	if whole > 0 {
+		if cap(w.buf) < whole {
+			w.buf = make([]byte, whole)
+		}
+		ct := w.buf[:whole]
+		for i := 0; i < whole; i += luksSector {
+			w.xts.Encrypt(ct[i:i+luksSector], data[i:i+luksSector], uint64((first+int64(i))/luksSector))
+		}
+		if _, err := w.part.WriteAt(ct, luksHeader+first); err != nil {
+			return fmt.Errorf("write %s: %w", w.l.dev, err)
+		}
+	}
+	w.carry = append(w.carry[:0], data[whole:]...)
+	return nil
+}
+
+// format makes the kernel read the grown table, then the container's
+// header, and opens the partition for the data.
+func (w *cryptWriter) format() error {
 	if err := w.disk.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
 		return err
 	}
 	if err := rereadPartitions(w.disk); err != nil {
 		return fmt.Errorf("re-read the partition table of %s: %w", w.diskPath, err)
 	}
-	// A disk that is a file (the tests') has no partition nodes.
+	// A disk that is a file (the tests') has no partition nodes: the
+	// container goes into the file at the partition's offset.
+	dev, base := w.l.dev, int64(0)
 	if fi, err := w.disk.Stat(); err == nil && fi.Mode()&os.ModeDevice != 0 {
-		if err := waitDevice(w.l.dev, 10*time.Second); err != nil {
-			return fmt.Errorf("partition %s: %w", w.l.dev, err)
+		if err := waitDevice(dev, 10*time.Second); err != nil {
+			return fmt.Errorf("partition %s: %w", dev, err)
 		}
+	} else {
+		dev, base = w.diskPath, w.start
 	}
-	if err := noWritebackThrottling(w.diskPath); err != nil {
-		w.l.s.log(fmt.Sprintf("writeback throttling of %s left on: %v", w.diskPath, err))
+	c, err := xts.NewCipher(aes.NewCipher, w.l.keys.volume)
+	if err != nil {
+		return err
 	}
 	if err := w.l.format(w.ctx); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(w.l.mapped, os.O_WRONLY, 0)
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}
-	w.mapped = f
+	w.xts, w.part = c, &offsetFile{f, base}
 	return nil
 }
 
-// Close ends the stream: an image shorter than its head is read now, and
-// the mapping is synced and closed (it stays open for the next actions).
+// Close ends the stream: an image shorter than its head is read now; the
+// data is synced, then the container opened for the next actions.
 func (w *cryptWriter) Close() error {
 	if w.table == nil {
 		if err := w.readTable(); err != nil {
@@ -397,24 +455,27 @@ func (w *cryptWriter) Close() error {
 			return err
 		}
 	}
-	if w.mapped == nil {
+	if w.part == nil {
 		return permanentf("encryption: the image ended before partition %d began", w.l.enc.Partition)
 	}
-	err := w.mapped.Sync()
-	if cerr := w.mapped.Close(); err == nil {
+	if len(w.carry) > 0 {
+		return permanentf("encryption: partition %d ends inside a sector", w.l.enc.Partition)
+	}
+	err := w.part.Sync()
+	if cerr := w.part.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("sync %s: %w", w.l.dev, err)
+	}
+	return w.l.open(w.ctx)
 }
 
-// noWritebackThrottling turns the block layer's writeback throttling off
-// for the disk under the container (wbt_lat_usec 0): dm-crypt's write
-// thread waited in it for good on a slow virtual disk. A disk that is a
-// file (the tests') has nothing to turn off.
-func noWritebackThrottling(disk string) error {
-	f := filepath.Join("/sys/block", filepath.Base(disk), "queue/wbt_lat_usec")
-	if _, err := os.Stat(f); err != nil {
-		return nil
-	}
-	return os.WriteFile(f, []byte("0\n"), 0o644)
+// offsetFile is a partition inside a file (a test's disk) or the
+// partition's device itself (base 0).
+type offsetFile struct {
+	*os.File
+	base int64
 }
+
+func (f *offsetFile) WriteAt(p []byte, off int64) (int, error) { return f.File.WriteAt(p, f.base+off) }

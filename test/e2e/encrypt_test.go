@@ -64,6 +64,7 @@ func TestEncryptedInstall(t *testing.T) {
 
 	const fdeMAC, plainMAC = "52:54:00:e2:50:01", "52:54:00:e2:50:02"
 	tp := l.tpm("fde")
+	l.tpmLikeHardware(tp)
 	disks := map[string]string{}
 	for _, name := range []string{"fde", "plain"} {
 		disks[name] = filepath.Join(l.dir, name+".disk")
@@ -157,6 +158,7 @@ func TestEncryptedInstall(t *testing.T) {
 	// Another machine's TPM, and Secure Boot off: cryptsetup asks, the
 	// TPM does not answer, nothing boots.
 	other := l.tpm("fde-other")
+	l.tpmLikeHardware(other)
 	for _, c := range []struct {
 		what string
 		boot func() *vm

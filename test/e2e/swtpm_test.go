@@ -211,3 +211,25 @@ func certPool(t *testing.T, files ...string) *x509.CertPool {
 	}
 	return pool
 }
+
+// tpmLikeHardware sets tp's dictionary-attack parameters to what hardware
+// TPMs ship with (32 tries, one forgiven a minute) instead of swtpm's 3:
+// every VM the tests kill is a power cut, which the TPM counts as a
+// failed try at its next start-up, and a key under a DA-protected parent
+// (Clevis's storage key) is refused in lockout.
+func (l *lab) tpmLikeHardware(tp *swTPM) {
+	l.t.Helper()
+	sock := filepath.Join(l.dir, "swtpm-"+tp.name+"-setup.sock")
+	sw := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+tp.state, "--server", "type=unixio,path="+sock,
+		"--ctrl", "type=unixio,path="+sock+".ctrl", "--flags", "not-need-init,startup-clear")
+	if err := sw.Start(); err != nil {
+		l.t.Fatalf("swtpm: %v", err)
+	}
+	defer func() { sw.Process.Kill(); sw.Wait() }()
+	waitSocket(l.t, sock)
+	cmd := exec.Command("tpm2_dictionarylockout", "--setup-parameters", "--max-tries=32", "--recovery-time=60", "--lockout-recovery-time=60")
+	cmd.Env = append(os.Environ(), "TPM2TOOLS_TCTI=swtpm:path="+sock)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		l.t.Fatalf("tpm2_dictionarylockout (tpm2-tools): %v\n%s", err, out)
+	}
+}

@@ -46,9 +46,10 @@ var (
 	// IPMI driver; Redfish BMCs need nothing).
 	recommends = []string{"shim-signed", "grub-efi-amd64-signed", "ipmitool"}
 	// Suggests: `bootops microos build` (once, on any machine; its output
-	// goes to Git): Debian's kernel, a static busybox, and for --uki objcopy,
-	// the EFI stub and sbsign.
-	suggests = []string{"linux-image-amd64", "busybox-static", "binutils", "systemd-boot-efi", "sbsigntool"}
+	// goes to Git): Debian's kernel, a static busybox, cryptsetup (carried
+	// for encrypted installs), and for --uki objcopy, the EFI stub and
+	// sbsign.
+	suggests = []string{"linux-image-amd64", "busybox-static", "cryptsetup-bin", "binutils", "systemd-boot-efi", "sbsigntool"}
 )
 
 // Options are one build's inputs.

@@ -167,8 +167,17 @@ func TestEncryptedInstall(t *testing.T) {
 	}
 
 	// The recovery key, as an operator gets it.
-	recovery := strings.TrimSpace(run(t, "ip", "netns", "exec", l.lan, "env", "BOOTOPS_TOKEN_FILE="+token, bootops, "recovery-key", "vm-fde",
-		"--site", "lab", "--identity", idFile, "--server", url4))
+	recoveryKey := func() string {
+		t.Helper()
+		cmd := exec.Command("ip", "netns", "exec", l.lan, "env", "BOOTOPS_TOKEN_FILE="+token, bootops, "recovery-key", "vm-fde",
+			"--site", "lab", "--identity", idFile, "--server", url4)
+		out, err := cmd.Output() // the key alone on stdout; what it is on stderr
+		if err != nil {
+			t.Fatalf("bootops recovery-key: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	recovery := recoveryKey()
 	if !regexp.MustCompile(`^[0-9]{6}(-[0-9]{6}){7}$`).MatchString(recovery) {
 		t.Fatalf("bootops recovery-key printed %q", recovery)
 	}
@@ -227,8 +236,7 @@ func TestEncryptedInstall(t *testing.T) {
 	if u := luksUUID(t, hdr); u == firstUUID {
 		t.Errorf("the reinstall kept container %s", u)
 	}
-	newRecovery := strings.TrimSpace(run(t, "ip", "netns", "exec", l.lan, "env", "BOOTOPS_TOKEN_FILE="+token, bootops, "recovery-key", "vm-fde",
-		"--site", "lab", "--identity", idFile, "--server", url4))
+	newRecovery := recoveryKey()
 	if newRecovery == recovery {
 		t.Error("the reinstall escrowed the same recovery key")
 	}

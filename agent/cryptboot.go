@@ -138,7 +138,8 @@ func (r *Runner) bootUnlocks(s *step, t *gptTable, disk string, l *luks) error {
 	})
 }
 
-// onDevice mounts dev (fstype) on a fresh folder for fn.
+// onDevice mounts dev (fstype) on a fresh folder, runs fn with that
+// folder and unmounts it, also when fn fails.
 func (r *Runner) onDevice(dev, fstype string, fn func(dir string) error) (err error) {
 	dir, err := os.MkdirTemp("", "bootops-target-")
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // onPartition mounts the action's partition (default 1, ext4) on a fresh
 // directory, runs fn with that directory and unmounts it, also when fn
 // fails.
-func (r *Runner) onPartition(a plan.Action, fn func(dir, dev string) error) (err error) {
+func (r *Runner) onPartition(a plan.Action, fn func(dir, dev string) error) error {
 	disk, err := r.ResolveDisk(a.Disk)
 	if err != nil {
 		return fmt.Errorf("disk %q: %w", a.Disk, err)
@@ -27,20 +27,7 @@ func (r *Runner) onPartition(a plan.Action, fn func(dir, dev string) error) (err
 		fstype = "ext4"
 	}
 	dev := r.mappedPartition(disk, a.Partition)
-	dir, err := os.MkdirTemp("", "bootops-target-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(dir)
-	if err := r.Mount(dev, fstype, dir); err != nil {
-		return fmt.Errorf("mount %s (%s): %w", dev, fstype, err)
-	}
-	defer func() {
-		if uerr := r.Unmount(dir); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("unmount %s: %w", dev, uerr))
-		}
-	}()
-	return fn(dir, dev)
+	return r.onDevice(dev, fstype, func(dir string) error { return fn(dir, dev) })
 }
 
 // writeFile writes content to path on a partition of the new system.

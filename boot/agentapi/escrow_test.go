@@ -13,26 +13,9 @@ import (
 	"filippo.io/age"
 	"filippo.io/age/armor"
 
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
-
-// sealTo encrypts text to id's recipient, armored: an escrow as the agent
-// makes it.
-func sealTo(t *testing.T, id *age.X25519Identity, text string) string {
-	t.Helper()
-	var b bytes.Buffer
-	aw := armor.NewWriter(&b)
-	w, err := age.Encrypt(aw, id.Recipient())
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.WriteString(w, text)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	aw.Close()
-	return b.String()
-}
 
 // The installing agent's escrow event: the server keeps the ciphertext as
 // it came, as the escrow of the install the session runs, and the
@@ -60,7 +43,7 @@ func TestEscrowEvent(t *testing.T) {
 
 	const key = "correct-horse-battery-staple-0123456789"
 	id, _ := age.GenerateX25519Identity()
-	ciphertext := sealTo(t, id, key)
+	ciphertext := testutil.AgeArmor(t, id.Recipient(), key)
 	const uuid = "0c5ae3a1-7f0e-4a7c-9d1e-2b1f5c4d3e2f"
 	escrow := func(e plan.Escrow) plan.AgentEvent {
 		return plan.AgentEvent{Seq: 1, Time: time.Now(), Type: plan.AgentEscrow, Action: "image", Step: 1, Steps: 2, Escrow: &e}
@@ -78,7 +61,9 @@ func TestEscrowEvent(t *testing.T) {
 	}{
 		{"a plaintext key", bad(func(e *plan.Escrow) { e.Ciphertext = key }), "not armored age"},
 		{"no recipients", bad(func(e *plan.Escrow) { e.Recipients = nil }), "no recipients"},
-		{"a plaintext under the armor's header", bad(func(e *plan.Escrow) { e.Ciphertext = armor.Header + "\n" + key + "\n-----END AGE ENCRYPTED FILE-----\n" }), "armor"},
+		{"a plaintext under the armor's header", bad(func(e *plan.Escrow) {
+			e.Ciphertext = armor.Header + "\n" + key + "\n-----END AGE ENCRYPTED FILE-----\n"
+		}), "armor"},
 		{"over MaxEscrow", bad(func(e *plan.Escrow) { e.Ciphertext = armor.Header + strings.Repeat("A", plan.MaxEscrow) }), "at most"},
 		{"a LUKS UUID that is none", bad(func(e *plan.Escrow) { e.LUKSUUID = "'; rm -rf /" }), "LUKS UUID"},
 		{"no partition", bad(func(e *plan.Escrow) { e.Partition = 0 }), "partition 0"},

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,26 +11,11 @@ import (
 	"time"
 
 	"filippo.io/age"
-	"filippo.io/age/armor"
 
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 )
-
-// escrowFor encrypts key to id, armored, as an installing agent does.
-func escrowFor(t *testing.T, id *age.X25519Identity, key string) string {
-	t.Helper()
-	var b bytes.Buffer
-	aw := armor.NewWriter(&b)
-	w, err := age.Encrypt(aw, id.Recipient())
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.WriteString(w, key)
-	w.Close()
-	aw.Close()
-	return b.String()
-}
 
 // identityFile writes id as age-keygen does and returns its path.
 func identityFile(t *testing.T, id *age.X25519Identity) string {
@@ -54,7 +38,7 @@ func TestRecoveryKeyCommand(t *testing.T) {
 	mallory, _ := age.GenerateX25519Identity()
 	esc := func(uuid, key string, gen int) status.Escrow {
 		return status.Escrow{Site: "lab", Node: "n1", Generation: gen, Partition: 2, LUKSUUID: uuid, Recipients: []string{alice.Recipient().String()},
-			Ciphertext: escrowFor(t, alice, key), Time: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)}
+			Ciphertext: testutil.AgeArmor(t, alice.Recipient(), key), Time: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)}
 	}
 	escrows := map[string][]status.Escrow{
 		"lab/n1": {esc("2222", "new-key-of-generation-3\n", 3), esc("1111", "old-key-of-generation-2", 2)},

@@ -123,13 +123,14 @@ func (s *Server) escrowOf(cur status.Session, e plan.Escrow) *status.Escrow {
 }
 
 // cleanEncryption is the installed OS's word on its encrypted root as
-// the store keeps it: its device a word, its error printable and bounded, its PCRs those a TPM
-// has (0 to 23), each once.
+// the store takes it: its device a word, its PCRs those a TPM has (0 to
+// 23), each once; the store makes its error printable and bounds it, as
+// every string it keeps.
 func cleanEncryption(r *plan.EncryptionReport) *plan.EncryptionReport {
 	if r == nil {
 		return nil
 	}
-	out := &plan.EncryptionReport{Device: boot.Clean(r.Device, 128), Sealed: r.Sealed, Error: cleanLine(r.Error, 500)}
+	out := &plan.EncryptionReport{Device: boot.Clean(r.Device, 128), Sealed: r.Sealed, Error: strings.TrimSpace(r.Error)}
 	seen := map[int]bool{}
 	for _, p := range r.PCRs {
 		if p >= 0 && p < 24 && !seen[p] {
@@ -141,13 +142,4 @@ func cleanEncryption(r *plan.EncryptionReport) *plan.EncryptionReport {
 		out.Sealed = false
 	}
 	return out
-}
-
-// cleanLine is s printable, trimmed and within max bytes (the cut said).
-func cleanLine(s string, max int) string {
-	s = status.Printable(strings.TrimSpace(s))
-	if len(s) > max {
-		s = strings.ToValidUTF8(s[:max], "") + "…"
-	}
-	return s
 }

@@ -4,7 +4,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,12 +22,9 @@ func defaultMount(dev, fstype, dir string) error {
 		return unix.Mount(dev, dir, "", unix.MS_BIND|unix.MS_REC, "")
 	}
 	// The kernel adds partition nodes to devtmpfs shortly after a partition
-	// table is re-read: give a fresh partition a moment to appear.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := os.Stat(dev); !errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) {
-			break
-		}
-	}
+	// table is re-read: give a fresh partition a moment to appear (mount
+	// says what is wrong if it does not).
+	waitDevice(dev, 10*time.Second)
 	return unix.Mount(dev, dir, fstype, 0, "")
 }
 

@@ -64,7 +64,13 @@ func TestSwtpmClevisSeal(t *testing.T) {
 	}
 	sock2, conn2 := swtpmsim.Start(t, other)
 	conn2.Close()
-	if got, err := decrypt("swtpm:path=" + sock2); err == nil {
+	got, err = decrypt("swtpm:path=" + sock2)
+	if err == nil {
 		t.Fatalf("another TPM decrypted the first-boot key: %q", got)
+	}
+	// Refused by the TPM itself: the sealed object's integrity is bound
+	// to the storage key of the TPM that made it.
+	if stderr := string(err.(*exec.ExitError).Stderr); !strings.Contains(stderr, "Loading jwk to TPM2 failed") {
+		t.Errorf("another TPM: clevis decrypt failed otherwise than at tpm2_load:\n%s", stderr)
 	}
 }

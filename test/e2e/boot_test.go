@@ -18,6 +18,7 @@ import (
 func TestProxyModeBIOS(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, true)
+	l.vms(3)
 	l.serve(testRepo(t, "proxy-bios"))
 	serial := l.vm("bios-serial", "52:54:00:e2:00:01", "-smbios", "type=1,serial=E2E-SERIAL-1,uuid=01020304-0506-0708-090a-0b0c0d0e0f10")
 	unknown := l.vm("bios-unknown", "52:54:00:e2:00:02", "-smbios", "type=1,serial=E2E-NOBODY")
@@ -65,6 +66,7 @@ func TestProxyModeBIOS(t *testing.T) {
 func TestProxyModeUEFI(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, true)
+	l.vms(1)
 	l.serve(testRepo(t, "proxy-uefi"))
 	start := time.Now()
 	v := l.uefiVM("uefi-uuid", "52:54:00:e2:00:11", "-smbios", "type=1,serial=E2E-UEFI,uuid=01020304-0506-0708-090a-0b0c0d0e0f10")
@@ -84,6 +86,7 @@ func TestProxyModeUEFI(t *testing.T) {
 func TestReservationMode(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, false)
+	l.vms(1)
 	l.serve(testRepo(t, "reservation"))
 	v := l.vm("bios-static", "52:54:00:e2:00:21", "-smbios", "type=1,serial=E2E-STATIC")
 	out := v.wait(t, "BOOTOPS-MICROOS", 6*time.Minute)
@@ -125,6 +128,7 @@ func TestDHCPOff(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := newLabNS(t, true)
+			l.vms(1)
 			start(l)
 			l.serve(testRepo(t, "dhcp-off"), "--dhcp", "off")
 			v := l.vm("off-"+name, "52:54:00:e2:00:31", "-smbios", "type=1,serial=E2E-OFF")

@@ -25,6 +25,7 @@ import (
 func TestCommissioning(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, true)
+	l.vms(2)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")

@@ -40,6 +40,7 @@ func TestRollout(t *testing.T) {
 	}
 	debDir, v1SHA := debianImage(t)
 	l := newLab(t, true)
+	l.vms(3)
 	// v1 is the Debian image; v2 the same with a second gzip member (a
 	// few bytes after the image on the disk): another sha256, the same
 	// OS, no second build.

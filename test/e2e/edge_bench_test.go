@@ -27,6 +27,7 @@ func TestEdgeBench(t *testing.T) {
 	}{{"unshaped (a LAN)", wanem.Shape{}}, {"WAN: 50 ms each way, 1 % loss, 20 Mbit/s", wanShape}} {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWANLab(t, c.shape, true)
+			w.vms(1)
 			state := filepath.Join(w.dir, "state")
 			run(t, bootops, "ca", "init", "--host", wanServer, "--state-dir", state)
 			w.start("debian", "ip", "netns", "exec", w.srv, imageServer, "-dir", debDir, "-addr", wanServer+":8082")

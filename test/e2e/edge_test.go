@@ -60,6 +60,7 @@ func TestEdgeOverTheInternet(t *testing.T) {
 	w.start("images", "ip", "netns", "exec", w.srv, imageServer, "-dir", imgDir, "-addr", wanServer+":8081")
 
 	debDir, debSHA := debianImage(t)
+	w.vms(4)
 	w.start("debian", "ip", "netns", "exec", w.srv, imageServer, "-dir", debDir, "-addr", wanServer+":8082")
 	urlTPM, isoTPM := w.tpm("url"), w.tpm("iso")
 	repo := filepath.Join(t.TempDir(), "repo")

@@ -42,6 +42,7 @@ func (l *lab) attacker(ns string, first, last int) {
 func TestHostileLAN(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, true)
+	l.vms(1)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")

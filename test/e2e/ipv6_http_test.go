@@ -32,6 +32,7 @@ var httpBootV6 = []string{"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,stri
 func TestIPv6HTTPBoot(t *testing.T) {
 	t.Parallel()
 	l := newLab6(t, false, managed)
+	l.vms(1)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")

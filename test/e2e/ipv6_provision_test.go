@@ -26,6 +26,7 @@ var slaac = raFlags{managed: true, other: true, autonomous: true}
 func TestIPv6Provision(t *testing.T) {
 	t.Parallel()
 	l := newLab6(t, false, slaac)
+	l.vms(1)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")
@@ -98,6 +99,7 @@ func TestIPv6Provision(t *testing.T) {
 func TestIPv6DualStack(t *testing.T) {
 	t.Parallel()
 	l := newLab6(t, true, slaac)
+	l.vms(2)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
@@ -189,6 +191,7 @@ func TestIPv6Running(t *testing.T) {
 	t.Parallel()
 	imgDir, gzSHA := debianImage(t)
 	l := newLab6(t, false, slaac)
+	l.vms(1)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")
 	const mac, reserved = "52:54:00:e2:60:41", "2001:db8:1::41"
 	repo := provisionRepo(t, images6, gzSHA, "ipv6-running", nil) // mac, reserved: the archive's node

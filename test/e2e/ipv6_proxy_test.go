@@ -79,6 +79,7 @@ func stop(cmd *exec.Cmd) {
 func TestIPv6Proxy(t *testing.T) {
 	t.Parallel()
 	l, pcap := proxyLab6(t)
+	l.vms(1)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "["+server6+"]:8081")

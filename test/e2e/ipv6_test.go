@@ -23,6 +23,7 @@ import (
 func TestIPv6Reference(t *testing.T) {
 	t.Parallel()
 	l := referenceLab(t, managed, "ipxe.efi")
+	l.vms(1)
 
 	// Namespace dhcp's eth0 is a client of the link: a stateful lease.
 	start := time.Now()
@@ -81,6 +82,7 @@ func TestIPv6Reference(t *testing.T) {
 func TestIPv6ReferenceStateless(t *testing.T) {
 	t.Parallel()
 	l := referenceLab(t, stateless, "snponly.efi")
+	l.vms(1)
 	start := time.Now()
 	v := l.uefiVM("v6sl", "52:54:00:e2:60:02", pxeV6Only...)
 	out := v.wait(t, "IPV6-SCRIPT", 4*time.Minute)

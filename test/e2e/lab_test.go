@@ -54,6 +54,8 @@ type lab struct {
 	lan, dhc string
 	dir      string
 	procs    []*exec.Cmd
+	guests   []*vm // the VMs lab.boot started
+	slots    int   // the VM slots it holds (lab.vms)
 }
 
 func run(t *testing.T, name string, args ...string) string {
@@ -191,6 +193,7 @@ func (l *lab) close() {
 	killNetns(l.dhc)
 	exec.Command("ip", "netns", "del", l.lan).Run()
 	exec.Command("ip", "netns", "del", l.dhc).Run()
+	l.releaseSlots()
 	if l.t.Failed() {
 		// Every process's log: bootops first, then the rest (DHCP
 		// servers, radvd, BMCs, image servers) by name.

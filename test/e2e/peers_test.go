@@ -47,6 +47,7 @@ func TestPeers(t *testing.T) {
 		t.Fatal("nft is missing: run `make e2e`, which installs nftables")
 	}
 	l := newLab(t, true)
+	l.vms(3)
 	imgDir := t.TempDir()
 	sum, img := peersImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")

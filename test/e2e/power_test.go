@@ -95,6 +95,7 @@ func TestPowerIPMI(t *testing.T) {
 		}
 	}
 	l := newLab(t, true)
+	l.vms(1)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")

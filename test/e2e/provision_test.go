@@ -20,6 +20,7 @@ import (
 func TestProvisionThreeVMs(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, true)
+	l.vms(3)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081", "-drop-after", "65536")
@@ -75,6 +76,7 @@ func TestProvisionThreeVMs(t *testing.T) {
 func TestProvisionFailureCrashReprovision(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, true)
+	l.vms(2)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	// Slow downloads (about 10 s): time to kill the daemon mid-workflow.

@@ -25,6 +25,7 @@ func TestRunning(t *testing.T) {
 	t.Parallel()
 	imgDir, gzSHA := debianImage(t)
 	l := newLab(t, true)
+	l.vms(2)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
 	nodes := map[string]string{"vm-bios": "52:54:00:e2:40:01", "vm-uefi": "52:54:00:e2:40:02"}
 	// vm-uefi has a TPM, registered in Git: its install is bound to it,
@@ -178,7 +179,7 @@ func TestRunning(t *testing.T) {
 	os.WriteFile(n, append(b, "reprovision: 1\n"...), 0o644)
 	time.Sleep(3 * time.Second) // the daemon compiles the edit
 	again := boot("vm-uefi", "4")
-	waitVMs(10*time.Minute, again)
+	again.ended(t, 15*time.Minute) // the agent's reboot ends QEMU (-no-reboot)
 	waitState(t, l, "lab/vm-uefi", "provisioned", time.Minute)
 	again = boot("vm-uefi", "5")
 	waitFor(t, "vm-uefi running at generation 1", 8*time.Minute, func() bool {

@@ -11,6 +11,13 @@ echo "e2e tests by time:"
 { grep -E '^\s*--- (PASS|FAIL)' "$log" || true; } | sed -E 's/^\s*--- (PASS|FAIL): (\S+) \(([0-9.]+)s\)/\3 \1 \2/' | sort -rn |
 	awk '{ printf "  %8.1f s  %-4s  %s\n", $1, $2, $3 }'
 
+# Which tests waited for VM slots (test/e2e/slots_test.go), and how long.
+if grep -q 'timing: waited .* VM slots' "$log"; then
+	echo
+	echo "waits for VM slots:"
+	awk '/^=== (RUN|CONT|NAME) / { cur = $3 } /timing: waited .* VM slots/ { sub(/^.*timing: /, ""); print "  " cur ": " $0 }' "$log"
+fi
+
 awk '
 	/^=== (RUN|CONT|NAME|PAUSE) / { cur = $3; inmsg = 0; next }
 	/^ *--- (PASS|FAIL|SKIP): / {

@@ -26,6 +26,7 @@ import (
 func TestTPMIdentity(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, true)
+	l.vms(2)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")

@@ -69,6 +69,7 @@ func noSecretsOnTheWire(t *testing.T, l *lab, pcap string, userData string) {
 func TestSecureBootUKI(t *testing.T) {
 	t.Parallel()
 	l, state, pcap := trustedLab(t, true)
+	l.vms(4)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
@@ -224,6 +225,7 @@ func flipInitrdByte(t *testing.T, src, dst string) {
 func TestSecureBootShim(t *testing.T) {
 	t.Parallel()
 	l, state, pcap := trustedLab(t, false)
+	l.vms(2)
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")

@@ -51,6 +51,7 @@ func (l *lab) uefiBoot(name, mac, nicOpts string, extra ...string) *vm {
 
 func (l *lab) boot(name, mac, nicOpts string, extra ...string) *vm {
 	l.t.Helper()
+	l.checkSlot(name)
 	tap := "tap-" + name
 	if len(tap) > 15 {
 		tap = tap[:15]
@@ -64,7 +65,9 @@ func (l *lab) boot(name, mac, nicOpts string, extra ...string) *vm {
 		"-device", "virtio-net-pci,netdev=n0,mac=" + mac + nicOpts, "-boot", "n"}
 	args = append(args, extra...)
 	cmd := l.start(name, append([]string{"ip"}, args...)...)
-	return &vm{name: name, console: console, cmd: cmd}
+	v := &vm{name: name, console: console, cmd: cmd}
+	l.guests = append(l.guests, v)
+	return v
 }
 
 // wait reads the VM's console until it shows a whole line with want (the

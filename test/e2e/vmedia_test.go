@@ -22,6 +22,7 @@ func TestVirtualMedia(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
 	l := newLab(t, true)
+	l.vms(1)
 	state := filepath.Join(l.dir, "state")
 	run(t, bootops, "ca", "init", "--host", "198.18.0.1", "--state-dir", state)
 	imgDir := t.TempDir()

@@ -25,8 +25,9 @@ func main() {
 	console := flag.String("console", "", "a file for the VM's serial console (QEMU's standard output)")
 	hdd := flag.String("hdd", "", "the -device id= the boot target Hdd puts first")
 	pxe := flag.String("pxe", "", "the -device id= the boot target Pxe puts first")
+	qemu := flag.String("qemu", "qemu-system-x86_64", "the QEMU to run: a wrapper may start what the VM needs beside it at each power-on (a TPM), then exec QEMU")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: redfishvmd -addr HOST:PORT -dir DIR [-console FILE] [-hdd ID] [-pxe ID] -- QEMU-ARGS…")
+		fmt.Fprintln(os.Stderr, "usage: redfishvmd -addr HOST:PORT -dir DIR [-console FILE] [-hdd ID] [-pxe ID] [-qemu PATH] -- QEMU-ARGS…")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -34,7 +35,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	vm := redfishvm.VM{Args: flag.Args(), Dir: *dir, BootDevices: map[string]string{}}
+	vm := redfishvm.VM{Binary: *qemu, Args: flag.Args(), Dir: *dir, BootDevices: map[string]string{}}
 	if *hdd != "" {
 		vm.BootDevices["Hdd"] = *hdd
 	}

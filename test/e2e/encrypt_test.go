@@ -34,18 +34,21 @@ const fdeMarker = "BOOTOPS-E2E-PLAINTEXT-MARKER-7f3a9c"
 // Debian image encrypted: LUKS2 on its root, the recovery key escrowed to
 // an age recipient in Git. Its first boot, with Secure Boot, unlocks with
 // the key the Micro-OS sealed to the TPM and seals a new one to PCR 7;
-// three more boots unlock unattended. The disk read from the host shows
-// nothing of the image's root; the same disk with another TPM, or with
-// Secure Boot off, stops at cryptsetup's prompt; the recovery key from
-// `bootops recovery-key` opens it; a reinstall to another image makes a
-// new container and a new escrow, and unlocks. With the fdebench tag
-// (test/bench/fde.sh) vm-plain installs the same image in the clear
-// beside it: the timings of both go to BENCHMARKS.md.
+// the next boot unlocks unattended. The disk read from the host shows
+// nothing of the image's root; the same disk with another TPM, or the
+// machine with Secure Boot off, stops at cryptsetup's prompt; the
+// recovery key from `bootops recovery-key` opens it. Then a rolling
+// reinstall to another image through the machine's Redfish BMC makes a
+// new container and a new escrow; its first boot unlocks and seals to
+// PCR 7 as it is now, and a reset through the BMC unlocks with that seal.
+// With the fdebench tag (test/bench/fde.sh) vm-plain installs the same
+// image in the clear beside it: the timings of both go to BENCHMARKS.md.
 func TestEncryptedInstall(t *testing.T) {
 	t.Parallel()
 	debDir, debSHA := debianImage(t)
 	markerGz, markerSHA := markerImage(t, debDir)
 	l := newLab(t, true)
+	l.vms(2)
 	imgDir := t.TempDir()
 	os.Symlink(filepath.Join(debDir, "debian.raw.gz"), filepath.Join(imgDir, "debian.raw.gz"))
 	os.Symlink(markerGz, filepath.Join(imgDir, "marker.raw.gz"))
@@ -57,11 +60,14 @@ func TestEncryptedInstall(t *testing.T) {
 	}
 	idFile := filepath.Join(l.dir, "operator.age")
 	os.WriteFile(idFile, []byte(id.String()+"\n"), 0o600)
-	v := vars{"MarkerSHA": markerSHA, "FDEImage": "marker.raw.gz", "FDESHA": markerSHA, "Recipient": id.Recipient().String(), "Reprovision": ""}
+	v := vars{"MarkerSHA": markerSHA, "FDEImage": "marker.raw.gz", "FDESHA": markerSHA, "Recipient": id.Recipient().String(), "Rollout": "", "BMC": ""}
 	repo := provisionRepo(t, images4, debSHA, "encryption", v)
 	token := filepath.Join(l.dir, "operator-token")
 	os.WriteFile(token, []byte("fde-operator-token\n"), 0o600)
-	l.serve(repo, "--ui-token-file", token)
+	secrets := filepath.Join(l.dir, "secrets")
+	os.MkdirAll(secrets, 0o700)
+	os.WriteFile(filepath.Join(secrets, "fde-bmc"), []byte("root:calvin\nallow: "+fdeBMC+"\n"), 0o600)
+	l.serve(repo, "--ui-token-file", token, "--secrets-dir", secrets, "--power-interval", "3s", "--bmc-timeout", "20s", "--bmc-insecure-tls-allowed")
 
 	const fdeMAC, plainMAC = "52:54:00:e2:50:01", "52:54:00:e2:50:02"
 	tp := l.tpm("fde")
@@ -168,9 +174,7 @@ func TestEncryptedInstall(t *testing.T) {
 	if enc := encryptionOf(l, "lab/vm-fde"); !strings.Contains(enc, "sealed to PCRs 7") || !strings.Contains(enc, "escrowed") {
 		t.Errorf("vm-fde's status after its first boot: encryption %q", enc)
 	}
-	for i := 3; i <= 5; i++ {
-		t.Logf("timing: boot %d, unattended unlock → running: %s", i, bootRunning(strconv.Itoa(i)))
-	}
+	t.Logf("timing: boot 3, unattended unlock → running: %s", bootRunning("3"))
 
 	// The container on the disk: one Clevis token left, sealed to PCR 7;
 	// the first-boot key gone.
@@ -196,20 +200,22 @@ func TestEncryptedInstall(t *testing.T) {
 		t.Fatalf("bootops recovery-key printed %q", recovery)
 	}
 
-	// Another machine's TPM, and Secure Boot off, at once (each on a
-	// snapshot of the disk): cryptsetup asks, the TPM does not answer,
-	// nothing boots.
+	// Another machine's TPM, and Secure Boot off, at once: cryptsetup
+	// asks, the TPM does not answer, nothing boots. The other TPM's VM on
+	// a snapshot of the disk (another MAC: both are on the LAN); the
+	// machine itself, its Secure Boot off, from now on behind its Redfish
+	// BMC (redfishvmd at fdeBMC), which powers it on from its disk (its
+	// NIC is second in its boot order; the BMC puts it first for a PXE
+	// override). It stays at the prompt until the rollout below.
 	other := l.tpm("fde-other")
 	l.tpmLikeHardware(other)
-	snapshot := []string{"-drive", "file=" + disks["fde"] + ",if=none,id=d0,format=raw,snapshot=on", "-device", "virtio-blk-pci,drive=d0,bootindex=2"}
+	snapshot := []string{"-drive", "file=" + disks["fde"] + ",if=none,id=d0,format=raw,snapshot=on,file.locking=off", "-device", "virtio-blk-pci,drive=d0,bootindex=2"}
 	before = reports()
-	refused := map[string]*vm{
-		"another TPM": l.secureVM("fde-other", fdeMAC, "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd",
-			append(l.tpmArgs(other), snapshot...)...),
-		// Another MAC (the two are on the LAN at once): the same machine,
-		// its TPM, its disk; firmware without Secure Boot.
-		"Secure Boot off": l.uefiBoot("fde-nosb", "52:54:00:e2:50:03", ",romfile=", append(l.tpmArgs(tp), snapshot...)...),
-	}
+	otherVM := l.secureVM("fde-other", "52:54:00:e2:50:03", "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd",
+		append(l.tpmArgs(other), snapshot...)...)
+	bmc := l.redfishFDE(tp, disks["fde"], fdeMAC, noV6)
+	bmc.reset(t, "On")
+	refused := map[string]*vm{"another TPM": otherVM, "Secure Boot off": bmc.vm}
 	for _, v := range refused {
 		promptSeen(t, v, 10*time.Minute)
 	}
@@ -220,10 +226,10 @@ func TestEncryptedInstall(t *testing.T) {
 		if out := mustRead(v.console); strings.Contains(out, "set up successfully") || strings.Contains(out, " login:") {
 			t.Errorf("%s: the root unlocked:\n%s", what, testutil.Tail(out, 30))
 		}
-		v.cmd.Process.Kill()
-		waitVMs(time.Minute, v)
 		t.Logf("%s: cryptsetup's prompt, no unlock", what)
 	}
+	otherVM.cmd.Process.Kill()
+	waitVMs(time.Minute, otherVM)
 	if reports() != before {
 		t.Error("a report came from a boot that should not have unlocked")
 	}
@@ -241,16 +247,35 @@ func TestEncryptedInstall(t *testing.T) {
 	// No key material in the daemon's state, its logs or the consoles.
 	noKeyMaterial(t, l.dir, recovery, volumeKey)
 
-	// A reinstall to another image: a new container, a new escrow, and it
-	// unlocks.
+	// A rolling reinstall to another image, through the BMC: the commit
+	// moves the profile's image and gives it a rolling rollout, and the
+	// node its BMC; the rollout sets PXE once and cycles the machine
+	// (waiting at the prompt, powered on), which installs: a new
+	// container, a new escrow. Its first boot unlocks with the Micro-OS's
+	// key and seals to PCR 7 as it is now (Secure Boot off); a reset
+	// through the BMC unlocks with that seal.
 	firstUUID := luksUUID(t, hdr)
-	v["FDEImage"], v["FDESHA"], v["Reprovision"] = "debian.raw.gz", debSHA, "reprovision: 1"
+	reinstallAt := time.Now()
+	before = reports()
+	v["FDEImage"], v["FDESHA"] = "debian.raw.gz", debSHA
+	v["Rollout"] = "rollout: {strategy: rolling, maxUnavailable: 1, healthTimeout: 20m}"
+	v["BMC"] = "bmc: {address: " + fdeBMC + ", protocol: redfish, port: 8443, tlsVerify: false, credentials: {secret: fde-bmc}}"
 	writeRepo(t, repo, v, "encryption")
-	time.Sleep(3 * time.Second) // the daemon compiles the commit
-	again := install("fde", fdeMAC, "-re", l.tpmArgs(tp))
-	waitVMs(15*time.Minute, again)
-	waitState(t, l, "lab/vm-fde", "provisioned", time.Minute)
-	bootRunning("-re2")
+	waitLogs(t, l, "lab/vm-fde", "rollout: reinstalling", 2*time.Minute)
+	waitFor(t, "vm-fde reinstalled and running", 20*time.Minute, func() bool { return reports() > before })
+	t.Logf("timing: rolling reinstall through the BMC, commit → running (install, first boot: unlock, seal): %s", time.Since(reinstallAt).Round(time.Second))
+	waitFor(t, "vm-fde in sync", 2*time.Minute, func() bool { return strings.Contains(syncOf(l, "vm-fde"), "in sync") })
+	before, t0 = reports(), time.Now()
+	bmc.reset(t, "ForceRestart")
+	waitFor(t, "vm-fde running after a reset through its BMC", 15*time.Minute, func() bool { return reports() > before })
+	t.Logf("timing: reset through the BMC, unattended unlock → running: %s", time.Since(t0).Round(time.Second))
+	// Its console since the reinstall: the first boot's unlock and the
+	// reset's, no prompt given up on.
+	con := mustRead(bmc.vm.console)
+	if n := strings.Count(con, "set up successfully"); n < 2 {
+		t.Errorf("the BMC's VM unlocked its root %d times, want 2 (the reinstall's first boot, the reset):\n%s", n, testutil.Tail(con, 40))
+	}
+	bmc.stop(t)
 	hdr = luksHeader(t, disks["fde"])
 	if u := luksUUID(t, hdr); u == firstUUID {
 		t.Errorf("the reinstall kept container %s", u)
@@ -260,10 +285,70 @@ func TestEncryptedInstall(t *testing.T) {
 		t.Error("the reinstall escrowed the same recovery key")
 	}
 	openWithRecovery(t, hdr, newRecovery)
-	if log := l.logs("lab/vm-fde"); !strings.Contains(log[strings.LastIndex(log, "provisioned"):], "running: hostname e2e-fde") {
-		t.Errorf("vm-fde is not running after its reinstall:\n%s", log)
+	if tokens := clevisTokens(t, hdr); len(tokens) != 1 || !strings.Contains(tokens[0], `"pcr_ids":"7"`) {
+		t.Errorf("Clevis tokens after the reinstall's first boot: %v, want one sealed to PCR 7", tokens)
+	}
+	logs := l.logs("lab/vm-fde")
+	for _, want := range []string{"rollout: reinstalling for install", "PXE once and a power cycle through its BMC", "power: set next boot pxe (once, asked by the rollout"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("vm-fde's timeline lacks %q:\n%s", want, logs)
+		}
+	}
+	if !strings.Contains(logs[strings.LastIndex(logs, "provisioned"):], "running: hostname e2e-fde") {
+		t.Errorf("vm-fde is not running after its reinstall:\n%s", logs)
 	}
 }
+
+// fdeBMC is vm-fde's Redfish BMC in the rolling reinstall.
+const fdeBMC = "198.18.0.5"
+
+// bmcVM is a VM behind the test's Redfish BMC (redfishvmd).
+type bmcVM struct {
+	l  *lab
+	vm *vm // its console; its process is the BMC's
+}
+
+// redfishFDE starts vm-fde's BMC at fdeBMC: the VM (off until told) boots
+// OVMF without Secure Boot, with its TPM (a swtpm for each QEMU the BMC
+// starts: tpmQEMU),
+// its disk first and its NIC second. No -no-reboot: the machine reboots
+// as machines do.
+func (l *lab) redfishFDE(tp *swTPM, disk, mac string, extra []string) *bmcVM {
+	l.t.Helper()
+	run(l.t, "ip", "-n", l.lan, "addr", "add", fdeBMC+"/24", "dev", "br0")
+	run(l.t, "ip", "-n", l.lan, "tuntap", "add", "dev", "tap-fde-bmc", "mode", "tap")
+	run(l.t, "ip", "-n", l.lan, "link", "set", "tap-fde-bmc", "master", "br0", "up")
+	dir, err := os.MkdirTemp("", "rfvm-") // a short path: QMP's socket is in it
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	l.t.Cleanup(func() { os.RemoveAll(dir) })
+	nvram := filepath.Join(l.dir, "nvram-"+strings.ReplaceAll(mac, ":", "")+".fd") // the machine's, as uefiBoot keeps it
+	console := filepath.Join(l.dir, "fde-bmc.console")
+	args := append([]string{"-accel", "tcg", "-m", "512", "-nographic", "-monitor", "none",
+		"-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd", "-drive", "if=pflash,format=raw,file=" + nvram,
+		"-netdev", "tap,id=n0,ifname=tap-fde-bmc,script=no,downscript=no", "-device", "virtio-net-pci,netdev=n0,mac=" + mac + ",romfile=,id=nic0,bootindex=2",
+		"-drive", "file=" + disk + ",if=none,id=d0,format=raw", "-device", "virtio-blk-pci,drive=d0,id=disk0,bootindex=1"},
+		extra...)
+	l.start("bmc", append([]string{"ip", "netns", "exec", l.lan, redfishVMD, "-addr", fdeBMC + ":8443", "-dir", dir, "-console", console,
+		"-pxe", "nic0", "-hdd", "disk0", "-qemu", l.tpmQEMU(tp), "--"}, args...)...)
+	l.started("bmc", "serving on", 20*time.Second)
+	return &bmcVM{l: l, vm: &vm{name: "vm-fde (BMC)", console: console}}
+}
+
+// reset asks the BMC for a ComputerSystem.Reset of type what, as an
+// operator would (curl, HTTP Basic).
+func (b *bmcVM) reset(t *testing.T, what string) {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", b.l.lan, "curl", "-sSfk", "-u", "root:calvin", "-H", "Content-Type: application/json",
+		"-d", `{"ResetType":"`+what+`"}`, "https://"+fdeBMC+":8443/redfish/v1/Systems/1/Actions/ComputerSystem.Reset").CombinedOutput()
+	if err != nil {
+		t.Fatalf("Redfish reset %s: %v\n%s\nthe BMC's log:\n%s", what, err, out, testutil.Tail(b.l.log("bmc"), 20))
+	}
+}
+
+// stop powers the machine off through the BMC.
+func (b *bmcVM) stop(t *testing.T) { b.reset(t, "ForceOff") }
 
 // markerImage is the Debian image with fdeMarker in a file of its root
 // filesystem (debugfs writes it in place), gzipped; kept beside the

@@ -134,6 +134,38 @@ func (l *lab) tpmArgs(tp *swTPM) []string {
 		"-device", "tpm-tis,tpmdev=" + id}
 }
 
+// tpmQEMU is a QEMU for a BMC that starts QEMU again at will
+// (redfishvmd -qemu): at each start it waits for the last boot's swtpm to
+// end, starts tp's swtpm for this boot (QEMU tells swtpm to end when it
+// quits) and runs QEMU with it attached. It gives the wrapper's path.
+func (l *lab) tpmQEMU(tp *swTPM) string {
+	l.t.Helper()
+	sock := filepath.Join(l.dir, "swtpm-"+tp.name+".sock")
+	pid := filepath.Join(l.dir, "swtpm-"+tp.name+".pid")
+	id := "tpm-" + tp.name
+	script := fmt.Sprintf(`#!/bin/sh
+# Wrapper of QEMU for the test's BMC: a fresh swtpm for each power-on.
+if [ -f %[3]s ]; then
+  for i in $(seq 100); do kill -0 "$(cat %[3]s)" 2>/dev/null || break; sleep 0.1; done
+fi
+rm -f %[2]s
+swtpm socket --tpm2 --terminate --tpmstate dir=%[1]s --ctrl type=unixio,path=%[2]s --log level=1,file=%[4]s &
+echo $! > %[3]s
+for i in $(seq 100); do [ -S %[2]s ] && break; sleep 0.05; done
+exec qemu-system-x86_64 "$@" -chardev socket,id=%[5]s,path=%[2]s -tpmdev emulator,id=%[5]s,chardev=%[5]s -device tpm-tis,tpmdev=%[5]s
+`, tp.state, sock, pid, filepath.Join(l.dir, "swtpm-"+tp.name+".log"), id)
+	path := filepath.Join(l.dir, "qemu-"+tp.name)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		l.t.Fatal(err)
+	}
+	if tp.on != nil { // the last direct boot's swtpm
+		tp.on.Process.Kill()
+		tp.on.Wait()
+		tp.on = nil
+	}
+	return path
+}
+
 // uefiTPMVM boots a UEFI VM (uefiVM) with tp as its TPM.
 func (l *lab) uefiTPMVM(name, mac string, tp *swTPM, extra ...string) *vm {
 	return l.uefiVM(name, mac, append(l.tpmArgs(tp), extra...)...)

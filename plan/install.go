@@ -1,6 +1,10 @@
 package plan
 
-import "strings"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // Install is what installing a node consumes, by digest: the image it
 // writes, its workflow (partitioning, files, commands, every parameter)
@@ -104,6 +108,27 @@ type Rollout struct {
 	// Window, when set, is when nodes may be started.
 	Window *Window `json:"window,omitempty"`
 	Pause  bool    `json:"pause,omitempty"`
+}
+
+// Max is how many nodes of a group of groupSize the policy lets be down
+// at once: MaxUnavailable a count ("2") or a share of the group ("10%",
+// rounded down, at least 1). Zero, a negative number or anything else is
+// an error: a rollout that may take no node down would never progress.
+func (r Rollout) Max(groupSize int) (int, error) {
+	s := r.MaxUnavailable
+	num, pct := strings.CutSuffix(s, "%")
+	v, err := strconv.Atoi(num)
+	switch {
+	case err != nil || num == "" || strings.Trim(num, "0123456789") != "":
+		return 0, fmt.Errorf("maxUnavailable %q: want a count (\"1\") or a percentage (\"10%%\")", s)
+	case v < 1:
+		return 0, fmt.Errorf("maxUnavailable %q: must be at least 1", s)
+	case pct && v > 100:
+		return 0, fmt.Errorf("maxUnavailable %q: a percentage is at most 100%%", s)
+	case !pct:
+		return v, nil
+	}
+	return max(v*groupSize/100, 1), nil
 }
 
 // Window is a weekly maintenance window: on Days (mon…sun; none: every

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 	_ "time/tzdata" // A window's timezone must resolve on hosts without system tzdata.
 
@@ -17,34 +15,14 @@ import (
 // that did not come from it.
 var ErrPolicy = errors.New("rollout: invalid policy")
 
-// ParseMaxUnavailable is how many nodes of a group of groupSize may be
-// down at once: a count ("2") or a share of the group ("10%", rounded
-// down, at least 1). Zero, a negative number or anything else is an error:
-// a rollout that may take no node down would never progress.
+// ParseMaxUnavailable is plan.Rollout.Max of a policy whose
+// MaxUnavailable is s, its error an ErrPolicy.
 func ParseMaxUnavailable(s string, groupSize int) (int, error) {
-	num, pct := strings.CutSuffix(s, "%")
-	v, err := strconv.Atoi(num)
-	switch {
-	case err != nil || !digits(num):
-		return 0, fmt.Errorf("%w: maxUnavailable %q: want a count (\"1\") or a percentage (\"10%%\")", ErrPolicy, s)
-	case v < 1:
-		return 0, fmt.Errorf("%w: maxUnavailable %q: must be at least 1", ErrPolicy, s)
-	case pct && v > 100:
-		return 0, fmt.Errorf("%w: maxUnavailable %q: a percentage is at most 100%%", ErrPolicy, s)
-	case !pct:
-		return v, nil
+	v, err := plan.Rollout{MaxUnavailable: s}.Max(groupSize)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrPolicy, err)
 	}
-	return max(v*groupSize/100, 1), nil
-}
-
-// digits rejects what Atoi accepts but a policy should not: signs.
-func digits(s string) bool {
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return s != ""
+	return v, nil
 }
 
 // weekdays are the names a window's Days use.

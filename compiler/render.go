@@ -267,6 +267,7 @@ func (r *repo) node(n *nodeObj, s *plan.Site, pr *plan.Profile, microOS map[stri
 		IPv6:        canonicalAddr(n.str("ipv6")),
 		Labels:      n.v.get("labels").stringMap(),
 		Reprovision: n.v.get("reprovision").integer(),
+		Hold:        r.hold(n),
 		BMC:         r.bmc(n),
 		Network:     nodeNetwork(n),
 		Source:      fmt.Sprintf("%s:%d", n.file, n.line),
@@ -290,6 +291,23 @@ func (r *repo) node(n *nodeObj, s *plan.Site, pr *plan.Profile, microOS map[stri
 	pn.Install = plan.InstallOf(pn)
 	pn.Hash = plan.Hash(pn)
 	return pn
+}
+
+// hold is where the install that counts for node n says hold (its own,
+// else its profile's, else its site's), "" when it says auto or none
+// says anything.
+func (r *repo) hold(n *nodeObj) string {
+	for _, o := range []*object{n.object, r.profiles[n.profile], r.sites[n.site]} {
+		if o == nil || o.v.lookup("install") == nil {
+			continue
+		}
+		if o.str("install") != plan.InstallHold {
+			return ""
+		}
+		p := o.pos("install")
+		return fmt.Sprintf("%s:%d", p.File, p.Line)
+	}
+	return ""
 }
 
 // artifacts renders one machine's files. n.Name is "" for unknown machines.

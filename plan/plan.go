@@ -31,6 +31,12 @@ const (
 	DHCPOff         = "off"
 )
 
+// When a registered node installs (install: in Git; Node.Hold).
+const (
+	InstallAuto = "auto"
+	InstallHold = "hold"
+)
+
 // Plan is everything the boot plane serves, for every site of a repository.
 type Plan struct {
 	// Hash identifies the Plan's content: equal hashes, equal Plans.
@@ -327,6 +333,10 @@ type Node struct {
 	Identity    Identity          `json:"identity"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	Reprovision int               `json:"reprovision"`
+	// Hold is where Git says the node waits to be released (install:
+	// hold: the node's own, else its profile's, else its site's), as
+	// file:line; "" when it installs as soon as it checks in.
+	Hold string `json:"hold,omitempty"`
 	// BMC is the node's baseboard management controller, its site's
 	// defaults merged in; nil when it has none.
 	BMC *BMC `json:"bmc,omitempty"`

@@ -306,9 +306,19 @@ func nodeFields(b, h *plan.Node) []FieldChange {
 			Identity    plan.Identity     `json:"identity"`
 			Labels      map[string]string `json:"labels"`
 			Reprovision int               `json:"reprovision"`
-		}{n.Profile, n.Hostname, n.IP, n.IPv6, n.Identity, n.Labels, n.Reprovision}
+			Install     string            `json:"install"`
+		}{n.Profile, n.Hostname, n.IP, n.IPv6, n.Identity, n.Labels, n.Reprovision, installOf(n)}
 	}
 	return fieldDiff(own(b), own(h))
+}
+
+// installOf is the install that counts for n: "hold" or "auto" (where it
+// is said is not the node's change).
+func installOf(n *plan.Node) string {
+	if n.Hold != "" {
+		return plan.InstallHold
+	}
+	return plan.InstallAuto
 }
 
 func identityFields(n *plan.Node) []FieldChange {

@@ -372,3 +372,30 @@ func TestDiffEncryption(t *testing.T) {
 		t.Errorf("rotating a recipient:\n got %s\nwant %s", got, want)
 	}
 }
+
+// A site that holds its nodes (install: hold) changes every node's
+// install; releasing one node is that node's change alone.
+func TestDiffInstallHold(t *testing.T) {
+	dir := gitRepo(t)
+	site, node := "sites/warehouse/site.yaml", "sites/warehouse/nodes/rack1-03.yaml"
+	git(t, dir, "checkout", "-q", "-b", "held")
+	b, _ := os.ReadFile(filepath.Join(dir, site))
+	os.WriteFile(filepath.Join(dir, site), append(b, "install: hold\n"...), 0o644)
+	git(t, dir, "commit", "-q", "-am", "hold")
+	_, out, errs := bootops(t, nil, "diff", dir, "--base", "main", "--head", "held")
+	if !strings.Contains(out, "  ~   rack1-03  install: auto → hold\n") {
+		t.Errorf("holding the site: the diff lacks rack1-03's install:\n%s%s", out, errs)
+	}
+
+	git(t, dir, "checkout", "-q", "-b", "release")
+	b, _ = os.ReadFile(filepath.Join(dir, node))
+	os.WriteFile(filepath.Join(dir, node), append(b, "install: auto\n"...), 0o644)
+	git(t, dir, "commit", "-q", "-am", "release rack1-03")
+	code, cs, errs := diffJSON(t, dir, "--base", "held", "--head", "release")
+	if code != 0 || len(cs.Objects) != 0 || len(cs.Nodes) != 1 || cs.Nodes[0].Name != "rack1-03" {
+		t.Fatalf("releasing one node: exit %d %s %+v", code, errs, cs)
+	}
+	if got := cs.Nodes[0].Fields[0].String(); got != "install: hold → auto" || len(cs.Nodes[0].Fields) != 1 {
+		t.Errorf("releasing one node: fields %v, want install: hold → auto", cs.Nodes[0].Fields)
+	}
+}

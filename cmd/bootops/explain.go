@@ -62,6 +62,8 @@ func explainCmd() *command {
 				Boots bool   `json:"boots"`
 				// Encryption is the profile's, when the machine installs one.
 				Encryption *plan.Encryption `json:"encryption,omitempty"`
+				// Hold is where Git holds the node (install: hold).
+				Hold string `json:"hold,omitempty"`
 			}{Decision: d, Boots: d.Boots()}
 			if pr := p.Profile(d.Profile); pr != nil && d.Boots() {
 				out.Encryption = pr.Encryption
@@ -70,7 +72,7 @@ func explainCmd() *command {
 				out.Site = d.Site.Name
 			}
 			if d.Node != nil {
-				out.Node = d.Node.Name
+				out.Node, out.Hold = d.Node.Name, d.Node.Hold
 			}
 			b, _ := json.MarshalIndent(out, "", "  ")
 			fmt.Fprintf(e.stdout, "%s\n", b)
@@ -92,6 +94,9 @@ func printDecision(e *env, p *plan.Plan, d plan.Decision) {
 		pr := p.Profile(d.Profile)
 		fmt.Fprintf(w, "match: node %s (site %s) installs profile %s with micro-os %s\n", d.Node.Name, d.Node.Site, d.Profile, pr.MicroOS)
 		printProof(w, p, d.Node, pr.MicroOS)
+		if d.Node.Hold != "" {
+			fmt.Fprintf(w, "  install: hold (%s): it boots the micro-os, checks in, shows its inventory and waits until a commit says install: auto\n", d.Node.Hold)
+		}
 		printEncryption(w, pr)
 		printAddresses(w, d.Site, d.Node)
 	case plan.Mismatch:

@@ -128,7 +128,7 @@ func discover(cfg Config, sysfs string, console io.Writer) (plan.CheckIn, error)
 // over instead: the server sent the machine to boot again, or refused its
 // credential maxRefused times (err is the reboot's), or ctx ended.
 func checkInForWorkflow(ctx context.Context, up *uplink, r *Runner, ci plan.CheckIn, m *tpm.Machine, server, sysfs string, console io.Writer) (reply plan.CheckInReply, ok bool, err error) {
-	refused := 0
+	refused, said := 0, ""
 	first := r.Backoff
 	if first <= 0 {
 		first = 2 * time.Second
@@ -155,7 +155,12 @@ func checkInForWorkflow(ctx context.Context, up *uplink, r *Runner, ci plan.Chec
 		case reply.Workflow != nil:
 			return reply, true, nil
 		case reply.RetrySeconds > 0:
-			fmt.Fprintf(console, "bootops-agent: held: %s (asking again in %d s)\n", reply.Hold, reply.RetrySeconds)
+			// Said once while the reason stays: a node Git holds asks
+			// every few seconds, maybe for days.
+			if reply.Hold != said {
+				fmt.Fprintf(console, "bootops-agent: held: %s (asking again every %d s)\n", reply.Hold, reply.RetrySeconds)
+				said = reply.Hold
+			}
 			wait = time.Duration(reply.RetrySeconds) * time.Second
 		default:
 			// Told to boot again: what the Plan says now is another script.

@@ -40,6 +40,7 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 	}
 	ak, challenge, ref := s.gate(p, req, &v)
 	if ref == nil && challenge == nil {
+		s.paceRelease(&v)
 		ref = s.openSession(req, &v, ak)
 	}
 	switch {
@@ -56,7 +57,8 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 // facts are what the policy reads of this server, with p the Plan the
 // request reads throughout.
 func (s *Server) facts(p *plan.Plan) facts {
-	return facts{plan: p, now: s.now(), secret: s.Secret, session: s.Store.Session, provisioned: s.provisioned, swarm: s.Swarm != nil}
+	return facts{plan: p, now: s.now(), secret: s.Secret, session: s.Store.Session, provisioned: s.provisioned, swarm: s.Swarm != nil,
+		machine: s.Store.Machine}
 }
 
 // readCheckIn reads a check-in: its credential's shape first (before the

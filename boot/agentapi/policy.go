@@ -35,6 +35,8 @@ type facts struct {
 	session     func(key string) (status.Session, bool)
 	provisioned func(site, node string) (generation int, ok bool)
 	swarm       bool
+	// machine is the status of a machine by its key (nil: none is known).
+	machine func(key string) (status.Machine, bool)
 }
 
 // claimant is whom a check-in's credential proves the machine to be.
@@ -92,6 +94,9 @@ type decision struct {
 	state, message      string
 	held                string
 	isError, installing bool
+	// released: the node Git held until now is given its workflow (the
+	// server paces such installs: Server.pace).
+	released bool
 }
 
 // policy is the check-in's policy: authenticate (whom the credential
@@ -240,7 +245,7 @@ func admit(f facts, who claimant, req request, ev *status.Event) (*refusal, *pla
 func decide(f facts, who claimant, c plan.CheckIn) decision {
 	d := decision{inventory: cleanInventory(c.Inventory)}
 	if who.node != nil {
-		decideNode(&d, who, c)
+		decideNode(&d, f, who, c)
 	} else {
 		decideUnknown(&d, f.plan, who, c)
 	}
@@ -250,9 +255,13 @@ func decide(f facts, who claimant, c plan.CheckIn) decision {
 	return d
 }
 
-func decideNode(d *decision, who claimant, c plan.CheckIn) {
+func decideNode(d *decision, f facts, who claimant, c plan.CheckIn) {
 	n := who.node
 	unmet := unmetExpectations(n, d.inventory)
+	var wasHeld bool
+	if f.machine != nil {
+		wasHeld = released(f.machine(who.site.Name + "/" + n.Name))
+	}
 	switch {
 	case unproven(who):
 		why := "over the Internet a serial, a UUID or a MAC proves nothing: boot it with a media credential (bootops media credential) or register its TPM in Git (identity.tpm)"
@@ -270,6 +279,13 @@ func decideNode(d *decision, who claimant, c plan.CheckIn) {
 		d.reply = plan.CheckInReply{Hold: "expectations not met: " + why, RetrySeconds: 30}
 		d.state, d.isError, d.held = status.StateHeld, true, why
 		d.message = "held before any disk is touched: " + why
+	case n.Hold != "":
+		// Non-zero-touch: it showed what it is and waits for Git. It asks
+		// again every few seconds; a reboot comes back here.
+		why := holdWhy(n)
+		d.reply = plan.CheckInReply{Hold: why, RetrySeconds: HoldRetrySeconds}
+		d.state, d.held = status.StateHeld, why
+		d.message = "held until Git releases it: " + describe(c) + "; " + why
 	default:
 		wf := n.Artifacts.Workflow
 		in := n.Install
@@ -278,6 +294,10 @@ func decideNode(d *decision, who claimant, c plan.CheckIn) {
 		d.message = "agent checked in: " + describe(c) + "; workflow of profile " + n.Profile + fmt.Sprintf(", %d actions", len(wf.Actions))
 		if who.media {
 			d.message += "; proved by a media credential (now spent)"
+		}
+		if wasHeld {
+			d.released = true
+			d.message += "; released by Git (it was held)"
 		}
 	}
 }

@@ -47,6 +47,7 @@ type Server struct {
 	challengesOnce sync.Once
 	locks          [64]sync.Mutex
 	challenges     challenges
+	pace           pacer
 }
 
 // Store keeps what machines say (the timeline: Record as it comes,

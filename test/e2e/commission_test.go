@@ -18,10 +18,12 @@ import (
 )
 
 // Commissioning on two VMs shaped alike (1 GiB, two NICs, two disks): one
-// meets its node's expectations, runs the four QA actions and is
-// installed; the other's node expects 2 GiB and it is held before any
-// write, its disks untouched, the reason in `bootops status`. The
-// inventory is what QEMU was told; `bootops report` has both rows.
+// is held by Git (install: hold) with its inventory, held again after a
+// reboot, released by a commit, then meets its node's expectations, runs
+// the four QA actions and is installed; the other's node expects 2 GiB
+// and it is held before any write, its disks untouched, the reason in
+// `bootops status`. The inventory is what QEMU was told; `bootops report`
+// has both rows.
 func TestCommissioning(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, true)
@@ -29,7 +31,8 @@ func TestCommissioning(t *testing.T) {
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
-	l.serve(provisionRepo(t, images4, gzSHA, "commissioning", nil))
+	repo := provisionRepo(t, images4, gzSHA, "commissioning", vars{"Install": "install: hold"})
+	l.serve(repo)
 	// Each node's two NICs; the first is the MAC commissioning.txtar
 	// registers.
 	macs := map[string][2]string{"c-good": {"52:54:00:e2:70:01", "52:54:00:e2:70:11"}, "c-small": {"52:54:00:e2:70:02", "52:54:00:e2:70:12"}}
@@ -52,15 +55,45 @@ func TestCommissioning(t *testing.T) {
 		}
 		disks[name] = d
 	}
-	start := time.Now()
 	vms := map[string]*vm{}
-	for name, m := range macs {
+	boot := func(name, vmName string) {
+		m := macs[name]
 		// The second NIC on a hub of its own: a NIC with nothing behind it.
-		vms[name] = l.vm(name, m[0], "-m", "1024", "-netdev", "hubport,id=n1,hubid=1", "-device", "virtio-net-pci,netdev=n1,mac="+m[1],
+		vms[name] = l.vm(vmName, m[0], "-m", "1024", "-netdev", "hubport,id=n1,hubid=1", "-device", "virtio-net-pci,netdev=n1,mac="+m[1],
 			"-drive", "file="+disks[name][0]+",if=virtio,format=raw", "-drive", "file="+disks[name][1]+",if=virtio,format=raw")
 	}
+	for name := range macs {
+		boot(name, name)
+	}
+
+	// c-good: held by Git, its inventory on the status; held again after
+	// a reboot; the commit that releases it starts its install.
+	const heldWhy = "install: hold (sites/lab/nodes/c-good.yaml:6): it waits until a commit says install: auto"
+	holds := func() int { return strings.Count(l.logs("lab/c-good"), "held until Git releases it") }
+	waitFor(t, "c-good held by Git", 6*time.Minute, func() bool { return holds() > 0 })
+	if m, _ := l.machine("lab/c-good"); m.State != "held" || m.Held != heldWhy || m.Inventory == nil {
+		t.Errorf("c-good held by Git: state %q, held %q, inventory %v", m.State, m.Held, m.Inventory != nil)
+	}
+	vms["c-good"].cmd.Process.Kill()
+	waitVMs(time.Minute, vms["c-good"])
+	before := holds()
+	boot("c-good", "c-good-again")
+	waitFor(t, "c-good held again after a reboot", 6*time.Minute, func() bool { return holds() > before })
+	if out := run(t, "ip", "netns", "exec", l.lan, bootops, "status", "--server", "http://198.18.0.1:8080"); !strings.Contains(out, heldWhy) {
+		t.Errorf("bootops status does not say why c-good is held:\n%s", out)
+	}
+	if strings.Contains(l.logs("lab/c-good"), "started 1/8") {
+		t.Fatalf("c-good started its workflow while held:\n%s", l.logs("lab/c-good"))
+	}
+	released := time.Now()
+	writeRepo(t, repo, vars{"Images": images4, "ImageSHA": gzSHA, "Install": "install: auto"}, "base-provision", "commissioning")
+	waitFor(t, "c-good's install started", 2*time.Minute, func() bool { return strings.Contains(l.logs("lab/c-good"), "started 1/8 qa-memory") })
+	t.Logf("timing: the commit that releases c-good → its install started: %s (it asks every 5 s; the daemon compiles the commit)", time.Since(released).Round(time.Second))
+	if !strings.Contains(l.logs("lab/c-good"), "released by Git (it was held)") {
+		t.Errorf("c-good's timeline does not say Git released it:\n%s", l.logs("lab/c-good"))
+	}
 	waitState(t, l, "lab/c-good", "provisioned", 8*time.Minute)
-	t.Logf("timing: VM start → expectations met, four QA actions, installed: %s", time.Since(start).Round(time.Second))
+	t.Logf("timing: released → expectations met, four QA actions, installed: %s", time.Since(released).Round(time.Second))
 	checkDisk(t, disks["c-good"][0], rawSHA)
 	good := l.logs("lab/c-good")
 	for _, a := range []string{"qa-memory", "qa-cpu", "qa-network", "qa-disk"} {

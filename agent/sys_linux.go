@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -123,4 +124,19 @@ func lookPathIn(root, name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s: not found in the new system's %s", name, chrootPath)
+}
+
+// blkZeroOut is BLKZEROOUT (linux/fs.h: _IO(0x12, 127)): the kernel writes
+// zeroes over a range of a block device, with the device's own write
+// zeroes or unmap where it has them.
+const blkZeroOut = 0x127f
+
+// zeroOut writes zeroes over [off, off+n) of block device f; an error for
+// anything else (a regular file: ENOTTY).
+func zeroOut(f *os.File, off, n int64) error {
+	r := [2]uint64{uint64(off), uint64(n)}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), blkZeroOut, uintptr(unsafe.Pointer(&r))); errno != 0 {
+		return fmt.Errorf("BLKZEROOUT: %w", errno)
+	}
+	return nil
 }

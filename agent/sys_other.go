@@ -19,3 +19,5 @@ func defaultPower(action string) error                               { return er
 func defaultKexecLoad(kernel, initrd, cmdline string) error          { return errNotLinux }
 func rereadPartitions(f *os.File) error                              { return nil }
 func defaultExec(context.Context, string, []string, io.Writer) error { return errNotLinux }
+
+func zeroOut(*os.File, int64, int64) error { return errNotLinux }

@@ -91,6 +91,7 @@ func assemble(objs []*object, fsys fs.FS, cache *renderCache, ix *index, loadErr
 	r.checkBMCs()
 	r.checkRollouts()
 	r.checkExpects()
+	r.checkRetire()
 	r.checkAttestation()
 	r.checkRemote()
 	if len(r.errs) > 0 || len(loadErrs) > 0 {

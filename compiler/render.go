@@ -268,6 +268,7 @@ func (r *repo) node(n *nodeObj, s *plan.Site, pr *plan.Profile, microOS map[stri
 		Labels:      n.v.get("labels").stringMap(),
 		Reprovision: n.v.get("reprovision").integer(),
 		Hold:        r.hold(n),
+		Retire:      retire(n),
 		BMC:         r.bmc(n),
 		Network:     nodeNetwork(n),
 		Source:      fmt.Sprintf("%s:%d", n.file, n.line),
@@ -308,6 +309,15 @@ func (r *repo) hold(n *nodeObj) string {
 		return fmt.Sprintf("%s:%d", p.File, p.Line)
 	}
 	return ""
+}
+
+// retire is the node's retirement, nil when Git does not retire it.
+func retire(n *nodeObj) *plan.Retire {
+	v := n.v.lookup("retire")
+	if v == nil {
+		return nil
+	}
+	return &plan.Retire{Erase: v.get("erase").String(), Keep: v.get("keep").strs()}
 }
 
 // artifacts renders one machine's files. n.Name is "" for unknown machines.

@@ -337,6 +337,9 @@ type Node struct {
 	// hold: the node's own, else its profile's, else its site's), as
 	// file:line; "" when it installs as soon as it checks in.
 	Hold string `json:"hold,omitempty"`
+	// Retire is set when Git takes the node out of service: it is never
+	// installed, its disks are erased (plan.Retire).
+	Retire *Retire `json:"retire,omitempty"`
 	// BMC is the node's baseboard management controller, its site's
 	// defaults merged in; nil when it has none.
 	BMC *BMC `json:"bmc,omitempty"`

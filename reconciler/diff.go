@@ -307,7 +307,8 @@ func nodeFields(b, h *plan.Node) []FieldChange {
 			Labels      map[string]string `json:"labels"`
 			Reprovision int               `json:"reprovision"`
 			Install     string            `json:"install"`
-		}{n.Profile, n.Hostname, n.IP, n.IPv6, n.Identity, n.Labels, n.Reprovision, installOf(n)}
+			Retire      *plan.Retire      `json:"retire"`
+		}{n.Profile, n.Hostname, n.IP, n.IPv6, n.Identity, n.Labels, n.Reprovision, installOf(n), n.Retire}
 	}
 	return fieldDiff(own(b), own(h))
 }

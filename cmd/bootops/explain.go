@@ -94,6 +94,13 @@ func printDecision(e *env, p *plan.Plan, d plan.Decision) {
 		pr := p.Profile(d.Profile)
 		fmt.Fprintf(w, "match: node %s (site %s) installs profile %s with micro-os %s\n", d.Node.Name, d.Node.Site, d.Profile, pr.MicroOS)
 		printProof(w, p, d.Node, pr.MicroOS)
+		if r := d.Node.Retire; r != nil {
+			keep := ""
+			if len(r.Keep) > 0 {
+				keep = ", keeping disks " + strings.Join(r.Keep, ", ")
+			}
+			fmt.Fprintf(w, "  retire: erase %s%s: it boots the micro-os, erases and verifies its disks, powers off; never installed while Git retires it\n", r.Erase, keep)
+		}
 		if d.Node.Hold != "" {
 			fmt.Fprintf(w, "  install: hold (%s): it boots the micro-os, checks in, shows its inventory and waits until a commit says install: auto\n", d.Node.Hold)
 		}

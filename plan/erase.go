@@ -1,0 +1,50 @@
+package plan
+
+import "time"
+
+// Retire is a node taken out of service in Git (a Node's retire): booted
+// into the Micro-OS, every disk not kept is erased and verified, the
+// machine powers off, and it is never installed while Git says so.
+type Retire struct {
+	// Erase is the strength asked for: EraseClear, ErasePurge, or
+	// EraseNone (retired without touching its disks).
+	Erase string `json:"erase"`
+	// Keep are the serials of disks left as they are (data disks).
+	Keep []string `json:"keep,omitempty"`
+}
+
+// What a retirement's erase asks for, and a disk's erase achieved: NIST SP
+// 800-88's classes. Clear overwrites what the host can address; purge also
+// what it cannot (spare blocks, remapped sectors) by the device's own
+// sanitize: a crypto erase, an NVMe format or sanitize, an ATA security
+// erase.
+const (
+	EraseNone  = "none"
+	EraseClear = "clear"
+	ErasePurge = "purge"
+)
+
+// DiskErasure is what the erase of one disk did, for its certificate.
+type DiskErasure struct {
+	// The disk, as the agent reads it (and the node's inventory had it).
+	Disk DiskInfo `json:"disk"`
+	// Method is what was done ("nvme format: crypto erase (SES=2)",
+	// "ata security erase (enhanced)", "write zeroes (BLKZEROOUT)",
+	// "overwrite with zeroes"); Class its NIST class (clear or purge).
+	Method string `json:"method"`
+	Class  string `json:"class"`
+	// Note says why the method is weaker than asked for, or what was
+	// tried first and failed ("" when none).
+	Note  string    `json:"note,omitempty"`
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Verification: how many samples across the disk were read back
+	// after the erase, and what they showed; Verified when every sample
+	// reads as erased (zeroes, or changed from what it held before for
+	// a crypto erase).
+	Samples      int    `json:"samples"`
+	Verification string `json:"verification"`
+	Verified     bool   `json:"verified"`
+	// Error is why the erase did not complete ("" when it did).
+	Error string `json:"error,omitempty"`
+}

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -307,4 +309,111 @@ func firstLine(err error, out []byte) string {
 		return fmt.Sprintf("%s (exit %d)", line, ee.ExitCode())
 	}
 	return line + " (" + err.Error() + ")"
+}
+
+// eraseDisks is the erase-disks action: the machine's disks must be the
+// action's (as the node's inventory on record has them: serial, size)
+// besides the kept ones, or nothing is erased; then each is erased and
+// verified in turn, its record reported (an erased event). A disk whose
+// erase fails fails the action once the others are done.
+func (r *Runner) eraseDisks(ctx context.Context, s *step) error {
+	list := r.DiskInventory
+	if list == nil {
+		list = defaultDiskInventory
+	}
+	have, paths, err := list()
+	if err != nil {
+		return permanentf("list the disks: %v", err)
+	}
+	todo, why := eraseTargets(have, s.a.Disks, s.a.Keep)
+	if why != "" {
+		return permanentf("nothing erased: %s", why)
+	}
+	tools := r.Tools
+	if tools == nil {
+		tools = runTool
+	}
+	e := eraser{Exec: tools, ZeroOut: zeroOut, Now: r.Now}
+	var failed []string
+	for _, d := range todo {
+		began := r.Now()
+		e.Progress = func(done, total int64) { s.progress(began, done, total, done == total) }
+		rec := e.erase(ctx, d, paths[d.Name], s.a.Erase)
+		s.emit(plan.AgentEvent{Type: plan.AgentErased, Erasure: &rec, Message: rec.Line()})
+		if rec.Error != "" {
+			failed = append(failed, d.Name+": "+rec.Error)
+		}
+	}
+	if len(failed) > 0 {
+		return permanentf("%s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// eraseTargets checks the machine's disks (have) against the action's
+// (want, from the inventory on record) and the kept serials: it gives the
+// disks to erase, or why none may be. A kept disk is never one; every disk
+// not kept must be one the record has, with its serial and size; every
+// disk the record has must be here; a kept serial must be here too (a
+// machine without its data disk may be another machine).
+func eraseTargets(have, want []plan.DiskInfo, keep []string) ([]plan.DiskInfo, string) {
+	kept := map[string]bool{}
+	for _, k := range keep {
+		kept[k] = true
+	}
+	key := func(d plan.DiskInfo) string { return d.Serial + "\x00" + strconv.FormatInt(d.Size, 10) }
+	expected := map[string]plan.DiskInfo{}
+	for _, d := range want {
+		if kept[d.Serial] && d.Serial != "" {
+			return nil, fmt.Sprintf("disk %s (serial %s) is both kept and to erase", d.Name, d.Serial)
+		}
+		expected[key(d)] = d
+	}
+	found := map[string]bool{}
+	var todo []plan.DiskInfo
+	for _, d := range have {
+		if d.Serial != "" && kept[d.Serial] {
+			found["keep:"+d.Serial] = true
+			continue
+		}
+		if d.Serial == "" {
+			return nil, fmt.Sprintf("disk %s has no serial: it cannot be matched to the node's inventory", d.Name)
+		}
+		if _, ok := expected[key(d)]; !ok {
+			return nil, fmt.Sprintf("disk %s (serial %s, %d bytes) is not in the node's inventory on record", d.Name, d.Serial, d.Size)
+		}
+		found[key(d)] = true
+		todo = append(todo, d)
+	}
+	for _, d := range want {
+		if !found[key(d)] {
+			return nil, fmt.Sprintf("disk %s (serial %s) of the node's inventory on record is not in this machine", d.Name, d.Serial)
+		}
+	}
+	for _, k := range keep {
+		if !found["keep:"+k] {
+			return nil, fmt.Sprintf("kept disk %s is not in this machine: is it the node's?", k)
+		}
+	}
+	return todo, ""
+}
+
+// defaultDiskInventory is the machine's disks as its inventory reads them,
+// each at /dev/<name>.
+func defaultDiskInventory() ([]plan.DiskInfo, map[string]string, error) {
+	inv, err := Inventory("/")
+	if err != nil {
+		return nil, nil, err
+	}
+	paths := map[string]string{}
+	for _, d := range inv.Disks {
+		paths[d.Name] = "/dev/" + d.Name
+	}
+	return inv.Disks, paths, nil
+}
+
+// runTool runs a tool of the Micro-OS (nvme, hdparm) and gives what it
+// printed.
+func runTool(ctx context.Context, argv ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
 }

@@ -195,3 +195,84 @@ func TestNVMeController(t *testing.T) {
 		}
 	}
 }
+
+// The machine's disks must be the record's, besides the kept ones: a disk
+// the record lacks, one it has that is gone, a kept disk missing, a disk
+// with no serial — nothing is erased, and why.
+func TestEraseTargets(t *testing.T) {
+	a := plan.DiskInfo{Name: "nvme0n1", Serial: "NVME-A", Size: 4 << 20}
+	b := plan.DiskInfo{Name: "sda", Serial: "SATA-B", Size: 4 << 20}
+	k := plan.DiskInfo{Name: "vdb", Serial: "DATA-K", Size: 8 << 20}
+	for _, c := range []struct {
+		name       string
+		have, want []plan.DiskInfo
+		keep       []string
+		todo       []string
+		why        string
+	}{
+		{name: "as recorded", have: []plan.DiskInfo{a, b, k}, want: []plan.DiskInfo{a, b}, keep: []string{"DATA-K"}, todo: []string{"nvme0n1", "sda"}},
+		{name: "a disk swapped", have: []plan.DiskInfo{a, {Name: "sda", Serial: "OTHER", Size: 4 << 20}, k}, want: []plan.DiskInfo{a, b}, keep: []string{"DATA-K"},
+			why: "disk sda (serial OTHER, 4194304 bytes) is not in the node's inventory on record"},
+		{name: "a disk gone", have: []plan.DiskInfo{a, k}, want: []plan.DiskInfo{a, b}, keep: []string{"DATA-K"},
+			why: "disk sda (serial SATA-B) of the node's inventory on record is not in this machine"},
+		{name: "the kept disk gone", have: []plan.DiskInfo{a, b}, want: []plan.DiskInfo{a, b}, keep: []string{"DATA-K"},
+			why: "kept disk DATA-K is not in this machine: is it the node's?"},
+		{name: "another size", have: []plan.DiskInfo{a, {Name: "sda", Serial: "SATA-B", Size: 8 << 20}}, want: []plan.DiskInfo{a, b},
+			why: "disk sda (serial SATA-B, 8388608 bytes) is not in the node's inventory on record"},
+		{name: "no serial", have: []plan.DiskInfo{{Name: "vda", Size: 1 << 20}}, want: []plan.DiskInfo{{Name: "vda", Size: 1 << 20}},
+			why: "disk vda has no serial: it cannot be matched to the node's inventory"},
+		{name: "kept and to erase", have: []plan.DiskInfo{a}, want: []plan.DiskInfo{a}, keep: []string{"NVME-A"},
+			why: "disk nvme0n1 (serial NVME-A) is both kept and to erase"},
+	} {
+		todo, why := eraseTargets(c.have, c.want, c.keep)
+		var names []string
+		for _, d := range todo {
+			names = append(names, d.Name)
+		}
+		if why != c.why || strings.Join(names, " ") != strings.Join(c.todo, " ") || (why != "" && todo != nil) {
+			t.Errorf("%s: %v %q, want %v %q", c.name, names, why, c.todo, c.why)
+		}
+	}
+}
+
+// A retirement's workflow: erase-disks erases the disks that are not
+// kept, each reported with its record, the kept one untouched; then the
+// agent reports the node retired (not provisioned) before it powers off.
+func TestRunRetire(t *testing.T) {
+	vda, a := markedDisk(t, "vda")
+	vdb, k := markedDisk(t, "vdb")
+	a.Transport, k.Transport = "virtio", "virtio"
+	rec := &recorder{}
+	var powered []string
+	r := &Runner{Report: rec, Now: time.Now,
+		DiskInventory: func() ([]plan.DiskInfo, map[string]string, error) {
+			return []plan.DiskInfo{a, k}, map[string]string{"vda": vda, "vdb": vdb}, nil
+		},
+		Power: func(action string) error { powered = append(powered, action); return nil }}
+	wf := plan.Workflow{Retire: true, Actions: []plan.Action{
+		{Action: plan.ActionEraseDisks, Name: "erase", Erase: plan.ErasePurge, Keep: []string{k.Serial}, Disks: []plan.DiskInfo{a}},
+		{Action: "poweroff", Name: "poweroff"}}}
+	if err := r.Run(context.Background(), wf); err != nil {
+		t.Fatal(err)
+	}
+	erased := rec.of(plan.AgentErased)
+	if len(erased) != 1 || erased[0].Erasure == nil || erased[0].Erasure.Disk.Serial != a.Serial || !erased[0].Erasure.Verified {
+		t.Fatalf("erased events: %+v", erased)
+	}
+	if !allZero(t, vda) || allZero(t, vdb) {
+		t.Errorf("vda erased %v (want true), kept vdb erased %v (want false)", allZero(t, vda), allZero(t, vdb))
+	}
+	if got := strings.Join(rec.types(), " "); !strings.Contains(got, "retired") || strings.Contains(got, "provisioned") || !slices.Equal(powered, []string{"poweroff"}) {
+		t.Errorf("events %s, power %v", got, powered)
+	}
+	// The machine is not the one on record: nothing erased, the action
+	// fails for good.
+	vdc, c := markedDisk(t, "vdc")
+	r.DiskInventory = func() ([]plan.DiskInfo, map[string]string, error) {
+		return []plan.DiskInfo{c, k}, map[string]string{"vdc": vdc, "vdb": vdb}, nil
+	}
+	err := r.Run(context.Background(), wf)
+	if err == nil || !strings.Contains(err.Error(), "nothing erased: disk vdc (serial SER-vdc, 4194304 bytes) is not in the node's inventory on record") || allZero(t, vdc) {
+		t.Errorf("another machine's disks: %v (vdc erased: %v)", err, allZero(t, vdc))
+	}
+}

@@ -112,6 +112,12 @@ type Runner struct {
 	// the machine's TPM, tpm.ClevisSeal). Cryptsetup runs cryptsetup with
 	// stdin (default: os/exec); MapperDir is where its mappings appear
 	// (default /dev/mapper). Tests replace them.
+	// DiskInventory lists the machine's disks for erase-disks, each with
+	// its device path (default: the inventory's, under /dev). Tools runs
+	// nvme and hdparm (default: os/exec).
+	DiskInventory func() ([]plan.DiskInfo, map[string]string, error)
+	Tools         func(ctx context.Context, argv ...string) ([]byte, error)
+
 	SealFirstBoot func(secret []byte) (tpm.ClevisJWE, error)
 	Cryptsetup    func(ctx context.Context, stdin []byte, args ...string) ([]byte, error)
 	MapperDir     string
@@ -157,6 +163,10 @@ func permanentf(format string, args ...any) error {
 func (r *Runner) Run(ctx context.Context, wf plan.Workflow) error {
 	c := r.withDefaults()
 	provisioned := func() {
+		if wf.Retire {
+			c.emit(plan.AgentEvent{Type: plan.AgentRetired, Message: "every disk not kept erased and verified"})
+			return
+		}
 		c.emit(plan.AgentEvent{Type: plan.AgentProvisioned, Generation: c.Generation})
 	}
 	defer c.stopSeeding(ctx, false)
@@ -313,6 +323,8 @@ func (r *Runner) do(ctx context.Context, s *step) error {
 		return r.kexec(ctx, s)
 	case plan.QAMemory, plan.QACPU, plan.QADisk, plan.QANetwork:
 		return r.runQA(ctx, s)
+	case plan.ActionEraseDisks:
+		return r.eraseDisks(ctx, s)
 	}
 	return permanentf("unknown action %q", s.a.Action)
 }

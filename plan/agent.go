@@ -233,6 +233,8 @@ const (
 	AgentRetry       = "retry"       // an action failed and will be retried
 	AgentProvisioned = "provisioned" // every action succeeded
 	AgentEscrow      = "escrow"      // an encrypted partition's recovery key, as ciphertext (Escrow)
+	AgentErased      = "erased"      // a disk erased, or its erase failed (Erasure)
+	AgentRetired     = "retired"     // a retirement's actions before its poweroff succeeded
 )
 
 // AgentEvent is one thing the agent reports.
@@ -259,6 +261,8 @@ type AgentEvent struct {
 	// Escrow is set on the escrow event: the recovery key of the
 	// partition an image-to-disk action encrypted, as ciphertext only.
 	Escrow *Escrow `json:"escrow,omitempty"`
+	// Erasure is set on the erased event: what erase-disks did to one disk.
+	Erasure *DiskErasure `json:"erasure,omitempty"`
 }
 
 // Escrow is an encrypted install's recovery key as it leaves the node:

@@ -1,6 +1,9 @@
 package plan
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Retire is a node taken out of service in Git (a Node's retire): booted
 // into the Micro-OS, every disk not kept is erased and verified, the
@@ -12,6 +15,10 @@ type Retire struct {
 	// Keep are the serials of disks left as they are (data disks).
 	Keep []string `json:"keep,omitempty"`
 }
+
+// ActionEraseDisks is a retirement's erase: never in a profile's workflow,
+// only in the one the server gives a node Git retires.
+const ActionEraseDisks = "erase-disks"
 
 // What a retirement's erase asks for, and a disk's erase achieved: NIST SP
 // 800-88's classes. Clear overwrites what the host can address; purge also
@@ -47,4 +54,18 @@ type DiskErasure struct {
 	Verified     bool   `json:"verified"`
 	// Error is why the erase did not complete ("" when it did).
 	Error string `json:"error,omitempty"`
+}
+
+// Line is the erase of one disk in a line, for timelines and consoles.
+func (e DiskErasure) Line() string {
+	d := e.Disk
+	if e.Error != "" {
+		return fmt.Sprintf("%s (%s, serial %s): not erased: %s", d.Name, d.Model, d.Serial, e.Error)
+	}
+	line := fmt.Sprintf("%s (%s, serial %s, %d bytes): %s, NIST %s, %s in %s", d.Name, d.Model, d.Serial, d.Size, e.Method, e.Class,
+		e.Verification, e.End.Sub(e.Start).Round(time.Millisecond))
+	if e.Note != "" {
+		line += " (" + e.Note + ")"
+	}
+	return line
 }

@@ -379,6 +379,9 @@ type Workflow struct {
 	Node    string   `json:"node,omitempty"`
 	Profile string   `json:"profile"`
 	Actions []Action `json:"actions"`
+	// Retire: the workflow takes the node out of service (erase-disks,
+	// then poweroff): the agent reports it retired, not provisioned.
+	Retire bool `json:"retire,omitempty"`
 }
 
 // Action is one workflow step with its parameters resolved.
@@ -416,6 +419,14 @@ type Action struct {
 	// Encrypt (image-to-disk, from the profile's encryption): the
 	// partition of the image put in LUKS2 as it is written.
 	Encrypt *Encryption `json:"encrypt,omitempty"`
+
+	// erase-disks (a retirement's): the class to erase with (ErasePurge,
+	// EraseClear), the serials of the disks kept, and the disks to erase
+	// as the node's inventory on record has them: the machine must have
+	// exactly these besides the kept ones, or nothing is erased.
+	Erase string     `json:"erase,omitempty"`
+	Keep  []string   `json:"keep,omitempty"`
+	Disks []DiskInfo `json:"disks,omitempty"`
 }
 
 // Encryption is a profile's full-disk encryption as an image-to-disk

@@ -155,7 +155,7 @@ func (s *Server) openSession(req request, v *verdict, ak []byte) *refusal {
 		return nil
 	}
 	if wf := d.reply.Workflow; wf != nil {
-		sess.Steps, sess.Need = len(wf.Actions), needed(*wf)
+		sess.Steps, sess.Need, sess.Retire = len(wf.Actions), needed(*wf), wf.Retire
 		sess.Actions, sess.Kinds = nil, nil
 		for _, a := range wf.Actions {
 			sess.Actions, sess.Kinds = append(sess.Actions, actionLabel(a)), append(sess.Kinds, a.Action)
@@ -204,7 +204,7 @@ func (s *Server) seed(reply *plan.CheckInReply, of *plan.Artifacts, who claimant
 func (s *Server) answer(w http.ResponseWriter, v verdict) {
 	ev, d := v.event, v.decision
 	ev.Inventory, ev.Message, ev.Held = d.inventory, d.message, d.held
-	ev.State, ev.Error, ev.Installing = d.state, d.isError, d.installing
+	ev.State, ev.Error, ev.Installing, ev.Retiring = d.state, d.isError, d.installing, d.retiring
 	if ev.State == "" {
 		ev.State = status.StateMicroOS
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/status"
@@ -71,7 +72,11 @@ func parseBatch(body []byte) (plan.EventBatch, int, error) {
 // takeBatch checks a batch against the machine's session cur (advance),
 // stores its events durably and moves the session on.
 func (s *Server) takeBatch(key string, cur status.Session, b plan.EventBatch) *refusal {
-	if why := checkEscrows(b.Events); why != "" {
+	why := checkEscrows(b.Events)
+	if why == "" {
+		why = checkErasures(b.Events)
+	}
+	if why != "" {
 		return &refusal{status: http.StatusBadRequest, result: ResultBadRequest, reason: "events refused: " + why, note: "agent events refused: " + why}
 	}
 	next, why := advance(cur, b.Events)
@@ -88,6 +93,9 @@ func (s *Server) takeBatch(key string, cur status.Session, b plan.EventBatch) *r
 		if a.Escrow != nil {
 			// Of the install the session runs, whatever the agent says.
 			e.Escrow = s.escrowOf(cur, *a.Escrow)
+		}
+		if a.Erasure != nil {
+			e.Erasure = cleanErasure(*a.Erasure)
 		}
 		evs = append(evs, e)
 	}
@@ -122,7 +130,18 @@ func advance(s status.Session, evs []plan.AgentEvent) (status.Session, string) {
 				return s, fmt.Sprintf("action %d reported done while action %d of %d is the one running", a.Step, s.Done+1, s.Steps)
 			}
 			s.Done, s.DoneSeq = s.Done+1, a.Seq
+		case plan.AgentRetired:
+			if !retires(s) {
+				return s, "retired reported by a workflow that retires nothing"
+			}
+			if s.Done < s.Need {
+				return s, fmt.Sprintf("retired reported after %d of the %d actions that must be done first", s.Done, s.Need)
+			}
+			s.Provisioned, s.DoneSeq = true, a.Seq // the session is over, as an install's
 		case plan.AgentProvisioned:
+			if retires(s) {
+				return s, "provisioned reported by a retirement's workflow"
+			}
 			if s.Done < s.Need {
 				return s, fmt.Sprintf("provisioned reported after %d of the %d actions that must be done first", s.Done, s.Need)
 			}
@@ -133,6 +152,13 @@ func advance(s status.Session, evs []plan.AgentEvent) (status.Session, string) {
 		case plan.AgentStarted, plan.AgentProgress, plan.AgentRetry, plan.AgentFailed:
 			if a.Step != s.Done+1 {
 				return s, fmt.Sprintf("%s of action %d while action %d of %d is the one running", a.Type, a.Step, s.Done+1, s.Steps)
+			}
+		case plan.AgentErased:
+			if !retires(s) || !slices.Contains(s.Kinds, plan.ActionEraseDisks) {
+				return s, "an erased disk reported by a workflow that erases none"
+			}
+			if a.Step != s.Done+1 {
+				return s, fmt.Sprintf("an erased disk of action %d while action %d of %d is the one running", a.Step, s.Done+1, s.Steps)
 			}
 		case plan.AgentLog, plan.AgentEscrow:
 			if a.Step > s.Done+1 {
@@ -184,6 +210,17 @@ func agentEvent(b plan.EventBatch, a plan.AgentEvent) status.Event {
 		e.State, e.Error, e.Message = status.StateFailed, true, fmt.Sprintf("%s failed: %s", step, a.Message)
 	case plan.AgentProvisioned:
 		e.State, e.Message = status.StateProvisioned, fmt.Sprintf("provisioned (generation %d)", a.Generation)
+	case plan.AgentRetired:
+		e.State, e.Message = status.StateRetired, "retired: every disk not kept erased and verified; powering off"
+	case plan.AgentErased:
+		// The record's words (bounded by takeBatch), not the agent's.
+		e.Message = "erased"
+		if a.Erasure != nil {
+			e.Error, e.Message = a.Erasure.Error != "", "erased "+cleanErasure(*a.Erasure).Line()
+		}
+		if step != "" {
+			e.Message = step + ": " + e.Message
+		}
 	case plan.AgentEscrow:
 		// What was escrowed, never the agent's words beside it: they
 		// could be anything, the ciphertext too.

@@ -97,6 +97,8 @@ type decision struct {
 	// released: the node Git held until now is given its workflow (the
 	// server paces such installs: Server.pace).
 	released bool
+	// retiring: the workflow is a retirement's.
+	retiring bool
 }
 
 // policy is the check-in's policy: authenticate (whom the credential
@@ -271,6 +273,8 @@ func decideNode(d *decision, f facts, who claimant, c plan.CheckIn) {
 	case who.grant.Generation != n.Reprovision:
 		d.reply = plan.CheckInReply{Hold: fmt.Sprintf("node %s's reprovision generation is %d, this machine booted for %d: reboot it", n.Name, n.Reprovision, who.grant.Generation)}
 		d.message = "agent told to reboot: " + d.reply.Hold
+	case n.Retire != nil:
+		decideRetire(d, f, who, c)
 	case len(unmet) > 0:
 		// Before any disk is touched: the machine is not what the order
 		// said. It asks again; a fixed machine (at its next boot) or a

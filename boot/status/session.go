@@ -29,6 +29,9 @@ type Session struct {
 	// (QA verdicts are kept by name).
 	Actions []string `json:"actions,omitempty"`
 	Kinds   []string `json:"kinds,omitempty"`
+	// Retire: the workflow is a retirement's (it ends retired, not
+	// provisioned).
+	Retire bool `json:"retire,omitempty"`
 	// Done counts the actions reported done, in order; DoneSeq is the
 	// agent Seq of the newest event that moved the session (a resent
 	// batch at or below it is not checked again).

@@ -45,6 +45,9 @@ const (
 	StateFailed       = "failed"
 	// StateRunning: the installed OS reported its first boot.
 	StateRunning = "running"
+	// StateRetired: Git retired the node and its agent erased every disk
+	// not kept (Machine.Erasures) before it powered off.
+	StateRetired = "retired"
 )
 
 // Installed reports the states of a node whose OS is on its disk:
@@ -133,6 +136,8 @@ type Event struct {
 	// Rollout names the rollout event's group (site/profile), for views
 	// that follow rollouts (KindRollout).
 	Rollout string `json:"rollout,omitempty"`
+	// Retiring: the agent was handed a retirement's workflow.
+	Retiring bool `json:"retiring,omitempty"`
 	// Escrow is an encrypted install's recovery key, on the agent's
 	// escrow event: the store keeps it on the machine (Machine.Escrows)
 	// and forwards it whole (the outbox); timelines show it without its
@@ -141,6 +146,9 @@ type Event struct {
 	// Encryption is the installed OS's word on its encrypted root, on a
 	// "running" report.
 	Encryption *plan.EncryptionReport `json:"encryption,omitempty"`
+	// Erasure is what a retirement's erase did to one disk, on the
+	// agent's erased event.
+	Erasure *plan.DiskErasure `json:"erasure,omitempty"`
 }
 
 // Key is what events are grouped by: site/node, or the machine's MAC (or
@@ -307,6 +315,10 @@ type Machine struct {
 	// gets; a pointer, so that a Machine stays comparable (the dashboard
 	// sends only the machines that changed).
 	escrows *[]Escrow
+	// Erasures are the disks its last retirement erased (or failed to),
+	// in order: what its erase certificate says. Never changed in place:
+	// a new erasure makes a new record (Machines compare with ==).
+	Erasures *EraseRecord `json:"erasures,omitempty"`
 }
 
 // Escrows are the machine's newest recovery key escrows (at most
@@ -805,6 +817,7 @@ func (m *Machine) apply(e Event) {
 	}
 	m.applyInstall(e)
 	m.applyEncryption(e)
+	m.applyErasure(e)
 	m.Sync = or(e.Sync, m.Sync)
 	if e.Inventory != nil {
 		m.Inventory = e.Inventory
@@ -824,6 +837,34 @@ func (m *Machine) apply(e Event) {
 	}
 	m.Events++
 }
+
+// applyErasure keeps a retirement's record: a workflow handed out starts
+// a new one (a retirement's, or an install that makes the last one
+// moot), each erased event adds its disk.
+func (m *Machine) applyErasure(e Event) {
+	if e.Installing || e.Retiring {
+		m.Erasures = nil
+	}
+	if e.Erasure == nil {
+		return
+	}
+	var disks []plan.DiskErasure
+	if m.Erasures != nil {
+		disks = m.Erasures.Disks
+	}
+	if len(disks) < maxErasures {
+		m.Erasures = &EraseRecord{Disks: append(slices.Clip(disks), *e.Erasure)}
+	}
+}
+
+// EraseRecord is what a retirement's erase did, disk by disk.
+type EraseRecord struct {
+	Disks []plan.DiskErasure `json:"disks"`
+}
+
+// maxErasures bounds a machine's erase record (a machine has a few
+// disks; an agent that says more is cut off).
+const maxErasures = 64
 
 // isLast says whether e becomes its machine's Last event: a change of
 // sync is on the timeline, but the newest thing that happened to the

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"github.com/bootops/bootops/hub"
 	"github.com/bootops/bootops/power"
 	"github.com/bootops/bootops/reconciler"
+	"github.com/bootops/bootops/trust"
 )
 
 // daemon holds the planes as Run builds them.
@@ -127,6 +129,16 @@ func (d *daemon) startPlanActors(ctx context.Context, g *errgroup.Group) error {
 	}
 	d.http.View.Rollouts = d.rollouts.Status
 	d.http.Machines.Provisioned, d.http.Agent.Provisioned = d.provisioned, d.provisioned
+	// Retired nodes' erase certificates, signed with the server's record
+	// key (made once; its public half, records.pub, checks them offline).
+	recordKey, err := trust.RecordKey(filepath.Join(cfg.StateDir, "records.key"))
+	if err != nil {
+		return fmt.Errorf("the record signing key: %w", err)
+	}
+	d.http.Agent.Certify = func(doc []byte) (string, error) {
+		b, err := trust.SignRecord(recordKey, trust.KindEraseCertificate, doc)
+		return string(b), err
+	}
 	g.Go(func() error { return d.rollouts.Run(ctx) })
 	planChanged := d.onPlanChange()
 	g.Go(func() error {

@@ -69,3 +69,20 @@ func (e DiskErasure) Line() string {
 	}
 	return line
 }
+
+// EraseCertificate is what a retired node's erase did, as the site's
+// server signs it (trust.Record of kind trust.KindEraseCertificate): the
+// node and the machine Git says it is, what Git asked, each disk's record.
+type EraseCertificate struct {
+	Site    string   `json:"site"`
+	Node    string   `json:"node"`
+	Machine Identity `json:"machine"`
+	// Erase and Keep are the retirement Git asked for; Revision the Git
+	// revision the server served then.
+	Erase    string        `json:"erase"`
+	Keep     []string      `json:"keep,omitempty"`
+	Revision string        `json:"revision,omitempty"`
+	Disks    []DiskErasure `json:"disks"`
+	// Retired is when the agent said every disk was erased and verified.
+	Retired time.Time `json:"retired"`
+}

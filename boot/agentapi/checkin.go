@@ -148,7 +148,7 @@ func (s *Server) openSession(req request, v *verdict, ak []byte) *refusal {
 			sess.ReportKey = base64.StdEncoding.EncodeToString(ak)
 		}
 	}
-	if d.install != nil {
+	if d.install != nil || d.retiring {
 		sess.Install, sess.Revision = d.install, s.revision()
 	}
 	if d.reply.Workflow == nil && d.reply.RetrySeconds == 0 {

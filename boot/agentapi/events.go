@@ -102,6 +102,11 @@ func (s *Server) takeBatch(key string, cur status.Session, b plan.EventBatch) *r
 	if err := s.Store.RecordSync(evs...); err != nil {
 		return unavailable("status store: " + err.Error())
 	}
+	if next.Provisioned && !cur.Provisioned && cur.Retire {
+		if ref := s.certify(key, cur, b); ref != nil {
+			return ref
+		}
+	}
 	if next.Done != cur.Done || next.DoneSeq != cur.DoneSeq || next.Provisioned != cur.Provisioned { // what advance moves
 		if err := s.Store.PutSession(key, next); err != nil {
 			return unavailable("session store: " + err.Error())

@@ -1,6 +1,7 @@
 package agentapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -245,4 +246,37 @@ func disksDiffer(record []plan.DiskInfo, inv *plan.Inventory, keep []string) str
 		}
 	}
 	return ""
+}
+
+// certify signs the erase certificate of the retirement session cur has
+// just ended (its erased disks, as the store now holds them) and records
+// it on the node's timeline, durably, before the agent is answered.
+func (s *Server) certify(key string, cur status.Session, b plan.EventBatch) *refusal {
+	if s.Certify == nil {
+		return nil
+	}
+	m, _ := s.Store.Machine(key)
+	p := s.Plans.Current()
+	n := p.Node(b.Site, b.Node)
+	if n == nil || n.Retire == nil {
+		return nil // Git no longer retires it: nothing to vouch for
+	}
+	c := plan.EraseCertificate{Site: b.Site, Node: b.Node, Machine: n.Identity, Erase: n.Retire.Erase, Keep: n.Retire.Keep,
+		Revision: cur.Revision, Retired: s.now().UTC(), Disks: []plan.DiskErasure{}}
+	if m.Erasures != nil {
+		c.Disks = m.Erasures.Disks
+	}
+	doc, err := json.Marshal(c)
+	if err == nil {
+		var signed string
+		if signed, err = s.Certify(doc); err == nil {
+			ev := status.Event{Kind: status.KindAgent, Site: b.Site, Node: b.Node, Time: s.now(), Certificate: signed,
+				Message: fmt.Sprintf("erase certificate signed: %d disks (bootops erase-cert get %s/%s)", len(c.Disks), b.Site, b.Node)}
+			err = s.Store.RecordSync(ev)
+		}
+	}
+	if err != nil {
+		return unavailable("erase certificate: " + err.Error())
+	}
+	return nil
 }

@@ -1,6 +1,9 @@
 package agentapi
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +11,7 @@ import (
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/trust"
 )
 
 // retirePlan: node r (serial SER-R) at site lab, retired by Git when
@@ -33,6 +37,11 @@ func TestRetire(t *testing.T) {
 	sa := plan.DiskInfo{Name: "sda", Serial: "SA-1", Size: 64 << 20, Transport: "sata"}
 	data := plan.DiskInfo{Name: "vdb", Serial: "DATA-1", Size: 64 << 20, Transport: "virtio"}
 	s, mem := newServer(t, retirePlan(nil))
+	_, signer, _ := ed25519.GenerateKey(rand.Reader)
+	s.Certify = func(doc []byte) (string, error) {
+		b, err := trust.SignRecord(signer, trust.KindEraseCertificate, doc)
+		return string(b), err
+	}
 	h := s.Handler()
 	checkIn := func(inv *plan.Inventory) plan.CheckInReply {
 		t.Helper()
@@ -88,7 +97,9 @@ func TestRetire(t *testing.T) {
 		e.Erasure = &plan.DiskErasure{Disk: d, Method: method, Class: plan.ErasePurge, Start: now, End: now.Add(time.Second), Samples: 64, Verification: "64 samples of 4096 bytes read back: 64 zero", Verified: true}
 		return e
 	}
-	batch := func(evs ...plan.AgentEvent) plan.EventBatch { return plan.EventBatch{Site: "lab", Node: "r", Events: evs} }
+	batch := func(evs ...plan.AgentEvent) plan.EventBatch {
+		return plan.EventBatch{Site: "lab", Node: "r", Events: evs}
+	}
 	// provisioned is not a retirement's word.
 	if code, body := post(t, h, plan.AgentEventsPath, sess, batch(ev(1, plan.AgentStarted, 1), ev(2, plan.AgentActionDone, 1), ev(3, plan.AgentProvisioned, 0))); code != 409 || !strings.Contains(body, "provisioned reported by a retirement's workflow") {
 		t.Fatalf("provisioned in a retirement: %d %s", code, body)
@@ -98,6 +109,12 @@ func TestRetire(t *testing.T) {
 		t.Fatalf("the retirement's events: %d %s", code, body)
 	}
 	m, _ := mem.Machine("lab/r")
+	cert, err := trust.VerifyRecord([]byte(m.EraseCertificate), trust.KindEraseCertificate, signer.Public().(ed25519.PublicKey))
+	var c plan.EraseCertificate
+	if err != nil || json.Unmarshal(cert, &c) != nil || c.Node != "r" || c.Erase != plan.ErasePurge || c.Keep[0] != "DATA-1" || len(c.Disks) != 2 ||
+		c.Disks[0].Disk.Serial != "NV-1" || c.Disks[0].Method != "nvme format: crypto erase (SES=2)" || c.Machine.Serial != "SER-R" {
+		t.Fatalf("the erase certificate: %v\n%s", err, m.EraseCertificate)
+	}
 	if m.State != status.StateRetired || m.Erasures == nil || len(m.Erasures.Disks) != 2 || m.Erasures.Disks[1].Method != "ata security erase (enhanced)" {
 		t.Fatalf("retired: state %q, erasures %+v", m.State, m.Erasures)
 	}

@@ -37,6 +37,9 @@ type Server struct {
 	// SiteCA is the PEM CA of the TLS sites, which their installed OS's
 	// report script trusts.
 	SiteCA string
+	// Certify signs a retired node's erase certificate (JSON of a
+	// plan.EraseCertificate) as the site's server; nil: none is signed.
+	Certify func(doc []byte) (string, error)
 	// Count counts requests by result (ResultOK, …); may be nil.
 	Count func(result string)
 	// Now is the clock (default time.Now).

@@ -149,6 +149,10 @@ type Event struct {
 	// Erasure is what a retirement's erase did to one disk, on the
 	// agent's erased event.
 	Erasure *plan.DiskErasure `json:"erasure,omitempty"`
+	// Certificate is a retirement's signed erase certificate (a
+	// trust.Record, JSON), on the event the server records once the node
+	// is retired.
+	Certificate string `json:"certificate,omitempty"`
 }
 
 // Key is what events are grouped by: site/node, or the machine's MAC (or
@@ -203,7 +207,17 @@ func (e Event) size(inv int) int {
 	return eventOverhead + len(e.Kind) + len(e.Site) + len(e.Node) + len(e.MAC) + len(e.UUID) + len(e.Serial) + len(e.IP) +
 		len(e.State) + len(e.Message) + len(e.Action) + len(e.Boot) + len(e.Hostname) + len(e.Kernel) + len(e.InstallID) +
 		len(e.CloudInit) + len(e.Revision) + len(e.Held) + len(e.EK) + len(e.TPM) + len(e.ReportKey) + len(e.Sync) + len(e.Rollout) +
-		installSize(e.Install) + escrowSize(e.Escrow) + sealedSize(e.Encryption) + inv
+		len(e.Certificate) + installSize(e.Install) + escrowSize(e.Escrow) + sealedSize(e.Encryption) + erasureSize(e.Erasure) + inv
+}
+
+// erasureSize is what a disk's erase record is counted for: its length as
+// JSON (0 for none).
+func erasureSize(d *plan.DiskErasure) int {
+	if d == nil {
+		return 0
+	}
+	b, _ := json.Marshal(d)
+	return len(b)
 }
 
 // installSize is what an Install holds in memory (0 for none).
@@ -319,6 +333,9 @@ type Machine struct {
 	// in order: what its erase certificate says. Never changed in place:
 	// a new erasure makes a new record (Machines compare with ==).
 	Erasures *EraseRecord `json:"erasures,omitempty"`
+	// EraseCertificate is its last retirement's signed erase certificate
+	// (a trust.Record, JSON; "" when none was signed).
+	EraseCertificate string `json:"eraseCertificate,omitempty"`
 }
 
 // Escrows are the machine's newest recovery key escrows (at most
@@ -359,7 +376,12 @@ func (m *Machine) size(last, inv int) int {
 		len(m.Key) + len(m.Site) + len(m.Node) + len(m.MAC) + len(m.UUID) + len(m.Serial) + len(m.EK) + len(m.TPM) + len(m.State) +
 		len(m.Boot) + len(m.Hostname) + len(m.Kernel) + len(m.Power) + len(m.PowerError) + len(m.CloudInit) + len(m.InstallID) +
 		len(m.ReportKey) + len(m.Revision) + len(m.Hardware) + len(m.Held) + len(m.Sync) + len(m.Encryption) +
-		sealedSize(m.Seal) + escrowsSize(m.Escrows())
+		sealedSize(m.Seal) + escrowsSize(m.Escrows()) + len(m.EraseCertificate)
+	if m.Erasures != nil {
+		for i := range m.Erasures.Disks {
+			n += erasureSize(&m.Erasures.Disks[i])
+		}
+	}
 	if m.Image != nil {
 		n += imageOverhead
 	}
@@ -843,7 +865,10 @@ func (m *Machine) apply(e Event) {
 // moot), each erased event adds its disk.
 func (m *Machine) applyErasure(e Event) {
 	if e.Installing || e.Retiring {
-		m.Erasures = nil
+		m.Erasures, m.EraseCertificate = nil, ""
+	}
+	if e.Certificate != "" {
+		m.EraseCertificate = e.Certificate
 	}
 	if e.Erasure == nil {
 		return

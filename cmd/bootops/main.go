@@ -50,7 +50,7 @@ type env struct {
 
 func commands() []*command {
 	return []*command{
-		validateCmd(), compileCmd(), renderCmd(), explainCmd(), diffCmd(), exportCmd(), serveCmd(), hubCmd(), statusCmd(), logsCmd(), inventoryCmd(), reportCmd(), powerCmd(), bootDeviceCmd(), recoveryKeyCmd(), enrollCmd(), importCmd(), microosCmd(), mediaCmd(), caCmd(), schemaCmd(), versionCmd(),
+		validateCmd(), compileCmd(), renderCmd(), explainCmd(), diffCmd(), exportCmd(), serveCmd(), hubCmd(), statusCmd(), logsCmd(), inventoryCmd(), reportCmd(), powerCmd(), bootDeviceCmd(), recoveryKeyCmd(), eraseCertCmd(), enrollCmd(), importCmd(), microosCmd(), mediaCmd(), caCmd(), schemaCmd(), versionCmd(),
 	}
 }
 

@@ -3,7 +3,7 @@
 // timeline (?key=). No polling, no framework, no CDN.
 "use strict";
 
-const STATES = ["registered", "discovered", "booting", "microos", "provisioning", "provisioned", "running", "failed", "mismatch", "held"];
+const STATES = ["registered", "discovered", "booting", "microos", "provisioning", "provisioned", "running", "failed", "mismatch", "held", "retired"];
 const ACTIVE = new Set(["booting", "microos", "provisioning"]);
 const FIRST_SCREEN = 60; // rows: more than a wall screen shows
 const $ = (sel) => document.querySelector(sel);
@@ -278,6 +278,14 @@ function profileText(m) {
   return [g.profile, g.encryption].filter(Boolean).join(" · ");
 }
 
+// erasedOf is a retired node's erase, disk by disk: name, NIST class, and
+// whether samples read back proved it ("" when it has none).
+function erasedOf(m) {
+  if (!m.erasures || !m.erasures.disks) return "";
+  const disks = m.erasures.disks.map(d => d.disk.name + " (" + d.disk.serial + "): " + (d.error ? "NOT ERASED: " + d.error : d.method + ", NIST " + d.class));
+  return disks.join("; ") + (m.eraseCertificate ? "; certificate signed" : "");
+}
+
 function imageFrom(m) {
   if (!m.image) return "";
   const mb = (n) => (n > 0 && n < 1048576 ? "<1" : Math.floor(n / 1048576)) + " MB";
@@ -293,7 +301,7 @@ function renderNode(key) {
   if (!m) { dl.replaceChildren(el("dt", { text: "state" }), el("dd", { text: "not seen" })); return; }
   const items = [["key", m.key], ["site", m.site], ["profile", profileText(m)], ["state", m.state], ["since", m.since && new Date(m.since).toLocaleString()],
     ["MAC", m.mac], ["UUID", m.uuid], ["serial", m.serial], ["TPM", m.tpm || (m.ek ? "ek " + m.ek : "")], ["boot", m.boot], ["hostname", m.hostname], ["kernel", m.kernel],
-    ["power", m.power && (m.power + (m.powerError ? ": " + m.powerError : ""))], ["sync", m.sync], ["hardware", m.hardware], ["encryption", m.encryption], ["held", m.held], ["image", imageFrom(m).replace(/^image: /, "")], ["events", m.events]];
+    ["power", m.power && (m.power + (m.powerError ? ": " + m.powerError : ""))], ["sync", m.sync], ["hardware", m.hardware], ["encryption", m.encryption], ["held", m.held], ["erased", erasedOf(m)], ["image", imageFrom(m).replace(/^image: /, "")], ["events", m.events]];
   dl.replaceChildren(...items.filter(([, v]) => v !== undefined && v !== "").flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
   const p = progress(m, lastStepped);
   const bar = el("div", { class: "bar " + p.cls }, el("i", { style: `width:${(p.f * 100).toFixed(1)}%` }), el("span", { text: p.text }));

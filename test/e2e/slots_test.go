@@ -47,16 +47,20 @@ func vmSlots() (*semaphore.Weighted, int64) {
 }
 
 // vms reserves n VM slots for the lab's test until the lab closes (after
-// its VMs are killed), waiting for them in line.
+// its VMs are killed), waiting for them in line. Called again between two
+// phases of a test (n the next phase's VMs at once), it gives back what it
+// holds before it waits: a test never waits in line while it holds slots,
+// which could leave the line stuck behind it.
 func (l *lab) vms(n int) {
 	l.t.Helper()
 	sem, capacity := vmSlots()
 	if int64(n) > capacity {
 		l.t.Fatalf("the test runs %d VMs at once; the run has %d slots (BOOTOPS_E2E_VM_SLOTS)", n, capacity)
 	}
-	if l.slots > 0 {
-		l.t.Fatalf("the lab already holds %d VM slots", l.slots)
+	if l.slots == n {
+		return
 	}
+	l.releaseSlots()
 	t0 := time.Now()
 	if err := sem.Acquire(context.Background(), int64(n)); err != nil {
 		l.t.Fatal(err)

@@ -167,15 +167,9 @@ func invDisks(inv *plan.Inventory, sysfs string, opts []any) error {
 		dir := filepath.Join(sysfs, "block", d.Name)
 		// ghw has the model and serial from udev's database only; the
 		// Micro-OS runs no udev, and sysfs has them too (as Disks reads).
-		model, serial := text(d.Model), text(d.SerialNumber)
+		model, serial := text(d.Model), diskSerial(dir, d.SerialNumber)
 		if model == "" {
 			model = readText(dir, "device", "model")
-		}
-		if serial == "" {
-			serial = readText(dir, "device", "serial")
-		}
-		if serial == "" {
-			serial = readText(dir, "serial") // virtio-blk
 		}
 		inv.Disks = append(inv.Disks, plan.DiskInfo{
 			Name:       text(d.Name),
@@ -187,6 +181,29 @@ func invDisks(inv *plan.Inventory, sysfs string, opts []any) error {
 		})
 	}
 	return nil
+}
+
+// diskSerial is the serial of the disk at dir (its sysfs folder): udev's
+// (fromUdev), else sysfs's: device/serial (NVMe), serial (virtio-blk), or
+// the unit serial number page of the SCSI VPD (device/vpd_pg80: an ATA or
+// SAS disk, whose serial the kernel has nowhere else): a 4-byte header,
+// then the serial, padded with spaces.
+func diskSerial(dir, fromUdev string) string {
+	if s := text(fromUdev); s != "" {
+		return s
+	}
+	if s := readText(dir, "device", "serial"); s != "" {
+		return s
+	}
+	if s := readText(dir, "serial"); s != "" {
+		return s
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "device", "vpd_pg80"))
+	if err != nil || len(b) < 4 || b[1] != 0x80 {
+		return ""
+	}
+	n := min(int(b[2])<<8|int(b[3]), len(b)-4)
+	return text(strings.Trim(string(b[4:4+n]), " \x00"))
 }
 
 // transport names the bus of a disk: ghw's controller, told from the

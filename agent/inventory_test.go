@@ -211,3 +211,24 @@ func TestInventoryJSONSize(t *testing.T) {
 		t.Errorf("fit cut disks or NICs: %d disks, %d NICs", len(worst.Disks), len(worst.NICs))
 	}
 }
+
+// A disk's serial: udev's, else sysfs's device/serial (NVMe), serial
+// (virtio-blk), or an ATA disk's SCSI VPD page 0x80.
+func TestDiskSerial(t *testing.T) {
+	dir := t.TempDir()
+	testutil.WriteFiles(t, dir, map[string]string{
+		"nvme0n1/device/serial": "NVME-SER-1   \n",
+		"vda/serial":            "VDA-1",
+		"sda/device/vpd_pg80":   "\x00\x80\x00\x0c  SATA-SER-1",
+		"sdb/device/vpd_pg80":   "\x00\x83\x00\x04junk",
+		"sdc/device/model":      "no serial anywhere",
+	})
+	for disk, want := range map[string]string{"nvme0n1": "NVME-SER-1", "vda": "VDA-1", "sda": "SATA-SER-1", "sdb": "", "sdc": ""} {
+		if got := diskSerial(dir+"/"+disk, ""); got != want {
+			t.Errorf("%s: %q, want %q", disk, got, want)
+		}
+	}
+	if got := diskSerial(dir+"/sda", "FROM-UDEV"); got != "FROM-UDEV" {
+		t.Errorf("udev's serial: %q", got)
+	}
+}

@@ -3,17 +3,15 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sync/semaphore"
 )
 
 // The run's VM slots. Every QEMU guest runs under TCG and keeps a core busy
@@ -22,28 +20,101 @@ import (
 // until their deadlines fail (CI saw an image written at 1 MB/s with eight
 // guests on two cores). So a test reserves, before its first VM, as many
 // slots as it runs VMs at once (its own and those its BMC simulators
-// start), and waits for them in line (first come, first served: a test that
-// needs many is not starved by small ones); its deadlines count from there.
-// lab.boot fails a test that runs more VMs at once than it reserved.
+// start), and waits for them; its deadlines count from there. lab.boot
+// fails a test that runs more VMs at once than it reserved.
+//
+// A test takes its slots as soon as they are free, whoever asked first
+// (the machine stays busy: a test that needs many does not leave slots
+// idle while it waits for all of them), unless a test has waited longer
+// than slotPatience: then the others wait behind it, so it is never
+// starved.
 //
 // BOOTOPS_E2E_VM_SLOTS sets how many (default: two per CPU, at least 4).
 var (
 	slotsOnce sync.Once
-	slots     *semaphore.Weighted
-	slotCap   int64
+	pool      *slotPool
 )
 
-func vmSlots() (*semaphore.Weighted, int64) {
+// slotPatience is how long a test waits for slots before the others stop
+// taking them ahead of it.
+const slotPatience = 5 * time.Minute
+
+type slotPool struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	cap     int
+	free    int
+	waiting []*slotWaiter
+}
+
+type slotWaiter struct {
+	n     int
+	since time.Time
+}
+
+func vmSlots() *slotPool {
 	slotsOnce.Do(func() {
-		slotCap = int64(max(4, 2*runtime.NumCPU()))
+		n := max(4, 2*runtime.NumCPU())
 		if s := os.Getenv("BOOTOPS_E2E_VM_SLOTS"); s != "" {
-			if n, err := strconv.Atoi(s); err == nil && n > 0 {
-				slotCap = int64(n)
+			if v, err := strconv.Atoi(s); err == nil && v > 0 {
+				n = v
 			}
 		}
-		slots = semaphore.NewWeighted(slotCap)
+		pool = &slotPool{cap: n, free: n}
+		pool.cond = sync.NewCond(&pool.mu)
 	})
-	return slots, slotCap
+	return pool
+}
+
+// acquire waits until n slots are free and no test that waited past
+// slotPatience is ahead of this one, then takes them.
+func (p *slotPool) acquire(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := &slotWaiter{n: n, since: time.Now()}
+	p.waiting = append(p.waiting, w)
+	// Wake now and then to see who has become impatient.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				p.cond.Broadcast()
+			}
+		}
+	}()
+	for !p.mayTake(w) {
+		p.cond.Wait()
+	}
+	p.free -= n
+	p.waiting = slices.DeleteFunc(p.waiting, func(x *slotWaiter) bool { return x == w })
+	p.cond.Broadcast()
+}
+
+// mayTake: w's slots are free, and no waiter that has waited past
+// slotPatience, and longer than w, is still waiting.
+func (p *slotPool) mayTake(w *slotWaiter) bool {
+	if p.free < w.n {
+		return false
+	}
+	for _, o := range p.waiting {
+		if o != w && o.since.Before(w.since) && time.Since(o.since) > slotPatience {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *slotPool) release(n int) {
+	p.mu.Lock()
+	p.free += n
+	p.mu.Unlock()
+	p.cond.Broadcast()
 }
 
 // vms reserves n VM slots for the lab's test until the lab closes (after
@@ -53,21 +124,19 @@ func vmSlots() (*semaphore.Weighted, int64) {
 // which could leave the line stuck behind it.
 func (l *lab) vms(n int) {
 	l.t.Helper()
-	sem, capacity := vmSlots()
-	if int64(n) > capacity {
-		l.t.Fatalf("the test runs %d VMs at once; the run has %d slots (BOOTOPS_E2E_VM_SLOTS)", n, capacity)
+	p := vmSlots()
+	if n > p.cap {
+		l.t.Fatalf("the test runs %d VMs at once; the run has %d slots (BOOTOPS_E2E_VM_SLOTS)", n, p.cap)
 	}
 	if l.slots == n {
 		return
 	}
 	l.releaseSlots()
 	t0 := time.Now()
-	if err := sem.Acquire(context.Background(), int64(n)); err != nil {
-		l.t.Fatal(err)
-	}
+	p.acquire(n)
 	l.slots = n
 	if w := time.Since(t0); w > time.Second {
-		l.t.Logf("timing: waited %s for %d of the run's %d VM slots", w.Round(time.Second), n, capacity)
+		l.t.Logf("timing: waited %s for %d of the run's %d VM slots", w.Round(time.Second), n, p.cap)
 	}
 }
 
@@ -75,8 +144,7 @@ func (l *lab) vms(n int) {
 // processes are dead.
 func (l *lab) releaseSlots() {
 	if l.slots > 0 {
-		sem, _ := vmSlots()
-		sem.Release(int64(l.slots))
+		vmSlots().release(l.slots)
 		l.slots = 0
 	}
 }

@@ -29,7 +29,9 @@ import (
 // than slotPatience: then the others wait behind it, so it is never
 // starved.
 //
-// BOOTOPS_E2E_VM_SLOTS sets how many (default: two per CPU, at least 4).
+// BOOTOPS_E2E_VM_SLOTS sets how many (default: two per CPU and one, at
+// least 5: on two CPUs the four VMs of TestEdgeOverTheInternet and one
+// more, or TestRollout's three and TestEncryptedInstall's two).
 var (
 	slotsOnce sync.Once
 	pool      *slotPool
@@ -54,7 +56,7 @@ type slotWaiter struct {
 
 func vmSlots() *slotPool {
 	slotsOnce.Do(func() {
-		n := max(4, 2*runtime.NumCPU())
+		n := max(5, 2*runtime.NumCPU()+1)
 		if s := os.Getenv("BOOTOPS_E2E_VM_SLOTS"); s != "" {
 			if v, err := strconv.Atoi(s); err == nil && v > 0 {
 				n = v

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,11 +22,12 @@ import (
 // start), and waits for them; its deadlines count from there. lab.boot
 // fails a test that runs more VMs at once than it reserved.
 //
-// A test takes its slots as soon as they are free, whoever asked first
-// (the machine stays busy: a test that needs many does not leave slots
-// idle while it waits for all of them), unless a test has waited longer
-// than slotPatience: then the others wait behind it, so it is never
-// starved.
+// A test takes its slots as soon as they are free, whoever asked first:
+// the machine stays busy. Both ways of waiting in line were measured and
+// left slots idle for most of a run: first come first served, and the same
+// with an impatient waiter blocking the others (one or two VMs running
+// while a four-VM test waited for its four). A test that needs many may
+// wait until the others are done; the run's tests are finite, so it runs.
 //
 // BOOTOPS_E2E_VM_SLOTS sets how many (default: two per CPU and one, at
 // least 5: on two CPUs the four VMs of TestEdgeOverTheInternet and one
@@ -37,21 +37,11 @@ var (
 	pool      *slotPool
 )
 
-// slotPatience is how long a test waits for slots before the others stop
-// taking them ahead of it.
-const slotPatience = 5 * time.Minute
-
 type slotPool struct {
-	mu      sync.Mutex
-	cond    *sync.Cond
-	cap     int
-	free    int
-	waiting []*slotWaiter
-}
-
-type slotWaiter struct {
-	n     int
-	since time.Time
+	mu   sync.Mutex
+	cond *sync.Cond
+	cap  int
+	free int
 }
 
 func vmSlots() *slotPool {
@@ -68,48 +58,14 @@ func vmSlots() *slotPool {
 	return pool
 }
 
-// acquire waits until n slots are free and no test that waited past
-// slotPatience is ahead of this one, then takes them.
+// acquire waits until n slots are free, then takes them.
 func (p *slotPool) acquire(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	w := &slotWaiter{n: n, since: time.Now()}
-	p.waiting = append(p.waiting, w)
-	// Wake now and then to see who has become impatient.
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				p.cond.Broadcast()
-			}
-		}
-	}()
-	for !p.mayTake(w) {
+	for p.free < n {
 		p.cond.Wait()
 	}
 	p.free -= n
-	p.waiting = slices.DeleteFunc(p.waiting, func(x *slotWaiter) bool { return x == w })
-	p.cond.Broadcast()
-}
-
-// mayTake: w's slots are free, and no waiter that has waited past
-// slotPatience, and longer than w, is still waiting.
-func (p *slotPool) mayTake(w *slotWaiter) bool {
-	if p.free < w.n {
-		return false
-	}
-	for _, o := range p.waiting {
-		if o != w && o.since.Before(w.since) && time.Since(o.since) > slotPatience {
-			return false
-		}
-	}
-	return true
 }
 
 func (p *slotPool) release(n int) {

@@ -225,8 +225,8 @@ func admit(f facts, who claimant, req request, ev *status.Event) (*refusal, *pla
 		return mismatch(reason), nil
 	}
 	gen, ok := f.provisioned(who.site.Name, n.Name)
-	if !ok || gen < n.Reprovision {
-		return nil, nil
+	if !ok || gen < n.Reprovision || n.Retire != nil {
+		return nil, nil // a node Git retires is erased, installed or not
 	}
 	if who.byIdentity {
 		ev.Message = "agent told to boot from its disk: provisioned at generation " + fmt.Sprint(gen)

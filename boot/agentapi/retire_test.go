@@ -62,9 +62,11 @@ func TestRetire(t *testing.T) {
 	if m, _ := mem.Machine("lab/r"); m.Inventory != nil {
 		t.Fatalf("the retirement's check-in became the record: %+v", m.Inventory)
 	}
-	// The record: a check-in while Git still installs it.
+	// The record: a check-in while Git still installs it. Installed since
+	// at its generation: a retirement reaches it all the same.
 	live.Swap(retirePlan(nil))
 	checkIn(disksOf(nv, sa, data))
+	s.Provisioned = func(site, node string) (int, bool) { return 0, node == "r" }
 	live.Swap(retirePlan(&plan.Retire{Erase: plan.ErasePurge, Keep: []string{"DATA-1"}}))
 
 	// Another disk in the machine: held, the record as it was.

@@ -429,7 +429,9 @@ func (s *Server) nodeScript(d plan.Decision, m plan.Machine, f flavor, ev *statu
 	// identifier the request names beside it is the request's word, and
 	// must not join an unknown machine's history to the node's.
 	ev.MAC, ev.UUID, ev.Serial = registered(n, m)
-	if gen, ok := s.provisioned(n.Site, n.Name); ok && gen >= n.Reprovision {
+	// A node Git retires gets the Micro-OS whatever its disk holds: it is
+	// erased there (or, retired already, told to power off).
+	if gen, ok := s.provisioned(n.Site, n.Name); ok && gen >= n.Reprovision && n.Retire == nil {
 		ev.Message = "served local-disk script: provisioned at generation " + fmt.Sprint(gen)
 		return f.local(fmt.Sprintf("node %s is provisioned (generation %d): booting from its disk", n.Name, gen))
 	}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -361,33 +360,24 @@ func eraseTargets(have, want []plan.DiskInfo, keep []string) ([]plan.DiskInfo, s
 	for _, k := range keep {
 		kept[k] = true
 	}
-	key := func(d plan.DiskInfo) string { return d.Serial + "\x00" + strconv.FormatInt(d.Size, 10) }
-	expected := map[string]plan.DiskInfo{}
 	for _, d := range want {
 		if kept[d.Serial] && d.Serial != "" {
 			return nil, fmt.Sprintf("disk %s (serial %s) is both kept and to erase", d.Name, d.Serial)
 		}
-		expected[key(d)] = d
+	}
+	if why := plan.DisksDiffer(want, have, keep); why != "" {
+		return nil, why
 	}
 	found := map[string]bool{}
 	var todo []plan.DiskInfo
 	for _, d := range have {
-		if d.Serial != "" && kept[d.Serial] {
+		switch {
+		case d.Serial != "" && kept[d.Serial]:
 			found["keep:"+d.Serial] = true
-			continue
-		}
-		if d.Serial == "" {
+		case d.Serial == "":
 			return nil, fmt.Sprintf("disk %s has no serial: it cannot be matched to the node's inventory", d.Name)
-		}
-		if _, ok := expected[key(d)]; !ok {
-			return nil, fmt.Sprintf("disk %s (serial %s, %d bytes) is not in the node's inventory on record", d.Name, d.Serial, d.Size)
-		}
-		found[key(d)] = true
-		todo = append(todo, d)
-	}
-	for _, d := range want {
-		if !found[key(d)] {
-			return nil, fmt.Sprintf("disk %s (serial %s) of the node's inventory on record is not in this machine", d.Name, d.Serial)
+		default:
+			todo = append(todo, d)
 		}
 	}
 	for _, k := range keep {

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -85,4 +86,32 @@ type EraseCertificate struct {
 	Disks    []DiskErasure `json:"disks"`
 	// Retired is when the agent said every disk was erased and verified.
 	Retired time.Time `json:"retired"`
+}
+
+// DisksDiffer says how the disks a machine has differ from a node's
+// inventory on record, kept serials aside: a disk it has that the record
+// lacks (by serial and size), or one the record has that it lacks; ""
+// when they do not. A retirement erases nothing then.
+func DisksDiffer(record, have []DiskInfo, keep []string) string {
+	key := func(d DiskInfo) string { return fmt.Sprintf("%s/%d", d.Serial, d.Size) }
+	index := func(ds []DiskInfo) map[string]bool {
+		out := map[string]bool{}
+		for _, d := range ds {
+			out[key(d)] = true
+		}
+		return out
+	}
+	kept := func(d DiskInfo) bool { return d.Serial != "" && slices.Contains(keep, d.Serial) }
+	was, now := index(record), index(have)
+	for _, d := range have {
+		if !kept(d) && !was[key(d)] {
+			return fmt.Sprintf("disk %s (serial %s, %d bytes) is not in the node's inventory on record", d.Name, d.Serial, d.Size)
+		}
+	}
+	for _, d := range record {
+		if !kept(d) && !now[key(d)] {
+			return fmt.Sprintf("disk %s (serial %s) of the node's inventory on record is not in this machine", d.Name, d.Serial)
+		}
+	}
+	return ""
 }

@@ -100,7 +100,7 @@ func decideRetire(d *decision, f facts, who claimant, c plan.CheckIn) {
 		}
 		erase = append(erase, disk)
 	}
-	if why := disksDiffer(m.Inventory.Disks, d.inventory, r.Keep); why != "" {
+	if why := reportedDiffer(m.Inventory, d.inventory, r.Keep); why != "" {
 		hold("retire: nothing erased: " + why)
 		return
 	}
@@ -116,36 +116,6 @@ func decideRetire(d *decision, f facts, who claimant, c plan.CheckIn) {
 		d.message += ", keeping " + strings.Join(r.Keep, ", ")
 	}
 	d.message += "; " + describe(c)
-}
-
-// disksDiffer says how the disks a machine reports now (inv) differ from
-// the node's on record, kept disks aside: by serial and size ("" when
-// they do not; nothing reported now is no difference: the agent checks).
-func disksDiffer(record []plan.DiskInfo, inv *plan.Inventory, keep []string) string {
-	if inv == nil {
-		return ""
-	}
-	set := func(ds []plan.DiskInfo) map[string]plan.DiskInfo {
-		out := map[string]plan.DiskInfo{}
-		for _, d := range ds {
-			if !slices.Contains(keep, d.Serial) {
-				out[fmt.Sprintf("%s/%d", d.Serial, d.Size)] = d
-			}
-		}
-		return out
-	}
-	was, now := set(record), set(inv.Disks)
-	for k, d := range now {
-		if _, ok := was[k]; !ok {
-			return fmt.Sprintf("disk %s (serial %s, %d bytes) is not in the node's inventory on record", d.Name, d.Serial, d.Size)
-		}
-	}
-	for k, d := range was {
-		if _, ok := now[k]; !ok {
-			return fmt.Sprintf("disk %s (serial %s) of the node's inventory on record is not in this machine", d.Name, d.Serial)
-		}
-	}
-	return ""
 }
 
 // certify signs the erase certificate of the retirement session cur has
@@ -179,4 +149,13 @@ func (s *Server) certify(key string, cur status.Session, b plan.EventBatch) *ref
 		return unavailable("erase certificate: " + err.Error())
 	}
 	return nil
+}
+
+// reportedDiffer is plan.DisksDiffer of what a check-in reports (nothing
+// reported is no difference: the agent checks again).
+func reportedDiffer(record, inv *plan.Inventory, keep []string) string {
+	if inv == nil {
+		return ""
+	}
+	return plan.DisksDiffer(record.Disks, inv.Disks, keep)
 }

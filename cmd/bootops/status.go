@@ -411,6 +411,7 @@ func printNodes(w io.Writer, doc statusDoc) {
 		fmt.Fprintln(tw, strings.Join(append(row, firstLine(n.Last.Message)), "\t"))
 	}
 	tw.Flush()
+	printHeld(w, doc.Nodes)
 	if len(doc.Machines) > 0 {
 		fmt.Fprintf(w, "\nunknown machines:\n")
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -420,6 +421,26 @@ func printNodes(w io.Writer, doc statusDoc) {
 		}
 		tw.Flush()
 	}
+}
+
+// printHeld says, whole, why each held node waits: the table's last
+// message is cut at 100 characters and may be a later event's.
+func printHeld(w io.Writer, nodes []status.Machine) {
+	var held []status.Machine
+	for _, n := range nodes {
+		if n.State == status.StateHeld && n.Held != "" {
+			held = append(held, n)
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nheld:\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, n := range held {
+		fmt.Fprintf(tw, "  %s/%s\t%s\n", status.Printable(n.Site), status.Printable(n.Node), status.Printable(n.Held))
+	}
+	tw.Flush()
 }
 
 // imageFrom says where a node's image came from: "server 12 MB, peers

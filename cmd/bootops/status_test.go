@@ -37,3 +37,24 @@ func TestStatusWaitDoesNotCarryAnEarlierReply(t *testing.T) {
 		t.Errorf("n3's POWER is not \"-\" (a row of the first reply?):\n%s", out)
 	}
 }
+
+// A held node's reason is printed whole, below the table, whatever its
+// last event says.
+func TestStatusSaysWhyHeld(t *testing.T) {
+	why := "install: hold (sites/lab/nodes/c-good.yaml:6): it waits until a commit says install: auto"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"source":{"applied":{"revision":"aaaa"}},"nodes":[` +
+			`{"node":"c-good","site":"lab","state":"held","held":"` + why + `","last":{"message":"inventory recorded"}},` +
+			`{"node":"c-bad","site":"lab","state":"held","held":"x\u001b[2J"},` +
+			`{"node":"c-done","site":"lab","state":"provisioned"}]}`))
+	}))
+	defer srv.Close()
+	code, out, errs := bootops(t, nil, "status", "--server", srv.URL)
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, errs)
+	}
+	_, after, ok := strings.Cut(out, "\nheld:\n")
+	if !ok || !strings.Contains(after, "lab/c-good  "+why+"\n") || strings.Contains(after, "c-done") || strings.Contains(out, "\x1b") {
+		t.Errorf("status does not say why c-good is held, or says it of c-done, or prints an escape:\n%s", out)
+	}
+}

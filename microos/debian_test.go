@@ -118,7 +118,11 @@ func toolsRun(t *testing.T, entries []cpioEntry) {
 	}
 	for _, tool := range DefaultTools {
 		// unshare -r: a user namespace, so the chroot needs no root.
-		out, err := exec.Command("unshare", "--user", "--map-root-user", "--root", dir, tool.Path, "--version").CombinedOutput()
+		version := tool.Version
+		if version == "" {
+			version = "--version"
+		}
+		out, err := exec.Command("unshare", "--user", "--map-root-user", "--root", dir, tool.Path, version).CombinedOutput()
 		if err != nil {
 			t.Errorf("%s in the image alone: %v: %s", tool.Path, err, out)
 			continue

@@ -19,11 +19,18 @@ type Tool struct {
 	// Package is the Debian package that installs it, for the error when
 	// it is missing.
 	Package string
+	// Version is the argument that makes it print its version (a test
+	// runs it in the image alone); "" means --version.
+	Version string
 }
 
-// DefaultTools are the tools a Micro-OS carries when Options.Tools is nil.
+// DefaultTools are the tools a Micro-OS carries when Options.Tools is nil:
+// cryptsetup for an encrypted install, nvme-cli and hdparm for a
+// retirement's erase (NVMe format, ATA security erase).
 var DefaultTools = []Tool{
 	{Path: "/usr/sbin/cryptsetup", Package: "cryptsetup-bin"},
+	{Path: "/usr/sbin/nvme", Package: "nvme-cli"},
+	{Path: "/usr/sbin/hdparm", Package: "hdparm", Version: "-V"},
 }
 
 // libDirs are where a Debian system's dynamic loader looks, in its order,

@@ -49,7 +49,7 @@ var (
 	// goes to Git): Debian's kernel, a static busybox, cryptsetup (carried
 	// for encrypted installs), and for --uki objcopy, the EFI stub and
 	// sbsign.
-	suggests = []string{"linux-image-amd64", "busybox-static", "cryptsetup-bin", "binutils", "systemd-boot-efi", "sbsigntool"}
+	suggests = []string{"linux-image-amd64", "busybox-static", "cryptsetup-bin", "nvme-cli", "hdparm", "binutils", "systemd-boot-efi", "sbsigntool"}
 )
 
 // Options are one build's inputs.

@@ -45,6 +45,7 @@ func newPower(cfg PowerConfig, stateDir string, log *slog.Logger, plans *boot.Li
 			state := events.State(site + "/" + node)
 			return state == status.StateMicroOS || state == status.StateProvisioning, g, ok
 		},
+		Retired: func(site, node string) bool { return events.State(site+"/"+node) == status.StateRetired },
 		Record: func(site, node, msg string, isErr bool, generation int) {
 			events.Record(status.Event{Kind: status.KindPower, Site: site, Node: node, Message: msg, Error: isErr, Generation: generation})
 		},

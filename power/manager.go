@@ -49,6 +49,10 @@ type Manager struct {
 	// Micro-OS or provisioning: never power it then), and the generation
 	// its OS was installed at (ok false when it never was).
 	Node func(site, node string) (installing bool, installed int, ok bool)
+	// Retired says whether a node has been retired (its disks erased, as
+	// Git asked); nil: none has. A node Git retires is booted into the
+	// Micro-OS once for its retirement, never after it is done.
+	Retired func(site, node string) bool
 	// Record puts a step on the node's timeline; generation is the one a
 	// cycle was for (0 otherwise).
 	Record  func(site, node, msg string, isErr bool, generation int)
@@ -519,30 +523,51 @@ func (m *Manager) loginFailed(t target, np *nodePower, err error) {
 	}
 }
 
-// due says whether the policy wants t cycled now, for which generation.
-func (m *Manager) due(t target) (int, bool) {
-	gen := t.node.Reprovision
-	m.mu.Lock()
-	done, ok := m.cycled[t.key()]
-	m.mu.Unlock()
-	if ok && done >= gen {
-		return gen, false // once per generation
-	}
+// retireKey is where cycled keeps that a node was booted for its
+// retirement (1), apart from its install generations.
+func retireKey(t target) string { return t.key() + " retire" }
+
+// due says whether the policy wants t cycled now, for which generation,
+// and why. A node Git retires is cycled once for its retirement, and
+// never again once retired; otherwise once per generation it is not
+// installed at.
+func (m *Manager) due(t target) (gen int, why string, ok bool) {
+	gen = t.node.Reprovision
 	installing, installed, wasInstalled := m.Node(t.site.Name, t.node.Name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t.node.Retire != nil {
+		_, done := m.cycled[retireKey(t)]
+		switch {
+		case done, installing:
+			return gen, "", false // once per retirement; never under a running step
+		case m.Retired != nil && m.Retired(t.site.Name, t.node.Name):
+			return gen, "", false // retired: it stays off
+		}
+		return gen, "Git retires it", true
+	}
+	delete(m.cycled, retireKey(t)) // back in service: a later retirement boots it again
+	if done, ok := m.cycled[t.key()]; ok && done >= gen {
+		return gen, "", false // once per generation
+	}
 	if wasInstalled && installed >= gen {
-		return gen, false // its OS is this generation's
+		return gen, "", false // its OS is this generation's
 	}
 	if installing {
-		return gen, false // never under a running install
+		return gen, "", false // never under a running install
 	}
-	return gen, true
+	why = "a new node"
+	if gen > 0 {
+		why = fmt.Sprintf("reprovision raised to %d", gen)
+	}
+	return gen, why, true
 }
 
 // auto applies power: auto to t, whose BMC just said state (or failed
 // with pollErr: for a node that is due, that is a failed attempt too, on
 // its timeline); the caller holds np.call.
 func (m *Manager) auto(ctx context.Context, t target, np *nodePower, state string, pollErr error) {
-	gen, ok := m.due(t)
+	gen, why, ok := m.due(t)
 	if !ok {
 		return
 	}
@@ -561,12 +586,16 @@ func (m *Manager) auto(ctx context.Context, t target, np *nodePower, state strin
 	if err == nil {
 		var c Controller
 		if c, err = m.controller(ctx, t); err == nil {
-			err = m.bootAndCycle(ctx, t, np, c, state, gen)
+			err = m.bootAndCycle(ctx, t, np, c, state, gen, why)
 		}
 	}
 	if err == nil {
 		m.mu.Lock()
-		m.cycled[t.key()] = gen
+		if t.node.Retire != nil {
+			m.cycled[retireKey(t)] = 1
+		} else {
+			m.cycled[t.key()] = gen
+		}
 		m.mu.Unlock()
 		if err := m.save(); err != nil {
 			m.Log.Error("power: state file", "file", m.StateFile, "err", err)
@@ -599,16 +628,18 @@ func backoff(first time.Duration, n int) time.Duration {
 	return d
 }
 
-func (m *Manager) bootAndCycle(ctx context.Context, t target, np *nodePower, c Controller, state string, gen int) error {
+// bootAndCycle boots t into the Micro-OS: its virtual medium, or PXE once
+// and a power cycle (on, when it is off); why is on the timeline.
+func (m *Manager) bootAndCycle(ctx context.Context, t target, np *nodePower, c Controller, state string, gen int, why string) error {
+	purpose := fmt.Sprintf("for generation %d (%s)", gen, why)
+	if t.node.Retire != nil {
+		purpose, gen = "for its retirement ("+why+")", 0
+	}
 	if t.node.BMC.Boot == plan.BootVirtualMedia && m.MediaURL != nil {
-		why := "a new node"
-		if gen > 0 {
-			why = fmt.Sprintf("reprovision raised to %d", gen)
-		}
 		if err := m.bootMedia(AskedBy(ctx, "power: auto"), t, np, c, m.MediaURL(t.site.Name, t.node.Name)); err != nil {
 			return err
 		}
-		m.Record(t.site.Name, t.node.Name, fmt.Sprintf("power: booted its virtual medium for generation %d (%s)", gen, why), false, gen)
+		m.Record(t.site.Name, t.node.Name, "power: booted its virtual medium "+purpose, false, gen)
 		return nil
 	}
 	if err := m.bounded(ctx, func(ctx context.Context) error { return c.SetBootDevice(ctx, "pxe", true) }); err != nil {
@@ -622,11 +653,7 @@ func (m *Manager) bootAndCycle(ctx context.Context, t target, np *nodePower, c C
 	if err := m.bounded(ctx, func(ctx context.Context) error { return c.SetPower(ctx, action) }); err != nil {
 		return err
 	}
-	why := "a new node"
-	if gen > 0 {
-		why = fmt.Sprintf("reprovision raised to %d", gen)
-	}
-	m.Record(t.site.Name, t.node.Name, fmt.Sprintf("%s for generation %d (%s)", said, gen, why), false, gen)
+	m.Record(t.site.Name, t.node.Name, said+" "+purpose, false, gen)
 	return nil
 }
 

@@ -580,3 +580,57 @@ func TestRunPollsPastAHungBMC(t *testing.T) {
 		t.Errorf("n2 polled %d times while n1 hung in its first call (n1 asked %d times): want 10, and n1 once", n, h)
 	}
 }
+
+// A node Git retires is booted into the Micro-OS once for its retirement,
+// whatever generation its OS is: never while it runs a step, never again
+// once retired; back in service and retired again, it is booted again.
+func TestAutoBootsARetirementOnce(t *testing.T) {
+	n1 := bmcNode("n1", "10.0.0.1", 0)
+	n1.Retire = &plan.Retire{Erase: plan.ErasePurge}
+	r := newRig(t, plan.PowerAuto, n1)
+	r.inst["n1"], r.state["n1"] = 0, "microos" // installed at its generation, but in the Micro-OS now
+	retired := false
+	r.m.Retired = func(site, node string) bool { return retired }
+	b := r.bmcs["10.0.0.1"]
+	b.power = On
+	ctx := context.Background()
+	r.m.Round(ctx)
+	if got := b.actions(); len(got) != 0 {
+		t.Fatalf("cycled while it runs a step: %v", got)
+	}
+	r.state["n1"] = "running"
+	r.m.Round(ctx)
+	if got := strings.Join(b.actions(), ", "); got != "boot pxe once=true, power cycle" {
+		t.Fatalf("BMC calls: %s", got)
+	}
+	if got := strings.Join(r.events["n1"], " | "); !strings.Contains(got, "power: cycled for its retirement (Git retires it)") {
+		t.Errorf("timeline: %s", got)
+	}
+	r.m.Round(ctx)
+	again := r.manager(filepath.Dir(r.m.StateFile)) // a restarted daemon
+	again.Round(ctx)
+	if n := len(b.actions()); n != 2 {
+		t.Fatalf("booted again for the same retirement: %v", b.actions())
+	}
+
+	// Retired, then the state file lost: it stays off all the same.
+	retired = true
+	fresh := r.manager(t.TempDir())
+	fresh.Secrets = r.m.Secrets
+	fresh.Retired = r.m.Retired
+	fresh.Round(ctx)
+	if n := len(b.actions()); n != 2 {
+		t.Fatalf("a retired node was booted: %v", b.actions())
+	}
+
+	// Back in service (installed at its generation: nothing to do), then
+	// retired again: booted again.
+	retired = false
+	n1.Retire = nil
+	r.m.Round(ctx)
+	n1.Retire = &plan.Retire{Erase: plan.EraseClear}
+	r.m.Round(ctx)
+	if n := len(b.actions()); n != 4 {
+		t.Errorf("a second retirement was not booted: %v", b.actions())
+	}
+}

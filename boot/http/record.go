@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -35,6 +36,12 @@ type DeliveryRecord struct {
 	// summary: sealed, and whether its recovery key is escrowed); "" for
 	// a node not known to be encrypted. Never a key, nor its ciphertext.
 	Encryption string `json:"encryption,omitempty"`
+	// Retired is when its retirement ended; Erased one line per disk it
+	// erased (or failed to: status.Machine.Erasures); EraseCertificate
+	// the signed certificate (bootops erase-cert verify checks it).
+	Retired          time.Time `json:"retired,omitzero"`
+	Erased           []string  `json:"erased,omitempty"`
+	EraseCertificate string    `json:"eraseCertificate,omitempty"`
 }
 
 // QAResult is a QA action's outcome on the machine's last install, as the
@@ -76,8 +83,18 @@ func (s *Server) DeliveryRecords(site string, since time.Time) []DeliveryRecord 
 		if m.Installed != nil {
 			r.Image, r.Install = m.Installed.Image, m.Installed.Digest
 		}
-		r.QA, r.Provisioned, r.Running = lastInstall(s.View.Status.Events(m.Key))
-		if !since.IsZero() && r.Provisioned.Before(since) {
+		evs := s.View.Status.Events(m.Key)
+		r.QA, r.Provisioned, r.Running = lastInstall(evs)
+		if m.State == status.StateRetired {
+			r.Retired = retiredAt(evs)
+			r.EraseCertificate = m.EraseCertificate
+			if m.Erasures != nil {
+				for _, d := range m.Erasures.Disks {
+					r.Erased = append(r.Erased, d.Line())
+				}
+			}
+		}
+		if !since.IsZero() && r.Provisioned.Before(since) && r.Retired.Before(since) {
 			continue
 		}
 		out = append(out, r)
@@ -118,6 +135,16 @@ func lastInstall(evs []status.Event) (qa []QAResult, provisioned, running time.T
 	return qa, provisioned, running
 }
 
+// retiredAt is when a node's timeline last says it was retired.
+func retiredAt(evs []status.Event) time.Time {
+	for _, e := range slices.Backward(evs) {
+		if e.State == status.StateRetired {
+			return e.Time
+		}
+	}
+	return time.Time{}
+}
+
 // deliveryRecord is GET /api/v1/report?site=S[&since=RFC3339][&format=csv]:
 // the delivery record, as JSON or CSV (the dashboard's download).
 func (s *Server) deliveryRecord(w http.ResponseWriter, r *http.Request) {
@@ -154,7 +181,7 @@ func (s *Server) deliveryRecord(w http.ResponseWriter, r *http.Request) {
 }
 
 // DeliveryCSVHeader is the delivery record's CSV header.
-var DeliveryCSVHeader = []string{"site", "node", "serial", "macs", "hardware", "expectations", "qa", "state", "image_sha256", "install_digest", "revision", "provisioned", "running", "encryption"}
+var DeliveryCSVHeader = []string{"site", "node", "serial", "macs", "hardware", "expectations", "qa", "state", "image_sha256", "install_digest", "revision", "provisioned", "running", "encryption", "retired", "erased", "erase_certificate"}
 
 // WriteDeliveryCSV writes recs as CSV, a header first. Every cell is text
 // the machine or Git gave: a cell a spreadsheet would take for a formula
@@ -172,7 +199,8 @@ func WriteDeliveryCSV(w interface{ Write([]byte) (int, error) }, recs []Delivery
 			qa = append(qa, x.Action+" "+verdict+": "+x.Result)
 		}
 		row := []string{r.Site, r.Node, r.Serial, strings.Join(r.MACs, " "), r.Hardware, r.Expectations, strings.Join(qa, "; "), r.State,
-			r.Image, r.Install, r.Revision, stamp(r.Provisioned), stamp(r.Running), r.Encryption}
+			r.Image, r.Install, r.Revision, stamp(r.Provisioned), stamp(r.Running), r.Encryption,
+			stamp(r.Retired), strings.Join(r.Erased, "; "), r.EraseCertificate}
 		for i, c := range row {
 			row[i] = status.CSVCell(c)
 		}

@@ -63,3 +63,38 @@ func TestDeliveryRecord(t *testing.T) {
 		t.Errorf("CSV:\n%s", b.String())
 	}
 }
+
+// A retired node's record: when it was retired, a line per disk erased,
+// its signed certificate; as CSV too. A since after its install but
+// before its retirement keeps it.
+func TestDeliveryRecordOfARetirement(t *testing.T) {
+	p := testPlan("", "")
+	s, mem, _ := newServer(t, p)
+	t0 := time.Date(2026, 11, 25, 8, 0, 0, 0, time.UTC)
+	d := plan.DiskErasure{Disk: plan.DiskInfo{Name: "nvme0n1", Model: "QEMU NVMe Ctrl", Serial: "RN-1", Size: 256 << 20}, Method: "nvme format: user data erase (SES=1)",
+		Class: plan.ErasePurge, Start: t0.Add(61 * time.Minute), End: t0.Add(62 * time.Minute), Samples: 64, Verification: "64 samples of 4096 bytes read back: 64 zero", Verified: true}
+	for i, e := range []status.Event{
+		{Kind: status.KindAgent, State: status.StateProvisioned, Install: &plan.Install{Digest: strings.Repeat("d", 64)}},
+		{Kind: status.KindAgent, State: status.StateMicroOS, Retiring: true, Message: "retiring: purge erase of 1 disks (RN-1)"},
+		{Kind: status.KindAgent, Action: plan.ActionEraseDisks, Erasure: &d, Message: d.Line()},
+		{Kind: status.KindAgent, Certificate: `{"signed":"x"}`, Message: "erase certificate signed: 1 disks"},
+		{Kind: status.KindAgent, State: status.StateRetired, Message: "retired"},
+	} {
+		e.Site, e.Node, e.Time = "lab", "a", t0.Add(time.Duration(i)*time.Hour)
+		mem.Record(e)
+	}
+	recs := s.DeliveryRecords("lab", t0.Add(90*time.Minute))
+	if len(recs) != 1 {
+		t.Fatalf("records since after its install, before its retirement: %+v", recs)
+	}
+	r := recs[0]
+	if r.State != status.StateRetired || !r.Retired.Equal(t0.Add(4*time.Hour)) || len(r.Erased) != 1 || !strings.Contains(r.Erased[0], "serial RN-1") ||
+		!strings.Contains(r.Erased[0], "NIST purge") || r.EraseCertificate != `{"signed":"x"}` {
+		t.Errorf("record: %+v", r)
+	}
+	var b bytes.Buffer
+	WriteDeliveryCSV(&b, recs)
+	if out := b.String(); !strings.Contains(out, ",retired,erased,erase_certificate\n") || !strings.Contains(out, "2026-11-25T12:00:00Z,") || !strings.Contains(out, `"{""signed"":""x""}"`) {
+		t.Errorf("CSV:\n%s", out)
+	}
+}

@@ -129,9 +129,14 @@ func TestRetire(t *testing.T) {
 		t.Errorf("the timeline:\n%s", all)
 	}
 
-	// Booted again: told to power off, nothing else.
+	// Booted again (the script server says booting first): told to power
+	// off, nothing else, and it stays retired.
+	mem.Record(status.Event{Kind: status.KindScript, Site: "lab", Node: "r", State: status.StateBooting, Message: "served the Micro-OS script"})
 	if r := checkIn(disksOf(nv, sa, data)); r.Workflow == nil || len(r.Workflow.Actions) != 1 || r.Workflow.Actions[0].Action != "poweroff" || !r.Workflow.Retire {
 		t.Fatalf("a retired node booted again: %+v", r)
+	}
+	if m, _ := mem.Machine("lab/r"); m.State != status.StateRetired || m.EraseCertificate == "" {
+		t.Errorf("booted again: state %q, certificate kept %v", m.State, m.EraseCertificate != "")
 	}
 }
 

@@ -66,7 +66,7 @@ empty :=
 space := $(empty) $(empty)
 OTHER_PKGS = $$($(GO) list ./... | grep -v -E '^$(MODULE)/($(subst $(space),|,$(RACE_DIRS)))(/|$$)')
 # Each build tag with the packages that have files behind it.
-VET_TAGS := e2e:./test/e2e e2e,edgebench:./test/e2e e2e,fdebench:./test/e2e e2e:./test/redfishvm e2e:./test/ovmfvars e2e:./boot/dhcp6 browser:./test/browser image:./packaging/image \
+VET_TAGS := e2e:./test/e2e e2e,edgebench:./test/e2e e2e,fdebench:./test/e2e e2e,erasebench:./test/e2e e2e:./test/redfishvm e2e:./test/ovmfvars e2e:./boot/dhcp6 browser:./test/browser image:./packaging/image \
 	package:./test/package swtpm:./tpm swtpm:./boot/agentapi ipmi:./daemon
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := .cache/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
@@ -172,6 +172,7 @@ bench: build
 	@bash test/bench/wan.sh
 	@bash test/bench/edge.sh
 	@bash test/bench/fde.sh
+	@bash test/bench/erase.sh
 	$(GO) run ./test/fleet/sim -bootops $(BIN) -nodes 1000 -concurrency 100 -rounds 2
 
 fuzz: go-check

@@ -163,6 +163,10 @@ func permanentf(format string, args ...any) error {
 func (r *Runner) Run(ctx context.Context, wf plan.Workflow) error {
 	c := r.withDefaults()
 	provisioned := func() {
+		if wf.Commission {
+			c.emit(plan.AgentEvent{Type: plan.AgentCommissioned, Message: "every QA action passed"})
+			return
+		}
 		if wf.Retire {
 			c.emit(plan.AgentEvent{Type: plan.AgentRetired, Message: "every disk not kept erased and verified"})
 			return

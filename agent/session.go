@@ -71,30 +71,39 @@ func Run(ctx context.Context, cfg Config, sysfs string, console io.Writer, tweak
 		defer m.Close()
 	}
 	ci.TPM = tpmID
-	reply, ok, err := checkInForWorkflow(ctx, up, r, ci, m, cfg.Server, sysfs, console)
-	if !ok {
-		return err
-	}
-	r.Generation = reply.Generation
-	if reply.Peers != nil && r.Swarm == nil {
-		r.Swarm, r.Peers = swarmLine{up}, reply.Peers
-	}
 	if r.QAStream == nil {
 		r.QAStream = up.qaStream(cfg.client(0))
 	}
-	if r.CloudInit == nil {
-		r.CloudInit = cloudInitSeed(reply.CloudInit, m)
+	swarm, cloudInit := r.Swarm, r.CloudInit // a test's, else each reply's
+	for {
+		reply, ok, err := checkInForWorkflow(ctx, up, r, ci, m, cfg.Server, sysfs, console)
+		if !ok {
+			return err
+		}
+		r.Generation = reply.Generation
+		r.Swarm, r.Peers = swarm, nil
+		if reply.Peers != nil && swarm == nil {
+			r.Swarm, r.Peers = swarmLine{up}, reply.Peers
+		}
+		r.CloudInit = cloudInit
+		if cloudInit == nil {
+			r.CloudInit = cloudInitSeed(reply.CloudInit, m)
+		}
+		err = r.Run(ctx, *reply.Workflow)
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		if ferr := up.Flush(fctx); ferr != nil {
+			fmt.Fprintf(console, "bootops-agent: %v\n", ferr)
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("workflow failed: %w (the machine stays in the Micro-OS; the failure is in `bootops status`)", err)
+		}
+		if !reply.Workflow.Commission {
+			return nil
+		}
+		// A held node's QA passed: it asks again, and waits.
+		fmt.Fprintf(console, "bootops-agent: commissioned: %d QA actions passed; asking the server again\n", len(reply.Workflow.Actions))
 	}
-	err = r.Run(ctx, *reply.Workflow)
-	fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if ferr := up.Flush(fctx); ferr != nil {
-		fmt.Fprintf(console, "bootops-agent: %v\n", ferr)
-	}
-	if err != nil {
-		return fmt.Errorf("workflow failed: %w (the machine stays in the Micro-OS; the failure is in `bootops status`)", err)
-	}
-	return nil
 }
 
 // discover reads who the machine is and what it has, says it on the

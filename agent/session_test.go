@@ -22,7 +22,6 @@ import (
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/compiler"
 	"github.com/bootops/bootops/internal/testutil"
-	"github.com/bootops/bootops/plan"
 )
 
 // machineSysfs is a machine with one NIC and one disk.
@@ -112,10 +111,31 @@ func agentServer(t *testing.T, ctx context.Context, identity string) (string, *s
 	return addr, store, image
 }
 
+// served is what agentServerOn serves: the live Plan, and the repository
+// it was compiled from (a test edits it and calls swap).
+type served struct {
+	live *boot.Live
+	repo string
+}
+
+// swap compiles the repository again and serves its Plan.
+func (s served) swap(t *testing.T) {
+	t.Helper()
+	c, err := compiler.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Compile(os.DirFS(s.repo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.live.Swap(p)
+}
+
 // agentServerOn is agentServer listening on listen: on [::1], its site is
 // dual-stack (IPv4 127.0.0.1, IPv6 ::1) and scripts are fetched over
-// IPv6. It returns the compiled Plan too.
-func agentServerOn(t *testing.T, ctx context.Context, listen, identity string) (string, *status.Durable, []byte, *plan.Plan) {
+// IPv6. It returns what it serves too.
+func agentServerOn(t *testing.T, ctx context.Context, listen, identity string) (string, *status.Durable, []byte, served) {
 	t.Helper()
 	image := bytes.Repeat([]byte("bootops image block "), 100000)
 	var gz bytes.Buffer
@@ -170,7 +190,7 @@ func agentServerOn(t *testing.T, ctx context.Context, listen, identity string) (
 	srv := &bhttp.Server{Plans: live, Events: store, View: bhttp.View{Status: store}, Secret: secret, Agent: agentAPI}
 	go srv.Serve(ctx, ln)
 
-	return ln.Addr().String(), store, image, p
+	return ln.Addr().String(), store, image, served{live, repo}
 }
 
 // bootArgs fetches a machine's script as iPXE would and reads its kernel
@@ -190,4 +210,70 @@ func bootArgs(t *testing.T, url string) map[string]string {
 	}
 	t.Fatalf("no kernel line in the script:\n%s", b)
 	return nil
+}
+
+// A node Git holds, whose profile has QA: the agent runs the QA (and
+// nothing else), is held, asks again while held, and installs when a
+// commit releases it — one life of the agent, one reboot at its end.
+func TestAgentHeldCommissionsThenInstalls(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, store, image, srv := agentServerOn(t, ctx, "127.0.0.1:0", "{serial: S-N1}")
+	profile, _ := os.ReadFile(filepath.Join(srv.repo, "profile.yaml"))
+	testutil.WriteFile(t, srv.repo, "profile.yaml", string(profile)+"workflow:\n  - {action: qa-cpu, duration: 1s}\n  - {action: image-to-disk}\n  - {action: cloud-init}\n  - {action: reboot}\n")
+	node, _ := os.ReadFile(filepath.Join(srv.repo, "sites/lab/nodes/n1.yaml"))
+	testutil.WriteFile(t, srv.repo, "sites/lab/nodes/n1.yaml", string(node)+"install: hold\n")
+	srv.swap(t)
+
+	disk := filepath.Join(t.TempDir(), "vda")
+	os.WriteFile(disk, make([]byte, 4<<20), 0o644)
+	mnt := t.TempDir()
+	var powered []string
+	var console testutil.SyncBuffer
+	args := bootArgs(t, "http://"+addr+"/ipxe?serial=S-N1&site=lab")
+	done := make(chan error, 1)
+	go func() {
+		done <- Session(ctx, args, machineSysfs(t, "S-N1", "52:54:00:00:00:01"), &console, func(r *Runner) {
+			r.ResolveDisk = func(string) (string, error) { return disk, nil }
+			r.Mount = func(dev, fstype, dir string) error { return os.Symlink(mnt, filepath.Join(dir, "m")) }
+			r.Unmount = func(string) error { return nil }
+			r.Power = func(action string) error { powered = append(powered, action); return nil }
+		})
+	}()
+	if !testutil.Poll(60*time.Second, 50*time.Millisecond, func() bool {
+		m, _ := store.Machine("lab/n1")
+		return m.State == status.StateHeld && m.Commissioned != ""
+	}) {
+		m, _ := store.Machine("lab/n1")
+		t.Fatalf("not held after its QA: state %q, commissioned %q\n%s", m.State, m.Commissioned, console.String())
+	}
+	if b, _ := os.ReadFile(disk); !bytes.Equal(b, make([]byte, 4<<20)) {
+		t.Fatal("the disk was written while held")
+	}
+	// Released by a commit: the agent, asking again, installs.
+	testutil.WriteFile(t, srv.repo, "sites/lab/nodes/n1.yaml", string(node))
+	srv.swap(t)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("agent: %v\n%s", err, console.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("not installed within 60 s of its release:\n%s", console.String())
+	}
+	if got, _ := os.ReadFile(disk); !bytes.Equal(got[:len(image)], image) || len(powered) != 1 || powered[0] != "reboot" {
+		t.Errorf("installed: image %v, power actions %v", bytes.Equal(got[:len(image)], image), powered)
+	}
+	var states []string
+	for _, e := range store.Events("lab/n1") {
+		if e.State != "" && (len(states) == 0 || states[len(states)-1] != e.State) {
+			states = append(states, e.State)
+		}
+	}
+	if got := strings.Join(states, " "); got != "booting commissioning held microos provisioning provisioned" {
+		t.Errorf("states: %s", got)
+	}
+	if !strings.Contains(console.String(), "commissioned: 1 QA actions passed") {
+		t.Errorf("console:\n%s", console.String())
+	}
 }

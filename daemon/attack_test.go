@@ -90,6 +90,10 @@ type credential struct {
 type nodeFacts struct {
 	state, install, installID, mac, uuid, serial string
 	otherState, otherInstall                     string
+	// lifecycle: what only a retirement's or a held node's QA session
+	// sets (erasures, an erase certificate, commissioned), on either node;
+	// "" in the demo, which retires and holds none.
+	lifecycle string
 }
 
 type operation struct {
@@ -214,6 +218,11 @@ func (h *harness) facts() nodeFacts {
 		return ""
 	}
 	for _, m := range h.status() {
+		for _, k := range []string{"erasures", "eraseCertificate", "commissioned"} {
+			if v, ok := m[k]; ok {
+				f.lifecycle += fmt.Sprintf("%s %s: %.80v; ", m["node"], k, v)
+			}
+		}
 		switch m["node"] {
 		case "vm-serial":
 			f.state, f.installID, f.mac, f.uuid, f.serial = str(m, "state"), str(m, "installId"), str(m, "mac"), str(m, "uuid"), str(m, "serial")
@@ -234,7 +243,8 @@ func (h *harness) facts() nodeFacts {
 func (h *harness) check(op string) {
 	h.t.Helper()
 	if got := h.facts(); got.state != h.want.state || got.install != h.want.install || got.installID != h.want.installID ||
-		got.mac != h.want.mac || got.uuid != h.want.uuid || got.serial != h.want.serial || got.otherInstall != "" || got.otherState == "running" || got.otherState == "provisioned" {
+		got.mac != h.want.mac || got.uuid != h.want.uuid || got.serial != h.want.serial || got.otherInstall != "" || got.otherState == "running" || got.otherState == "provisioned" ||
+		got.lifecycle != "" || got.state == "retired" || got.otherState == "retired" {
 		h.t.Fatalf("after %s: the nodes' facts changed without their proof:\n got %+v\nwant %+v", op, got, h.want)
 	}
 	code, body := h.do("GET", "/api/v1/events?site=lab&node=vm-serial", "Bearer operator-token", nil)

@@ -43,7 +43,7 @@ func newPower(cfg PowerConfig, stateDir string, log *slog.Logger, plans *boot.Li
 		Node: func(site, node string) (bool, int, bool) {
 			g, ok := events.Provisioned(site, node)
 			state := events.State(site + "/" + node)
-			return state == status.StateMicroOS || state == status.StateProvisioning, g, ok
+			return state == status.StateMicroOS || state == status.StateProvisioning || state == status.StateCommissioning, g, ok
 		},
 		Retired: func(site, node string) bool { return events.State(site+"/"+node) == status.StateRetired },
 		Record: func(site, node, msg string, isErr bool, generation int) {

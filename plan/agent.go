@@ -235,6 +235,9 @@ const (
 	AgentEscrow      = "escrow"      // an encrypted partition's recovery key, as ciphertext (Escrow)
 	AgentErased      = "erased"      // a disk erased, or its erase failed (Erasure)
 	AgentRetired     = "retired"     // a retirement's actions before its poweroff succeeded
+	// AgentCommissioned: every action of a held node's commissioning
+	// (Workflow.Commission) passed.
+	AgentCommissioned = "commissioned"
 )
 
 // AgentEvent is one thing the agent reports.

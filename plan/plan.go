@@ -382,6 +382,10 @@ type Workflow struct {
 	// Retire: the workflow takes the node out of service (erase-disks,
 	// then poweroff): the agent reports it retired, not provisioned.
 	Retire bool `json:"retire,omitempty"`
+	// Commission: a held node's QA (CommissionActions of its workflow),
+	// run while it waits for Git: the agent reports it commissioned, not
+	// provisioned, writes no disk, and checks in again.
+	Commission bool `json:"commission,omitempty"`
 }
 
 // Action is one workflow step with its parameters resolved.

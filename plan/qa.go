@@ -62,3 +62,22 @@ func ParseShare(s string) (float64, error) {
 	}
 	return float64(n) / 100, nil
 }
+
+// CommissionActions are the QA actions of wf a held node runs while it
+// waits (install: hold): those that write no disk — qa-memory, qa-cpu,
+// qa-network, and qa-disk without write — in their order. Whatever else
+// the workflow does waits for the release.
+func CommissionActions(wf Workflow) []Action {
+	var out []Action
+	for _, a := range wf.Actions {
+		switch a.Action {
+		case QAMemory, QACPU, QANetwork:
+			out = append(out, a)
+		case QADisk:
+			if !a.Write {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}

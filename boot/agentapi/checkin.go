@@ -155,7 +155,10 @@ func (s *Server) openSession(req request, v *verdict, ak []byte) *refusal {
 		return nil
 	}
 	if wf := d.reply.Workflow; wf != nil {
-		sess.Steps, sess.Need, sess.Retire = len(wf.Actions), needed(*wf), wf.Retire
+		sess.Steps, sess.Need, sess.Retire, sess.Commission = len(wf.Actions), needed(*wf), wf.Retire, d.commission
+		// A workflow starts at its first action, in a session resumed
+		// too (a held node's QA passed, then its release).
+		sess.Done, sess.Provisioned = 0, false
 		sess.Actions, sess.Kinds = nil, nil
 		for _, a := range wf.Actions {
 			sess.Actions, sess.Kinds = append(sess.Actions, actionLabel(a)), append(sess.Kinds, a.Action)

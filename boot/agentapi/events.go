@@ -86,6 +86,15 @@ func (s *Server) takeBatch(key string, cur status.Session, b plan.EventBatch) *r
 	evs := make([]status.Event, 0, len(b.Events))
 	for _, a := range b.Events {
 		e := agentEvent(b, a)
+		if cur.Commission != "" {
+			// A held node's QA: not an install.
+			if e.State == status.StateProvisioning {
+				e.State = status.StateCommissioning
+			}
+			if a.Type == plan.AgentCommissioned {
+				e.Commissioned = cur.Commission
+			}
+		}
 		if e.State == status.StateProvisioned {
 			// What the session's workflow installed, named by the session.
 			e.Install, e.Revision, e.InstallID, e.ReportKey = cur.Install, cur.Revision, cur.ID, cur.ReportKey
@@ -143,9 +152,20 @@ func advance(s status.Session, evs []plan.AgentEvent) (status.Session, string) {
 				return s, fmt.Sprintf("retired reported after %d of the %d actions that must be done first", s.Done, s.Need)
 			}
 			s.Provisioned, s.DoneSeq = true, a.Seq // the session is over, as an install's
+		case plan.AgentCommissioned:
+			if s.Commission == "" {
+				return s, "commissioned reported by a workflow that is no held node's QA"
+			}
+			if s.Done < s.Need {
+				return s, fmt.Sprintf("commissioned reported after %d of its %d QA actions", s.Done, s.Need)
+			}
+			s.Provisioned, s.DoneSeq = true, a.Seq // the session is over
 		case plan.AgentProvisioned:
 			if retires(s) {
 				return s, "provisioned reported by a retirement's workflow"
+			}
+			if s.Commission != "" {
+				return s, "provisioned reported by a held node's QA"
 			}
 			if s.Done < s.Need {
 				return s, fmt.Sprintf("provisioned reported after %d of the %d actions that must be done first", s.Done, s.Need)
@@ -217,6 +237,8 @@ func agentEvent(b plan.EventBatch, a plan.AgentEvent) status.Event {
 		e.State, e.Message = status.StateProvisioned, fmt.Sprintf("provisioned (generation %d)", a.Generation)
 	case plan.AgentRetired:
 		e.State, e.Message = status.StateRetired, "retired: every disk not kept erased and verified; powering off"
+	case plan.AgentCommissioned:
+		e.Message = "commissioned: every QA action passed; it waits until Git releases it"
 	case plan.AgentErased:
 		// The record's words (bounded by takeBatch), not the agent's.
 		e.Message = "erased"

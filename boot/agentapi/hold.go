@@ -1,6 +1,9 @@
 package agentapi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -25,9 +28,41 @@ func holdWhy(n *plan.Node) string {
 }
 
 // released says whether node n (its status in m) was held by Git until
-// now: its last state is a hold of install: hold, or of a paced release.
+// now: its last state is a hold of install: hold, or of a paced release,
+// or the QA of its hold.
 func released(m status.Machine, ok bool) bool {
-	return ok && m.State == status.StateHeld && strings.HasPrefix(m.Held, heldBy)
+	return ok && (m.State == status.StateHeld && strings.HasPrefix(m.Held, heldBy) || m.State == status.StateCommissioning)
+}
+
+// commissioning is the QA node n runs while Git holds it (its workflow's
+// plan.CommissionActions) and a digest that names them ("" when none).
+func commissioning(n *plan.Node) ([]plan.Action, string) {
+	qa := plan.CommissionActions(n.Artifacts.Workflow)
+	if len(qa) == 0 {
+		return nil, ""
+	}
+	b, _ := json.Marshal(qa)
+	sum := sha256.Sum256(b)
+	return qa, hex.EncodeToString(sum[:8])
+}
+
+// commissioned names the QA the node passed since its last workflow
+// handed out ("" when none).
+func commissioned(f facts, who claimant) string {
+	if f.machine == nil {
+		return ""
+	}
+	m, _ := f.machine(who.site.Name + "/" + who.node.Name)
+	return m.Commissioned
+}
+
+// actionNames lists actions by name: "qa-memory, qa-cpu".
+func actionNames(as []plan.Action) string {
+	var names []string
+	for _, a := range as {
+		names = append(names, actionLabel(a))
+	}
+	return strings.Join(names, ", ")
 }
 
 // pacer paces the nodes a commit releases: of a profile whose site has a

@@ -122,3 +122,93 @@ func TestReleaseUnpaced(t *testing.T) {
 		}
 	}
 }
+
+// A node Git holds whose profile has QA runs the QA that writes no disk
+// first (commissioning, not an install), then is held; asking again, and
+// after a reboot, it is held without running it again. Its release is
+// the whole workflow, from its first action, in the same session. The
+// words of one kind of session are refused in the other.
+func TestHeldNodeCommissionsFirst(t *testing.T) {
+	withQA := func(hold bool) *plan.Plan {
+		p := heldPlan(hold)
+		p.Sites[0].Rollouts = nil
+		for _, n := range p.Sites[0].Nodes {
+			n.Artifacts.Workflow.Actions = []plan.Action{{Action: plan.QAMemory, Name: plan.QAMemory}, {Action: plan.QACPU, Name: "burn"},
+				{Action: "wipe-disk", Name: "wipe"}, {Action: plan.QADisk, Name: plan.QADisk, Write: true}, {Action: "reboot", Name: "reboot"}}
+		}
+		return p
+	}
+	s, mem := newServer(t, withQA(true))
+	h := s.Handler()
+	checkIn := func(token string) plan.CheckInReply {
+		t.Helper()
+		code, body := post(t, h, plan.AgentCheckInPath, token, plan.CheckIn{Site: "lab", Node: "h1", Identity: plan.Identity{Serial: "SER-H1"}, Inventory: inventoryOf(4 << 30)})
+		if code != 200 {
+			t.Fatalf("check-in: %d %s", code, body)
+		}
+		return reply(t, body)
+	}
+	events := func(sess string, evs ...plan.AgentEvent) (int, string) {
+		t.Helper()
+		return post(t, h, plan.AgentEventsPath, sess, plan.EventBatch{Site: "lab", Node: "h1", Events: evs})
+	}
+	seq := uint64(0)
+	ev := func(typ string, step, steps int, action string) plan.AgentEvent {
+		seq++
+		return plan.AgentEvent{Seq: seq, Type: typ, Step: step, Steps: steps, Action: action}
+	}
+
+	r := checkIn(nodeToken(s, "lab", "h1"))
+	if wf := r.Workflow; wf == nil || !wf.Commission || len(wf.Actions) != 2 || wf.Actions[0].Action != plan.QAMemory || wf.Actions[1].Name != "burn" || r.CloudInit != nil {
+		t.Fatalf("held with QA: %+v", r)
+	}
+	if m, _ := mem.Machine("lab/h1"); m.State != status.StateCommissioning || !strings.HasPrefix(m.Held, "install: hold") {
+		t.Fatalf("commissioning: state %q, held %q", m.State, m.Held)
+	}
+	sess := r.Session
+	if code, body := events(sess, ev(plan.AgentStarted, 1, 2, plan.QAMemory), ev(plan.AgentActionDone, 1, 2, plan.QAMemory), ev(plan.AgentProvisioned, 0, 0, "")); code != 409 || !strings.Contains(body, "provisioned reported by a held node's QA") {
+		t.Fatalf("provisioned in a commissioning: %d %s", code, body)
+	}
+	seq = 0
+	if code, body := events(sess, ev(plan.AgentStarted, 1, 2, plan.QAMemory), ev(plan.AgentActionDone, 1, 2, plan.QAMemory), ev(plan.AgentCommissioned, 0, 0, "")); code != 409 || !strings.Contains(body, "commissioned reported after 1 of its 2 QA actions") {
+		t.Fatalf("commissioned early: %d %s", code, body)
+	}
+	seq = 0
+	if code, body := events(sess, ev(plan.AgentStarted, 1, 2, plan.QAMemory), ev(plan.AgentActionDone, 1, 2, plan.QAMemory),
+		ev(plan.AgentStarted, 2, 2, "burn"), ev(plan.AgentActionDone, 2, 2, "burn"), ev(plan.AgentCommissioned, 0, 0, "")); code != 200 {
+		t.Fatalf("the QA's events: %d %s", code, body)
+	}
+	m, _ := mem.Machine("lab/h1")
+	if m.Commissioned == "" || m.State != status.StateCommissioning {
+		t.Fatalf("commissioned: state %q, commissioned %q", m.State, m.Commissioned)
+	}
+	for _, token := range []string{sess, nodeToken(s, "lab", "h1")} { // asking again; a reboot
+		r := checkIn(token)
+		if r.Workflow != nil || !strings.HasPrefix(r.Hold, "install: hold") || r.RetrySeconds != HoldRetrySeconds {
+			t.Fatalf("after its QA: %+v", r)
+		}
+		sess = r.Session
+	}
+	if m, _ := mem.Machine("lab/h1"); m.State != status.StateHeld {
+		t.Fatalf("after its QA: state %q", m.State)
+	}
+
+	// Released: the whole workflow, from its first action.
+	s.Plans.(*boot.Live).Swap(withQA(false))
+	r = checkIn(sess)
+	if r.Workflow == nil || r.Workflow.Commission || len(r.Workflow.Actions) != 5 {
+		t.Fatalf("released: %+v", r)
+	}
+	if evs := mem.Events("lab/h1"); !strings.Contains(evs[len(evs)-1].Message, "released by Git (it was held)") {
+		t.Errorf("the release: %s", evs[len(evs)-1].Message)
+	}
+	if code, body := events(r.Session, ev(plan.AgentStarted, 1, 5, plan.QAMemory), ev(plan.AgentActionDone, 1, 5, plan.QAMemory)); code != 200 {
+		t.Fatalf("the install's first action: %d %s", code, body)
+	}
+	if code, body := events(r.Session, ev(plan.AgentCommissioned, 0, 0, "")); code != 409 || !strings.Contains(body, "commissioned reported by a workflow that is no held node's QA") {
+		t.Fatalf("commissioned in an install: %d %s", code, body)
+	}
+	if m, _ := mem.Machine("lab/h1"); m.State != status.StateProvisioning || m.Commissioned != "" {
+		t.Errorf("installing: state %q, commissioned %q", m.State, m.Commissioned)
+	}
+}

@@ -99,6 +99,9 @@ type decision struct {
 	released bool
 	// retiring: the workflow is a retirement's.
 	retiring bool
+	// commission names the QA of a held node's commissioning workflow
+	// ("" for any other reply).
+	commission string
 }
 
 // policy is the check-in's policy: authenticate (whom the credential
@@ -284,9 +287,16 @@ func decideNode(d *decision, f facts, who claimant, c plan.CheckIn) {
 		d.state, d.isError, d.held = status.StateHeld, true, why
 		d.message = "held before any disk is touched: " + why
 	case n.Hold != "":
-		// Non-zero-touch: it showed what it is and waits for Git. It asks
-		// again every few seconds; a reboot comes back here.
+		// Non-zero-touch: it showed what it is, runs its profile's QA
+		// once, and waits for Git. It asks again every few seconds; a
+		// reboot comes back here.
 		why := holdWhy(n)
+		if qa, digest := commissioning(n); digest != "" && commissioned(f, who) != digest {
+			d.reply = plan.CheckInReply{Workflow: &plan.Workflow{Node: n.Name, Profile: n.Profile, Commission: true, Actions: qa}}
+			d.state, d.held, d.commission = status.StateCommissioning, why, digest
+			d.message = fmt.Sprintf("held until Git releases it, its profile's %d QA actions first (%s): %s; %s", len(qa), actionNames(qa), describe(c), why)
+			return
+		}
 		d.reply = plan.CheckInReply{Hold: why, RetrySeconds: HoldRetrySeconds}
 		d.state, d.held = status.StateHeld, why
 		d.message = "held until Git releases it: " + describe(c) + "; " + why

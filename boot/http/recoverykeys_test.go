@@ -83,7 +83,7 @@ func TestRecoveryKeys(t *testing.T) {
 		recs[0].Encryption != "encrypted, not sealed yet (first boot pending), recovery escrowed" {
 		t.Errorf("delivery record: %+v %v", recs, err)
 	}
-	if csv := body(t, get(t, h, "/api/v1/report?site=lab&format=csv", "Authorization", reader)); !strings.Contains(csv, ",running,encryption\n") ||
+	if csv := body(t, get(t, h, "/api/v1/report?site=lab&format=csv", "Authorization", reader)); !strings.Contains(csv, ",running,encryption,") ||
 		!strings.Contains(csv, `"encrypted, not sealed yet (first boot pending), recovery escrowed"`) {
 		t.Errorf("the delivery record's CSV: %s", csv)
 	}

@@ -32,6 +32,9 @@ type Session struct {
 	// Retire: the workflow is a retirement's (it ends retired, not
 	// provisioned).
 	Retire bool `json:"retire,omitempty"`
+	// Commission names the QA of a held node's commissioning workflow
+	// (it ends commissioned, not provisioned): a digest of its actions.
+	Commission string `json:"commission,omitempty"`
 	// Done counts the actions reported done, in order; DoneSeq is the
 	// agent Seq of the newest event that moved the session (a resent
 	// batch at or below it is not checked again).

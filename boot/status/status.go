@@ -41,8 +41,11 @@ const (
 	// States the agent's reports put a node in.
 	StateMicroOS      = "microos"      // the agent checked in
 	StateProvisioning = "provisioning" // running action i/N
-	StateProvisioned  = "provisioned"
-	StateFailed       = "failed"
+	// StateCommissioning: a node Git holds runs its profile's QA while it
+	// waits (plan.CommissionActions); held again once they pass.
+	StateCommissioning = "commissioning"
+	StateProvisioned   = "provisioned"
+	StateFailed        = "failed"
 	// StateRunning: the installed OS reported its first boot.
 	StateRunning = "running"
 	// StateRetired: Git retired the node and its agent erased every disk
@@ -138,6 +141,9 @@ type Event struct {
 	Rollout string `json:"rollout,omitempty"`
 	// Retiring: the agent was handed a retirement's workflow.
 	Retiring bool `json:"retiring,omitempty"`
+	// Commissioned names the QA a held node passed (the session's
+	// Commission), on the agent's commissioned event.
+	Commissioned string `json:"commissioned,omitempty"`
 	// Escrow is an encrypted install's recovery key, on the agent's
 	// escrow event: the store keeps it on the machine (Machine.Escrows)
 	// and forwards it whole (the outbox); timelines show it without its
@@ -206,7 +212,7 @@ func (e Event) Size() int { return e.size(inventorySize(e.Inventory)) }
 func (e Event) size(inv int) int {
 	return eventOverhead + len(e.Kind) + len(e.Site) + len(e.Node) + len(e.MAC) + len(e.UUID) + len(e.Serial) + len(e.IP) +
 		len(e.State) + len(e.Message) + len(e.Action) + len(e.Boot) + len(e.Hostname) + len(e.Kernel) + len(e.InstallID) +
-		len(e.CloudInit) + len(e.Revision) + len(e.Held) + len(e.EK) + len(e.TPM) + len(e.ReportKey) + len(e.Sync) + len(e.Rollout) +
+		len(e.CloudInit) + len(e.Revision) + len(e.Held) + len(e.Commissioned) + len(e.EK) + len(e.TPM) + len(e.ReportKey) + len(e.Sync) + len(e.Rollout) +
 		len(e.Certificate) + installSize(e.Install) + escrowSize(e.Escrow) + sealedSize(e.Encryption) + erasureSize(e.Erasure) + inv
 }
 
@@ -336,6 +342,9 @@ type Machine struct {
 	// EraseCertificate is its last retirement's signed erase certificate
 	// (a trust.Record, JSON; "" when none was signed).
 	EraseCertificate string `json:"eraseCertificate,omitempty"`
+	// Commissioned names the QA it passed while Git held it (a digest of
+	// the actions); "" when none since its last workflow handed out.
+	Commissioned string `json:"commissioned,omitempty"`
 }
 
 // Escrows are the machine's newest recovery key escrows (at most
@@ -375,7 +384,7 @@ func (m *Machine) size(last, inv int) int {
 	n := machineOverhead - eventOverhead + last +
 		len(m.Key) + len(m.Site) + len(m.Node) + len(m.MAC) + len(m.UUID) + len(m.Serial) + len(m.EK) + len(m.TPM) + len(m.State) +
 		len(m.Boot) + len(m.Hostname) + len(m.Kernel) + len(m.Power) + len(m.PowerError) + len(m.CloudInit) + len(m.InstallID) +
-		len(m.ReportKey) + len(m.Revision) + len(m.Hardware) + len(m.Held) + len(m.Sync) + len(m.Encryption) +
+		len(m.ReportKey) + len(m.Revision) + len(m.Hardware) + len(m.Held) + len(m.Commissioned) + len(m.Sync) + len(m.Encryption) +
 		sealedSize(m.Seal) + escrowsSize(m.Escrows()) + len(m.EraseCertificate)
 	if m.Erasures != nil {
 		for i := range m.Erasures.Disks {
@@ -840,6 +849,10 @@ func (m *Machine) apply(e Event) {
 	m.applyInstall(e)
 	m.applyEncryption(e)
 	m.applyErasure(e)
+	if e.Installing || e.Retiring {
+		m.Commissioned = ""
+	}
+	m.Commissioned = or(e.Commissioned, m.Commissioned)
 	m.Sync = or(e.Sync, m.Sync)
 	if e.Inventory != nil {
 		m.Inventory = e.Inventory

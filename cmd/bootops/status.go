@@ -387,7 +387,7 @@ func printNodes(w io.Writer, doc statusDoc) {
 			seen = n.Last.Time.Local().Format("15:04:05")
 		}
 		action, prog := "-", "-"
-		if l := n.Last; l.Steps > 0 && (n.State == status.StateProvisioning || n.State == status.StateFailed) {
+		if l := n.Last; l.Steps > 0 && (n.State == status.StateProvisioning || n.State == status.StateCommissioning || n.State == status.StateFailed) {
 			action = fmt.Sprintf("%d/%d %s", l.Step, l.Steps, l.Action)
 			if l.Total > 0 {
 				prog = fmt.Sprintf("%d%%", l.Bytes*100/l.Total)
@@ -462,7 +462,7 @@ func megabytes(n int64) string {
 // elapsed is how long a node has been in the Micro-OS or provisioning.
 func elapsed(m status.Machine) string {
 	switch m.State {
-	case status.StateBooting, status.StateMicroOS, status.StateProvisioning:
+	case status.StateBooting, status.StateMicroOS, status.StateProvisioning, status.StateCommissioning:
 	default:
 		return "-"
 	}

@@ -68,11 +68,26 @@ func TestCommissioning(t *testing.T) {
 
 	// c-good: held by Git, its inventory on the status; held again after
 	// a reboot; the commit that releases it starts its install.
+	// Held, it runs the QA that writes no disk (qa-memory, qa-cpu,
+	// qa-network; qa-disk writes) once, then waits.
 	const heldWhy = "install: hold (sites/lab/nodes/c-good.yaml:6): it waits until a commit says install: auto"
 	holds := func() int { return strings.Count(l.logs("lab/c-good"), "held until Git releases it") }
-	waitFor(t, "c-good held by Git", 6*time.Minute, func() bool { return holds() > 0 })
-	if m, _ := l.machine("lab/c-good"); m.State != "held" || m.Held != heldWhy || m.Inventory == nil {
-		t.Errorf("c-good held by Git: state %q, held %q, inventory %v", m.State, m.Held, m.Inventory != nil)
+	waitFor(t, "c-good held by Git after its QA", 6*time.Minute, func() bool {
+		m, _ := l.machine("lab/c-good")
+		return m.State == "held" && m.Commissioned != ""
+	})
+	if m, _ := l.machine("lab/c-good"); m.Held != heldWhy || m.Inventory == nil {
+		t.Errorf("c-good held by Git: held %q, inventory %v", m.Held, m.Inventory != nil)
+	}
+	commissioning := l.logs("lab/c-good")
+	for _, want := range []string{"its profile's 3 QA actions first (qa-memory, qa-cpu, qa-network)", "qa-memory: ", "qa-cpu: ", "qa-network: ",
+		"commissioned: every QA action passed"} {
+		if !strings.Contains(commissioning, want) {
+			t.Errorf("c-good's timeline while held lacks %q:\n%s", want, testutil.Tail(commissioning, 20))
+		}
+	}
+	if strings.Contains(commissioning, "qa-disk") || strings.Contains(commissioning, "wipe-disk") {
+		t.Errorf("c-good ran more than its QA while held:\n%s", testutil.Tail(commissioning, 20))
 	}
 	vms["c-good"].cmd.Process.Kill()
 	waitVMs(time.Minute, vms["c-good"])

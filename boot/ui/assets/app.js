@@ -3,8 +3,8 @@
 // timeline (?key=). No polling, no framework, no CDN.
 "use strict";
 
-const STATES = ["registered", "discovered", "booting", "microos", "provisioning", "provisioned", "running", "failed", "mismatch", "held", "retired"];
-const ACTIVE = new Set(["booting", "microos", "provisioning"]);
+const STATES = ["registered", "discovered", "booting", "microos", "commissioning", "provisioning", "provisioned", "running", "failed", "mismatch", "held", "retired"];
+const ACTIVE = new Set(["booting", "microos", "commissioning", "provisioning"]);
 const FIRST_SCREEN = 60; // rows: more than a wall screen shows
 const $ = (sel) => document.querySelector(sel);
 

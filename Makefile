@@ -60,7 +60,7 @@ unit-deps:
 
 # The daemon's packages run under the race detector; the rest as they are.
 MODULE    := github.com/bootops/bootops
-RACE_DIRS := agent boot daemon hub power reconciler swarm
+RACE_DIRS := agent boot daemon hub power reconciler sitecluster swarm
 RACE_PKGS := $(foreach d,$(RACE_DIRS),./$(d)/...)
 empty :=
 space := $(empty) $(empty)

@@ -1,0 +1,237 @@
+package sitecluster
+
+import (
+	"context"
+	"crypto/tls"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
+	"github.com/bootops/bootops/trust"
+)
+
+// peerTLS is member name's cluster TLS, of a site CA in dir (made at the
+// first call); route is the URI kind: a hub's route certificate instead.
+func peerTLS(t *testing.T, dir, name string, route bool) *tls.Config {
+	t.Helper()
+	caDir := filepath.Join(dir, "site-ca")
+	if _, err := os.Stat(filepath.Join(caDir, trust.CAFile)); err != nil {
+		if err := trust.InitCA(caDir, trust.CAOptions{Hosts: []string{"127.0.0.1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	issue, load := trust.IssuePeer, trust.PeerTLS
+	if route {
+		issue, load = trust.IssueRoute, trust.RouteTLS
+	}
+	cert, key, err := issue(caDir, name, []string{"127.0.0.1"}, 1, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, kf := filepath.Join(caDir, name+".pem"), filepath.Join(caDir, name+"-key.pem")
+	os.WriteFile(cf, cert, 0o644)
+	os.WriteFile(kf, key, 0o600)
+	c, err := load(cf, kf, filepath.Join(caDir, trust.CAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// cluster starts n members on loopback, at once (each waits for the
+// majority), and returns them with their configurations.
+func cluster(t *testing.T, n int) ([]*Member, []Config) {
+	t.Helper()
+	dir := t.TempDir()
+	addrs := testutil.FreePorts(t, n)
+	cfgs := make([]Config, n)
+	for i := range cfgs {
+		name := string(rune('a' + i))
+		var peers []string
+		for j, a := range addrs {
+			if j != i {
+				peers = append(peers, a)
+			}
+		}
+		cfgs[i] = Config{Name: name, Listen: addrs[i], Peers: peers, TLS: peerTLS(t, dir, name, false), StoreDir: filepath.Join(dir, name), Ready: 90 * time.Second}
+	}
+	ms := make([]*Member, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		wg.Go(func() { ms[i], errs[i] = Start(context.Background(), cfgs[i]) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %s: %v", cfgs[i].Name, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, m := range ms {
+			if m != nil {
+				m.Close()
+			}
+		}
+	})
+	return ms, cfgs
+}
+
+// Three members: a boot token is spent once, whichever members the
+// machine reaches, even when they race; a session written on one is read
+// on the others; the credential secret is one; with one member down the
+// two others go on; with two down the last refuses to spend a token (no
+// majority) instead of answering alone, and takes writes again once one
+// comes back, which catches up with what it missed.
+func TestThreeMembers(t *testing.T) {
+	testutil.Slow(t)
+	ms, cfgs := cluster(t, 3)
+	expires := time.Now().Add(time.Hour)
+
+	// 20 tokens, each spent by all three at once: one wins each.
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 20 {
+		for _, m := range ms {
+			wg.Go(func() {
+				fresh, err := m.UseToken("tok-"+string(rune('A'+i)), expires)
+				if err != nil {
+					t.Errorf("UseToken: %v", err)
+				}
+				if fresh {
+					wins.Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if wins.Load() != 20 {
+		t.Fatalf("20 tokens spent by three members at once: %d spends went on", wins.Load())
+	}
+
+	s := status.Session{ID: "s1", Generation: 3, Steps: 4, Done: 2, Started: time.Now().UTC().Round(time.Second)}
+	if err := ms[0].PutSession("lab/n1", s); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms[1:] {
+		if got, ok := m.Session("lab/n1"); !ok || got.ID != "s1" || got.Done != 2 || !got.Started.Equal(s.Started) {
+			t.Errorf("%s reads %+v %v", m.cfg.Name, got, ok)
+		}
+	}
+	if _, ok := ms[1].Session("mac:52:54:00:00:00:99"); ok {
+		t.Error("a session that was never put")
+	}
+	first, err := ms[2].Secret(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms[:2] {
+		if got, err := m.Secret([]byte(strings.Repeat("x", 32))); err != nil || string(got) != string(first) {
+			t.Errorf("%s's secret differs: %v", m.cfg.Name, err)
+		}
+	}
+	if st := ms[0].Status(); st.Size != 3 || st.Leader == "" || len(st.Members) != 2 || !st.Quorum {
+		t.Errorf("status: %+v", st)
+	}
+
+	// One down: the two others go on.
+	ms[0].Close()
+	ms[0] = nil
+	if !testutil.Poll(30*time.Second, 200*time.Millisecond, func() bool {
+		fresh, err := ms[1].UseToken("after-one", expires)
+		return err == nil && fresh
+	}) {
+		t.Fatal("two members of three do not take a spent token")
+	}
+	if fresh, err := ms[2].UseToken("after-one", expires); err != nil || fresh {
+		t.Errorf("the other of the two spends it again: %v %v", fresh, err)
+	}
+
+	// Two down: the last one refuses, within its timeout.
+	ms[1].Close()
+	ms[1] = nil
+	began := time.Now()
+	var lastErr error
+	if !testutil.Poll(30*time.Second, 200*time.Millisecond, func() bool {
+		_, lastErr = ms[2].UseToken("alone-"+time.Now().String(), expires)
+		return lastErr != nil
+	}) {
+		t.Fatal("one member of three alone still spends tokens")
+	}
+	t.Logf("alone: refused after %s: %v", time.Since(began).Round(time.Millisecond), lastErr)
+	if st := ms[2].Status(); st.Quorum {
+		t.Errorf("alone, it says it has a quorum: %+v", st)
+	}
+
+	// One comes back: a majority again; it has what it missed.
+	back, err := Start(context.Background(), cfgs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms[1] = back
+	if !testutil.Poll(60*time.Second, 500*time.Millisecond, func() bool {
+		fresh, err := ms[2].UseToken("again", expires)
+		return err == nil && fresh
+	}) {
+		t.Fatal("two members again do not take writes")
+	}
+	if !testutil.Poll(30*time.Second, 200*time.Millisecond, func() bool {
+		fresh, err := back.UseToken("after-one", expires)
+		return err == nil && !fresh
+	}) {
+		t.Error("the member that came back does not know the token spent while it was down")
+	}
+}
+
+// A member without the site's TLS is refused at Start. Of three members
+// whose third holds a hub's route certificate of the same CA instead of a
+// peer certificate, the two make a majority and take writes; the third
+// never joins: not ready, and never a member the others hear. (Buckets
+// of two copies: three need three members to be made.)
+func TestMembersNeedPeerCertificates(t *testing.T) {
+	testutil.Slow(t)
+	if _, err := Start(context.Background(), Config{Name: "x", Listen: "127.0.0.1:1", StoreDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "bootops ca peer") {
+		t.Errorf("no TLS: %v", err)
+	}
+	dir := t.TempDir()
+	addrs := testutil.FreePorts(t, 3)
+	ms := make([]*Member, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i, name := range []string{"a", "b", "intruder"} {
+		var peers []string
+		for j, a := range addrs {
+			if j != i {
+				peers = append(peers, a)
+			}
+		}
+		cfg := Config{Name: name, Listen: addrs[i], Peers: peers, TLS: peerTLS(t, dir, name, name == "intruder"), StoreDir: filepath.Join(dir, name), Ready: 30 * time.Second, Replicas: 2}
+		wg.Go(func() { ms[i], errs[i] = Start(context.Background(), cfg) })
+	}
+	wg.Wait()
+	for _, m := range ms {
+		if m != nil {
+			defer m.Close()
+		}
+	}
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("the two members with peer certificates: %v", errs[:2])
+	}
+	if fresh, err := ms[0].UseToken("t", time.Now().Add(time.Hour)); !fresh || err != nil {
+		t.Errorf("the two do not take writes: %v %v", fresh, err)
+	}
+	if errs[2] == nil || !strings.Contains(errs[2].Error(), "not ready") {
+		t.Errorf("a hub's route certificate joined a site: %v", errs[2])
+	}
+	for _, p := range ms[0].Status().Members {
+		if p.Name == "intruder" && !p.Offline {
+			t.Errorf("the intruder is heard: %+v", p)
+		}
+	}
+}

@@ -32,6 +32,7 @@ type Config struct {
 	Swarm     SwarmConfig
 	Dashboard DashboardConfig
 	Hub       HubConfig
+	Cluster   ClusterConfig
 
 	// Reload reads the settings again on SIGHUP (nil: SIGHUP changes
 	// nothing).
@@ -127,6 +128,18 @@ type DashboardConfig struct {
 // HubConfig reports the site's events to a hub. Forwarder, when set, is
 // called once the store and reconciler exist; the store then keeps an
 // outbox for it.
+// ClusterConfig makes the daemon one member of a site of two or three
+// (sitecluster): Listen empty, it is the site's one daemon.
+type ClusterConfig struct {
+	Name   string   // the member's name, unique in the site (default: the host name)
+	Listen string   // its cluster address, host:port
+	Peers  []string // the other members' cluster addresses
+	// CertFile, KeyFile: its peer certificate (bootops ca peer); CAFile
+	// the site CA that signed every member's (defaults under
+	// <state-dir>/tls: peer.pem, peer-key.pem, ca.pem).
+	CertFile, KeyFile, CAFile string
+}
+
 type HubConfig struct {
 	Forwarder func(plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable, rollouts func() []bhttp.RolloutStatus) (*hub.Forwarder, error)
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"github.com/bootops/bootops/sitecluster"
 	"log/slog"
 	"net/http"
 	"os"
@@ -42,6 +43,7 @@ type daemon struct {
 	events   *status.Durable
 	root     *os.Root
 	secret   boot.Secret
+	member   *sitecluster.Member           // the site's cluster, when it has more than one daemon
 	fwd      atomic.Pointer[hub.Forwarder] // set after the store, which pokes it
 	http     *bhttp.Server
 	boot     *bootPlane
@@ -75,6 +77,11 @@ func Run(ctx context.Context, cfg Config) error {
 	g.Go(func() error { return d.src.Run(ctx) })
 	// The served revision's files, and the HTTP server that serves them.
 	if err := d.openFiles(); err != nil {
+		return err
+	}
+	// The site's other daemons, when it has more than one: the secret and
+	// the facts a wipe depends on become the cluster's.
+	if err := d.openCluster(ctx); err != nil {
 		return err
 	}
 	d.newHTTP()
@@ -235,6 +242,9 @@ func (d *daemon) openFiles() error {
 }
 
 func (d *daemon) close() {
+	if d.member != nil {
+		d.member.Close()
+	}
 	if d.events != nil {
 		d.events.Close()
 	}
@@ -251,7 +261,7 @@ func (d *daemon) newHTTP() {
 	// keyed by the MAC its address was leased to.
 	pools := &lease.Stores{}
 	hook := newWebhook(func() []byte { return d.settings.Load().webhookSecret }, d.src.follower, d.rec.Metrics, d.log)
-	d.http = newHTTP(d.cfg, httpDeps{plans: d.overlays.live, events: d.events, rec: d.rec, secret: d.secret, root: d.root,
+	d.http = newHTTP(d.cfg, httpDeps{plans: d.overlays.live, events: d.events, rec: d.rec, secret: d.secret, member: d.member, root: d.root,
 		pools: pools, hook: hook, reg: d.reg, log: d.log})
 	d.boot = &bootPlane{plans: d.overlays.live, events: d.events, httpSrv: d.http, metrics: metrics, metrics6: dhcp6.NewMetrics(d.reg), pools: pools, log: d.log}
 }
@@ -278,6 +288,9 @@ func (d *daemon) onPlanChange() <-chan struct{} {
 // boots the Micro-OS again, at the same generation.
 func (d *daemon) provisioned(site, node string) (int, bool) {
 	gen, ok := d.events.Provisioned(site, node)
+	if d.member != nil {
+		gen, ok = clustered{Durable: d.events, m: d.member, log: d.log}.Provisioned(site, node)
+	}
 	if !ok {
 		return gen, ok
 	}

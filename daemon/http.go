@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/bootops/bootops/sitecluster"
 	"log/slog"
 	"net"
 	"net/http"
@@ -35,6 +36,7 @@ type httpDeps struct {
 	events *status.Durable
 	rec    *reconciler.Reconciler
 	secret boot.Secret
+	member *sitecluster.Member // nil: the site's one daemon
 	root   *os.Root
 	pools  *lease.Stores
 	hook   http.Handler
@@ -60,7 +62,13 @@ func newHTTP(cfg Config, d httpDeps) *bhttp.Server {
 	events := d.events
 	// One budget of newcomers per address, for a script and a check-in alike.
 	newcomers := &status.Newcomers{Burst: cfg.HTTP.NewBurst, Every: cfg.HTTP.NewEvery}
-	agent := &agentapi.Server{Plans: d.plans, Secret: d.secret, Store: events, Provisioned: events.Provisioned,
+	var store agentapi.Store = events
+	provisioned := events.Provisioned
+	if d.member != nil {
+		c := clustered{Durable: events, m: d.member, log: d.log}
+		store, provisioned = c, c.Provisioned
+	}
+	agent := &agentapi.Server{Plans: d.plans, Secret: d.secret, Store: store, Provisioned: provisioned,
 		Revision: func() string { return d.rec.Status().Applied.Revision },
 		Limits:   agentapi.Limits{Newcomers: newcomers},
 		Count:    func(r string) { agentRequests.WithLabelValues(r).Inc() },
@@ -68,7 +76,7 @@ func newHTTP(cfg Config, d httpDeps) *bhttp.Server {
 	}
 	srv := &bhttp.Server{
 		Plans: d.plans, Events: events, Secret: d.secret, Agent: agent, Log: d.log,
-		Machines:     bhttp.Machines{Provisioned: events.Provisioned, Known: events.Known, Newcomers: newcomers, MACOf: d.pools.MACOf},
+		Machines:     bhttp.Machines{Provisioned: provisioned, Known: events.Known, Newcomers: newcomers, MACOf: d.pools.MACOf},
 		Files:        bhttp.Files{Artifacts: &bhttp.Artifacts{Repo: d.root, CacheDir: filepath.Join(cfg.StateDir, "cache"), Redirect: cfg.HTTP.ArtifactMode == "redirect"}},
 		View:         bhttp.View{Status: events, Source: sourceStatus{d.rec}},
 		DrainTimeout: cfg.DrainTimeout,

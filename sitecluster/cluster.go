@@ -12,6 +12,8 @@
 //	                  Create wins is the one whose check-in goes on, whichever members the machine reaches
 //	bootops-sessions  machine key → its current status.Session (JSON)
 //	bootops-site      "boot-secret": the secret every member mints and checks credentials with
+//	bootops-nodes     site/node → what the node has installed (Installed): the generation and install a
+//	                  member answers "boot from your disk" by, whichever member saw it provisioned
 //
 // Keys are base64url of the daemon's keys (machine keys hold ':' and '/').
 package sitecluster
@@ -67,6 +69,7 @@ const (
 	BucketTokens   = "bootops-tokens"
 	BucketSessions = "bootops-sessions"
 	BucketSite     = "bootops-site"
+	BucketNodes    = "bootops-nodes"
 )
 
 // TokenTTL is how long a spent token's ID is kept: longer than any boot
@@ -83,6 +86,7 @@ type Member struct {
 	tokens   jetstream.KeyValue
 	sessions jetstream.KeyValue
 	site     jetstream.KeyValue
+	nodes    jetstream.KeyValue
 }
 
 // Start runs the member's server, joins the others and waits (Config.Ready)
@@ -199,6 +203,7 @@ func (m *Member) buckets(ctx context.Context) error {
 		{&m.tokens, jetstream.KeyValueConfig{Bucket: BucketTokens, TTL: TokenTTL, Replicas: m.cfg.Replicas, Storage: jetstream.FileStorage}},
 		{&m.sessions, jetstream.KeyValueConfig{Bucket: BucketSessions, Replicas: m.cfg.Replicas, Storage: jetstream.FileStorage}},
 		{&m.site, jetstream.KeyValueConfig{Bucket: BucketSite, Replicas: m.cfg.Replicas, Storage: jetstream.FileStorage}},
+		{&m.nodes, jetstream.KeyValueConfig{Bucket: BucketNodes, Replicas: m.cfg.Replicas, Storage: jetstream.FileStorage}},
 	} {
 		var last error
 		for {
@@ -328,6 +333,43 @@ func (m *Member) PutSession(k string, s status.Session) error {
 		return fmt.Errorf("the site's cluster did not record the session: %w", err)
 	}
 	return nil
+}
+
+// Installed is what a node last finished installing, as the cluster
+// keeps it: its reprovision generation and install digest.
+type Installed struct {
+	Generation int    `json:"generation"`
+	Install    string `json:"install,omitempty"`
+}
+
+// PutInstalled records that node (site/node) finished installing, on a
+// majority of the members before it returns: a member that answers the
+// node next sends it to its disk, whichever saw it provisioned.
+func (m *Member) PutInstalled(node string, in Installed) error {
+	b, _ := json.Marshal(in)
+	ctx, cancel := m.op()
+	defer cancel()
+	if _, err := m.nodes.Put(ctx, key(node), b); err != nil {
+		return fmt.Errorf("the site's cluster did not record %s's install: %w", node, err)
+	}
+	return nil
+}
+
+// Installed is what the cluster says node (site/node) last finished
+// installing, read from the bucket's leader; ok false when it knows of
+// none (or cannot be asked: the caller then has its own record only).
+func (m *Member) Installed(node string) (Installed, bool, error) {
+	ctx, cancel := m.op()
+	defer cancel()
+	data, err := m.leaderGet(ctx, BucketNodes, key(node))
+	if err != nil || data == nil {
+		return Installed{}, false, err
+	}
+	var in Installed
+	if err := json.Unmarshal(data, &in); err != nil {
+		return Installed{}, false, err
+	}
+	return in, true, nil
 }
 
 // Secret is the site's credential secret: the one the first member to

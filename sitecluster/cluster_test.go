@@ -127,6 +127,15 @@ func TestThreeMembers(t *testing.T) {
 	if _, ok := ms[1].Session("mac:52:54:00:00:00:99"); ok {
 		t.Error("a session that was never put")
 	}
+	if err := ms[1].PutInstalled("lab/n1", Installed{Generation: 3, Install: "d1"}); err != nil {
+		t.Fatal(err)
+	}
+	if in, ok, err := ms[2].Installed("lab/n1"); !ok || err != nil || in.Generation != 3 || in.Install != "d1" {
+		t.Errorf("installed, read on another member: %+v %v %v", in, ok, err)
+	}
+	if _, ok, err := ms[0].Installed("lab/n2"); ok || err != nil {
+		t.Errorf("a node never installed: %v %v", ok, err)
+	}
 	first, err := ms[2].Secret(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ func caCmd() *command {
 	c := &command{
 		name:    "ca",
 		summary: "Make the site's CA, the boot server's TLS certificate and the overlay signing key; issue operators' client certificates.",
-		usage:   "init --host ADDR[,NAME…] [--state-dir DIR] [--force] | operator NAME --role read|operate [--days N] [--out DIR] [--state-dir DIR] | route NAME --host ADDR[,NAME…] [--days N] [--out DIR] [--state-dir DIR]",
+		usage:   "init --host ADDR[,NAME…] [--state-dir DIR] [--force] | operator NAME --role read|operate [--days N] [--out DIR] [--state-dir DIR] | route NAME --host ADDR[,NAME…] [--days N] [--out DIR] [--state-dir DIR] | peer NAME --host ADDR[,NAME…] [--days N] [--out DIR] [--state-dir DIR]",
 		example: "  bootops ca init --host 198.18.0.1 --state-dir /var/lib/bootops\n" +
 			"  # writes /var/lib/bootops/tls/: ca.pem, server.pem and overlay.pub (give these out),\n" +
 			"  # ca-key.pem, server-key.pem and overlay.key (mode 0600, never served, never in Git);\n" +
@@ -30,16 +30,20 @@ func caCmd() *command {
 			"  # revoke it early with a line 'revoked SERIAL alice' in serve's --operators-file\n" +
 			"  bootops ca route h1 --host h1.example.net --state-dir /var/lib/bootops-hub --out .\n" +
 			"  # a hub server's cluster certificate (./h1.pem, ./h1-key.pem): bootops hub --cluster-cert h1.pem\n" +
-			"  #   --cluster-key h1-key.pem --cluster-ca /var/lib/bootops-hub/tls/ca.pem; one per server, one CA",
+			"  #   --cluster-key h1-key.pem --cluster-ca /var/lib/bootops-hub/tls/ca.pem; one per server, one CA\n" +
+			"  bootops ca peer boot-a --host 198.18.0.11 --out .\n" +
+			"  # a site daemon's cluster certificate (a site of two or three servers, docs/cluster.md):\n" +
+			"  #   bootops serve --peer-listen 198.18.0.11:7422 --peers 198.18.0.12:7422,198.18.0.13:7422 \\\n" +
+			"  #     --peer-name boot-a --peer-cert boot-a.pem --peer-key boot-a-key.pem",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
-		hosts := fs.String("host", "", "init: comma-separated IP addresses and DNS names the agents reach the boot server by (the site's serverAddress); route: those the other hub servers reach this one by")
+		hosts := fs.String("host", "", "init: comma-separated IP addresses and DNS names the agents reach the boot server by (the site's serverAddress); route: those the other hub servers reach this one by; peer: those the site's other daemons reach this one by")
 		stateDir := fs.String("state-dir", "/var/lib/bootops", "bootops serve's state folder: the CA is in its tls/ folder")
 		force := fs.Bool("force", false, "init: replace an existing CA (every Micro-OS built with the old one must be rebuilt)")
 		role := fs.String("role", "", "operator: read (status, timelines, inventory) or operate (also power, boot device, fetch now)")
-		days := fs.Int("days", 0, "operator, route: how many days the certificate is valid (default 90 for an operator, 825 for a route)")
-		out := fs.String("out", ".", "operator, route: the folder for NAME.pem and NAME-key.pem")
+		days := fs.Int("days", 0, "operator, route, peer: how many days the certificate is valid (default 90 for an operator, 825 for a route or a peer)")
+		out := fs.String("out", ".", "operator, route, peer: the folder for NAME.pem and NAME-key.pem")
 		pos, err := parse(fs, e, args)
 		if err != nil {
 			return err
@@ -47,7 +51,7 @@ func caCmd() *command {
 		dir := filepath.Join(*stateDir, "tls")
 		switch {
 		case len(pos) == 0:
-			return usagef("missing subcommand: want 'bootops ca init', 'bootops ca operator NAME' or 'bootops ca route NAME'")
+			return usagef("missing subcommand: want 'bootops ca init', 'bootops ca operator NAME', 'bootops ca route NAME' or 'bootops ca peer NAME'")
 		case pos[0] == "operator":
 			if len(pos) != 2 {
 				return usagef("want 'bootops ca operator NAME --role read|operate'")
@@ -68,8 +72,18 @@ func caCmd() *command {
 			return writeIssued(e, pos[1], *out, "hub server "+pos[1]+"'s route certificate", func() ([]byte, []byte, error) {
 				return trust.IssueRoute(dir, pos[1], strings.Split(*hosts, ","), orInt(*days, 825), time.Now())
 			})
+		case pos[0] == "peer":
+			if len(pos) != 2 {
+				return usagef("want 'bootops ca peer NAME --host ADDR'")
+			}
+			if *hosts == "" {
+				return usagef("--host is required: the addresses or names the site's other daemons' --peers reach this one by")
+			}
+			return writeIssued(e, pos[1], *out, "site daemon "+pos[1]+"'s peer certificate", func() ([]byte, []byte, error) {
+				return trust.IssuePeer(dir, pos[1], strings.Split(*hosts, ","), orInt(*days, 825), time.Now())
+			})
 		case pos[0] != "init" || len(pos) > 1:
-			return usagef("unknown subcommand %q: want 'init', 'operator NAME' or 'route NAME'", strings.Join(pos, " "))
+			return usagef("unknown subcommand %q: want 'init', 'operator NAME', 'route NAME' or 'peer NAME'", strings.Join(pos, " "))
 		case *hosts == "":
 			return usagef("--host is required: the address the nodes reach the boot server by (the site's network.serverAddress)")
 		}

@@ -102,6 +102,8 @@ func (cfg serveConfig) daemonConfig(worker []string) bootopsd.Config {
 			InsecureTLS: cfg.bmcInsecureTLS, Interval: cfg.powerInterval, Timeout: cfg.bmcTimeout},
 		Swarm:     bootopsd.SwarmConfig{Addr: cfg.swarmAddr, Streams: cfg.swarmStreams},
 		Dashboard: bootopsd.DashboardConfig{TokenFile: cfg.uiTokenFile, OperatorsFile: cfg.operatorsFile, OpenReads: cfg.openReads},
+		Cluster: bootopsd.ClusterConfig{Name: cfg.peerName, Listen: cfg.peerListen, Peers: splitList(cfg.peers),
+			CertFile: cfg.peerCert, KeyFile: cfg.peerKey, CAFile: cfg.peerCA},
 	}
 }
 

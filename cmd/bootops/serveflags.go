@@ -20,6 +20,7 @@ type serveConfig struct {
 	httpsAddr, tlsCert, tlsKey, overlayKey, shim, grub                                                       string
 	secretsDir, ageIdentity, bmcAllow                                                                        string
 	hubURLs, hubSeed, hubCA, pprofAddr, swarmAddr                                                            string
+	peerName, peerListen, peers, peerCert, peerKey, peerCA                                                   string
 	swarmStreams                                                                                             int
 	limits                                                                                                   limits
 	interval, drainTimeout, powerInterval, bmcTimeout                                                        time.Duration
@@ -66,6 +67,12 @@ func (cfg serveConfig) check() error {
 		case cfg.hubSeed == "" || cfg.hubCA == "":
 			return usagef("--hub needs --hub-seed (the site's key, from bootops hub add-site) and --hub-ca (the hub's CA): sites reach the hub over TLS only")
 		}
+	}
+	if (cfg.peerListen == "") != (cfg.peers == "") {
+		return usagef("--peer-listen and --peers go together: this daemon's cluster address and the others' (a site of two or three daemons)")
+	}
+	if n := len(splitList(cfg.peers)); n > 2 {
+		return usagef("--peers: %d other daemons; a site's cluster has two or three members", n)
 	}
 	if err := cfg.limits.check(); err != nil {
 		return err
@@ -141,6 +148,12 @@ func (cfg *serveConfig) runFlags(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.hubURLs, "hub", "", "report this site's events to a hub (bootops hub): its NATS URLs, comma-separated (nats://hub1:4222,…); needs --site S, --hub-seed and --hub-ca")
 	fs.StringVar(&cfg.hubSeed, "hub-seed", "", "the site's nkey seed file from bootops hub add-site (mode 0600)")
 	fs.StringVar(&cfg.hubCA, "hub-ca", "", "PEM CA certificate(s) the hub's TLS certificate chains to")
+	fs.StringVar(&cfg.peerListen, "peer-listen", "", "a site with more than one server: this daemon's cluster address (host:port) the others' --peers name; with --peers it joins them (docs/cluster.md)")
+	fs.StringVar(&cfg.peers, "peers", "", "the site's other daemons' cluster addresses, comma-separated (host:port,…)")
+	fs.StringVar(&cfg.peerName, "peer-name", "", "this daemon's name in the site's cluster, unique (default: the host name)")
+	fs.StringVar(&cfg.peerCert, "peer-cert", "", "its peer certificate, from bootops ca peer (default <state-dir>/tls/peer.pem)")
+	fs.StringVar(&cfg.peerKey, "peer-key", "", "its key, mode 0600 (default <state-dir>/tls/peer-key.pem)")
+	fs.StringVar(&cfg.peerCA, "peer-ca", "", "the site CA that signed every member's peer certificate (default <state-dir>/tls/ca.pem)")
 	fs.StringVar(&cfg.pprofAddr, "pprof-addr", "", "debugging: serve Go's profiles (/debug/pprof/) on this address; keep it on loopback")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long transfers in flight may finish")
 	fs.StringVar(&cfg.configFile, "config", "", "YAML file of settings (flag-name: value); flags and BOOTOPS_* variables win over it")
@@ -152,6 +165,17 @@ func parseLevel(s string) (slog.Level, error) {
 		return l, usagef("--log-level %q: want debug, info, warn or error", s)
 	}
 	return l, nil
+}
+
+// splitList is a comma-separated list without its blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func (cfg serveConfig) sites() []string {

@@ -1,0 +1,117 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/bootops/bootops/boot"
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/sitecluster"
+	"github.com/bootops/bootops/trust"
+)
+
+// openCluster makes the daemon a member of its site's cluster when the
+// settings name one: it joins the others (a majority of them must run),
+// and takes the site's credential secret, so a machine's token or session
+// from any member is good on every one.
+func (d *daemon) openCluster(ctx context.Context) error {
+	c := d.cfg.Cluster
+	if c.Listen == "" {
+		return nil
+	}
+	tlsDir := filepath.Join(d.cfg.StateDir, "tls")
+	def := func(f, name string) string {
+		if f != "" {
+			return f
+		}
+		return filepath.Join(tlsDir, name)
+	}
+	tlsCfg, err := trust.PeerTLS(def(c.CertFile, "peer.pem"), def(c.KeyFile, "peer-key.pem"), def(c.CAFile, trust.CAFile))
+	if err != nil {
+		return configErr(fmt.Errorf("the site's cluster: its peer certificate (bootops ca peer NAME --host ADDR, then --peer-cert/--peer-key): %w", err))
+	}
+	name := c.Name
+	if name == "" {
+		if name, err = os.Hostname(); err != nil {
+			return configErr(fmt.Errorf("the site's cluster: --peer-name: %w", err))
+		}
+	}
+	d.log.Info("cluster: joining the site's other daemons", "member", name, "listen", c.Listen, "peers", c.Peers)
+	m, err := sitecluster.Start(ctx, sitecluster.Config{Name: name, Listen: c.Listen, Peers: c.Peers, TLS: tlsCfg,
+		StoreDir: filepath.Join(d.cfg.StateDir, "cluster"), Log: d.log})
+	if err != nil {
+		return err
+	}
+	secret, err := m.Secret(d.secret)
+	if err != nil {
+		m.Close()
+		return err
+	}
+	d.member, d.secret = m, boot.Secret(secret)
+	st := m.Status()
+	d.log.Info("cluster: a member", "member", name, "leader", st.Leader, "size", st.Size)
+	return nil
+}
+
+// clustered is the status store of a member of a site's cluster: its
+// timelines stay its own; what a wipe depends on is the cluster's —
+// spent boot tokens, sessions, and which generation each node installed,
+// written by a majority before the answer that depends on it.
+type clustered struct {
+	*status.Durable
+	m   *sitecluster.Member
+	log *slog.Logger
+}
+
+// UseToken spends a boot token in the cluster: once, whichever member.
+func (c clustered) UseToken(id string, expires time.Time) (bool, error) {
+	return c.m.UseToken(id, expires)
+}
+
+// Session is the machine's current session, as the cluster has it.
+func (c clustered) Session(key string) (status.Session, bool) { return c.m.Session(key) }
+
+// PutSession keeps the machine's session in the cluster.
+func (c clustered) PutSession(key string, s status.Session) error { return c.m.PutSession(key, s) }
+
+// RecordSync stores events here, then — for a node that reports itself
+// provisioned — its install in the cluster, before the agent is answered:
+// a failure there fails the batch, which the agent sends again.
+func (c clustered) RecordSync(evs ...status.Event) error {
+	if err := c.Durable.RecordSync(evs...); err != nil {
+		return err
+	}
+	for _, e := range evs {
+		if e.State != status.StateProvisioned || e.Node == "" {
+			continue
+		}
+		in := sitecluster.Installed{Generation: e.Generation}
+		if e.Install != nil {
+			in.Install = e.Install.Digest
+		}
+		if err := c.m.PutInstalled(e.Site+"/"+e.Node, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Provisioned is the generation a node installed, as the cluster knows it
+// (whichever member saw it), else as this member does.
+func (c clustered) Provisioned(site, node string) (int, bool) {
+	in, ok, err := c.m.Installed(site + "/" + node)
+	if err != nil {
+		c.log.Warn("cluster: what a node installed, not read: this member's record only", "node", site+"/"+node, "err", err)
+	}
+	if err == nil && ok {
+		if g, mine := c.Durable.Provisioned(site, node); mine && g > in.Generation {
+			return g, true
+		}
+		return in.Generation, true
+	}
+	return c.Durable.Provisioned(site, node)
+}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"github.com/bootops/bootops/sitecluster"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -37,6 +38,25 @@ type bootPlane struct {
 	tftp6 bool
 	// binaries are the iPXE builds served (nil: none).
 	binaries tftp.Files
+	// member, in a site of more than one daemon: its DHCP answers come
+	// from the one member holding the site's DHCP role (nil: this one).
+	member *sitecluster.Member
+}
+
+// dhcpRole is whether this daemon answers a site's DHCP now: always for a
+// site's one daemon; in a cluster, while it holds the site's DHCP role.
+func (b *bootPlane) dhcpRole(ctx context.Context, site string) func() bool {
+	if b.member == nil {
+		return nil
+	}
+	role := b.member.Campaign(ctx, "dhcp."+site, func(active bool) {
+		if active {
+			b.log.Info("cluster: this member answers the site's DHCP now", "site", site)
+		} else {
+			b.log.Info("cluster: this member stopped answering the site's DHCP (another member holds it)", "site", site)
+		}
+	})
+	return role.Active
 }
 
 // servedSites are the first Plan's sites this daemon serves.
@@ -129,7 +149,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		pool := &lease.Store{Path: filepath.Join(cfg.StateDir, "leases-"+site.Name+".json")}
 		b.pools.Add(pool)
 		ds := &dhcp.Server{Plans: b.plans, Site: site.Name, Interface: iface, Events: b.events, Log: b.log, Metrics: b.metrics,
-			Newcomers: newcomers, Known: b.httpSrv.Machines.Known,
+			Newcomers: newcomers, Known: b.httpSrv.Machines.Known, Active: b.dhcpRole(ctx, site.Name),
 			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m, Leases: pool}}
 		g.Go(func() error {
 			if err := ds.Serve(ctx); err != nil {
@@ -147,7 +167,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		b.pools.Add(pool6)
 		b.metrics6.Site(site.Name)
 		ds6 := &dhcp6.Server{Plans: b.plans, Site: site.Name, Interface: iface, Config: c6, Events: b.events, Log: b.log,
-			Metrics: b.metrics6, Newcomers: newcomers, Known: b.httpSrv.Machines.Known}
+			Metrics: b.metrics6, Newcomers: newcomers, Known: b.httpSrv.Machines.Known, Active: b.dhcpRole(ctx, site.Name+".6")}
 		g.Go(func() error { return ds6.Serve(ctx) })
 		b.log.Info("serving DHCPv6", "site", site.Name, "dhcp6", n.DHCP, "server", n.ServerAddress, "tftp", b.tftp6)
 		if _, ok := b.binaries.Lookup(dhcp6.UEFIFile); !ok {

@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"fmt"
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -114,4 +116,58 @@ func (c clustered) Provisioned(site, node string) (int, bool) {
 		return in.Generation, true
 	}
 	return c.Durable.Provisioned(site, node)
+}
+
+// clusterStatus is the cluster as this member sees it, with the holder
+// of each site's DHCP roles, for the status document.
+func (d *daemon) clusterStatus() *bhttp.ClusterStatus {
+	st := d.member.Status()
+	out := &bhttp.ClusterStatus{Member: st.Member, Leader: st.Leader, Size: st.Size, Quorum: st.Quorum, Members: []bhttp.ClusterMember{}, Roles: map[string]string{}}
+	for _, p := range st.Members {
+		out.Members = append(out.Members, bhttp.ClusterMember{Name: p.Name, Current: p.Current, Offline: p.Offline, ActiveMS: p.Active.Milliseconds(), Lag: p.Lag})
+	}
+	if p := d.overlays.live.Current(); p != nil {
+		for _, site := range p.Sites {
+			for _, role := range []string{"dhcp." + site.Name, "dhcp." + site.Name + ".6"} {
+				if h := d.member.Holder(role); h != "" {
+					out.Roles[role] = h
+				}
+			}
+		}
+	}
+	return out
+}
+
+// clusterMetrics are the cluster's gauges: the members this one hears,
+// whether it is with a majority, and each other member's lag.
+func (d *daemon) clusterMetrics() {
+	d.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bootops_cluster_quorum",
+		Help: "1 while this daemon and the members it hears are a majority of the site's cluster (it may answer check-ins), else 0.",
+	}, func() float64 {
+		if d.member.Status().Quorum {
+			return 1
+		}
+		return 0
+	}), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bootops_cluster_members_heard",
+		Help: "Members of the site's cluster this daemon hears, itself included.",
+	}, func() float64 {
+		n := 1
+		for _, p := range d.member.Status().Members {
+			if !p.Offline {
+				n++
+			}
+		}
+		return float64(n)
+	}), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bootops_cluster_lag_max",
+		Help: "The most operations any other member of the site's cluster is behind (replication lag).",
+	}, func() float64 {
+		var lag uint64
+		for _, p := range d.member.Status().Members {
+			lag = max(lag, p.Lag)
+		}
+		return float64(lag)
+	}))
 }

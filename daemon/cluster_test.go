@@ -50,6 +50,7 @@ func TestSiteOfThreeDaemons(t *testing.T) {
 			}
 		}
 		cfg.Cluster = ClusterConfig{Name: name, Listen: addrs[i], Peers: peers}
+		cfg.Dashboard.OpenReads = true
 		cfgs[i] = cfg
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -107,6 +108,22 @@ func TestSiteOfThreeDaemons(t *testing.T) {
 	// a never saw it provisioned: it sends it to its disk all the same.
 	if _, script := do(t, "GET", base[0]+"/ipxe?serial=DEMO-0001", "", ""); !strings.Contains(script, "booting from its disk") || strings.Contains(script, "bootops.token") {
 		t.Errorf("a's script for the node c saw provisioned:\n%s", script)
+	}
+	// The status document says what the member asked sees.
+	code, body = do(t, "GET", base[1]+"/api/v1/status", "", "")
+	var doc struct {
+		Cluster *struct {
+			Member, Leader string
+			Size           int
+			Quorum         bool
+			Members        []struct{ Name string }
+		} `json:"cluster"`
+	}
+	if code == 200 {
+		json.Unmarshal([]byte(body), &doc)
+	}
+	if c := doc.Cluster; c == nil || c.Member != "b" || c.Size != 3 || !c.Quorum || c.Leader == "" || len(c.Members) != 2 {
+		t.Errorf("b's status document: %d %+v", code, doc.Cluster)
 	}
 	if st := logs[0].String(); !strings.Contains(st, "cluster: a member") {
 		t.Errorf("a's log does not say it joined:\n%s", testutil.Tail(st, 20))

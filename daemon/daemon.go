@@ -135,6 +135,10 @@ func (d *daemon) startPlanActors(ctx context.Context, g *errgroup.Group) error {
 		return err
 	}
 	d.http.View.Rollouts = d.rollouts.Status
+	if d.member != nil {
+		d.http.View.Cluster = d.clusterStatus
+		d.clusterMetrics()
+	}
 	d.http.Machines.Provisioned, d.http.Agent.Provisioned = d.provisioned, d.provisioned
 	// Retired nodes' erase certificates, signed with the server's record
 	// key (made once; its public half, records.pub, checks them offline).
@@ -263,7 +267,8 @@ func (d *daemon) newHTTP() {
 	hook := newWebhook(func() []byte { return d.settings.Load().webhookSecret }, d.src.follower, d.rec.Metrics, d.log)
 	d.http = newHTTP(d.cfg, httpDeps{plans: d.overlays.live, events: d.events, rec: d.rec, secret: d.secret, member: d.member, root: d.root,
 		pools: pools, hook: hook, reg: d.reg, log: d.log})
-	d.boot = &bootPlane{plans: d.overlays.live, events: d.events, httpSrv: d.http, metrics: metrics, metrics6: dhcp6.NewMetrics(d.reg), pools: pools, log: d.log}
+	d.boot = &bootPlane{plans: d.overlays.live, events: d.events, httpSrv: d.http, metrics: metrics, metrics6: dhcp6.NewMetrics(d.reg), pools: pools, log: d.log,
+		member: d.member}
 }
 
 // onPlanChange makes every new Plan poke the power manager (a raised

@@ -12,6 +12,7 @@
 //	                  Create wins is the one whose check-in goes on, whichever members the machine reaches
 //	bootops-sessions  machine key → its current status.Session (JSON)
 //	bootops-site      "boot-secret": the secret every member mints and checks credentials with
+//	bootops-roles     a role ("dhcp.<site>") → the member that performs it (role.go)
 //	bootops-nodes     site/node → what the node has installed (Installed): the generation and install a
 //	                  member answers "boot from your disk" by, whichever member saw it provisioned
 //
@@ -87,6 +88,7 @@ type Member struct {
 	sessions jetstream.KeyValue
 	site     jetstream.KeyValue
 	nodes    jetstream.KeyValue
+	roles    jetstream.KeyValue
 }
 
 // Start runs the member's server, joins the others and waits (Config.Ready)
@@ -204,6 +206,7 @@ func (m *Member) buckets(ctx context.Context) error {
 		{&m.sessions, jetstream.KeyValueConfig{Bucket: BucketSessions, Replicas: m.cfg.Replicas, Storage: jetstream.FileStorage}},
 		{&m.site, jetstream.KeyValueConfig{Bucket: BucketSite, Replicas: m.cfg.Replicas, Storage: jetstream.FileStorage}},
 		{&m.nodes, jetstream.KeyValueConfig{Bucket: BucketNodes, Replicas: m.cfg.Replicas, Storage: jetstream.FileStorage}},
+		{&m.roles, jetstream.KeyValueConfig{Bucket: BucketRoles, TTL: RoleTTL, Replicas: m.cfg.Replicas, Storage: jetstream.FileStorage}},
 	} {
 		var last error
 		for {

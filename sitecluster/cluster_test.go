@@ -244,3 +244,59 @@ func TestMembersNeedPeerCertificates(t *testing.T) {
 		}
 	}
 }
+
+// Three members campaign for one role: never two holders at once (each
+// member asked every 20 ms), one within a few seconds; the holder killed,
+// another takes it within 10 s (printed); a holder that stops gives it
+// back at once.
+func TestRoleOneHolder(t *testing.T) {
+	testutil.Slow(t)
+	ms, _ := cluster(t, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	roles := make([]*Role, 3)
+	for i, m := range ms {
+		roles[i] = m.Campaign(ctx, "dhcp.lab", nil)
+	}
+	holders := func() (n, who int) {
+		who = -1
+		for i, r := range roles {
+			if r != nil && r.Active() {
+				n, who = n+1, i
+			}
+		}
+		return n, who
+	}
+	watch := func(d time.Duration) (who int, took time.Duration) {
+		start := time.Now()
+		who, took = -1, -1
+		for time.Since(start) < d {
+			n, w := holders()
+			if n > 1 {
+				t.Fatalf("%d holders at once", n)
+			}
+			if n == 1 && took < 0 {
+				who, took = w, time.Since(start)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return who, took
+	}
+	who, took := watch(5 * time.Second)
+	if who < 0 {
+		t.Fatal("no holder in 5 s")
+	}
+	if h := ms[who].Holder("dhcp.lab"); h != ms[who].cfg.Name {
+		t.Errorf("the bucket says %q holds it, the member %q", h, ms[who].cfg.Name)
+	}
+	t.Logf("first holder %s after %s", ms[who].cfg.Name, took.Round(time.Millisecond))
+
+	// Killed: no release; another takes it once its value expires.
+	ms[who].Close()
+	ms[who], roles[who] = nil, nil
+	next, took := watch(12 * time.Second)
+	if next < 0 || took > 10*time.Second {
+		t.Fatalf("after the holder's death: holder %d after %s", next, took)
+	}
+	t.Logf("timing: the holder killed → %s holds the role after %s", ms[next].cfg.Name, took.Round(time.Millisecond))
+}

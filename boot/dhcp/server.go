@@ -40,6 +40,9 @@ type Server struct {
 	// past it their replies still go, their sightings are not kept.
 	Newcomers *status.Newcomers
 	Known     func(key string) bool
+	// Active, when set, says whether this server answers now (a site of
+	// more than one daemon: the one holding its DHCP role).
+	Active func() bool
 
 	bookOnce sync.Once
 	book     *udpserve.Book
@@ -107,7 +110,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			udpserve.Close(socks)
 			return fmt.Errorf("dhcp: listen on port %d: %w", port, err)
 		}
-		socks = append(socks, udpserve.Socket{Conn: conn, Accept: accept, First: s.registered, Metrics: s.Metrics,
+		socks = append(socks, udpserve.Socket{Conn: conn, Accept: accept, First: s.registered, Metrics: s.Metrics, Active: s.Active,
 			Handle: func(pkt []byte, peer netip.AddrPort) { s.answer(conn, port, pkt, peer) }})
 	}
 	return udpserve.Serve(ctx, "dhcp", socks...)

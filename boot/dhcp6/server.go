@@ -52,6 +52,9 @@ type Server struct {
 	// server does.
 	Newcomers *status.Newcomers
 	Known     func(key string) bool
+	// Active, when set, says whether this server answers now (a site of
+	// more than one daemon: the one holding its DHCP role).
+	Active func() bool
 
 	repeating atomic.Int64 // boot-service Replies with repeats pending
 	bookOnce  sync.Once
@@ -121,7 +124,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			return err
 		}
 		bootService := i == 1
-		socks = append(socks, udpserve.Socket{Conn: conn, First: s.registered, Metrics: s.Metrics,
+		socks = append(socks, udpserve.Socket{Conn: conn, First: s.registered, Metrics: s.Metrics, Active: s.Active,
 			Handle: func(pkt []byte, peer netip.AddrPort) { s.answer(ctx, conn, bootService, pkt, peer) }})
 	}
 	return udpserve.Serve(ctx, "dhcp6", socks...)

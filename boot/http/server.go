@@ -133,6 +133,33 @@ type View struct {
 	// Power, when set, is a node's power as its BMC last said, and why it
 	// is unreachable (both "" for a node without a BMC).
 	Power func(key string) (state, problem string)
+	// Cluster, when set, is the site's cluster as this member sees it (a
+	// site of more than one daemon).
+	Cluster func() *ClusterStatus
+}
+
+// ClusterStatus is a site's cluster as the member asked sees it
+// (docs/cluster.md): the members, the leader of the cluster's metadata,
+// whether this member is with a majority, and who holds each role.
+type ClusterStatus struct {
+	Member  string          `json:"member"`
+	Leader  string          `json:"leader"`
+	Size    int             `json:"size"`
+	Quorum  bool            `json:"quorum"`
+	Members []ClusterMember `json:"members"`
+	// Roles: each role ("dhcp.<site>") and the member holding it ("" none).
+	Roles map[string]string `json:"roles,omitempty"`
+}
+
+// ClusterMember is another member as this one sees it: current (seen and
+// caught up), offline, when last heard (ms ago) and how many operations
+// behind (its replication lag).
+type ClusterMember struct {
+	Name     string `json:"name"`
+	Current  bool   `json:"current"`
+	Offline  bool   `json:"offline,omitempty"`
+	ActiveMS int64  `json:"activeMs"`
+	Lag      uint64 `json:"lag,omitempty"`
 }
 
 // DefaultBootTokenTTL bounds the time from a served script to the agent's
@@ -597,6 +624,9 @@ func (s *Server) StatusDoc(nodes bool) StatusDoc {
 	if s.View.Source != nil {
 		doc.Source = s.View.Source.Status()
 	}
+	if s.View.Cluster != nil {
+		doc.Cluster = s.View.Cluster()
+	}
 	p := s.Plans.Current()
 	if p == nil {
 		return doc
@@ -670,6 +700,9 @@ type StatusDoc struct {
 	// Rollouts are the groups with out-of-date nodes, a rollout in
 	// progress, or a halt.
 	Rollouts []RolloutStatus `json:"rollouts,omitempty"`
+	// Cluster is the site's cluster as the daemon asked sees it; absent
+	// for a site of one daemon.
+	Cluster *ClusterStatus `json:"cluster,omitempty"`
 }
 
 // SiteStatus is one site daemon as a hub last heard from it.

@@ -39,6 +39,10 @@ type Socket struct {
 	Handle func(pkt []byte, peer netip.AddrPort)
 	// Metrics count the packets the queue had no room for (nil: none).
 	Metrics *Metrics
+	// Active, when set, says whether this server answers now: a site of
+	// more than one daemon answers from one (sitecluster's role); the
+	// others drop what they read.
+	Active func() bool
 }
 
 // The queue and the buffers.
@@ -109,7 +113,7 @@ func (s Socket) loop(ctx context.Context, name string) error {
 			return fmt.Errorf("%s: read: %w", name, err)
 		}
 		pkt := (*bp)[:n]
-		if s.Accept != nil && !s.Accept(pkt) {
+		if s.Active != nil && !s.Active() || s.Accept != nil && !s.Accept(pkt) {
 			bufs.Put(bp)
 			continue
 		}

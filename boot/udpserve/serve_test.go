@@ -121,3 +121,38 @@ func TestServeCountsAFullQueue(t *testing.T) {
 		t.Errorf("%v handled + %v dropped > %d sent", handled.Load(), full(), sent)
 	}
 }
+
+// A server that is not the site's active one (Active false) answers
+// nothing; once active, it answers.
+func TestServeOnlyWhenActive(t *testing.T) {
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var active atomic.Bool
+	got := make(chan string, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go Serve(ctx, "test", Socket{Conn: conn, Active: active.Load, Handle: func(pkt []byte, _ netip.AddrPort) { got <- string(pkt) }})
+	client, err := net.DialUDP("udp4", nil, conn.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	client.Write([]byte("passive"))
+	select {
+	case p := <-got:
+		t.Fatalf("answered %q while not active", p)
+	case <-time.After(300 * time.Millisecond):
+	}
+	active.Store(true)
+	client.Write([]byte("active"))
+	select {
+	case p := <-got:
+		if p != "active" {
+			t.Errorf("answered %q", p)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("not answered once active")
+	}
+}

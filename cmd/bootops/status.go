@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -278,6 +279,8 @@ type statusDoc struct {
 	Sites []bhttp.SiteStatus `json:"sites"`
 	// Rollouts: groups with out-of-date nodes, a rollout or a halt.
 	Rollouts []bhttp.RolloutStatus `json:"rollouts"`
+	// Cluster: a site of more than one daemon, as the one asked sees it.
+	Cluster *bhttp.ClusterStatus `json:"cluster"`
 }
 
 // printRollouts is a line per rollout group worth showing.
@@ -331,6 +334,7 @@ func printStatus(w io.Writer, doc statusDoc) {
 		fmt.Fprintf(w, " [kept plan, not yet confirmed by the source]")
 	}
 	fmt.Fprintln(w)
+	printCluster(w, doc.Cluster)
 	if src.Stale {
 		fmt.Fprintf(w, "STALE:    %s\n", src.Reason)
 	}
@@ -421,6 +425,34 @@ func printNodes(w io.Writer, doc statusDoc) {
 		}
 		tw.Flush()
 	}
+}
+
+// printCluster is one line on a site of more than one daemon: the member
+// asked, the leader, the majority, who answers DHCP, the others' state.
+func printCluster(w io.Writer, c *bhttp.ClusterStatus) {
+	if c == nil {
+		return
+	}
+	q := "with a majority"
+	if !c.Quorum {
+		q = "NO MAJORITY: refusing check-ins"
+	}
+	fmt.Fprintf(w, "cluster:  member %s of %d, leader %s, %s", status.Printable(c.Member), c.Size, or(status.Printable(c.Leader), "none"), q)
+	roles := slices.Sorted(maps.Keys(c.Roles))
+	for _, r := range roles {
+		fmt.Fprintf(w, "; %s: %s", status.Printable(r), status.Printable(c.Roles[r]))
+	}
+	for _, m := range c.Members {
+		st := "current"
+		switch {
+		case m.Offline:
+			st = "offline"
+		case !m.Current:
+			st = fmt.Sprintf("behind by %d", m.Lag)
+		}
+		fmt.Fprintf(w, "; %s %s", status.Printable(m.Name), st)
+	}
+	fmt.Fprintln(w)
 }
 
 // printHeld says, whole, why each held node waits: the table's last

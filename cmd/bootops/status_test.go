@@ -58,3 +58,17 @@ func TestStatusSaysWhyHeld(t *testing.T) {
 		t.Errorf("status does not say why c-good is held, or says it of c-done, or prints an escape:\n%s", out)
 	}
 }
+
+// A site of more than one daemon: one line says the member asked, the
+// leader, the majority, who answers DHCP and the others' state.
+func TestStatusSaysTheCluster(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"source":{"applied":{"revision":"aaaa"}},"cluster":{"member":"b","leader":"c","size":3,"quorum":true,` +
+			`"members":[{"name":"a","current":false,"offline":true},{"name":"c","current":true}],"roles":{"dhcp.lab":"c"}},"nodes":[]}`))
+	}))
+	defer srv.Close()
+	_, out, _ := bootops(t, nil, "status", "--server", srv.URL)
+	if !strings.Contains(out, "cluster:  member b of 3, leader c, with a majority; dhcp.lab: c; a offline; c current\n") {
+		t.Errorf("status:\n%s", out)
+	}
+}

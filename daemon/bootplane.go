@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"github.com/bootops/bootops/boot/floatip"
 	"github.com/bootops/bootops/sitecluster"
 	"log/slog"
 	"net"
@@ -44,19 +45,45 @@ type bootPlane struct {
 }
 
 // dhcpRole is whether this daemon answers a site's DHCP now: always for a
-// site's one daemon; in a cluster, while it holds the site's DHCP role.
-func (b *bootPlane) dhcpRole(ctx context.Context, site string) func() bool {
+// site's one daemon; in a cluster, while it holds the site's DHCP role —
+// and then, for the IPv4 role, it holds the site's server address (float,
+// when valid) on iface too (boot/floatip).
+func (b *bootPlane) dhcpRole(ctx context.Context, site, iface string, float netip.Addr) func() bool {
 	if b.member == nil {
 		return nil
 	}
-	role := b.member.Campaign(ctx, "dhcp."+site, func(active bool) {
-		if active {
-			b.log.Info("cluster: this member answers the site's DHCP now", "site", site)
-		} else {
+	role := "dhcp." + site
+	if !float.IsValid() {
+		role += ".6"
+	} else if err := floatip.Give(iface, float); err != nil { // left by a crash: not ours until the role is
+		b.log.Warn("cluster: the site's address", "site", site, "address", float, "err", err)
+	}
+	r := b.member.Campaign(ctx, role, func(active bool) {
+		switch {
+		case active && float.IsValid():
+			if err := floatip.Take(iface, float); err != nil {
+				b.log.Error("cluster: this member answers the site's DHCP, and could not take its address", "site", site, "address", float, "interface", iface, "err", err)
+				return
+			}
+			b.log.Info("cluster: this member answers the site's DHCP now, at the site's address", "site", site, "address", float, "interface", iface)
+		case active:
+			b.log.Info("cluster: this member answers the site's DHCPv6 now", "site", site)
+		case float.IsValid():
+			if err := floatip.Give(iface, float); err != nil {
+				b.log.Error("cluster: could not give the site's address back", "site", site, "address", float, "err", err)
+			}
 			b.log.Info("cluster: this member stopped answering the site's DHCP (another member holds it)", "site", site)
+		default:
+			b.log.Info("cluster: this member stopped answering the site's DHCPv6", "site", site)
 		}
 	})
-	return role.Active
+	go func() {
+		<-r.Done() // the daemon stops: the address goes with the role
+		if float.IsValid() {
+			floatip.Give(iface, float)
+		}
+	}()
+	return r.Active
 }
 
 // servedSites are the first Plan's sites this daemon serves.
@@ -149,7 +176,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		pool := &lease.Store{Path: filepath.Join(cfg.StateDir, "leases-"+site.Name+".json")}
 		b.pools.Add(pool)
 		ds := &dhcp.Server{Plans: b.plans, Site: site.Name, Interface: iface, Events: b.events, Log: b.log, Metrics: b.metrics,
-			Newcomers: newcomers, Known: b.httpSrv.Machines.Known, Active: b.dhcpRole(ctx, site.Name),
+			Newcomers: newcomers, Known: b.httpSrv.Machines.Known, Active: b.dhcpRole(ctx, site.Name, iface, serverIP),
 			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m, Leases: pool}}
 		g.Go(func() error {
 			if err := ds.Serve(ctx); err != nil {
@@ -167,7 +194,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		b.pools.Add(pool6)
 		b.metrics6.Site(site.Name)
 		ds6 := &dhcp6.Server{Plans: b.plans, Site: site.Name, Interface: iface, Config: c6, Events: b.events, Log: b.log,
-			Metrics: b.metrics6, Newcomers: newcomers, Known: b.httpSrv.Machines.Known, Active: b.dhcpRole(ctx, site.Name+".6")}
+			Metrics: b.metrics6, Newcomers: newcomers, Known: b.httpSrv.Machines.Known, Active: b.dhcpRole(ctx, site.Name, iface, netip.Addr{})}
 		g.Go(func() error { return ds6.Serve(ctx) })
 		b.log.Info("serving DHCPv6", "site", site.Name, "dhcp6", n.DHCP, "server", n.ServerAddress, "tftp", b.tftp6)
 		if _, ok := b.binaries.Lookup(dhcp6.UEFIFile); !ok {

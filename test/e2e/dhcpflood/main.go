@@ -5,9 +5,10 @@
 // whose option 50 has a wrong length), then counts the replies. It runs
 // inside the test's namespace, bounded in count and time.
 //
-//	dhcpflood -i IF [-n 200] [-mac 01:00:5e:00:00:01] [-opt50-len 3] [-wait 2s]
+//	dhcpflood -i IF [-n 200] [-mac 01:00:5e:00:00:01] [-opt50-len 3] [-pxe] [-wait 2s]
 //
-// It prints "sent N replies M".
+// It prints "sent N replies M multi K": K DISCOVERs had more than one
+// reply (more than one server answered).
 package main
 
 import (
@@ -30,6 +31,7 @@ func main() {
 	mac := flag.String("mac", "", "client hardware address of every packet (default: a random one each)")
 	opt50 := flag.Int("opt50-len", -1, "send REQUESTs whose option 50 has this length instead of DISCOVERs")
 	wait := flag.Duration("wait", 2*time.Second, "how long to listen for replies after the last packet (at most 30s)")
+	pxe := flag.Bool("pxe", false, "DISCOVERs of a PXE client (option 60 PXEClient, arch 0): what a proxy DHCP answers")
 	flag.Parse()
 	if *iface == "" || *n < 1 || *n > 10000 || *wait > 30*time.Second || *opt50 > 255 {
 		log.Fatal("usage: dhcpflood -i IF [-n 1..10000] [-mac MAC] [-opt50-len 0..255] [-wait ≤30s]")
@@ -44,6 +46,7 @@ func main() {
 	_ = conn.SetReadBuffer(4 << 20)
 	var mu sync.Mutex
 	xids := map[dhcpv4.TransactionID]bool{}
+	per := map[dhcpv4.TransactionID]int{} // replies to each DISCOVER (each sent once)
 	replies := 0
 	done := make(chan struct{})
 	go func() {
@@ -58,6 +61,7 @@ func main() {
 				mu.Lock()
 				if xids[r.TransactionID] {
 					replies++
+					per[r.TransactionID]++
 				}
 				mu.Unlock()
 			}
@@ -81,6 +85,10 @@ func main() {
 		if *opt50 >= 0 {
 			d.UpdateOption(dhcpv4.OptMessageType(dhcpv4.MessageTypeRequest))
 		}
+		if *pxe {
+			d.UpdateOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00000:UNDI:002001"))
+			d.UpdateOption(dhcpv4.OptGeneric(dhcpv4.OptionClientSystemArchitectureType, []byte{0, 0}))
+		}
 		b := d.ToBytes()
 		if *opt50 >= 0 {
 			// Option 50 with any length, in place of the end option (the
@@ -101,5 +109,11 @@ func main() {
 	<-done
 	mu.Lock()
 	defer mu.Unlock()
-	fmt.Printf("sent %d replies %d\n", *n, replies)
+	multi := 0 // DISCOVERs answered more than once: two servers answering
+	for _, k := range per {
+		if k > 1 {
+			multi++
+		}
+	}
+	fmt.Printf("sent %d replies %d multi %d\n", *n, replies, multi)
 }

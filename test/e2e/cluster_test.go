@@ -1,0 +1,164 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/internal/testutil"
+	"github.com/bootops/bootops/plan"
+)
+
+// A site of three daemons, each in a namespace of its own on the lab's
+// bridge (198.18.0.11-13), the site's address 198.18.0.1 held by the one
+// answering its DHCP. 200 PXE DISCOVERs get one answer each; the holder's
+// server dies (kill -9, its link down): another member holds the address
+// and answers within seconds (printed), again one answer each; a boot
+// token the dead member minted checks in at the new holder, the node's
+// install is recorded, and its next script sends it to its disk.
+func TestSiteCluster(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	l := newLabNS(t, false)
+	// The bridge's side is the machines': its own address, not the site's.
+	run(t, "ip", "-n", l.lan, "addr", "del", "198.18.0.1/24", "dev", "br0")
+	run(t, "ip", "-n", l.lan, "addr", "add", "198.18.0.254/24", "dev", "br0")
+	repo, ipxe := l.placeholderRepo("cluster", nil)
+	ca := filepath.Join(l.dir, "ca")
+	run(t, bootops, "ca", "init", "--host", "198.18.0.1", "--state-dir", ca)
+	names := []string{"m1", "m2", "m3"}
+	addr := func(i int) string { return fmt.Sprintf("198.18.0.%d", 11+i) }
+	nss := make([]string, 3)
+	procs := make([]*exec.Cmd, 3)
+	for i, name := range names {
+		nss[i] = "bo-" + name + "-" + labID()
+		ns := nss[i]
+		t.Cleanup(func() { killNetns(ns); exec.Command("ip", "netns", "del", ns).Run() })
+		run(t, "ip", "netns", "add", ns)
+		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+		run(t, "ip", "-n", l.lan, "link", "add", "v"+name, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		run(t, "ip", "-n", l.lan, "link", "set", "v"+name, "master", "br0", "up")
+		run(t, "ip", "-n", ns, "addr", "add", addr(i)+"/24", "dev", "eth0")
+		run(t, "ip", "-n", ns, "link", "set", "eth0", "up")
+		state := filepath.Join(l.dir, "state-"+name)
+		tls := filepath.Join(state, "tls")
+		os.MkdirAll(tls, 0o700)
+		run(t, bootops, "ca", "peer", name, "--host", addr(i), "--state-dir", ca, "--out", tls)
+		os.Rename(filepath.Join(tls, name+".pem"), filepath.Join(tls, "peer.pem"))
+		os.Rename(filepath.Join(tls, name+"-key.pem"), filepath.Join(tls, "peer-key.pem"))
+		b, _ := os.ReadFile(filepath.Join(ca, "tls", "ca.pem"))
+		os.WriteFile(filepath.Join(tls, "ca.pem"), b, 0o644)
+	}
+	for i, name := range names {
+		var peers []string
+		for j := range names {
+			if j != i {
+				peers = append(peers, addr(j)+":7422")
+			}
+		}
+		procs[i] = l.start(name, "ip", "netns", "exec", nss[i], bootops, "serve", "--open-reads", "--source", repo, "--state-dir", filepath.Join(l.dir, "state-"+name),
+			"--http-addr", ":8080", "--tftp-addr", ":69", "--dhcp", "proxy", "--interface", "eth0", "--ipxe-dir", ipxe, "--log-format", "text",
+			"--peer-listen", addr(i)+":7422", "--peers", strings.Join(peers, ","), "--peer-name", name)
+	}
+	get := func(path string) (int, string) {
+		out, err := exec.Command("ip", "netns", "exec", l.lan, "curl", "-s", "-m", "3", "-o", "/dev/stdout", "-w", "\n%{http_code}", "http://198.18.0.1:8080"+path).Output()
+		if err != nil {
+			return 0, ""
+		}
+		s := string(out)
+		i := strings.LastIndexByte(s, '\n')
+		var code int
+		fmt.Sscan(s[i+1:], &code)
+		return code, s[:i]
+	}
+	holder := func() string {
+		code, body := get("/api/v1/status")
+		var doc bhttp.StatusDoc
+		if code != 200 || json.Unmarshal([]byte(body), &doc) != nil || doc.Cluster == nil || !doc.Cluster.Quorum {
+			return ""
+		}
+		return doc.Cluster.Roles["dhcp.lab"]
+	}
+	var first string
+	if !testutil.Poll(3*time.Minute, 500*time.Millisecond, func() bool { first = holder(); return first != "" }) {
+		t.Fatalf("no member holds the site's address and DHCP in 3 min:\n%s", l.log("m1"))
+	}
+	t.Logf("timing: three daemons started → %s answers at 198.18.0.1: %s", first, time.Since(began).Round(time.Second))
+	flood := filepath.Join(l.dir, "dhcpflood")
+	if out, err := exec.Command("go", "build", "-o", flood, "./dhcpflood").CombinedOutput(); err != nil {
+		t.Fatalf("build dhcpflood: %v\n%s", err, out)
+	}
+	discover := func(n int) (replies, multi int) {
+		out := run(t, "ip", "netns", "exec", l.lan, flood, "-i", "br0", "-pxe", "-n", fmt.Sprint(n), "-wait", "3s")
+		var sent int
+		if _, err := fmt.Sscanf(strings.TrimSpace(out), "sent %d replies %d multi %d", &sent, &replies, &multi); err != nil {
+			t.Fatalf("dhcpflood: %q", out)
+		}
+		return replies, multi
+	}
+	if replies, multi := discover(200); replies != 200 || multi != 0 {
+		t.Errorf("200 PXE DISCOVERs to three daemons: %d replies, %d answered more than once", replies, multi)
+	}
+
+	// A boot token the holder mints, then the holder's server dies.
+	code, script := get("/ipxe?mac=52:54:00:e2:73:01")
+	m := regexp.MustCompile(`bootops\.token=([A-Za-z0-9.]+)`).FindStringSubmatch(script)
+	if code != 200 || m == nil {
+		t.Fatalf("c-1's script from %s: %d\n%s", first, code, script)
+	}
+	dead := -1
+	for i, name := range names {
+		if name == first {
+			dead = i
+		}
+	}
+	killed := time.Now()
+	syscall.Kill(-procs[dead].Process.Pid, syscall.SIGKILL)
+	run(t, "ip", "-n", nss[dead], "link", "set", "eth0", "down") // the server is gone, its address with it
+	var next string
+	if !testutil.Poll(60*time.Second, 100*time.Millisecond, func() bool { next = holder(); return next != "" && next != first }) {
+		t.Fatalf("no other member answers at 198.18.0.1 within 60 s of %s's death", first)
+	}
+	t.Logf("timing: %s killed → %s answers at 198.18.0.1 (HTTP, its DHCP role): %s", first, next, time.Since(killed).Round(100*time.Millisecond))
+	if replies, multi := discover(100); replies != 100 || multi != 0 {
+		t.Errorf("100 PXE DISCOVERs after the takeover: %d replies, %d answered more than once", replies, multi)
+	}
+
+	// The dead member's token checks in at the new holder; the install is
+	// recorded; the node's next script is its disk.
+	ci, _ := json.Marshal(plan.CheckIn{Site: "lab", Node: "c-1", Identity: plan.Identity{MACs: []string{"52:54:00:e2:73:01"}}})
+	out, _ := exec.Command("ip", "netns", "exec", l.lan, "curl", "-s", "-m", "10", "-H", "Authorization: Bearer "+m[1], "-H", "Content-Type: application/json",
+		"--data-binary", string(ci), "http://198.18.0.1:8080"+plan.AgentCheckInPath).Output()
+	var r plan.CheckInReply
+	if json.Unmarshal(out, &r) != nil || r.Workflow == nil || r.Session == "" {
+		t.Fatalf("%s's token at %s: %s", first, next, out)
+	}
+	var evs []plan.AgentEvent
+	for i, a := range r.Workflow.Actions {
+		if plan.IsPowerAction(a.Action) {
+			break
+		}
+		evs = append(evs, plan.AgentEvent{Seq: uint64(i + 1), Time: time.Now(), Type: plan.AgentActionDone, Step: i + 1, Steps: len(r.Workflow.Actions), Action: a.Action})
+	}
+	evs = append(evs, plan.AgentEvent{Seq: uint64(len(evs) + 1), Time: time.Now(), Type: plan.AgentProvisioned, Generation: r.Generation})
+	batch, _ := json.Marshal(plan.EventBatch{Site: "lab", Node: "c-1", Events: evs})
+	out, _ = exec.Command("ip", "netns", "exec", l.lan, "curl", "-s", "-m", "10", "-w", "\n%{http_code}", "-H", "Authorization: Bearer "+r.Session, "-H", "Content-Type: application/json",
+		"--data-binary", string(batch), "http://198.18.0.1:8080"+plan.AgentEventsPath).Output()
+	if !strings.HasSuffix(strings.TrimSpace(string(out)), "200") {
+		t.Fatalf("c-1's install events at %s: %s", next, out)
+	}
+	if _, script := get("/ipxe?mac=52:54:00:e2:73:01"); !strings.Contains(script, "booting from its disk") {
+		t.Errorf("c-1's script once installed:\n%s", script)
+	}
+	t.Logf("timing: TestSiteCluster %s", time.Since(began).Round(time.Second))
+}

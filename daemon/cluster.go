@@ -54,8 +54,41 @@ func (d *daemon) openCluster(ctx context.Context) error {
 		return err
 	}
 	d.member, d.secret = m, boot.Secret(secret)
+	if err := migrateInstalls(d.events, m); err != nil {
+		return err
+	}
 	st := m.Status()
 	d.log.Info("cluster: a member", "member", name, "leader", st.Leader, "size", st.Size)
+	return nil
+}
+
+// migrateInstalls puts what this member's own store says each node
+// installed into the cluster, where the cluster knows of no later
+// install: a site's one daemon that becomes a member brings its nodes'
+// installs with it, so no member installs them again.
+func migrateInstalls(events *status.Durable, m *sitecluster.Member) error {
+	for _, mc := range events.Machines() {
+		if mc.Node == "" {
+			continue
+		}
+		gen, ok := events.Provisioned(mc.Site, mc.Node)
+		if !ok {
+			continue
+		}
+		key := mc.Site + "/" + mc.Node
+		if in, known, err := m.Installed(key); err != nil {
+			return err
+		} else if known && in.Generation >= gen {
+			continue
+		}
+		in := sitecluster.Installed{Generation: gen}
+		if mc.Installed != nil {
+			in.Install = mc.Installed.Digest
+		}
+		if err := m.PutInstalled(key, in); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/trust"
@@ -50,6 +51,17 @@ func TestSiteOfThreeDaemons(t *testing.T) {
 			}
 		}
 		cfg.Cluster = ClusterConfig{Name: name, Listen: addrs[i], Peers: peers}
+		if name == "a" {
+			// a was the site's one daemon: vm-mac is installed in its store.
+			st, err := status.Open(filepath.Join(cfg.StateDir, "status.db"), status.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.RecordSync(status.Event{Kind: status.KindAgent, Site: "lab", Node: "vm-mac", State: status.StateProvisioned, Generation: 1, Install: &plan.Install{Digest: "d-mac"}}); err != nil {
+				t.Fatal(err)
+			}
+			st.Close()
+		}
 		cfg.Dashboard.OpenReads = true
 		cfgs[i] = cfg
 	}
@@ -109,6 +121,12 @@ func TestSiteOfThreeDaemons(t *testing.T) {
 	if _, script := do(t, "GET", base[0]+"/ipxe?serial=DEMO-0001", "", ""); !strings.Contains(script, "booting from its disk") || strings.Contains(script, "bootops.token") {
 		t.Errorf("a's script for the node c saw provisioned:\n%s", script)
 	}
+	// vm-mac, installed while a was the site's one daemon: c sends it to
+	// its disk (a brought its installs into the cluster).
+	if _, script := do(t, "GET", base[2]+"/ipxe?mac=52:54:00:de:00:03", "", ""); !strings.Contains(script, "booting from its disk") {
+		t.Errorf("c's script for vm-mac, installed before a joined:\n%s", script)
+	}
+
 	// The status document says what the member asked sees.
 	code, body = do(t, "GET", base[1]+"/api/v1/status", "", "")
 	var doc struct {

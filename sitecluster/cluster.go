@@ -362,7 +362,10 @@ func (m *Member) PutInstalled(node string, in Installed) error {
 // installing, read from the bucket's leader; ok false when it knows of
 // none (or cannot be asked: the caller then has its own record only).
 func (m *Member) Installed(node string) (Installed, bool, error) {
-	ctx, cancel := m.op()
+	// A second at most: a script is answered from this member's own
+	// record when the cluster cannot say (no majority: the check-in that
+	// would follow is refused anyway).
+	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, m.cfg.Timeout))
 	defer cancel()
 	data, err := m.leaderGet(ctx, BucketNodes, key(node))
 	if err != nil || data == nil {

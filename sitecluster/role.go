@@ -121,7 +121,8 @@ func (r *Role) release() {
 // Holder is the member holding role name, as the bucket's leader has it
 // ("" when none).
 func (m *Member) Holder(name string) string {
-	ctx, cancel := m.op()
+	// A second at most: a status page waits for no election.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	b, err := m.leaderGet(ctx, BucketRoles, name)
 	if err != nil {

@@ -125,11 +125,23 @@ func TestSiteCluster(t *testing.T) {
 	killed := time.Now()
 	syscall.Kill(-procs[dead].Process.Pid, syscall.SIGKILL)
 	run(t, "ip", "-n", nss[dead], "link", "set", "eth0", "down") // the server is gone, its address with it
+	// Which member holds the address, from its namespace, and HTTP there.
 	var next string
-	if !testutil.Poll(60*time.Second, 100*time.Millisecond, func() bool { next = holder(); return next != "" && next != first }) {
+	if !testutil.Poll(60*time.Second, 100*time.Millisecond, func() bool {
+		for i, name := range names {
+			if i != dead && strings.Contains(run(t, "ip", "-n", nss[i], "-4", "addr", "show", "dev", "eth0"), "198.18.0.1/32") {
+				next = name
+			}
+		}
+		code, _ := getAt(t, l, "http://198.18.0.1:8080/readyz")
+		return next != "" && code == 200
+	}) {
 		t.Fatalf("no other member answers at 198.18.0.1 within 60 s of %s's death", first)
 	}
-	t.Logf("timing: %s killed → %s answers at 198.18.0.1 (HTTP, its DHCP role): %s", first, next, time.Since(killed).Round(100*time.Millisecond))
+	t.Logf("timing: %s killed → %s holds 198.18.0.1 and answers HTTP there: %s", first, next, time.Since(killed).Round(100*time.Millisecond))
+	if !testutil.Poll(60*time.Second, 200*time.Millisecond, func() bool { return holder() == next }) {
+		t.Fatalf("the status at 198.18.0.1 does not say %s answers the site's DHCP", next)
+	}
 	if replies, multi := discover(100); replies != 100 || multi != 0 {
 		t.Errorf("100 PXE DISCOVERs after the takeover: %d replies, %d answered more than once", replies, multi)
 	}
@@ -160,5 +172,92 @@ func TestSiteCluster(t *testing.T) {
 	if _, script := get("/ipxe?mac=52:54:00:e2:73:01"); !strings.Contains(script, "booting from its disk") {
 		t.Errorf("c-1's script once installed:\n%s", script)
 	}
+
+	// The third member cut off from the others (its cluster port dropped
+	// both ways), machines still reaching it: it answers no check-in; healed,
+	// it catches up and sends c-1 to its disk.
+	third := -1
+	for i, name := range names {
+		if i != dead && name != next {
+			third = i
+		}
+	}
+	at := func(i int) string { return "http://" + addr(i) + ":8080" }
+	nft := func(args ...string) { run(t, "ip", append([]string{"netns", "exec", nss[third], "nft"}, args...)...) }
+	nft("add", "table", "inet", "cut")
+	nft("add", "chain", "inet", "cut", "in", "{ type filter hook input priority 0 ; }")
+	nft("add", "chain", "inet", "cut", "out", "{ type filter hook output priority 0 ; }")
+	nft("add", "rule", "inet", "cut", "in", "tcp", "dport", "7422", "drop")
+	nft("add", "rule", "inet", "cut", "out", "tcp", "dport", "7422", "drop")
+	cut := time.Now()
+	_, script2 := getAt(t, l, at(third)+"/ipxe?mac=52:54:00:e2:73:02")
+	m2 := regexp.MustCompile(`bootops\.token=([A-Za-z0-9.]+)`).FindStringSubmatch(script2)
+	if m2 == nil {
+		t.Fatalf("c-2's script from %s, cut off:\n%s", names[third], script2)
+	}
+	o, _ := exec.Command("ip", "netns", "exec", l.lan, "curl", "-s", "-m", "20", "-w", "\n%{http_code}", "-H", "Authorization: Bearer "+m2[1], "-H", "Content-Type: application/json",
+		"--data-binary", `{"site":"lab","node":"c-2","identity":{"macs":["52:54:00:e2:73:02"]}}`, at(third)+plan.AgentCheckInPath).Output()
+	if strings.HasSuffix(strings.TrimSpace(string(o)), "200") || strings.Contains(string(o), `"workflow"`) {
+		t.Errorf("%s, cut off, answered a check-in alone: %s", names[third], o)
+	}
+	t.Logf("timing: %s cut off → its check-in refused in %s: %q", names[third], time.Since(cut).Round(100*time.Millisecond), o)
+	nft("delete", "table", "inet", "cut")
+	healed := time.Now()
+	if !testutil.Poll(90*time.Second, time.Second, func() bool {
+		_, script := getAt(t, l, at(third)+"/ipxe?mac=52:54:00:e2:73:01")
+		return strings.Contains(script, "booting from its disk")
+	}) {
+		t.Errorf("%s, healed, does not send c-1 to its disk", names[third])
+	}
+	t.Logf("timing: %s healed → caught up: %s", names[third], time.Since(healed).Round(100*time.Millisecond))
+
+	// All restarted at once (the dead one's link back): nothing durable
+	// lost — the member that never saw c-1 installed sends it to its disk.
+	for i := range names {
+		if i != dead {
+			syscall.Kill(-procs[i].Process.Pid, syscall.SIGKILL)
+		}
+	}
+	for i := range names {
+		if i != dead {
+			procs[i].Wait()
+		}
+	}
+	run(t, "ip", "-n", nss[dead], "link", "set", "eth0", "up")
+	for i, name := range names {
+		var peers []string
+		for j := range names {
+			if j != i {
+				peers = append(peers, addr(j)+":7422")
+			}
+		}
+		procs[i] = l.start(name+"-again", "ip", "netns", "exec", nss[i], bootops, "serve", "--open-reads", "--source", repo, "--state-dir", filepath.Join(l.dir, "state-"+name),
+			"--http-addr", ":8080", "--tftp-addr", ":69", "--dhcp", "proxy", "--interface", "eth0", "--ipxe-dir", ipxe, "--log-format", "text",
+			"--peer-listen", addr(i)+":7422", "--peers", strings.Join(peers, ","), "--peer-name", name)
+	}
+	restarted := time.Now()
+	if !testutil.Poll(3*time.Minute, time.Second, func() bool {
+		_, script := getAt(t, l, at(third)+"/ipxe?mac=52:54:00:e2:73:01")
+		return strings.Contains(script, "booting from its disk")
+	}) {
+		t.Errorf("after all three restarted, %s does not send c-1 to its disk:\n%s", names[third], testutil.Tail(l.log(names[third]+"-again"), 20))
+	}
+	if !testutil.Poll(time.Minute, time.Second, func() bool { return holder() != "" }) {
+		t.Error("after all three restarted, no member answers at 198.18.0.1")
+	}
+	t.Logf("timing: all three restarted → serving again: %s", time.Since(restarted).Round(time.Second))
 	t.Logf("timing: TestSiteCluster %s", time.Since(began).Round(time.Second))
+}
+
+// getAt GETs url from the lab's bridge: the status code and body.
+func getAt(t *testing.T, l *lab, url string) (int, string) {
+	out, err := exec.Command("ip", "netns", "exec", l.lan, "curl", "-s", "-m", "10", "-w", "\n%{http_code}", url).Output()
+	if err != nil {
+		return 0, ""
+	}
+	s := string(out)
+	i := strings.LastIndexByte(s, '\n')
+	var code int
+	fmt.Sscan(s[i+1:], &code)
+	return code, s[:i]
 }

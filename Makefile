@@ -173,6 +173,7 @@ bench: build
 	@bash test/bench/edge.sh
 	@bash test/bench/fde.sh
 	@bash test/bench/erase.sh
+	@bash test/bench/cluster.sh
 	$(GO) run ./test/fleet/sim -bootops $(BIN) -nodes 1000 -concurrency 100 -rounds 2
 
 fuzz: go-check

@@ -353,6 +353,9 @@ func TestHubBoundsASite(t *testing.T) {
 	hubs := cluster(t, ctx, 1, pubs, slog.New(slog.NewTextHandler(&logBuf, nil)), func(c *Config) {
 		c.Limits = Limits{MaxMsgSize: 256 << 10, SiteMsgs: 500, SiteMachines: 100}
 	})
+	// Its stream first: what is published before it exists is lost (a
+	// loaded machine made it late).
+	streamReady(t, ctx, hubs[0])
 	nc, _ := hostile(t, hubs[0], kps["north"])
 	// 10 events of 200 KB: under the message size, over an event's.
 	big := strings.Repeat("x", 200<<10)

@@ -1,0 +1,208 @@
+// Command cluster measures a site's cluster (BENCHMARKS.md, "A site with
+// more than one server") on loopback, in one process, bounded in count:
+//
+//   - check-in writes: what a check-in writes before it is answered (a
+//     spent token and a session), N times from C goroutines, into three
+//     members' cluster and, in the same run, into one daemon's bbolt store
+//     (status.Durable) — per second, and the p50/p99 of one;
+//   - takeover: K times, the DHCP role's holder is closed (its process
+//     gone, nothing given back) and the time until another member holds
+//     it is taken; the closed member then starts again.
+//
+//	go run ./test/bench/cluster -n 2000 -c 16 -kills 20
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/sitecluster"
+	"github.com/bootops/bootops/trust"
+)
+
+type store interface {
+	UseToken(id string, expires time.Time) (bool, error)
+	PutSession(key string, s status.Session) error
+}
+
+func main() {
+	n := flag.Int("n", 2000, "check-ins (at most 100,000)")
+	c := flag.Int("c", 16, "at once")
+	kills := flag.Int("kills", 20, "takeovers to time (at most 100)")
+	flag.Parse()
+	if *n < 1 || *n > 100000 || *c < 1 || *kills < 0 || *kills > 100 {
+		log.Fatal("usage: cluster [-n 1..100000] [-c N] [-kills 0..100]")
+	}
+	dir, err := os.MkdirTemp("", "bootops-cluster-bench")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	cfgs := configs(dir)
+	ms := start(cfgs)
+	durable, err := status.Open(filepath.Join(dir, "status.db"), status.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	out := map[string]any{}
+	out["bbolt"] = checkIns(durable, *n, *c)
+	out["cluster"] = checkIns(ms[0], *n, *c)
+	durable.Close()
+	out["takeover"] = takeovers(ms, cfgs, *kills)
+	for _, m := range ms {
+		if m != nil {
+			m.Close()
+		}
+	}
+	b, _ := json.MarshalIndent(out, "", "  ")
+	fmt.Println(string(b))
+}
+
+// configs are three members on loopback, with peer certificates of one CA.
+func configs(dir string) []sitecluster.Config {
+	ca := filepath.Join(dir, "ca")
+	if err := trust.InitCA(ca, trust.CAOptions{Hosts: []string{"127.0.0.1"}}); err != nil {
+		log.Fatal(err)
+	}
+	ports := []string{"127.0.0.1:17421", "127.0.0.1:17422", "127.0.0.1:17423"}
+	var cfgs []sitecluster.Config
+	for i, name := range []string{"a", "b", "c"} {
+		cert, key, err := trust.IssuePeer(ca, name, []string{"127.0.0.1"}, 1, time.Now())
+		if err != nil {
+			log.Fatal(err)
+		}
+		cf, kf := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+		os.WriteFile(cf, cert, 0o644)
+		os.WriteFile(kf, key, 0o600)
+		tls, err := trust.PeerTLS(cf, kf, filepath.Join(ca, trust.CAFile))
+		if err != nil {
+			log.Fatal(err)
+		}
+		var peers []string
+		for j, p := range ports {
+			if j != i {
+				peers = append(peers, p)
+			}
+		}
+		cfgs = append(cfgs, sitecluster.Config{Name: name, Listen: ports[i], Peers: peers, TLS: tls, StoreDir: filepath.Join(dir, name)})
+	}
+	return cfgs
+}
+
+func start(cfgs []sitecluster.Config) []*sitecluster.Member {
+	ms := make([]*sitecluster.Member, len(cfgs))
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		wg.Go(func() {
+			m, err := sitecluster.Start(context.Background(), cfgs[i])
+			if err != nil {
+				log.Fatal(err)
+			}
+			ms[i] = m
+		})
+	}
+	wg.Wait()
+	return ms
+}
+
+// checkIns writes n check-ins' facts, c at once: per second, p50, p99.
+func checkIns(s store, n, c int) map[string]any {
+	lat := make([]time.Duration, n)
+	jobs := make(chan int, n)
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range c {
+		wg.Go(func() {
+			for i := range jobs {
+				t := time.Now()
+				id := fmt.Sprintf("tok-%d-%d", start.UnixNano(), i)
+				if _, err := s.UseToken(id, time.Now().Add(time.Hour)); err != nil {
+					log.Fatal(err)
+				}
+				if err := s.PutSession(fmt.Sprintf("lab/n%d", i), status.Session{ID: id, Steps: 4, Started: t}); err != nil {
+					log.Fatal(err)
+				}
+				lat[i] = time.Since(t)
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	slices.Sort(lat)
+	return map[string]any{"checkins": n, "at_once": c, "per_second": float64(n) / took.Seconds(),
+		"p50_ms": millis(lat[n/2]), "p99_ms": millis(lat[n*99/100])}
+}
+
+// takeovers closes the role's holder k times and times until another
+// holds it; the closed member starts again after each.
+func takeovers(ms []*sitecluster.Member, cfgs []sitecluster.Config, k int) map[string]any {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	roles := make([]*sitecluster.Role, len(ms))
+	campaign := func(i int) {
+		roles[i] = ms[i].Campaign(ctx, "dhcp.bench", nil)
+	}
+	for i := range ms {
+		campaign(i)
+	}
+	holder := func(except int) int {
+		for i, r := range roles {
+			if i != except && r != nil && r.Active() {
+				return i
+			}
+		}
+		return -1
+	}
+	var times []time.Duration
+	for range k {
+		h := -1
+		for deadline := time.Now().Add(time.Minute); h < 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			h = holder(-1)
+		}
+		if h < 0 {
+			log.Fatal("no holder within a minute")
+		}
+		start := time.Now()
+		ms[h].Close() // gone: nothing given back
+		roles[h] = nil
+		next := -1
+		for deadline := time.Now().Add(time.Minute); next < 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			next = holder(h)
+		}
+		if next < 0 {
+			log.Fatal("no takeover within a minute")
+		}
+		times = append(times, time.Since(start))
+		m, err := sitecluster.Start(context.Background(), cfgs[h])
+		if err != nil {
+			log.Fatal(err)
+		}
+		ms[h] = m
+		campaign(h)
+	}
+	if len(times) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(times)
+	slices.Sort(sorted)
+	var each []float64
+	for _, t := range times {
+		each = append(each, millis(t))
+	}
+	return map[string]any{"kills": len(times), "min_ms": millis(sorted[0]), "p50_ms": millis(sorted[len(sorted)/2]), "max_ms": millis(sorted[len(sorted)-1]), "each_ms": each}
+}
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

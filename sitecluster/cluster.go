@@ -168,9 +168,14 @@ func serverOptions(cfg Config, token string) (*server.Options, error) {
 		Port:          server.RANDOM_PORT,
 		Authorization: token,
 		JetStream:     true,
-		StoreDir:      cfg.StoreDir,
-		NoSigs:        true,
-		Cluster:       server.ClusterOpts{Name: "bootops-site", Host: host, Port: port, TLSConfig: cfg.TLS, TLSTimeout: 5},
+		// Every write on disk before it counts: a site whose members all
+		// lose power at once must not forget that a node was installed
+		// (JetStream's default syncs every two minutes, trusting the
+		// copies on the other members).
+		SyncAlways: true,
+		StoreDir:   cfg.StoreDir,
+		NoSigs:     true,
+		Cluster:    server.ClusterOpts{Name: "bootops-site", Host: host, Port: port, TLSConfig: cfg.TLS, TLSTimeout: 5},
 	}
 	for _, p := range cfg.Peers {
 		if _, _, err := hostPort(p); err != nil {

@@ -5,11 +5,12 @@
 //     spent token and a session), N times from C goroutines, into three
 //     members' cluster and, in the same run, into one daemon's bbolt store
 //     (status.Durable) — per second, and the p50/p99 of one;
+//
 //   - takeover: K times, the DHCP role's holder is closed (its process
 //     gone, nothing given back) and the time until another member holds
 //     it is taken; the closed member then starts again.
 //
-//	go run ./test/bench/cluster -n 2000 -c 16 -kills 20
+//     go run ./test/bench/cluster -n 2000 -c 16 -kills 20
 package main
 
 import (

@@ -402,11 +402,16 @@ func (m *Member) Secret(mine []byte) ([]byte, error) {
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, fmt.Errorf("the site's cluster: the shared secret: %w", err)
 	}
-	e, err := m.site.Get(ctx, "boot-secret")
+	// From the bucket's leader: this member's copy may not have the
+	// other member's write yet.
+	b, err := m.leaderGet(ctx, BucketSite, "boot-secret")
+	if err == nil && len(b) < 32 {
+		err = fmt.Errorf("%d bytes, want at least 32", len(b))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("the site's cluster: the shared secret: %w", err)
 	}
-	return e.Value(), nil
+	return b, nil
 }
 
 // Status is the cluster as one member sees it: its members, the leader

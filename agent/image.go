@@ -325,6 +325,7 @@ func (d *download) watch() {
 		d.stalled.Store(true)
 		body.Close()
 	})
+	d.watchdog.Stop() // each Read runs it while it waits
 }
 
 // parseContentRange reads "bytes FROM-TO/SIZE"; size is -1 for "*".
@@ -352,11 +353,15 @@ func (d *download) Read(p []byte) (int, error) {
 				return 0, err
 			}
 		}
+		// The watchdog times the network, not the reader: it runs while a
+		// read waits, and stands still while the caller writes what it
+		// read (a slow disk, an encryption under load).
+		d.watchdog.Reset(d.stallOrDefault())
 		n, err := d.body.Read(p)
+		d.watchdog.Stop()
 		d.n += int64(n)
 		if n > 0 {
 			d.drops = 0
-			d.watchdog.Reset(d.stallOrDefault())
 		}
 		if err != nil && d.stalled.Load() {
 			err = fmt.Errorf("nothing received for %s: %w", d.stallOrDefault(), err)
@@ -365,6 +370,12 @@ func (d *download) Read(p []byte) (int, error) {
 		case err == nil:
 			return n, nil
 		case err == io.EOF && (d.total < 0 || d.n >= d.total):
+			return n, io.EOF
+		case d.total >= 0 && d.n >= d.total:
+			// Every byte is here: whatever ended the body after them
+			// loses nothing (asking for more would be refused: 416).
+			d.body.Close()
+			d.body = nil
 			return n, io.EOF
 		case err == io.EOF:
 			err = io.ErrUnexpectedEOF

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -403,5 +404,42 @@ func TestImageResumesAfterAStalledConnection(t *testing.T) {
 	}
 	if logs := strings.Join(rec.logs(), "\n"); !strings.Contains(logs, fmt.Sprintf("connection lost at byte %d (nothing received for 500ms", cut)) {
 		t.Errorf("logs do not tell of the stalled connection:\n%s", logs)
+	}
+}
+
+// A reader slower than the stall timeout between its reads (a disk, an
+// encryption under load) is no stalled connection: the watchdog times only
+// the reads, so the whole file comes in one request, and the end of a body
+// whose every byte arrived is its end, not a loss.
+func TestImageSlowReaderIsNoStall(t *testing.T) {
+	file := compress(t, "gz", payload())
+	s := &imageServer{file: file}
+	_, _, url := startImage(t, s)
+	var logs []string
+	d := &download{ctx: t.Context(), client: http.DefaultClient, url: url, delay: time.Millisecond, stall: 100 * time.Millisecond,
+		log: func(m string) { logs = append(logs, m) }}
+	if err := d.connect(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var got []byte
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := d.Read(buf)
+		got = append(got, buf[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // the writer's pace, three times the stall
+	}
+	if !bytes.Equal(got, file) || s.requests != 1 || len(logs) != 0 {
+		first := ""
+		if len(logs) > 0 {
+			first = logs[0]
+		}
+		t.Errorf("%d of %d bytes, %d requests, %d log lines (first: %q)", len(got), len(file), s.requests, len(logs), first)
 	}
 }

@@ -41,6 +41,8 @@ func (r *Runner) encryptedImageToDisk(ctx context.Context, s *step, f *os.File, 
 	_, err = r.imageFromURL(ctx, s, w, disk)
 	if err == nil {
 		err = w.Close()
+	} else {
+		w.abort()
 	}
 	if l.mapped != "" {
 		r.crypt.mapped[enc.Partition] = l.mapped

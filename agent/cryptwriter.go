@@ -184,6 +184,16 @@ func (w *cryptWriter) format() error {
 	return nil
 }
 
+// abort closes what an attempt that failed left open (the partition it
+// wrote), so the next attempt can make the partition table anew: the
+// kernel refuses to re-read the table of a disk with an open partition.
+func (w *cryptWriter) abort() {
+	if w.part != nil {
+		w.part.Close()
+		w.part = nil
+	}
+}
+
 // Close ends the stream: an image shorter than its head is read now; the
 // data is synced, then the container opened for the next actions.
 func (w *cryptWriter) Close() error {

@@ -252,3 +252,22 @@ func TestEncryptedImageRefusals(t *testing.T) {
 		})
 	}
 }
+
+// An attempt that fails after the partition was opened closes it: the
+// next attempt re-reads the disk's partition table, which the kernel
+// refuses while a partition of it is open.
+func TestEncryptedAttemptClosesItsPartition(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "part")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &cryptWriter{part: &offsetFile{f, 0}}
+	w.abort()
+	if w.part != nil {
+		t.Fatal("the partition is still the writer's")
+	}
+	if _, err := f.Write([]byte("x")); err == nil {
+		t.Error("the partition is still open after a failed attempt")
+	}
+	w.abort() // twice: nothing left to close
+}

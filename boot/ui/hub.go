@@ -60,6 +60,7 @@ type Server struct {
 	clients map[*client]struct{}
 	state   map[string]sent // key → the machine as last sent
 	source  []byte          // the source document, as last sent
+	cluster []byte          // the cluster's, as last sent ("null": none)
 	plan    string
 	dropped uint64
 }
@@ -123,6 +124,10 @@ type push struct {
 	// Source is the source's status: always in a snapshot, in an update
 	// only when it changed.
 	Source json.RawMessage `json:"source,omitempty"`
+	// Cluster is the site's cluster as this daemon sees it (a site of more
+	// than one daemon), like Source: in a snapshot, in an update when it
+	// changed.
+	Cluster json.RawMessage `json:"cluster,omitempty"`
 	// Actions says whether the page may offer actions (snapshot only).
 	Actions *bool `json:"actions,omitempty"`
 	// Machines are the machines, or the ones that changed, by key.
@@ -223,6 +228,7 @@ func (s *Server) update() {
 		live = s.Plan()
 	}
 	source, _ := json.Marshal(doc.Source)
+	cluster, _ := json.Marshal(doc.Cluster)
 	// Only s.update changes s.state, and s.refresh is held: it may be read
 	// without s.mu here.
 	next := make(map[string]sent, len(doc.Nodes)+len(doc.Machines))
@@ -256,14 +262,18 @@ func (s *Server) update() {
 		}
 	}
 	sourceChanged := !bytes.Equal(source, s.source) || doc.Plan != s.plan
-	s.state, s.source, s.plan = next, source, doc.Plan
-	if len(changed) == 0 && len(gone) == 0 && !sourceChanged {
+	clusterChanged := !bytes.Equal(cluster, s.cluster)
+	s.state, s.source, s.plan, s.cluster = next, source, doc.Plan, cluster
+	if len(changed) == 0 && len(gone) == 0 && !sourceChanged && !clusterChanged {
 		return
 	}
 	slices.Sort(gone)
 	p := push{Plan: doc.Plan, Machines: machinesJSON(changed), Gone: gone}
 	if sourceChanged {
 		p.Source = source
+	}
+	if clusterChanged {
+		p.Cluster = cluster
 	}
 	s.broadcast(&message{data: frame("update", p), keys: keys})
 }
@@ -303,7 +313,7 @@ func (s *Server) subscribe() (*client, []byte, bool) {
 	c := &client{ch: make(chan *message, queueLen), gone: make(chan struct{})}
 	s.clients[c] = struct{}{}
 	actions := s.actions()
-	p := push{Plan: s.plan, Source: s.source, Actions: &actions, Machines: machinesJSON(slices.Collect(maps.Values(s.state)))}
+	p := push{Plan: s.plan, Source: s.source, Cluster: s.cluster, Actions: &actions, Machines: machinesJSON(slices.Collect(maps.Values(s.state)))}
 	return c, frame("snapshot", p), true
 }
 

@@ -485,3 +485,37 @@ func TestProfileAndEncryption(t *testing.T) {
 		t.Errorf("after the new Plan the update carries %v, want only s1/n1 sealed to 4+7", changed)
 	}
 }
+
+// A site of more than one daemon: the snapshot carries the cluster as the
+// daemon sees it, an update only when it changed (a member going offline).
+func TestClusterOnTheStream(t *testing.T) {
+	var mu sync.Mutex
+	cl := &bhttp.ClusterStatus{Member: "b", Leader: "c", Size: 3, Quorum: true, Members: []bhttp.ClusterMember{{Name: "a", Current: true}, {Name: "c", Current: true}}}
+	s, mem, srv := fleet(t, nil)
+	inner := s.Doc
+	s.Doc = func() bhttp.StatusDoc {
+		d := inner()
+		mu.Lock()
+		c := *cl
+		mu.Unlock()
+		d.Cluster = &c
+		return d
+	}
+	s.Notify()
+	time.Sleep(50 * time.Millisecond)
+	c := open(t, srv.URL+"/api/v1/stream")
+	snap := c.next(t)
+	got, _ := snap.data["cluster"].(map[string]any)
+	if snap.name != "snapshot" || got["member"] != "b" || got["leader"] != "c" || got["quorum"] != true {
+		t.Fatalf("snapshot's cluster: %v", snap.data["cluster"])
+	}
+	mu.Lock()
+	cl = &bhttp.ClusterStatus{Member: "b", Leader: "c", Size: 3, Quorum: true, Members: []bhttp.ClusterMember{{Name: "a", Offline: true}, {Name: "c", Current: true}}}
+	mu.Unlock()
+	mem.Record(status.Event{Kind: status.KindDHCP, MAC: "52:54:00:aa:bb:01", Message: "a nudge"})
+	up := c.until(t, "update", func(ev event) bool { _, ok := ev.data["cluster"]; return ok })
+	ms, _ := up.data["cluster"].(map[string]any)["members"].([]any)
+	if len(ms) != 2 || ms[0].(map[string]any)["offline"] != true {
+		t.Errorf("update's cluster: %v", up.data["cluster"])
+	}
+}

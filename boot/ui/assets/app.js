@@ -11,7 +11,7 @@ const $ = (sel) => document.querySelector(sel);
 // What the page knows, and hooks a browser test reads.
 const machines = new Map(); // key → machine
 const rows = new Map(); // key → {tr (the row), cells}
-let source = null, plan = "", actions = false;
+let source = null, plan = "", actions = false, cluster = null;
 let sortBy = { col: "node", dir: 1 };
 let es = null, route = null, layoutQueued = false;
 let order = []; // the row keys, as they are in the table
@@ -242,6 +242,21 @@ function renderOthers() {
   $("#mismatch").hidden = mism.length === 0;
 }
 
+// ---- a site of more than one daemon ------------------------------------------
+// One line: the member answering this page, the leader, the majority, who
+// answers each site's DHCP, the other members' state.
+function renderCluster() {
+  const el = $("#cluster");
+  if (!cluster) { el.hidden = true; return; }
+  const parts = [`member ${cluster.member} of ${cluster.size}`, `leader ${cluster.leader || "none"}`,
+    cluster.quorum ? "with a majority" : "NO MAJORITY: refusing check-ins"];
+  for (const [role, who] of Object.entries(cluster.roles || {}).sort()) parts.push(`${role}: ${who}`);
+  for (const m of cluster.members || []) parts.push(`${m.name} ${m.offline ? "offline" : m.current ? "current" : "behind by " + (m.lag || 0)}`);
+  el.textContent = "cluster: " + parts.join(" · ");
+  el.className = cluster.quorum ? "cluster" : "cluster bad";
+  el.hidden = false;
+}
+
 // ---- the source --------------------------------------------------------------
 
 function renderSource() {
@@ -349,11 +364,12 @@ function connect() {
     if (probe.snapshotAt === undefined) probe.snapshotAt = performance.now();
     const d = JSON.parse(ev.data);
     machines.clear(); rows.clear(); order = [];
-    source = d.source; plan = d.plan; actions = d.actions;
+    source = d.source; plan = d.plan; actions = d.actions; cluster = d.cluster || null;
     $("#sync").hidden = !actions;
     take(d.machines);
     probe.snapshots++;
     renderSource();
+    renderCluster();
     if (key) renderNode(key);
     else {
       // The counts and the first screen of rows first, the other rows
@@ -376,10 +392,12 @@ function connect() {
     const d = JSON.parse(ev.data);
     plan = d.plan;
     if ("source" in d) source = d.source;
+    if ("cluster" in d) cluster = d.cluster;
     take(d.machines);
     for (const k of d.gone || []) { machines.delete(k); const r = rows.get(k); if (r) { r.tr.remove(); rows.delete(k); } }
     probe.updates++;
     renderSource();
+    renderCluster();
     if (key) renderNode(key); else queueLayout();
   });
   es.addEventListener("timeline", (ev) => addTimeline(JSON.parse(ev.data)));

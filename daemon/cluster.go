@@ -140,7 +140,9 @@ func (c clustered) RecordSync(evs ...status.Event) error {
 func (c clustered) Provisioned(site, node string) (int, bool) {
 	in, ok, err := c.m.Installed(site + "/" + node)
 	if err != nil {
-		c.log.Warn("cluster: what a node installed, not read: this member's record only", "node", site+"/"+node, "err", err)
+		// Debug: a member cut off asks at every script; the quorum metric
+		// and bootops status say it once.
+		c.log.Debug("cluster: what a node installed, not read: this member's record only", "node", site+"/"+node, "err", err)
 	}
 	if err == nil && ok {
 		if g, mine := c.Durable.Provisioned(site, node); mine && g > in.Generation {

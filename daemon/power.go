@@ -45,7 +45,7 @@ func newPower(cfg PowerConfig, stateDir string, log *slog.Logger, plans *boot.Li
 			state := events.State(site + "/" + node)
 			return state == status.StateMicroOS || state == status.StateProvisioning || state == status.StateCommissioning, g, ok
 		},
-		Retired: func(site, node string) bool { return events.State(site+"/"+node) == status.StateRetired },
+		Retired: func(site, node string) bool { m, ok := events.Machine(site + "/" + node); return ok && m.Retired() },
 		Record: func(site, node, msg string, isErr bool, generation int) {
 			events.Record(status.Event{Kind: status.KindPower, Site: site, Node: node, Message: msg, Error: isErr, Generation: generation})
 		},

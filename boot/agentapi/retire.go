@@ -77,9 +77,7 @@ func decideRetire(d *decision, f facts, who claimant, c plan.CheckIn) {
 	}
 	poweroff := plan.Action{Action: "poweroff", Name: "poweroff", Timeout: "5m"}
 	switch {
-	case ok && (m.State == status.StateRetired || m.EraseCertificate != ""):
-		// Retired: its certificate stands until a workflow is handed out
-		// (its state is the script server's booting by now).
+	case ok && m.Retired(): // its state may be the script server's booting by now
 		d.reply = plan.CheckInReply{Workflow: &plan.Workflow{Node: n.Name, Profile: n.Profile, Retire: true, Actions: []plan.Action{poweroff}}}
 		d.state = status.StateRetired
 		d.message = "retired node booted again: told to power off (Git retires it)"

@@ -85,7 +85,7 @@ func (s *Server) DeliveryRecords(site string, since time.Time) []DeliveryRecord 
 		}
 		evs := s.View.Status.Events(m.Key)
 		r.QA, r.Provisioned, r.Running = lastInstall(evs)
-		if m.State == status.StateRetired || m.EraseCertificate != "" { // retired, maybe booting again
+		if m.Retired() {
 			r.Retired = retiredAt(evs)
 			r.EraseCertificate = m.EraseCertificate
 			if m.Erasures != nil {

@@ -347,6 +347,11 @@ type Machine struct {
 	Commissioned string `json:"commissioned,omitempty"`
 }
 
+// Retired says whether the machine is retired: its state says so, or its
+// last retirement's certificate stands (no workflow handed out since) while
+// a boot shows it booting again.
+func (m Machine) Retired() bool { return m.State == StateRetired || m.EraseCertificate != "" }
+
 // Escrows are the machine's newest recovery key escrows (at most
 // KeptEscrows), newest first, ciphertext and all: only the recovery-keys
 // route (role operate) serves them. The caller must not change them.

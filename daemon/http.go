@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/bootops/bootops/sitecluster"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,6 +26,7 @@ import (
 	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/reconciler"
+	"github.com/bootops/bootops/sitecluster"
 	"github.com/bootops/bootops/trust"
 )
 
@@ -62,13 +62,14 @@ func newHTTP(cfg Config, d httpDeps) *bhttp.Server {
 	events := d.events
 	// One budget of newcomers per address, for a script and a check-in alike.
 	newcomers := &status.Newcomers{Burst: cfg.HTTP.NewBurst, Every: cfg.HTTP.NewEvery}
+	// A member of a site's cluster keeps its sessions and spent tokens
+	// there. (Provisioned is the daemon's, set once the rollouts exist:
+	// daemon.provisioned, the cluster's when there is one.)
 	var store agentapi.Store = events
-	provisioned := events.Provisioned
 	if d.member != nil {
-		c := clustered{Durable: events, m: d.member, log: d.log}
-		store, provisioned = c, c.Provisioned
+		store = clustered{Durable: events, m: d.member, log: d.log}
 	}
-	agent := &agentapi.Server{Plans: d.plans, Secret: d.secret, Store: store, Provisioned: provisioned,
+	agent := &agentapi.Server{Plans: d.plans, Secret: d.secret, Store: store, Provisioned: events.Provisioned,
 		Revision: func() string { return d.rec.Status().Applied.Revision },
 		Limits:   agentapi.Limits{Newcomers: newcomers},
 		Count:    func(r string) { agentRequests.WithLabelValues(r).Inc() },
@@ -76,7 +77,7 @@ func newHTTP(cfg Config, d httpDeps) *bhttp.Server {
 	}
 	srv := &bhttp.Server{
 		Plans: d.plans, Events: events, Secret: d.secret, Agent: agent, Log: d.log,
-		Machines:     bhttp.Machines{Provisioned: provisioned, Known: events.Known, Newcomers: newcomers, MACOf: d.pools.MACOf},
+		Machines:     bhttp.Machines{Provisioned: events.Provisioned, Known: events.Known, Newcomers: newcomers, MACOf: d.pools.MACOf},
 		Files:        bhttp.Files{Artifacts: &bhttp.Artifacts{Repo: d.root, CacheDir: filepath.Join(cfg.StateDir, "cache"), Redirect: cfg.HTTP.ArtifactMode == "redirect"}},
 		View:         bhttp.View{Status: events, Source: sourceStatus{d.rec}},
 		DrainTimeout: cfg.DrainTimeout,

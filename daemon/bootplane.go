@@ -3,8 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"github.com/bootops/bootops/boot/floatip"
-	"github.com/bootops/bootops/sitecluster"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -17,11 +15,13 @@ import (
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/dhcp"
 	"github.com/bootops/bootops/boot/dhcp6"
+	"github.com/bootops/bootops/boot/floatip"
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/boot/tftp"
 	"github.com/bootops/bootops/plan"
+	"github.com/bootops/bootops/sitecluster"
 )
 
 // bootPlane is what DHCP and TFTP serve from and report to.

@@ -3,14 +3,15 @@ package daemon
 import (
 	"context"
 	"fmt"
-	bhttp "github.com/bootops/bootops/boot/http"
-	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bootops/bootops/boot"
+	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/sitecluster"
 	"github.com/bootops/bootops/trust"

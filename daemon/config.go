@@ -1,12 +1,12 @@
 package daemon
 
 import (
-	bhttp "github.com/bootops/bootops/boot/http"
 	"io"
 	"log/slog"
 	"time"
 
 	"github.com/bootops/bootops/boot"
+	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/hub"
 	"github.com/bootops/bootops/reconciler"

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"github.com/bootops/bootops/sitecluster"
 	"log/slog"
 	"net/http"
 	"os"
@@ -27,6 +26,7 @@ import (
 	"github.com/bootops/bootops/hub"
 	"github.com/bootops/bootops/power"
 	"github.com/bootops/bootops/reconciler"
+	"github.com/bootops/bootops/sitecluster"
 	"github.com/bootops/bootops/trust"
 )
 

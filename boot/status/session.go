@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"github.com/bootops/bootops/plan"
 	"strings"
 	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/bootops/bootops/plan"
 )
 
 // Session is what an agent's check-in opened for one machine (a node, or

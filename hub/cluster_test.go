@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/natslog"
 	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/trust"
 )
@@ -104,7 +105,7 @@ func rogueServer(t *testing.T, clusterAddr string, tlsCfg *tls.Config, log *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetLoggerV2(natsLogger{slog.New(slog.NewTextHandler(log, nil))}, false, false, false)
+	s.SetLoggerV2(natslog.Logger{Log: slog.New(slog.NewTextHandler(log, nil)), Prefix: "nats: ", Notice: slog.LevelInfo}, false, false, false)
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("the rogue server did not start")

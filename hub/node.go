@@ -20,6 +20,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+
+	"github.com/bootops/bootops/internal/natslog"
 )
 
 // Config is one hub server.
@@ -320,7 +322,7 @@ func startServer(cfg Config, opts *server.Options) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hub: %w", err)
 	}
-	srv.SetLoggerV2(natsLogger{cfg.Log.With("server", cfg.Name)}, false, false, false)
+	srv.SetLoggerV2(natslog.Logger{Log: cfg.Log.With("server", cfg.Name), Prefix: "nats: ", Notice: slog.LevelInfo}, false, false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(15 * time.Second) {
 		srv.Shutdown()

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/natslog"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -110,7 +111,8 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sitecluster: %w", err)
 	}
-	srv.SetLoggerV2(natsLogger{cfg.Log}, false, false, false)
+	// Its notices at debug: a cluster's routine is not the operator's business.
+	srv.SetLoggerV2(natslog.Logger{Log: cfg.Log, Prefix: "sitecluster: ", Notice: slog.LevelDebug}, false, false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(15 * time.Second) {
 		srv.Shutdown()

@@ -86,7 +86,7 @@ var rules = []rule{
 		why: "the compiler is offline: files in, Plan out"},
 	{from: "reconciler", never: []string{"boot", "daemon", "hub", "agent", "cmd"}, why: "Git in, Plan out"},
 	{from: "hub", never: []string{"daemon", "compiler", "reconciler", "agent", "cmd"}, why: "the hub reads sites' events"},
-	{from: "sitecluster", only: []string{"boot/status", "plan", "tpm"}, why: "a site's replicated facts: the status types in, nothing of the daemon's"},
+	{from: "sitecluster", only: []string{"boot/status", "plan", "tpm", "internal/natslog"}, why: "a site's replicated facts: the status types in, nothing of the daemon's"},
 	{from: "interop", never: []string{"boot", "daemon", "hub", "agent", "cmd"}, why: "other systems' formats, offline"},
 	{from: "microos", never: []string{"boot", "daemon", "compiler", "cmd"}, why: "builds bytes the boot plane serves"},
 	{from: "media", only: []string{"plan", "microos", "trust", "tpm"}, why: "boot media from a Plan and a Micro-OS: bytes the boot plane serves"},

@@ -3,6 +3,7 @@ package sitecluster
 import (
 	"context"
 	"crypto/tls"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -212,6 +213,7 @@ func TestMembersNeedPeerCertificates(t *testing.T) {
 	addrs := testutil.FreePorts(t, 3)
 	ms := make([]*Member, 3)
 	errs := make([]error, 3)
+	logs := make([]testutil.SyncBuffer, 3)
 	var wg sync.WaitGroup
 	for i, name := range []string{"a", "b", "intruder"} {
 		var peers []string
@@ -224,7 +226,8 @@ func TestMembersNeedPeerCertificates(t *testing.T) {
 		if name == "intruder" {
 			ready = 20 * time.Second // it never is
 		}
-		cfg := Config{Name: name, Listen: addrs[i], Peers: peers, TLS: peerTLS(t, dir, name, name == "intruder"), StoreDir: filepath.Join(dir, name), Ready: ready, Replicas: 2}
+		cfg := Config{Name: name, Listen: addrs[i], Peers: peers, TLS: peerTLS(t, dir, name, name == "intruder"), StoreDir: filepath.Join(dir, name), Ready: ready, Replicas: 2,
+			Log: slog.New(slog.NewTextHandler(&logs[i], nil))}
 		wg.Go(func() { ms[i], errs[i] = Start(context.Background(), cfg) })
 	}
 	wg.Wait()
@@ -241,6 +244,10 @@ func TestMembersNeedPeerCertificates(t *testing.T) {
 	}
 	if errs[2] == nil || !strings.Contains(errs[2].Error(), "not ready") {
 		t.Errorf("a hub's route certificate joined a site: %v", errs[2])
+	}
+	// Refused for its certificate, by the members it dialled.
+	if got := logs[0].String() + logs[1].String(); !strings.Contains(got, "is no site daemon's peer certificate (urn:bootops:site-peer)") {
+		t.Errorf("the members' logs do not say why the intruder was refused:\n%s", testutil.Tail(got, 20))
 	}
 	for _, p := range ms[0].Status().Members {
 		if p.Name == "intruder" && !p.Offline {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,28 +32,29 @@ type Role struct {
 	name    string
 	changed func(active bool)
 
-	mu    sync.Mutex
-	rev   uint64    // the revision this member wrote last (0: not the holder)
-	until time.Time // active until then
-	was   bool
-	done  chan struct{}
+	// until is when this member stops counting itself the holder, as a
+	// time since base (monotonic): Active reads it without a lock, once
+	// per DHCP packet.
+	base  time.Time
+	until atomic.Int64
+
+	mu   sync.Mutex
+	rev  uint64 // the revision this member wrote last (0: not the holder)
+	was  bool
+	done chan struct{}
 }
 
 // Campaign runs this member's campaign for role name until ctx ends (it
 // then gives the role back). changed, when set, is told each time this
 // member starts or stops holding it.
 func (m *Member) Campaign(ctx context.Context, name string, changed func(active bool)) *Role {
-	r := &Role{m: m, name: name, changed: changed, done: make(chan struct{})}
+	r := &Role{m: m, name: name, changed: changed, base: time.Now(), done: make(chan struct{})}
 	go r.run(ctx)
 	return r
 }
 
 // Active says whether this member holds the role now.
-func (r *Role) Active() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return time.Now().Before(r.until)
-}
+func (r *Role) Active() bool { return time.Since(r.base) < time.Duration(r.until.Load()) }
 
 // Done is closed once the campaign has ended and the role is given back.
 func (r *Role) Done() <-chan struct{} { return r.done }
@@ -74,7 +76,7 @@ func (r *Role) run(ctx context.Context) {
 
 // try writes the role once: renews it when held, else tries to take it.
 func (r *Role) try(ctx context.Context) {
-	start := time.Now()
+	start := time.Since(r.base)
 	ctx, cancel := context.WithTimeout(ctx, RoleTTL/3)
 	defer cancel()
 	r.mu.Lock()
@@ -88,11 +90,12 @@ func (r *Role) try(ctx context.Context) {
 	}
 	r.mu.Lock()
 	if err == nil {
-		r.rev, r.until = rev, start.Add(RoleTTL/2)
-	} else if !errors.Is(err, context.DeadlineExceeded) || time.Now().After(r.until) {
+		r.rev = rev
+		r.until.Store(int64(start + RoleTTL/2))
+	} else if !errors.Is(err, context.DeadlineExceeded) || !r.Active() {
 		r.rev = 0 // another holds it, or this member cannot renew in time
 	}
-	active := time.Now().Before(r.until)
+	active := r.Active()
 	flip := active != r.was
 	r.was = active
 	r.mu.Unlock()
@@ -106,7 +109,8 @@ func (r *Role) try(ctx context.Context) {
 func (r *Role) release() {
 	r.mu.Lock()
 	rev, was := r.rev, r.was
-	r.rev, r.until, r.was = 0, time.Time{}, false
+	r.rev, r.was = 0, false
+	r.until.Store(0)
 	r.mu.Unlock()
 	if rev != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), RoleTTL/3)

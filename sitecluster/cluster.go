@@ -15,6 +15,11 @@
 //	bootops-roles     a role ("dhcp.<site>") → the member that performs it (role.go)
 //	bootops-nodes     site/node → what the node has installed (Installed): the generation and install a
 //	                  member answers "boot from your disk" by, whichever member saw it provisioned
+//	bootops-rollouts  a rollout group (site/profile) → its state, written by the member running the rollouts
+//	                  (role "rollouts") before it touches a node; the next holder goes on from it
+//
+// And a stream, the site's log (log.go): each member's status events and
+// leases, which every other member applies to its own store.
 //
 // Keys are base64url of the daemon's keys (machine keys hold ':' and '/').
 package sitecluster
@@ -33,6 +38,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bootops/bootops/boot/status"
@@ -72,6 +78,7 @@ const (
 	BucketSessions = "bootops-sessions"
 	BucketSite     = "bootops-site"
 	BucketNodes    = "bootops-nodes"
+	BucketRollouts = "bootops-rollouts"
 )
 
 // TokenTTL is how long a spent token's ID is kept: longer than any boot
@@ -90,6 +97,7 @@ type Member struct {
 	site     jetstream.KeyValue
 	nodes    jetstream.KeyValue
 	roles    jetstream.KeyValue
+	rollouts jetstream.KeyValue
 }
 
 // Start runs the member's server, joins the others and waits (Config.Ready)
@@ -200,12 +208,14 @@ func hostPort(s string) (string, int, error) {
 	return h, n, nil
 }
 
-// buckets creates (or finds) the buckets, asking again until the cluster
-// has a leader and takes them, or Config.Ready passes.
+// buckets creates (or finds) the buckets and the site's log, all at once
+// (a new replicated stream answers only once its copies elected a leader:
+// seconds each), asking again until the cluster has a leader and takes
+// them, or Config.Ready passes.
 func (m *Member) buckets(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Ready)
 	defer cancel()
-	for _, b := range []struct {
+	kvs := []struct {
 		into *jetstream.KeyValue
 		cfg  jetstream.KeyValueConfig
 	}{
@@ -214,27 +224,50 @@ func (m *Member) buckets(ctx context.Context) error {
 		{&m.site, jetstream.KeyValueConfig{Bucket: BucketSite, Replicas: m.cfg.Replicas, Storage: jetstream.FileStorage}},
 		{&m.nodes, jetstream.KeyValueConfig{Bucket: BucketNodes, Replicas: m.cfg.Replicas, Storage: jetstream.FileStorage}},
 		{&m.roles, jetstream.KeyValueConfig{Bucket: BucketRoles, TTL: RoleTTL, Replicas: m.cfg.Replicas, Storage: jetstream.FileStorage}},
-	} {
-		var last error
-		for {
-			// Each try its own few seconds: a request made before the
-			// cluster has a leader waits for no answer.
-			try, cancel := context.WithTimeout(ctx, 5*time.Second)
-			kv, err := m.js.CreateOrUpdateKeyValue(try, b.cfg)
-			cancel()
-			if err == nil {
+		{&m.rollouts, jetstream.KeyValueConfig{Bucket: BucketRollouts, Replicas: m.cfg.Replicas, Storage: jetstream.FileStorage}},
+	}
+	errs := make([]error, len(kvs)+1)
+	var wg sync.WaitGroup
+	for i, b := range kvs {
+		wg.Go(func() {
+			if err := retry(ctx, func(try context.Context) error {
+				kv, err := m.js.CreateOrUpdateKeyValue(try, b.cfg)
 				*b.into = kv
-				break
+				return err
+			}); err != nil {
+				errs[i] = fmt.Errorf("sitecluster %s: bucket %s not ready within %s (is a majority of the members up and reachable?): %w", m.cfg.Name, b.cfg.Bucket, m.cfg.Ready, err)
 			}
-			last = err
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("sitecluster %s: bucket %s not ready within %s (is a majority of the members up and reachable?): %w", m.cfg.Name, b.cfg.Bucket, m.cfg.Ready, last)
-			case <-time.After(250 * time.Millisecond):
-			}
+		})
+	}
+	wg.Go(func() {
+		if err := retry(ctx, func(try context.Context) error {
+			_, err := m.js.CreateOrUpdateStream(try, m.logConfig())
+			return err
+		}); err != nil {
+			errs[len(kvs)] = fmt.Errorf("sitecluster %s: the site's log not ready within %s (is a majority of the members up and reachable?): %w", m.cfg.Name, m.cfg.Ready, err)
+		}
+	})
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// retry calls f, each try with a few seconds of its own (a request made
+// before the cluster has a leader waits for no answer), until it succeeds
+// or ctx ends: f's last error.
+func retry(ctx context.Context, f func(context.Context) error) error {
+	for {
+		try, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := f(try)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	return nil
 }
 
 // Close stops the member (its copy stays in StoreDir).
@@ -457,4 +490,40 @@ func (m *Member) Status() Status {
 	}
 	st.Quorum = st.Leader != "" && 2*up > st.Size
 	return st
+}
+
+// PutRollout stores a rollout group's state, on a majority of the members
+// before it returns.
+func (m *Member) PutRollout(group string, state []byte) error {
+	ctx, cancel := m.op()
+	defer cancel()
+	if _, err := m.rollouts.Put(ctx, key(group), state); err != nil {
+		return fmt.Errorf("the site's cluster did not record rollout %s: %w", group, err)
+	}
+	return nil
+}
+
+// Rollouts is every rollout group's state, read from the bucket's leader.
+func (m *Member) Rollouts() (map[string][]byte, error) {
+	ctx, cancel := m.op()
+	defer cancel()
+	keys, err := m.rollouts.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the site's cluster: its rollouts: %w", err)
+	}
+	out := map[string][]byte{}
+	for k := range keys.Keys() {
+		group, err := base64.RawURLEncoding.DecodeString(k)
+		if err != nil {
+			continue
+		}
+		b, err := m.leaderGet(ctx, BucketRollouts, k)
+		if err != nil {
+			return nil, fmt.Errorf("the site's cluster: rollout %s: %w", group, err)
+		}
+		if b != nil {
+			out[string(group)] = b
+		}
+	}
+	return out, nil
 }

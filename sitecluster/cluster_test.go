@@ -311,3 +311,71 @@ func TestRoleOneHolder(t *testing.T) {
 	}
 	t.Logf("timing: the holder killed → %s holds the role after %s", ms[next].cfg.Name, took.Round(time.Millisecond))
 }
+
+// The site's log: each member's entries reach the others in the log's
+// order, a member never gets its own back, and following again from the
+// place a batch covered gives nothing twice. A rollout's state written
+// on one member is read on another.
+func TestSiteLog(t *testing.T) {
+	testutil.Slow(t)
+	ms, _ := cluster(t, 3)
+	for _, w := range []struct {
+		m    int
+		data string
+	}{{0, "a1"}, {1, "b1"}, {0, "a2"}} {
+		if err := ms[w.m].Append(LogEvents, []byte(w.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	follow := func(m *Member, from uint64, want int) ([]string, uint64) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var got []string
+		place := from
+		m.Follow(ctx, from, func(es []Entry, upTo uint64) error {
+			for _, e := range es {
+				if e.Kind != LogEvents {
+					t.Errorf("entry %d: kind %q", e.Seq, e.Kind)
+				}
+				got = append(got, e.Member+":"+string(e.Data))
+			}
+			place = upTo
+			if len(got) >= want && upTo >= 3 {
+				cancel()
+			}
+			return nil
+		})
+		return got, place
+	}
+	got, place := follow(ms[2], 0, 3)
+	if strings.Join(got, " ") != "a:a1 b:b1 a:a2" || place != 3 {
+		t.Fatalf("member c follows: %q up to %d, want a:a1 b:b1 a:a2 up to 3", got, place)
+	}
+	if got, _ := follow(ms[0], 0, 1); strings.Join(got, " ") != "b:b1" {
+		t.Fatalf("member a follows: %q, want only b's entry", got)
+	}
+	ms[1].Append(LogLeases, []byte("b2"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var again []Entry
+	ms[2].Follow(ctx, place, func(es []Entry, upTo uint64) error {
+		again = append(again, es...)
+		cancel()
+		return nil
+	})
+	if len(again) != 1 || string(again[0].Data) != "b2" || again[0].Kind != LogLeases || again[0].Seq != 4 {
+		t.Fatalf("following again from %d: %+v, want b's lease entry 4 only", place, again)
+	}
+
+	r, err := ms[0].Rollouts()
+	if err != nil || len(r) != 0 {
+		t.Fatalf("no rollout yet: %q, %v", r, err)
+	}
+	if err := ms[0].PutRollout("lab/web", []byte(`{"wave":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	got2, err := ms[1].Rollouts()
+	if err != nil || string(got2["lab/web"]) != `{"wave":2}` || len(got2) != 1 {
+		t.Fatalf("rollouts on another member: %q, %v", got2, err)
+	}
+}

@@ -61,6 +61,11 @@ type Store struct {
 	Retain time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Replicate, when set, is given every lease Confirm and Release write,
+	// once it is in the journal and before they return: its error fails
+	// them (the client is not answered). A site's cluster copies the
+	// lease to the other members with it (Apply there).
+	Replicate func(key string, r Record) error
 
 	once    sync.Once
 	loadErr error
@@ -215,7 +220,58 @@ func (s *Store) Confirm(key string, want netip.Addr, r Range, d time.Duration) (
 	if err := s.journal.Sync(seq, s.snapshot); err != nil {
 		return netip.Addr{}, err
 	}
+	if s.Replicate != nil {
+		if err := s.Replicate(key, Record{IP: want, Expires: s.Leased(key).Expires}); err != nil {
+			return netip.Addr{}, err
+		}
+	}
 	return want, nil
+}
+
+// Leased is key's lease as the store keeps it (zero: none).
+func (s *Store) Leased(key string) Record {
+	if s.load() != nil {
+		return Record{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.leases[key]; ok {
+		return Record{IP: l.ip, Expires: l.until}
+	}
+	return Record{}
+}
+
+// Apply makes r key's lease as another server of the pool wrote it (a
+// member of the site's cluster), in memory and in the journal: the
+// address is key's, any other key's lease of it is gone. r without an
+// address: key has none any more.
+func (s *Store) Apply(key string, r Record) error {
+	if err := s.load(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	var seq uint64
+	if !r.IP.IsValid() {
+		if l, ok := s.leases[key]; ok {
+			delete(s.leases, key)
+			if s.leasedBy[l.ip] == key {
+				delete(s.leasedBy, l.ip)
+			}
+		}
+		seq = s.journal.Add(key, Record{})
+	} else {
+		if k, ok := s.leasedBy[r.IP]; ok && k != key {
+			s.journal.Add(k, Record{})
+		}
+		s.setLease(key, held{r.IP, r.Expires})
+		if k, ok := s.offeredTo[r.IP]; ok && k != key {
+			delete(s.offers, k)
+			delete(s.offeredTo, r.IP)
+		}
+		seq = s.journal.Add(key, r)
+	}
+	s.mu.Unlock()
+	return s.journal.Sync(seq, s.snapshot)
 }
 
 // confirm is Confirm's decision, in memory, under the lock: the journal's
@@ -309,7 +365,13 @@ func (s *Store) Release(key string, a netip.Addr) error {
 	s.leases[key] = held{a, now}
 	seq := s.journal.Add(key, Record{IP: a, Expires: now})
 	s.mu.Unlock()
-	return s.journal.Sync(seq, s.snapshot)
+	if err := s.journal.Sync(seq, s.snapshot); err != nil {
+		return err
+	}
+	if s.Replicate != nil {
+		return s.Replicate(key, Record{IP: a, Expires: now})
+	}
+	return nil
 }
 
 // sweep forgets offers past their time, at most once per hold: memory for

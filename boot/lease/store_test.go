@@ -343,3 +343,56 @@ func TestMACOfIPv6Lease(t *testing.T) {
 		}
 	}
 }
+
+// Two servers of one pool (members of a site's cluster): every lease the
+// one answering writes is the other's before the client is answered, so
+// the other, taking over, never gives the address to another machine;
+// a failed copy fails the lease; a release is copied too.
+func TestReplicatedLeases(t *testing.T) {
+	a, c := testPool(t)
+	b := &Store{Path: filepath.Join(t.TempDir(), "leases6.json"), Now: c.now}
+	a.Replicate = b.Apply
+	r := rng("2001:db8::100", "2001:db8::1ff")
+	ip, _ := a.Offer("52:54:00:00:00:01", r)
+	if _, err := a.Confirm("52:54:00:00:00:01", ip, r, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Leased("52:54:00:00:00:01"); got.IP != ip || !got.Expires.Equal(c.t.Add(time.Hour)) {
+		t.Fatalf("the other server has %+v, want %v for an hour", got, ip)
+	}
+	if o, _ := b.Offer("52:54:00:00:00:02", r); o == ip {
+		t.Fatalf("the other server offers %v, leased to 52:54:00:00:00:01, to another machine", ip)
+	}
+	if _, err := b.Confirm("52:54:00:00:00:03", ip, r, time.Hour); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("the other server leased %v to another machine: %v", ip, err)
+	}
+	// Restarted, the other server still has it (its own journal).
+	b2 := &Store{Path: b.Path, Now: c.now}
+	if got := b2.MACOf(ip.String()); got != "52:54:00:00:00:01" {
+		t.Fatalf("the other server, restarted: %v leased to %q", ip, got)
+	}
+	if err := a.Release("52:54:00:00:00:01", ip); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Leased("52:54:00:00:00:01"); got.IP != ip || got.Expires.After(c.t) {
+		t.Fatalf("after the release the other server has %+v, want it ended", got)
+	}
+	a.Replicate = func(string, Record) error { return errors.New("no majority") }
+	ip2, _ := a.Offer("52:54:00:00:00:04", r)
+	if _, err := a.Confirm("52:54:00:00:00:04", ip2, r, time.Hour); err == nil {
+		t.Fatal("a lease the cluster did not take was answered")
+	}
+	// Another key's lease of an address, applied, takes it.
+	if err := b.Apply("52:54:00:00:00:05", Record{IP: ip, Expires: c.t.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.MACOf(ip.String()); got != "52:54:00:00:00:05" {
+		t.Fatalf("applied: %v leased to %q", ip, got)
+	}
+	if got := b.Leased("52:54:00:00:00:01"); got.IP.IsValid() {
+		t.Fatalf("the address's former holder still has %+v", got)
+	}
+	if err := b.Apply("52:54:00:00:00:05", Record{}); err != nil || b.MACOf(ip.String()) != "" {
+		t.Fatalf("a lease applied away: %v, %q", err, b.MACOf(ip.String()))
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
@@ -17,7 +16,6 @@ import (
 	"github.com/bootops/bootops/boot/dhcp6"
 	"github.com/bootops/bootops/boot/floatip"
 	bhttp "github.com/bootops/bootops/boot/http"
-	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/boot/tftp"
 	"github.com/bootops/bootops/plan"
@@ -32,7 +30,7 @@ type bootPlane struct {
 	httpAddr string
 	metrics  *dhcp.Metrics
 	metrics6 *dhcp6.Metrics
-	pools    *lease.Stores
+	pools    *leasePools
 	log      *slog.Logger
 	// tftp6: a TFTP listener takes IPv6 (DHCPv6 then hands PXE clients a
 	// tftp:// URL).
@@ -173,8 +171,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		if err != nil {
 			return "", fmt.Errorf("site %s: network.serverAddress: %w", site.Name, err)
 		}
-		pool := &lease.Store{Path: filepath.Join(cfg.StateDir, "leases-"+site.Name+".json")}
-		b.pools.Add(pool)
+		pool := b.pools.get("leases-" + site.Name + ".json")
 		ds := &dhcp.Server{Plans: b.plans, Site: site.Name, Interface: iface, Events: b.events, Log: b.log, Metrics: b.metrics,
 			Newcomers: newcomers, Known: b.httpSrv.Machines.Known, Active: b.dhcpRole(ctx, site.Name, iface, serverIP),
 			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m, Leases: pool}}
@@ -186,12 +183,11 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		})
 	}
 	if n := site.Network.IPv6; servesDHCP6(cfg.DHCP, site) {
-		pool6 := &lease.Store{Path: filepath.Join(cfg.StateDir, "leases6-"+site.Name+".json")}
+		pool6 := b.pools.get("leases6-" + site.Name + ".json")
 		c6, err := dhcp6.SiteConfig(site, b.tftp6, pool6)
 		if err != nil {
 			return "", err
 		}
-		b.pools.Add(pool6)
 		b.metrics6.Site(site.Name)
 		ds6 := &dhcp6.Server{Plans: b.plans, Site: site.Name, Interface: iface, Config: c6, Events: b.events, Log: b.log,
 			Metrics: b.metrics6, Newcomers: newcomers, Known: b.httpSrv.Machines.Known, Active: b.dhcpRole(ctx, site.Name, iface, netip.Addr{})}

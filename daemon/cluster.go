@@ -55,7 +55,13 @@ func (d *daemon) openCluster(ctx context.Context) error {
 		return err
 	}
 	d.member, d.secret = m, boot.Secret(secret)
+	d.siteLog = newSiteLog(m, d.events, d.leases, d.cfg.StateDir, d.log)
+	d.leases.replicate = d.siteLog.replicate
+	d.events.SetMirror(d.siteLog.add)
 	if err := migrateInstalls(d.events, m); err != nil {
+		return err
+	}
+	if err := migrateRollouts(d.events, m); err != nil {
 		return err
 	}
 	st := m.Status()
@@ -93,15 +99,50 @@ func migrateInstalls(events *status.Durable, m *sitecluster.Member) error {
 	return nil
 }
 
-// clustered is the status store of a member of a site's cluster: its
-// timelines stay its own; what a wipe depends on is the cluster's —
-// spent boot tokens, sessions, and which generation each node installed,
-// written by a majority before the answer that depends on it.
+// migrateRollouts puts this member's own rollout groups into the
+// cluster where it has none of that name: a site's one daemon that
+// becomes a member goes on with its rollouts where they were.
+func migrateRollouts(events *status.Durable, m *sitecluster.Member) error {
+	mine, err := events.Rollouts()
+	if err != nil {
+		return err
+	}
+	theirs, err := m.Rollouts()
+	if err != nil {
+		return err
+	}
+	for k, b := range mine {
+		if _, ok := theirs[k]; !ok {
+			if err := m.PutRollout(k, b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// clustered is the status store of a member of a site's cluster: what a
+// wipe depends on is the cluster's — spent boot tokens, sessions, which
+// generation each node installed, the rollouts' state — written by a
+// majority before the answer that depends on it; its timelines are its
+// own store's, which the site's log keeps the same on every member.
 type clustered struct {
 	*status.Durable
 	m   *sitecluster.Member
+	sl  *siteLog
 	log *slog.Logger
 }
+
+// clustered is the daemon's status store as a member of its site's cluster.
+func (d *daemon) clustered() clustered {
+	return clustered{Durable: d.events, m: d.member, sl: d.siteLog, log: d.log}
+}
+
+// PutRollout stores a rollout group's state in the cluster.
+func (c clustered) PutRollout(group string, state []byte) error { return c.m.PutRollout(group, state) }
+
+// Rollouts is every rollout group's state, as the cluster has it.
+func (c clustered) Rollouts() (map[string][]byte, error) { return c.m.Rollouts() }
 
 // UseToken spends a boot token in the cluster: once, whichever member.
 func (c clustered) UseToken(id string, expires time.Time) (bool, error) {
@@ -114,12 +155,24 @@ func (c clustered) Session(key string) (status.Session, bool) { return c.m.Sessi
 // PutSession keeps the machine's session in the cluster.
 func (c clustered) PutSession(key string, s status.Session) error { return c.m.PutSession(key, s) }
 
-// RecordSync stores events here, then — for a node that reports itself
-// provisioned — its install in the cluster, before the agent is answered:
-// a failure there fails the batch, which the agent sends again.
+// RecordSync stores events here, in the site's log, then — for a node
+// that reports itself provisioned — its install in the cluster, all before
+// the agent is answered: a failure there fails the batch, which the agent
+// sends again.
 func (c clustered) RecordSync(evs ...status.Event) error {
+	now := time.Now().UTC()
+	for i := range evs {
+		if evs[i].Time.IsZero() {
+			evs[i].Time = now // the same time in every member's copy
+		}
+	}
 	if err := c.Durable.RecordSync(evs...); err != nil {
 		return err
+	}
+	if len(evs) > 0 {
+		if err := c.sl.appendEvents(evs); err != nil {
+			return err
+		}
 	}
 	for _, e := range evs {
 		if e.State != status.StateProvisioned || e.Node == "" {
@@ -196,7 +249,10 @@ func (d *daemon) clusterMetrics() {
 			}
 		}
 		return float64(n)
-	}), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	}), prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "bootops_cluster_events_uncopied_total",
+		Help: "Boot-plane events (DHCP, TFTP, scripts) this member kept but could not copy to the others (a full queue, or no majority): they are on its own timelines only.",
+	}, func() float64 { return float64(d.siteLog.uncopied.Load()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "bootops_cluster_lag_max",
 		Help: "The most operations any other member of the site's cluster is behind (replication lag).",
 	}, func() float64 {

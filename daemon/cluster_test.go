@@ -128,6 +128,27 @@ func TestSiteOfThreeDaemons(t *testing.T) {
 		t.Errorf("c's script for vm-mac, installed before a joined:\n%s", script)
 	}
 
+	// Every member's timeline of vm-serial is the site's: the script a
+	// served, the check-in b answered, the install c was told of; its
+	// state is provisioned on each.
+	for i, name := range []string{"a", "b", "c"} {
+		var tl []status.Event
+		if !testutil.Poll(30*time.Second, 100*time.Millisecond, func() bool {
+			_, body := do(t, "GET", base[i]+"/api/v1/events?site=lab&node=vm-serial", "", "")
+			tl = nil
+			json.Unmarshal([]byte(body), &tl)
+			var script, checkin, provisioned bool
+			for _, e := range tl {
+				script = script || e.Kind == status.KindScript
+				checkin = checkin || e.Kind == status.KindAgent && e.State == status.StateMicroOS
+				provisioned = provisioned || e.State == status.StateProvisioned
+			}
+			return script && checkin && provisioned
+		}) {
+			t.Errorf("%s's timeline of vm-serial lacks another member's events (a's script, b's check-in, c's install):\n%+v", name, tl)
+		}
+	}
+
 	// The status document says what the member asked sees.
 	code, body = do(t, "GET", base[1]+"/api/v1/status", "", "")
 	var doc struct {

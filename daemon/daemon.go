@@ -43,7 +43,9 @@ type daemon struct {
 	events   *status.Durable
 	root     *os.Root
 	secret   boot.Secret
-	member   *sitecluster.Member           // the site's cluster, when it has more than one daemon
+	member   *sitecluster.Member // the site's cluster, when it has more than one daemon
+	siteLog  *siteLog            // the member's side of the site's log (with member)
+	leases   *leasePools
 	fwd      atomic.Pointer[hub.Forwarder] // set after the store, which pokes it
 	http     *bhttp.Server
 	boot     *bootPlane
@@ -81,8 +83,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// The site's other daemons, when it has more than one: the secret and
 	// the facts a wipe depends on become the cluster's.
+	d.leases = &leasePools{dir: cfg.StateDir, macs: &lease.Stores{}}
 	if err := d.openCluster(ctx); err != nil {
 		return err
+	}
+	if d.siteLog != nil {
+		g.Go(func() error { return d.siteLog.copyEvents(ctx) })
+		g.Go(func() error { return d.siteLog.follow(ctx) })
 	}
 	d.newHTTP()
 	d.http.Authorize = d.authorize
@@ -131,8 +138,17 @@ func (d *daemon) startPlanActors(ctx context.Context, g *errgroup.Group) error {
 		testHTTP(d.http)
 	}
 	// Day 2: drift, and the rolling reinstalls Git asks for.
-	if d.rollouts, err = newRollouts(d.overlays.live, cfg.Source.Sites, d.events, d.power, d.log, d.reg); err != nil {
+	var rs rolloutStore = d.events
+	if d.member != nil {
+		rs = d.clustered()
+	}
+	if d.rollouts, err = newRollouts(d.overlays.live, cfg.Source.Sites, rs, d.power, d.log, d.reg); err != nil {
 		return err
+	}
+	if d.member != nil {
+		// One member runs the rollouts at a time; the others answer the
+		// boot plane from the groups it stores.
+		d.rollouts.active = d.member.Campaign(ctx, "rollouts", nil).Active
 	}
 	d.http.View.Rollouts = d.rollouts.Status
 	if d.member != nil {
@@ -261,13 +277,10 @@ func (d *daemon) close() {
 // it (their metrics and leases).
 func (d *daemon) newHTTP() {
 	metrics := dhcp.NewMetrics(d.reg)
-	// Every site's pool: an unknown machine that reports no identifier is
-	// keyed by the MAC its address was leased to.
-	pools := &lease.Stores{}
 	hook := newWebhook(func() []byte { return d.settings.Load().webhookSecret }, d.src.follower, d.rec.Metrics, d.log)
 	d.http = newHTTP(d.cfg, httpDeps{plans: d.overlays.live, events: d.events, rec: d.rec, secret: d.secret, member: d.member, root: d.root,
-		pools: pools, hook: hook, reg: d.reg, log: d.log})
-	d.boot = &bootPlane{plans: d.overlays.live, events: d.events, httpSrv: d.http, metrics: metrics, metrics6: dhcp6.NewMetrics(d.reg), pools: pools, log: d.log,
+		siteLog: d.siteLog, pools: d.leases.macs, hook: hook, reg: d.reg, log: d.log})
+	d.boot = &bootPlane{plans: d.overlays.live, events: d.events, httpSrv: d.http, metrics: metrics, metrics6: dhcp6.NewMetrics(d.reg), pools: d.leases, log: d.log,
 		member: d.member}
 }
 
@@ -294,7 +307,7 @@ func (d *daemon) onPlanChange() <-chan struct{} {
 func (d *daemon) provisioned(site, node string) (int, bool) {
 	gen, ok := d.events.Provisioned(site, node)
 	if d.member != nil {
-		gen, ok = clustered{Durable: d.events, m: d.member, log: d.log}.Provisioned(site, node)
+		gen, ok = d.clustered().Provisioned(site, node)
 	}
 	if !ok {
 		return gen, ok

@@ -37,11 +37,13 @@ type httpDeps struct {
 	rec    *reconciler.Reconciler
 	secret boot.Secret
 	member *sitecluster.Member // nil: the site's one daemon
-	root   *os.Root
-	pools  *lease.Stores
-	hook   http.Handler
-	reg    *prometheus.Registry
-	log    *slog.Logger
+	// siteLog copies the agents' events to the other members (with member).
+	siteLog *siteLog
+	root    *os.Root
+	pools   *lease.Stores
+	hook    http.Handler
+	reg     *prometheus.Registry
+	log     *slog.Logger
 }
 
 // newHTTP builds the HTTP server (its listeners come later): scripts,
@@ -67,7 +69,7 @@ func newHTTP(cfg Config, d httpDeps) *bhttp.Server {
 	// daemon.provisioned, the cluster's when there is one.)
 	var store agentapi.Store = events
 	if d.member != nil {
-		store = clustered{Durable: events, m: d.member, log: d.log}
+		store = clustered{Durable: events, m: d.member, sl: d.siteLog, log: d.log}
 	}
 	agent := &agentapi.Server{Plans: d.plans, Secret: d.secret, Store: store, Provisioned: events.Provisioned,
 		Revision: func() string { return d.rec.Status().Applied.Revision },

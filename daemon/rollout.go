@@ -42,7 +42,12 @@ const syncEventsPerRound = 500
 type rollouts struct {
 	plans *boot.Live
 	sites []string
-	store *status.Durable
+	store rolloutStore
+	// active, when set (a site's cluster), says whether this member runs
+	// the rollouts now; the others only read the groups it stores.
+	active func() bool
+	// stale: the groups are not the store's (another member ran them).
+	stale bool
 	power *power.Manager // nil: no node can be reinstalled by it
 	log   *slog.Logger
 	now   func() time.Time
@@ -70,7 +75,16 @@ type rollouts struct {
 	bmcBackoff time.Duration
 }
 
-func newRollouts(plans *boot.Live, sites []string, store *status.Durable, pm *power.Manager, log *slog.Logger, reg prometheus.Registerer) (*rollouts, error) {
+// rolloutStore is where the rollouts keep their groups and say what they
+// did: the status store, or a site's cluster.
+type rolloutStore interface {
+	Machines() []status.Machine
+	Record(status.Event)
+	PutRollout(group string, state []byte) error
+	Rollouts() (map[string][]byte, error)
+}
+
+func newRollouts(plans *boot.Live, sites []string, store rolloutStore, pm *power.Manager, log *slog.Logger, reg prometheus.Registerer) (*rollouts, error) {
 	r := &rollouts{plans: plans, sites: sites, store: store, power: pm, log: log, now: time.Now,
 		groups: map[string]*rollout.Group{}, published: map[string]*rollout.Group{}, poke: make(chan struct{}, 1), skipped: map[string]string{},
 		outOfDate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -78,19 +92,29 @@ func newRollouts(plans *boot.Live, sites []string, store *status.Durable, pm *po
 			Help: "Installed nodes whose install (image, workflow or cloud-init) is not what Git says now, by site and profile.",
 		}, []string{"site", "profile"})}
 	reg.MustRegister(r.outOfDate)
-	stored, err := store.Rollouts()
-	if err != nil {
-		return nil, fmt.Errorf("rollouts: %w", err)
+	if err := r.load(); err != nil {
+		return nil, err
 	}
+	return r, nil
+}
+
+// load takes the groups as stored.
+func (r *rollouts) load() error {
+	stored, err := r.store.Rollouts()
+	if err != nil {
+		return fmt.Errorf("rollouts: %w", err)
+	}
+	groups := map[string]*rollout.Group{}
 	for k, b := range stored {
 		var g rollout.Group
 		if err := json.Unmarshal(b, &g); err != nil {
-			return nil, fmt.Errorf("rollouts: group %s in the status store: %w", k, err)
+			return fmt.Errorf("rollouts: group %s in the status store: %w", k, err)
 		}
-		r.groups[k] = &g
+		groups[k] = &g
 		r.publish(k, b)
 	}
-	return r, nil
+	r.groups = groups
+	return nil
 }
 
 // publish makes b, group key as just stored, what the boot plane sees.
@@ -128,11 +152,31 @@ func (r *rollouts) Run(ctx context.Context) error {
 	}
 }
 
-// Round judges and advances every group once.
+// Round judges and advances every group once. In a site's cluster only
+// the member holding the rollouts does; another reads the groups as the
+// holder stored them (what the boot plane asks), and the member that takes
+// the role over goes on from them.
 func (r *rollouts) Round(ctx context.Context) {
 	p := r.plans.Current()
 	if p == nil {
 		return
+	}
+	if r.active != nil && !r.active() {
+		r.stale = true
+		if err := r.load(); err != nil {
+			r.log.Debug("rollout: the groups as the cluster has them", "err", err)
+		}
+		r.mu.Lock()
+		r.shown = nil
+		r.mu.Unlock()
+		return
+	}
+	if r.stale {
+		if err := r.load(); err != nil {
+			r.log.Warn("rollout: this member runs the rollouts now, and cannot read where they are: not this round", "err", err)
+			return
+		}
+		r.stale = false
 	}
 	machines := map[string]*status.Machine{}
 	all := r.store.Machines()

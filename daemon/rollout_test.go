@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -464,5 +465,49 @@ func TestRolloutWavesSideBySide(t *testing.T) {
 	}
 	if got := f.cycled(); len(got) != 2 {
 		t.Errorf("cycled %v, want n1 and n3", got)
+	}
+}
+
+// Two members of a site's cluster over one store of groups: only the one
+// holding the rollouts acts; the other answers the boot plane from the
+// groups the holder stored; when the role moves, the new holder goes on
+// from them — the node already started is not started again, the next
+// one is, once the first is healthy.
+func TestRolloutHandsOver(t *testing.T) {
+	f := newFleet(t)
+	var aHolds atomic.Bool
+	aHolds.Store(true)
+	a := f.r
+	a.active = aHolds.Load
+	b, err := newRollouts(f.live, nil, f.store, f.pm, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.active = func() bool { return !aHolds.Load() }
+	round := func(r *rollouts) { r.Round(context.Background()); f.store.RecordSync() }
+	round(b)
+	if got := f.cycled(); len(got) != 0 {
+		t.Fatalf("the member not holding the rollouts started %v", got)
+	}
+	round(a)
+	round(b)
+	if got := f.cycled(); len(got) != 1 || got[0] != "n1" {
+		t.Fatalf("cycled: %v, want n1 (by the holder)", got)
+	}
+	if !b.Reinstalling("lab", "base", "n1", &plan.Install{Digest: f.v1["n1"].Digest}) {
+		t.Error("the other member would send n1, started for v2, to its old disk")
+	}
+	aHolds.Store(false) // the role moves to b
+	round(a)
+	round(b)
+	round(b)
+	if n := strings.Count(f.bmcs["198.18.0.1"].said(), "cycle"); n != 1 || len(f.cycled()) != 1 {
+		t.Fatalf("after the role moved: n1 cycled %d times, cycled %v", n, f.cycled())
+	}
+	v2 := f.v2["n1"]
+	f.report("n1", &v2)
+	round(b)
+	if got := f.cycled(); len(got) != 2 || got[1] != "n2" {
+		t.Fatalf("the new holder, n1 healthy: cycled %v, want n1 n2", got)
 	}
 }

@@ -122,6 +122,8 @@ type Durable struct {
 
 	// traffic is each node's budget of boot-plane events (Record).
 	traffic *Budgets
+	// mirror, when set (SetMirror), is given each event Record queued.
+	mirror atomic.Pointer[func(Event)]
 }
 
 var _ Recorder = (*Durable)(nil)
@@ -279,10 +281,19 @@ func (d *Durable) Record(e Event) {
 	}
 	select {
 	case d.queue <- r:
+		if m := d.mirror.Load(); m != nil {
+			(*m)(e)
+		}
 	default:
 		d.dropped.Add(1)
 	}
 }
+
+// SetMirror has f given every event Record queues, as stored (dated,
+// within its node's budget): a member of a site's cluster copies them to
+// the others. f runs on the caller of Record (the DHCP path): it must not
+// block. RecordSync's events are not given to it.
+func (d *Durable) SetMirror(f func(Event)) { d.mirror.Store(&f) }
 
 // admit spends one of the node's boot-plane event tokens on e; false when
 // it has none left (e is counted, and the next event kept says so).

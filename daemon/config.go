@@ -141,5 +141,5 @@ type ClusterConfig struct {
 }
 
 type HubConfig struct {
-	Forwarder func(plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable, rollouts func() []bhttp.RolloutStatus) (*hub.Forwarder, error)
+	Forwarder func(plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable, rollouts func() []bhttp.RolloutStatus, cluster func() *bhttp.ClusterStatus) (*hub.Forwarder, error)
 }

@@ -174,7 +174,11 @@ func (d *daemon) startPlanActors(ctx context.Context, g *errgroup.Group) error {
 	g.Go(func() error { return d.power.Run(ctx) })
 	// The hub forwarder.
 	if cfg.Hub.Forwarder != nil {
-		fwd, err := cfg.Hub.Forwarder(d.overlays.live, d.rec, d.events, d.rollouts.Status)
+		cluster := func() *bhttp.ClusterStatus { return nil }
+		if d.member != nil {
+			cluster = d.clusterStatus
+		}
+		fwd, err := cfg.Hub.Forwarder(d.overlays.live, d.rec, d.events, d.rollouts.Status, cluster)
 		if err != nil {
 			return configErr(err)
 		}

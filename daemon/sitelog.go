@@ -168,7 +168,7 @@ func (l *siteLog) apply(es []sitecluster.Entry, upTo uint64) error {
 		}
 	}
 	if len(evs) > 0 {
-		if err := l.events.RecordSync(evs...); err != nil {
+		if err := l.events.RecordCopies(evs...); err != nil {
 			return err
 		}
 	}

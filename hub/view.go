@@ -34,6 +34,9 @@ type Hello struct {
 	Sent    time.Time `json:"sent"`
 	// Rollouts are its rollout groups worth showing, halts included.
 	Rollouts []bhttp.RolloutStatus `json:"rollouts,omitempty"`
+	// Cluster is the site's cluster as the daemon saying hello sees it
+	// (absent: the site has one daemon). Every member says hello.
+	Cluster *bhttp.ClusterStatus `json:"cluster,omitempty"`
 }
 
 // siteState is what the view keeps of one site: its machines in a store
@@ -80,9 +83,30 @@ func markKey(site, epoch string) string {
 func (s *siteState) status() bhttp.SiteStatus {
 	st := bhttp.SiteStatus{Name: s.name, LastHeard: s.lastHeard, Events: s.events}
 	if s.hello != nil {
-		st.Daemon, st.Plan, st.Pending = s.hello.Daemon, s.hello.Plan, s.hello.Pending
+		st.Daemon, st.Plan, st.Pending, st.Cluster = s.hello.Daemon, s.hello.Plan, s.hello.Pending, boundCluster(s.hello.Cluster)
 	}
 	return st
+}
+
+// maxClusterNames bounds the members and roles a site's hello shows: a
+// site has at most three daemons, and two roles per site it serves.
+const maxClusterNames = 8
+
+// boundCluster is a hello's cluster as the hub shows it: the site's word
+// on its own members, cut to maxClusterNames members and roles.
+func boundCluster(c *bhttp.ClusterStatus) *bhttp.ClusterStatus {
+	if c == nil {
+		return nil
+	}
+	out := *c
+	out.Members = c.Members[:min(len(c.Members), maxClusterNames)]
+	if len(c.Roles) > maxClusterNames {
+		out.Roles = map[string]string{}
+		for _, k := range slices.Sorted(maps.Keys(c.Roles))[:maxClusterNames] {
+			out.Roles[k] = c.Roles[k]
+		}
+	}
+	return &out
 }
 
 type earlyEvent struct {

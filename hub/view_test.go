@@ -242,3 +242,32 @@ func TestViewSettleAppliesEveryChain(t *testing.T) {
 		t.Errorf("an older event after Settle: %d duplicates refused, want 1", v.Refused("north", RefusedDuplicate))
 	}
 }
+
+// A site of more than one daemon says, in its hello, its members and who
+// answers its DHCP: the hub's status shows them for that site, bounded.
+func TestViewShowsASitesMembers(t *testing.T) {
+	v := NewView()
+	c := &bhttp.ClusterStatus{Member: "m2", Leader: "m1", Size: 3, Quorum: true, Roles: map[string]string{"dhcp.lab": "m2"},
+		Members: []bhttp.ClusterMember{{Name: "m1", Current: true}, {Name: "m3", Offline: true}}}
+	b, _ := json.Marshal(Hello{Site: "lab", Plan: "p", Daemon: "m2", Cluster: c})
+	v.Apply(Message{Site: "lab", Kind: KindHello, Data: b, At: time.Now()})
+	many := &bhttp.ClusterStatus{Member: "x", Size: 3, Roles: map[string]string{}}
+	for i := range 100 {
+		many.Members = append(many.Members, bhttp.ClusterMember{Name: fmt.Sprint("m", i)})
+		many.Roles[fmt.Sprint("r", i)] = "x"
+	}
+	b, _ = json.Marshal(Hello{Site: "east", Plan: "p", Cluster: many})
+	v.Apply(Message{Site: "east", Kind: KindHello, Data: b, At: time.Now()})
+	for _, s := range v.Sites() {
+		switch s.Name {
+		case "lab":
+			if s.Cluster == nil || s.Cluster.Member != "m2" || len(s.Cluster.Members) != 2 || s.Cluster.Roles["dhcp.lab"] != "m2" {
+				t.Errorf("lab's cluster in the hub: %+v", s.Cluster)
+			}
+		case "east":
+			if s.Cluster == nil || len(s.Cluster.Members) != maxClusterNames || len(s.Cluster.Roles) != maxClusterNames {
+				t.Errorf("east's hello of 100 members and roles: %+v", s.Cluster)
+			}
+		}
+	}
+}

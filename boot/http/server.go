@@ -715,6 +715,9 @@ type SiteStatus struct {
 	// said hello; Events is how many the hub has of it.
 	Pending int    `json:"pending"`
 	Events  uint64 `json:"events"`
+	// Cluster is the site's cluster as its daemon that last said hello
+	// sees it: its members, the leader, who answers DHCP.
+	Cluster *ClusterStatus `json:"cluster,omitempty"`
 }
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {

@@ -158,6 +158,9 @@ type request struct {
 	// (Retain), in place of events.
 	fn   func(*batch) error
 	done chan error // nil for Record
+	// copies: events another member of the site's cluster recorded
+	// (RecordCopies), which stay out of the outbox.
+	copies bool
 }
 
 // Open opens the store at path, creating it when missing, and loads the
@@ -362,6 +365,17 @@ func (d *Durable) send(r request) error {
 // waits for what Record queued before it.
 func (d *Durable) RecordSync(events ...Event) error {
 	r := request{events: make([]Event, len(events))}
+	for i, e := range events {
+		r.events[i] = d.stamp(e)
+	}
+	return d.send(r)
+}
+
+// RecordCopies stores events another member of the site's cluster
+// recorded, as RecordSync does, but keeps them out of the outbox: the hub
+// has each event from the member that recorded it, once.
+func (d *Durable) RecordCopies(events ...Event) error {
+	r := request{events: make([]Event, len(events)), copies: true}
 	for i, e := range events {
 		r.events[i] = d.stamp(e)
 	}
@@ -596,11 +610,13 @@ func (d *Durable) write(reqs []request) error {
 				}
 				continue
 			}
+			b.copies = r.copies
 			for _, e := range r.events {
 				if err := b.add(e); err != nil {
 					return err
 				}
 			}
+			b.copies = false
 		}
 		if err := b.evict(); err != nil {
 			return err
@@ -676,6 +692,7 @@ type batch struct {
 	events, seqs, machines, outbox *bolt.Bucket
 	pending                        map[string]*record
 	removed                        map[string]bool
+	copies                         bool // the events added now stay out of the outbox
 	// unknown and unknownBytes are the unknown machines, and the bytes of
 	// their events, once this batch is in; evicted counts those it dropped.
 	unknown      int
@@ -768,7 +785,7 @@ func (b *batch) add(e Event) error {
 	if err := eb.Put(u64(id), v); err != nil {
 		return err
 	}
-	if b.d.opt.Outbox {
+	if b.d.opt.Outbox && !b.copies {
 		ob := b.outbox
 		ob.FillPercent = 0.9
 		if err := ob.Put(u64(id), out); err != nil {

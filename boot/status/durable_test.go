@@ -828,6 +828,17 @@ func TestDurableOutbox(t *testing.T) {
 	if after, _ := d.Pending(out[3].Seq, 100); len(after) != 1 || after[0].Seq != out[4].Seq {
 		t.Errorf("pending after a cursor: %d", len(after))
 	}
+	// Another cluster member's events: stored, on the timeline, not
+	// queued for the hub (their member sends them).
+	if err := d.RecordCopies(Event{Kind: KindAgent, Site: "s", Node: "n", Seq: 9, Message: "from m2"}); err != nil {
+		t.Fatal(err)
+	}
+	if rest, _ := d.Pending(0, 100); len(rest) != 2 {
+		t.Errorf("a copied event went to the outbox: %d pending", len(rest))
+	}
+	if tl := d.Events("s/n"); len(tl) != 6 || tl[5].Message != "from m2" || d.LastSeq("s/n") != 9 {
+		t.Errorf("the copied event on the timeline: %d events, last seq %d", len(tl), d.LastSeq("s/n"))
+	}
 	d.Close()
 
 	plain, err := Open(filepath.Join(t.TempDir(), "plain.db"), Options{})

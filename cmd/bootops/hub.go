@@ -488,7 +488,7 @@ func hostname() string {
 
 // hubForwarder sends the site's events to the hub: what the status store
 // keeps waits in its outbox until the hub has it.
-func hubForwarder(cfg serveConfig, log *slog.Logger, plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable, rollouts func() []bhttp.RolloutStatus) (*hub.Forwarder, error) {
+func hubForwarder(cfg serveConfig, log *slog.Logger, plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable, rollouts func() []bhttp.RolloutStatus, cluster func() *bhttp.ClusterStatus) (*hub.Forwarder, error) {
 	if err := trust.CheckPrivate(cfg.hubSeed); err != nil {
 		return nil, fmt.Errorf("--hub-seed: %w", err)
 	}
@@ -511,7 +511,7 @@ func hubForwarder(cfg serveConfig, log *slog.Logger, plans *boot.Live, rec *reco
 		// Beside status.db: a store wiped and made anew gets a new epoch.
 		EpochFile: filepath.Join(cfg.stateDir, "hub-epoch.json"),
 		Hello: func() hub.Hello {
-			h := hub.Hello{Daemon: host, Version: version, Source: rec.Status(), Rollouts: rollouts()}
+			h := hub.Hello{Daemon: host, Version: version, Source: rec.Status(), Rollouts: rollouts(), Cluster: cluster()}
 			if p := plans.Current(); p != nil {
 				h.Plan = p.Hash
 				for _, s := range p.Sites {

@@ -66,8 +66,8 @@ func serve(ctx context.Context, e *env, cfg serveConfig, reload func() (serveCon
 		return next.daemonConfig(worker), err
 	}
 	if cfg.hubURLs != "" {
-		d.Hub.Forwarder = func(plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable, rollouts func() []bhttp.RolloutStatus) (*hub.Forwarder, error) {
-			return hubForwarder(cfg, log, plans, rec, events, rollouts)
+		d.Hub.Forwarder = func(plans *boot.Live, rec *reconciler.Reconciler, events *status.Durable, rollouts func() []bhttp.RolloutStatus, cluster func() *bhttp.ClusterStatus) (*hub.Forwarder, error) {
+			return hubForwarder(cfg, log, plans, rec, events, rollouts, cluster)
 		}
 	}
 	err = bootopsd.Run(ctx, d)

@@ -297,18 +297,36 @@ func printRollouts(w io.Writer, rs []bhttp.RolloutStatus) {
 	tw.Flush()
 }
 
-// printSites is a hub's head: each site and when it was last heard.
+// printSites is a hub's head: each site, when it was last heard, and for
+// a site of more than one daemon how many of its members are up; then
+// each such site's cluster line.
 func printSites(w io.Writer, sites []bhttp.SiteStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SITE\tLAST HEARD\tDAEMON\tPLAN\tEVENTS\tUNSENT")
+	fmt.Fprintln(tw, "SITE\tLAST HEARD\tDAEMON\tMEMBERS\tPLAN\tEVENTS\tUNSENT")
 	for _, s := range sites {
 		heard := "never"
 		if !s.LastHeard.IsZero() {
 			heard = time.Since(s.LastHeard).Round(time.Second).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", s.Name, heard, or(s.Daemon, "-"), or(shortRev(s.Plan), "-"), s.Events, s.Pending)
+		members := "-"
+		if c := s.Cluster; c != nil {
+			up := 1
+			for _, m := range c.Members {
+				if !m.Offline {
+					up++
+				}
+			}
+			members = fmt.Sprintf("%d of %d up", up, c.Size)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", status.Printable(s.Name), heard, status.Printable(or(s.Daemon, "-")), members, or(shortRev(s.Plan), "-"), s.Events, s.Pending)
 	}
 	tw.Flush()
+	for _, s := range sites {
+		if s.Cluster != nil {
+			fmt.Fprintf(w, "%s ", status.Printable(s.Name))
+			printCluster(w, s.Cluster)
+		}
+	}
 }
 
 func printStatus(w io.Writer, doc statusDoc) {

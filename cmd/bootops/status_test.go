@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -70,5 +71,20 @@ func TestStatusSaysTheCluster(t *testing.T) {
 	_, out, _ := bootops(t, nil, "status", "--server", srv.URL)
 	if !strings.Contains(out, "cluster:  member b of 3, leader c, with a majority; dhcp.lab: c; a offline; c current\n") {
 		t.Errorf("status:\n%s", out)
+	}
+}
+
+// A hub's status: a site of more than one daemon shows how many of its
+// members are up, and its cluster's line.
+func TestStatusSaysASitesMembers(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"sites":[{"name":"lab","daemon":"m2","events":7,"cluster":{"member":"m2","leader":"m1","size":3,"quorum":true,` +
+			`"members":[{"name":"m1","current":true},{"name":"m3","offline":true}],"roles":{"dhcp.lab":"m2"}}},{"name":"east","daemon":"e1"}],"nodes":[]}`))
+	}))
+	defer srv.Close()
+	_, out, _ := bootops(t, nil, "status", "--server", srv.URL)
+	if !regexp.MustCompile(`(?m)^lab +never +m2 +2 of 3 up `).MatchString(out) || !regexp.MustCompile(`(?m)^east +never +e1 +- `).MatchString(out) ||
+		!strings.Contains(out, "lab cluster:  member m2 of 3, leader m1, with a majority; dhcp.lab: m2; m1 current; m3 offline\n") {
+		t.Errorf("a hub's status:\n%s", out)
 	}
 }

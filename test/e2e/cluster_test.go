@@ -3,8 +3,11 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,17 +18,22 @@ import (
 	"time"
 
 	bhttp "github.com/bootops/bootops/boot/http"
+	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
 // A site of three daemons, each in a namespace of its own on the lab's
 // bridge (198.18.0.11-13), the site's address 198.18.0.1 held by the one
-// answering its DHCP. 200 PXE DISCOVERs get one answer each; the holder's
-// server dies (kill -9, its link down): another member holds the address
-// and answers within seconds (printed), again one answer each; a boot
-// token the dead member minted checks in at the new holder, the node's
-// install is recorded, and its next script sends it to its disk.
+// answering its DHCP. 200 PXE DISCOVERs get one answer each; 20 simulated
+// machines (the agent's code) start installing; the holder's server dies
+// (kill -9, its link down) while they write their images and DISCOVERs
+// keep coming: another member holds the address and answers within
+// seconds (printed), no DISCOVER is ever answered twice; every machine
+// finishes, each image written once, each node told to install once (on
+// the site's timeline, which every member has); a boot token the dead
+// member minted checks in at the new holder, the node's install is
+// recorded, and its next script sends it to its disk.
 func TestSiteCluster(t *testing.T) {
 	t.Parallel()
 	began := time.Now()
@@ -33,7 +41,20 @@ func TestSiteCluster(t *testing.T) {
 	// The bridge's side is the machines': its own address, not the site's.
 	run(t, "ip", "-n", l.lan, "addr", "del", "198.18.0.1/24", "dev", "br0")
 	run(t, "ip", "-n", l.lan, "addr", "add", "198.18.0.254/24", "dev", "br0")
-	repo, ipxe := l.placeholderRepo("cluster", nil)
+	// The simulated machines' image: 8 MiB, served at 400 kB/s each (20 s).
+	images := filepath.Join(l.dir, "images")
+	os.MkdirAll(images, 0o755)
+	img := make([]byte, 8<<20)
+	rand.NewChaCha8([32]byte{42}).Read(img)
+	sum := sha256.Sum256(img)
+	os.WriteFile(filepath.Join(images, "sim.raw"), img, 0o644)
+	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", images, "-addr", "198.18.0.254:8081", "-rate", "400000")
+	repo, ipxe := l.placeholderRepo("cluster", vars{"SimSHA": hex.EncodeToString(sum[:])})
+	const sims = 20
+	for i := 1; i <= sims; i++ {
+		testutil.WriteFile(t, repo, fmt.Sprintf("sites/lab/nodes/sim-%02d.yaml", i),
+			fmt.Sprintf("apiVersion: bootops.dev/v1alpha1\nkind: Node\nname: sim-%02d\nidentity: {serial: SIM-%02d}\nprofile: sim\n", i, i))
+	}
 	ca := filepath.Join(l.dir, "ca")
 	run(t, bootops, "ca", "init", "--host", "198.18.0.1", "--state-dir", ca)
 	names := []string{"m1", "m2", "m3"}
@@ -104,6 +125,53 @@ func TestSiteCluster(t *testing.T) {
 		t.Errorf("200 PXE DISCOVERs to three daemons: %d replies, %d answered more than once", replies, multi)
 	}
 
+	// The simulated machines start; once all are writing their images
+	// (provisioning, on the site's status), the holder dies.
+	sim := filepath.Join(l.dir, "simfleet")
+	if out, err := exec.Command("go", "build", "-o", sim, "./simfleet").CombinedOutput(); err != nil {
+		t.Fatalf("build simfleet: %v\n%s", err, out)
+	}
+	simArgs := []string{"netns", "exec", l.lan, sim, "-server", "http://198.18.0.1:8080", "-site", "lab", "-dir", filepath.Join(l.dir, "sim"),
+		"-image-bytes", fmt.Sprint(len(img)), "-disk-bytes", fmt.Sprint(2 * len(img))}
+	for i := 1; i <= sims; i++ {
+		simArgs = append(simArgs, "-node", fmt.Sprintf("sim-%02d:SIM-%02d", i, i))
+	}
+	simCmd := exec.Command("ip", simArgs...)
+	var simOut strings.Builder
+	simLog, _ := os.Create(filepath.Join(l.dir, "simfleet.log"))
+	simCmd.Stdout, simCmd.Stderr = &simOut, simLog
+	simStarted := time.Now()
+	if err := simCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { simCmd.Process.Kill(); simCmd.Wait() })
+	installing := func() int {
+		_, body := get("/api/v1/status")
+		var doc struct {
+			Nodes []struct{ Node, State string }
+		}
+		json.Unmarshal([]byte(body), &doc)
+		n := 0
+		for _, m := range doc.Nodes {
+			if strings.HasPrefix(m.Node, "sim-") && m.State == "provisioning" {
+				n++
+			}
+		}
+		return n
+	}
+	if !testutil.Poll(3*time.Minute, 500*time.Millisecond, func() bool { return installing() == sims }) {
+		t.Fatalf("the %d simulated machines are not all installing after 3 min (%d are):\n%s", sims, installing(), testutil.Tail(l.log(first), 30))
+	}
+	t.Logf("timing: %d simulated machines started → all installing: %s", sims, time.Since(simStarted).Round(100*time.Millisecond))
+	// DISCOVERs all through the takeover, one every 50 ms for 15 s.
+	storm := exec.Command("ip", "netns", "exec", l.lan, flood, "-i", "br0", "-pxe", "-n", "300", "-every", "50ms", "-wait", "3s")
+	var floodOut strings.Builder
+	storm.Stdout, storm.Stderr = &floodOut, &floodOut
+	if err := storm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // some answered before the kill
+
 	// A boot token the holder mints, then the holder's server dies.
 	code, script := get("/ipxe?mac=52:54:00:e2:73:01")
 	m := regexp.MustCompile(`bootops\.token=([A-Za-z0-9.]+)`).FindStringSubmatch(script)
@@ -139,8 +207,70 @@ func TestSiteCluster(t *testing.T) {
 	if !testutil.Poll(60*time.Second, 200*time.Millisecond, func() bool { return holder() == next }) {
 		t.Fatalf("the status at 198.18.0.1 does not say %s answers the site's DHCP", next)
 	}
+	storm.Wait()
+	var sent, replies, multi int
+	if _, err := fmt.Sscanf(strings.TrimSpace(floodOut.String()), "sent %d replies %d multi %d", &sent, &replies, &multi); err != nil || multi != 0 || replies == 0 {
+		t.Errorf("300 PXE DISCOVERs through the takeover: %q (want none answered twice)", floodOut.String())
+	}
+	t.Logf("through the takeover: %d PXE DISCOVERs, %d answered, %d more than once", sent, replies, multi)
 	if replies, multi := discover(100); replies != 100 || multi != 0 {
 		t.Errorf("100 PXE DISCOVERs after the takeover: %d replies, %d answered more than once", replies, multi)
+	}
+
+	// Every simulated machine finishes: its image written once, whole, its
+	// reboot done; the site's timeline (any member's) tells each node to
+	// install once, and has it provisioned.
+	done := make(chan error, 1)
+	go func() { done <- simCmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("simfleet: %v\n%s", err, l.log("simfleet"))
+		}
+	case <-time.After(10 * time.Minute):
+		t.Fatalf("the simulated machines did not finish within 10 min of their start:\n%s", l.log("simfleet"))
+	}
+	t.Logf("timing: %d simulated machines started → all finished, across the takeover: %s", sims, time.Since(simStarted).Round(100*time.Millisecond))
+	finished := 0
+	for _, line := range strings.Split(strings.TrimSpace(simOut.String()), "\n") {
+		var r struct {
+			Node         string
+			ImageStarts  int    `json:"image_starts"`
+			ImageRetries int    `json:"image_retries"`
+			DiskSHA256   string `json:"disk_sha256"`
+			Rebooted     bool
+			Err          string
+		}
+		if json.Unmarshal([]byte(line), &r) != nil {
+			t.Errorf("simfleet: %q", line)
+			continue
+		}
+		if r.Err != "" || !r.Rebooted || r.ImageStarts != 1 || r.ImageRetries != 0 || r.DiskSHA256 != hex.EncodeToString(sum[:]) {
+			t.Errorf("%s: %+v (want its image written once, whole, and its reboot)", r.Node, r)
+			continue
+		}
+		finished++
+	}
+	if finished != sims {
+		t.Errorf("%d of %d simulated machines finished as they should", finished, sims)
+	}
+	toldToInstall := func(base, node string) (told int, provisioned bool) {
+		_, body := getAt(t, l, base+"/api/v1/events?site=lab&node="+node)
+		var tl []status.Event
+		json.Unmarshal([]byte(body), &tl)
+		for _, e := range tl {
+			if e.Installing {
+				told++
+			}
+			provisioned = provisioned || e.State == status.StateProvisioned
+		}
+		return told, provisioned
+	}
+	for i := 1; i <= sims; i++ {
+		node := fmt.Sprintf("sim-%02d", i)
+		if told, prov := toldToInstall("http://198.18.0.1:8080", node); told != 1 || !prov {
+			t.Errorf("%s on the site's timeline at %s: told to install %d times, provisioned %v (want once, true)", node, next, told, prov)
+		}
 	}
 
 	// The dead member's token checks in at the new holder; the install is
@@ -238,6 +368,12 @@ func TestSiteCluster(t *testing.T) {
 		t.Error("after all three restarted, no member answers at 198.18.0.1")
 	}
 	t.Logf("timing: all three restarted → serving again: %s", time.Since(restarted).Round(time.Second))
+	for i := 1; i <= sims; i++ {
+		node := fmt.Sprintf("sim-%02d", i)
+		if told, prov := toldToInstall(at(third), node); told != 1 || !prov {
+			t.Errorf("%s after the restart, at %s: told to install %d times, provisioned %v", node, names[third], told, prov)
+		}
+	}
 	t.Logf("timing: TestSiteCluster %s", time.Since(began).Round(time.Second))
 }
 

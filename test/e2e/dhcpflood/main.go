@@ -31,10 +31,11 @@ func main() {
 	mac := flag.String("mac", "", "client hardware address of every packet (default: a random one each)")
 	opt50 := flag.Int("opt50-len", -1, "send REQUESTs whose option 50 has this length instead of DISCOVERs")
 	wait := flag.Duration("wait", 2*time.Second, "how long to listen for replies after the last packet (at most 30s)")
+	every := flag.Duration("every", time.Millisecond, "the wait between two packets (at most 1s)")
 	pxe := flag.Bool("pxe", false, "DISCOVERs of a PXE client (option 60 PXEClient, arch 0): what a proxy DHCP answers")
 	flag.Parse()
-	if *iface == "" || *n < 1 || *n > 10000 || *wait > 30*time.Second || *opt50 > 255 {
-		log.Fatal("usage: dhcpflood -i IF [-n 1..10000] [-mac MAC] [-opt50-len 0..255] [-wait ≤30s]")
+	if *iface == "" || *n < 1 || *n > 10000 || *wait > 30*time.Second || *every > time.Second || *opt50 > 255 {
+		log.Fatal("usage: dhcpflood -i IF [-n 1..10000] [-mac MAC] [-opt50-len 0..255] [-wait ≤30s] [-every ≤1s] [-pxe]")
 	}
 	conn, err := server4.NewIPv4UDPConn(*iface, &net.UDPAddr{Port: dhcpv4.ClientPort})
 	if err != nil {
@@ -103,7 +104,7 @@ func main() {
 		if _, err := conn.WriteTo(b, dst); err != nil {
 			log.Fatal(err)
 		}
-		time.Sleep(time.Millisecond) // a burst, not a wall: the bridge keeps up
+		time.Sleep(*every) // a burst, not a wall: the bridge keeps up
 	}
 	conn.SetReadDeadline(time.Now().Add(*wait))
 	<-done

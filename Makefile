@@ -66,7 +66,7 @@ empty :=
 space := $(empty) $(empty)
 OTHER_PKGS = $$($(GO) list ./... | grep -v -E '^$(MODULE)/($(subst $(space),|,$(RACE_DIRS)))(/|$$)')
 # Each build tag with the packages that have files behind it.
-VET_TAGS := e2e:./test/e2e e2e,edgebench:./test/e2e e2e,fdebench:./test/e2e e2e,erasebench:./test/e2e e2e:./test/redfishvm e2e:./test/ovmfvars e2e:./boot/dhcp6 browser:./test/browser image:./packaging/image \
+VET_TAGS := e2e:./test/e2e e2e,edgebench:./test/e2e e2e,fdebench:./test/e2e e2e,erasebench:./test/e2e e2e:./test/redfishvm e2e:./test/ovmfvars e2e:./boot/dhcp6 e2e:./boot/floatip browser:./test/browser image:./packaging/image \
 	package:./test/package swtpm:./tpm swtpm:./boot/agentapi ipmi:./daemon
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := .cache/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
@@ -105,6 +105,7 @@ test: go-check lab-deps
 	$(GO) test -count=1 -tags browser -timeout 20m ./test/browser
 	$(GO) test -count=1 -tags swtpm -timeout 10m -run Swtpm ./tpm ./boot/agentapi
 	$(GO) test -count=1 -tags e2e -timeout 10m -run 'Dhclient|Dhcpcd' ./boot/dhcp6
+	$(GO) test -count=1 -tags e2e -timeout 5m ./boot/floatip
 	@$(MAKE) --no-print-directory package-test
 	@$(MAKE) --no-print-directory image-test
 	@$(MAKE) --no-print-directory e2e-run

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -46,39 +47,57 @@ type bootPlane struct {
 // site's one daemon; in a cluster, while it holds the site's DHCP role —
 // and then, for the IPv4 role, it holds the site's server address (float,
 // when valid) on iface too (boot/floatip).
-func (b *bootPlane) dhcpRole(ctx context.Context, site, iface string, float netip.Addr) func() bool {
+func (b *bootPlane) dhcpRole(ctx context.Context, site, iface string, v6 bool, float netip.Addr) func() bool {
 	if b.member == nil {
 		return nil
 	}
-	role := "dhcp." + site
-	if !float.IsValid() {
-		role += ".6"
-	} else if err := floatip.Give(iface, float); err != nil { // left by a crash: not ours until the role is
-		b.log.Warn("cluster: the site's address", "site", site, "address", float, "err", err)
+	role, dhcp := "dhcp."+site, "DHCP"
+	if v6 {
+		role, dhcp = role+".6", "DHCPv6"
+	}
+	if float.IsValid() {
+		if err := floatip.Give(iface, float); err != nil { // left by a crash: not ours until the role is
+			b.log.Warn("cluster: the site's address", "site", site, "address", float, "err", err)
+		}
 	}
 	r := b.member.Campaign(ctx, role, func(active bool) {
 		switch {
 		case active && float.IsValid():
 			if err := floatip.Take(iface, float); err != nil {
-				b.log.Error("cluster: this member answers the site's DHCP, and could not take its address", "site", site, "address", float, "interface", iface, "err", err)
+				b.log.Error("cluster: this member answers the site's "+dhcp+", and could not take its address", "site", site, "address", float, "interface", iface, "err", err)
 				return
 			}
-			b.log.Info("cluster: this member answers the site's DHCP now, at the site's address", "site", site, "address", float, "interface", iface)
+			b.log.Info("cluster: this member answers the site's "+dhcp+" now, at the site's address", "site", site, "address", float, "interface", iface)
 		case active:
-			b.log.Info("cluster: this member answers the site's DHCPv6 now", "site", site)
+			b.log.Info("cluster: this member answers the site's "+dhcp+" now", "site", site)
 		case float.IsValid():
 			if err := floatip.Give(iface, float); err != nil {
 				b.log.Error("cluster: could not give the site's address back", "site", site, "address", float, "err", err)
 			}
-			b.log.Info("cluster: this member stopped answering the site's DHCP (another member holds it)", "site", site)
+			b.log.Info("cluster: this member stopped answering the site's "+dhcp+" (another member holds it)", "site", site)
 		default:
-			b.log.Info("cluster: this member stopped answering the site's DHCPv6", "site", site)
+			b.log.Info("cluster: this member stopped answering the site's "+dhcp, "site", site)
 		}
 	})
 	go func() {
-		<-r.Done() // the daemon stops: the address goes with the role
-		if float.IsValid() {
-			floatip.Give(iface, float)
+		// While it holds the role, the member says again every
+		// reannounce that it holds the address.
+		t := time.NewTicker(reannounce)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.Done(): // the daemon stops: the address goes with the role
+				if float.IsValid() {
+					floatip.Give(iface, float)
+				}
+				return
+			case <-t.C:
+				if float.IsValid() && r.Active() {
+					if err := floatip.Announce(iface, float); err != nil {
+						b.log.Debug("cluster: announcing the site's address again", "site", site, "address", float, "err", err)
+					}
+				}
+			}
 		}
 	}()
 	return r.Active
@@ -173,7 +192,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		}
 		pool := b.pools.get("leases-" + site.Name + ".json")
 		ds := &dhcp.Server{Plans: b.plans, Site: site.Name, Interface: iface, Events: b.events, Log: b.log, Metrics: b.metrics,
-			Newcomers: newcomers, Known: b.httpSrv.Machines.Known, Active: b.dhcpRole(ctx, site.Name, iface, serverIP),
+			Newcomers: newcomers, Known: b.httpSrv.Machines.Known, Active: b.dhcpRole(ctx, site.Name, iface, false, serverIP),
 			Config: dhcp.Config{ServerIP: serverIP, HTTPPort: site.Network.HTTPPort, Mode: m, Leases: pool}}
 		g.Go(func() error {
 			if err := ds.Serve(ctx); err != nil {
@@ -190,7 +209,7 @@ func (b *bootPlane) serveSite(ctx context.Context, g *errgroup.Group, cfg Config
 		}
 		b.metrics6.Site(site.Name)
 		ds6 := &dhcp6.Server{Plans: b.plans, Site: site.Name, Interface: iface, Config: c6, Events: b.events, Log: b.log,
-			Metrics: b.metrics6, Newcomers: newcomers, Known: b.httpSrv.Machines.Known, Active: b.dhcpRole(ctx, site.Name, iface, netip.Addr{})}
+			Metrics: b.metrics6, Newcomers: newcomers, Known: b.httpSrv.Machines.Known, Active: b.dhcpRole(ctx, site.Name, iface, true, float6(n.ServerAddress))}
 		g.Go(func() error { return ds6.Serve(ctx) })
 		b.log.Info("serving DHCPv6", "site", site.Name, "dhcp6", n.DHCP, "server", n.ServerAddress, "tftp", b.tftp6)
 		if _, ok := b.binaries.Lookup(dhcp6.UEFIFile); !ok {
@@ -250,4 +269,19 @@ func servesIPv6(addrs []string) bool {
 		}
 	}
 	return false
+}
+
+// reannounce is how often the member holding a site's address announces
+// it again (floatip.Announce).
+const reannounce = 5 * time.Second
+
+// float6 is a site's IPv6 server address as the member answering its
+// DHCPv6 holds it: a global address (the site's own link-local one, if
+// any, is each member's and does not move).
+func float6(s string) netip.Addr {
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is6() || a.IsLinkLocalUnicast() {
+		return netip.Addr{}
+	}
+	return a
 }

@@ -2,7 +2,11 @@
 // a site cluster (docs/cluster.md): the member answering the site's DHCP
 // holds network.serverAddress on the site's interface, as a /32 beside the
 // interface's own address, and announces it with gratuitous ARP so the
-// LAN's switches and machines send it there at once; it gives the address
+// LAN's switches and machines send it there at once; the member answering
+// its DHCPv6 holds network.ipv6.serverAddress as a /128 (no duplicate
+// address detection: the address is the role's, not the first asker's)
+// and announces it with unsolicited Neighbor Advertisements that override
+// what the LAN's neighbours had (RFC 4861 §7.2.6). Each gives its address
 // back when it stops answering.
 package floatip
 
@@ -16,7 +20,9 @@ import (
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Announcements is how many gratuitous ARPs a taken address is announced
@@ -39,6 +45,13 @@ func Take(iface string, addr netip.Addr) error {
 	return announce(iface, addr)
 }
 
+// Announce says again that iface holds addr (Take does once): a member
+// killed on a host that stays up leaves the address on that host's
+// interface until it restarts, and that host answers ARP and Neighbor
+// Solicitations for it too; the holder's announcements, now and then, keep
+// the LAN's entries on the holder.
+func Announce(iface string, addr netip.Addr) error { return announce(iface, addr) }
+
 // Give removes addr from iface (nothing when it does not have it).
 func Give(iface string, addr netip.Addr) error {
 	link, a, err := linkAddr(iface, addr)
@@ -57,7 +70,11 @@ func Has(iface string, addr netip.Addr) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("floatip: interface %s: %w", iface, err)
 	}
-	as, err := netlink.AddrList(link, netlink.FAMILY_V4)
+	family := netlink.FAMILY_V4
+	if addr.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	as, err := netlink.AddrList(link, family)
 	if err != nil {
 		return false, err
 	}
@@ -70,19 +87,26 @@ func Has(iface string, addr netip.Addr) (bool, error) {
 }
 
 func linkAddr(iface string, addr netip.Addr) (netlink.Link, *netlink.Addr, error) {
-	if !addr.Is4() {
-		return nil, nil, fmt.Errorf("floatip: %s: an IPv4 address only", addr)
-	}
 	link, err := netlink.LinkByName(iface)
 	if err != nil {
 		return nil, nil, fmt.Errorf("floatip: interface %s: %w", iface, err)
 	}
-	return link, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}, nil
+	switch {
+	case addr.Is4():
+		return link, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}, nil
+	case addr.Is6() && !addr.IsLinkLocalUnicast():
+		return link, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(128, 128)}, Flags: unix.IFA_F_NODAD}, nil
+	}
+	return nil, nil, fmt.Errorf("floatip: %s: an IPv4 or a global IPv6 address only", addr)
 }
 
 // announce sends Announcements gratuitous ARPs (requests whose sender and
-// target are addr, RFC 5227's announcement) to the LAN's broadcast.
+// target are addr, RFC 5227's announcement) to the LAN's broadcast, or for
+// an IPv6 address as many unsolicited Neighbor Advertisements to all nodes.
 func announce(iface string, addr netip.Addr) error {
+	if addr.Is6() {
+		return advertise(iface, addr)
+	}
 	ifi, err := net.InterfaceByName(iface)
 	if err != nil {
 		return fmt.Errorf("floatip: interface %s: %w", iface, err)
@@ -101,6 +125,33 @@ func announce(iface string, addr netip.Addr) error {
 			time.Sleep(Spacing)
 		}
 		if err := c.WriteTo(p, ethernet.Broadcast); err != nil {
+			return fmt.Errorf("floatip: announce %s on %s: %w", addr, iface, err)
+		}
+	}
+	return nil
+}
+
+// advertise sends Announcements unsolicited Neighbor Advertisements of
+// addr (override set, this interface's hardware address) to ff02::1, from
+// the interface's link-local address: every neighbour that had addr at
+// another member's hardware address takes this one.
+func advertise(iface string, addr netip.Addr) error {
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return fmt.Errorf("floatip: interface %s: %w", iface, err)
+	}
+	c, _, err := ndp.Listen(ifi, ndp.LinkLocal)
+	if err != nil {
+		return fmt.Errorf("floatip: announce %s on %s: %w", addr, iface, err)
+	}
+	defer c.Close()
+	na := &ndp.NeighborAdvertisement{Override: true, TargetAddress: addr,
+		Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: ifi.HardwareAddr}}}
+	for i := range Announcements {
+		if i > 0 {
+			time.Sleep(Spacing)
+		}
+		if err := c.WriteTo(na, nil, netip.IPv6LinkLocalAllNodes()); err != nil {
 			return fmt.Errorf("floatip: announce %s on %s: %w", addr, iface, err)
 		}
 	}

@@ -2,9 +2,16 @@
 // more than one server") on loopback, in one process, bounded in count:
 //
 //   - check-in writes: what a check-in writes before it is answered (a
-//     spent token and a session), N times from C goroutines, into three
-//     members' cluster and, in the same run, into one daemon's bbolt store
-//     (status.Durable) — per second, and the p50/p99 of one;
+//     spent token, a session and its event on the node's timeline), N
+//     times from C goroutines, into three members' cluster (the event in
+//     the member's own store and the site's log) and, in the same run,
+//     into one daemon's bbolt store (status.Durable) — per second, and the
+//     p50/p99 of one;
+//
+//   - DHCP answers that lease: an offer and the lease that answers the
+//     REQUEST (lease.Store.Offer, Confirm) for N clients, C at once, in
+//     one daemon's pool (its journal on disk) and in a member's pool whose
+//     every lease is copied to the site's log before the ACK;
 //
 //   - takeover: K times, the DHCP role's holder is closed (its process
 //     gone, nothing given back) and the time until another member holds
@@ -19,12 +26,14 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/sitecluster"
 	"github.com/bootops/bootops/trust"
@@ -33,6 +42,22 @@ import (
 type store interface {
 	UseToken(id string, expires time.Time) (bool, error)
 	PutSession(key string, s status.Session) error
+	RecordSync(evs ...status.Event) error
+}
+
+// member is a member's check-in path: the cluster's token and session,
+// the event in its own store and in the site's log.
+type member struct {
+	*sitecluster.Member
+	own *status.Durable
+}
+
+func (m member) RecordSync(evs ...status.Event) error {
+	if err := m.own.RecordSync(evs...); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(evs)
+	return m.Append(sitecluster.LogEvents, b)
 }
 
 func main() {
@@ -55,9 +80,21 @@ func main() {
 		log.Fatal(err)
 	}
 	out := map[string]any{}
+	own, err := status.Open(filepath.Join(dir, "member.db"), status.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
 	out["bbolt"] = checkIns(durable, *n, *c)
-	out["cluster"] = checkIns(ms[0], *n, *c)
+	out["cluster"] = checkIns(member{ms[0], own}, *n, *c)
 	durable.Close()
+	own.Close()
+	out["dhcp_leases_alone"] = leases(&lease.Store{Path: filepath.Join(dir, "leases-alone.json")}, *n, *c)
+	copied := &lease.Store{Path: filepath.Join(dir, "leases-member.json")}
+	copied.Replicate = func(key string, r lease.Record) error {
+		b, _ := json.Marshal(map[string]any{"pool": "leases-lab.json", "key": key, "ip": r.IP.String(), "expires": r.Expires})
+		return ms[0].Append(sitecluster.LogLeases, b)
+	}
+	out["dhcp_leases_cluster"] = leases(copied, *n, *c)
 	out["takeover"] = takeovers(ms, cfgs, *kills)
 	for _, m := range ms {
 		if m != nil {
@@ -136,6 +173,9 @@ func checkIns(s store, n, c int) map[string]any {
 				if err := s.PutSession(fmt.Sprintf("lab/n%d", i), status.Session{ID: id, Steps: 4, Started: t}); err != nil {
 					log.Fatal(err)
 				}
+				if err := s.RecordSync(status.Event{Kind: status.KindAgent, Site: "lab", Node: fmt.Sprintf("n%d", i), State: status.StateMicroOS, Installing: true, Message: "agent checked in"}); err != nil {
+					log.Fatal(err)
+				}
 				lat[i] = time.Since(t)
 			}
 		})
@@ -144,6 +184,41 @@ func checkIns(s store, n, c int) map[string]any {
 	took := time.Since(start)
 	slices.Sort(lat)
 	return map[string]any{"checkins": n, "at_once": c, "per_second": float64(n) / took.Seconds(),
+		"p50_ms": millis(lat[n/2]), "p99_ms": millis(lat[n*99/100])}
+}
+
+// leases answers n clients' DISCOVER and REQUEST from pool, c at once:
+// per second, p50, p99 of one client's two answers.
+func leases(pool *lease.Store, n, c int) map[string]any {
+	r := lease.Range{First: netip.MustParseAddr("198.18.16.1"), Last: netip.MustParseAddr("198.18.127.254")}
+	lat := make([]time.Duration, n)
+	jobs := make(chan int, n)
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range c {
+		wg.Go(func() {
+			for i := range jobs {
+				t := time.Now()
+				mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&255, i>>8&255, i&255)
+				a, err := pool.Offer(mac, r)
+				if err != nil {
+					log.Fatal(err)
+				}
+				if _, err := pool.Confirm(mac, a, r, time.Hour); err != nil {
+					log.Fatal(err)
+				}
+				lat[i] = time.Since(t)
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	slices.Sort(lat)
+	return map[string]any{"clients": n, "at_once": c, "per_second": float64(n) / took.Seconds(),
 		"p50_ms": millis(lat[n/2]), "p99_ms": millis(lat[n*99/100])}
 }
 

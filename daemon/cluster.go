@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -166,13 +167,17 @@ func (c clustered) RecordSync(evs ...status.Event) error {
 			evs[i].Time = now // the same time in every member's copy
 		}
 	}
-	if err := c.Durable.RecordSync(evs...); err != nil {
-		return err
-	}
-	if len(evs) > 0 {
-		if err := c.sl.appendEvents(evs); err != nil {
-			return err
+	// This member's disk and the others' at once: both before the answer.
+	logged := make(chan error, 1)
+	go func() {
+		if len(evs) == 0 {
+			logged <- nil
+			return
 		}
+		logged <- c.sl.appendEvents(evs)
+	}()
+	if err := errors.Join(c.Durable.RecordSync(evs...), <-logged); err != nil {
+		return err
 	}
 	for _, e := range evs {
 		if e.State != status.StateProvisioned || e.Node == "" {

@@ -23,6 +23,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -45,19 +46,21 @@ type store interface {
 	RecordSync(evs ...status.Event) error
 }
 
-// member is a member's check-in path: the cluster's token and session,
-// the event in its own store and in the site's log.
+// member is a member's check-in path (daemon.clustered): the cluster's
+// token and session, then the event in its own store and in the site's
+// log at once.
 type member struct {
 	*sitecluster.Member
 	own *status.Durable
 }
 
 func (m member) RecordSync(evs ...status.Event) error {
-	if err := m.own.RecordSync(evs...); err != nil {
-		return err
-	}
-	b, _ := json.Marshal(evs)
-	return m.Append(sitecluster.LogEvents, b)
+	logged := make(chan error, 1)
+	go func() {
+		b, _ := json.Marshal(evs)
+		logged <- m.Append(sitecluster.LogEvents, b)
+	}()
+	return errors.Join(m.own.RecordSync(evs...), <-logged)
 }
 
 func main() {

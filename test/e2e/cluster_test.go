@@ -37,7 +37,7 @@ import (
 func TestSiteCluster(t *testing.T) {
 	t.Parallel()
 	began := time.Now()
-	l := newLabNS(t, false)
+	l := newLabNS(t, true) // the site's own DHCP server (addresses) starts for the VM
 	// The bridge's side is the machines': its own address, not the site's.
 	run(t, "ip", "-n", l.lan, "addr", "del", "198.18.0.1/24", "dev", "br0")
 	run(t, "ip", "-n", l.lan, "addr", "add", "198.18.0.254/24", "dev", "br0")
@@ -49,7 +49,16 @@ func TestSiteCluster(t *testing.T) {
 	sum := sha256.Sum256(img)
 	os.WriteFile(filepath.Join(images, "sim.raw"), img, 0o644)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", images, "-addr", "198.18.0.254:8081", "-rate", "400000")
-	repo, ipxe := l.placeholderRepo("cluster", vars{"SimSHA": hex.EncodeToString(sum[:])})
+	// The test Micro-OS (Debian's kernel, the test initramfs) for the VM.
+	repo := filepath.Join(l.dir, "repo")
+	os.MkdirAll(filepath.Join(repo, "microos"), 0o755)
+	if k, err := os.ReadFile(kernel(t)); err != nil {
+		t.Fatal(err)
+	} else {
+		os.WriteFile(filepath.Join(repo, "microos/vmlinuz"), k, 0o644)
+	}
+	initramfs(t, filepath.Join(repo, "microos/initrd.img"))
+	writeRepo(t, repo, vars{"SimSHA": hex.EncodeToString(sum[:])}, "base-testinit", "cluster")
 	const sims = 20
 	for i := 1; i <= sims; i++ {
 		testutil.WriteFile(t, repo, fmt.Sprintf("sites/lab/nodes/sim-%02d.yaml", i),
@@ -89,7 +98,7 @@ func TestSiteCluster(t *testing.T) {
 			}
 		}
 		procs[i] = l.start(log, "ip", "netns", "exec", nss[i], bootops, "serve", "--open-reads", "--source", repo, "--state-dir", filepath.Join(l.dir, "state-"+names[i]),
-			"--http-addr", ":8080", "--tftp-addr", ":69", "--dhcp", "proxy", "--interface", "eth0", "--ipxe-dir", ipxe, "--log-format", "text",
+			"--http-addr", ":8080", "--tftp-addr", ":69", "--dhcp", "proxy", "--interface", "eth0", "--ipxe-dir", "/usr/lib/ipxe", "--log-format", "text",
 			"--peer-listen", addr(i)+":7422", "--peers", strings.Join(peers, ","), "--peer-name", names[i])
 	}
 	for i, name := range names {
@@ -272,6 +281,27 @@ func TestSiteCluster(t *testing.T) {
 			t.Errorf("%s on the site's timeline at %s: told to install %d times, provisioned %v (want once, true)", node, next, told, prov)
 		}
 	}
+
+	// A machine PXE-boots through the new holder: the site's own DHCP
+	// server (dnsmasq, started now: the DISCOVERs above counted bootops'
+	// answers only) gives it an address, the holder's proxy answer sends
+	// OVMF to 198.18.0.1 for ipxe.efi over TFTP, then iPXE for the script,
+	// the kernel and the initrd over HTTP: it reaches the Micro-OS.
+	l.start("dnsmasq", "ip", "netns", "exec", l.dhc, "dnsmasq", "--keep-in-foreground", "--no-daemon", "--port=0",
+		"--interface=eth0", "--bind-interfaces", "--dhcp-range=198.18.0.100,198.18.0.199,255.255.255.0,10m",
+		"--dhcp-leasefile="+filepath.Join(l.dir, "leases"), "--log-dhcp", "--pid-file="+filepath.Join(l.dir, "dnsmasq.pid"))
+	l.vms(1)
+	vmStart := time.Now()
+	v := l.uefiVM("c-vm", "52:54:00:e2:73:09", "-smbios", "type=1,serial=E2E-CLUSTER-VM")
+	if out := v.wait(t, "BOOTOPS-MICROOS", 8*time.Minute); !strings.Contains(out, "BOOTOPS-MICROOS node=c-vm") {
+		t.Errorf("the VM booted through %s booted the wrong thing:\n%s", next, testutil.Tail(out, 5))
+	}
+	t.Logf("timing: after the takeover, a UEFI VM PXE-boots through %s (proxy DHCP, TFTP, HTTP) to the Micro-OS: %s", next, time.Since(vmStart).Round(time.Second))
+	if log := l.log(next); !strings.Contains(log, "file=ipxe.efi") {
+		t.Errorf("ipxe.efi was not fetched over TFTP from %s, the new holder:\n%s", next, testutil.Tail(log, 30))
+	}
+	v.cmd.Process.Kill()
+	l.releaseSlots()
 
 	// The dead member's token checks in at the new holder; the install is
 	// recorded; the node's next script is its disk.

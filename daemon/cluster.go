@@ -216,7 +216,8 @@ func (c clustered) Provisioned(site, node string) (int, bool) {
 // of each site's DHCP roles, for the status document.
 func (d *daemon) clusterStatus() *bhttp.ClusterStatus {
 	st := d.member.Status()
-	out := &bhttp.ClusterStatus{Member: st.Member, Leader: st.Leader, Size: st.Size, Quorum: st.Quorum, Members: []bhttp.ClusterMember{}, Roles: map[string]string{}}
+	out := &bhttp.ClusterStatus{Member: st.Member, Leader: st.Leader, Size: st.Size, Quorum: st.Quorum, Members: []bhttp.ClusterMember{}, Roles: map[string]string{},
+		Serving: d.member.Serving()}
 	for _, p := range st.Members {
 		out.Members = append(out.Members, bhttp.ClusterMember{Name: p.Name, Current: p.Current, Offline: p.Offline, ActiveMS: p.Active.Milliseconds(), Lag: p.Lag})
 	}

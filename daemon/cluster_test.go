@@ -157,10 +157,20 @@ func TestSiteOfThreeDaemons(t *testing.T) {
 			Size           int
 			Quorum         bool
 			Members        []struct{ Name string }
+			Serving        map[string]string
 		} `json:"cluster"`
 	}
 	if code == 200 {
 		json.Unmarshal([]byte(body), &doc)
+	}
+	// Each member serves the same revision, and says so.
+	if !testutil.Poll(20*time.Second, 100*time.Millisecond, func() bool {
+		_, body := do(t, "GET", base[1]+"/api/v1/status", "", "")
+		json.Unmarshal([]byte(body), &doc)
+		sv := doc.Cluster.Serving
+		return doc.Cluster != nil && len(sv) == 3 && sv["a"] != "" && sv["a"] == sv["b"] && sv["b"] == sv["c"]
+	}) {
+		t.Errorf("the revisions the members serve, as b says: %+v", doc.Cluster)
 	}
 	if c := doc.Cluster; c == nil || c.Member != "b" || c.Size != 3 || !c.Quorum || c.Leader == "" || len(c.Members) != 2 {
 		t.Errorf("b's status document: %d %+v", code, doc.Cluster)

@@ -295,6 +295,7 @@ func (d *daemon) onPlanChange() <-chan struct{} {
 	done := d.rec.Done
 	d.rec.Done = func() {
 		done()
+		d.sayServing()
 		d.power.Poke()
 		d.rollouts.Poke()
 		select {
@@ -302,7 +303,22 @@ func (d *daemon) onPlanChange() <-chan struct{} {
 		default:
 		}
 	}
+	d.sayServing() // what was applied before
 	return planChanged
+}
+
+// sayServing records in the site's cluster which revision this member
+// serves, for the others' status.
+func (d *daemon) sayServing() {
+	rev := d.rec.Status().Applied.Revision
+	if d.member == nil || rev == "" {
+		return
+	}
+	go func() {
+		if err := d.member.SetServing(rev); err != nil {
+			d.log.Debug("cluster: the revision this member serves, not recorded", "revision", rev, "err", err)
+		}
+	}()
 }
 
 // provisioned is the generation a node was provisioned at, unless a

@@ -527,3 +527,30 @@ func (m *Member) Rollouts() (map[string][]byte, error) {
 	}
 	return out, nil
 }
+
+// SetServing records, in the cluster, the Git revision this member serves.
+func (m *Member) SetServing(rev string) error {
+	ctx, cancel := m.op()
+	defer cancel()
+	_, err := m.site.Put(ctx, "serving."+key(m.cfg.Name), []byte(rev))
+	return err
+}
+
+// Serving is the revision each member (this one and those Status names)
+// last said it serves, from this member's copy; a member that said none
+// is left out.
+func (m *Member) Serving() map[string]string {
+	names := []string{m.cfg.Name}
+	for _, p := range m.Status().Members {
+		names = append(names, p.Name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, m.cfg.Timeout))
+	defer cancel()
+	out := map[string]string{}
+	for _, n := range names {
+		if e, err := m.site.Get(ctx, "serving."+key(n)); err == nil {
+			out[n] = string(e.Value())
+		}
+	}
+	return out
+}

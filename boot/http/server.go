@@ -149,6 +149,9 @@ type ClusterStatus struct {
 	Members []ClusterMember `json:"members"`
 	// Roles: each role ("dhcp.<site>") and the member holding it ("" none).
 	Roles map[string]string `json:"roles,omitempty"`
+	// Serving: the Git revision each member said it serves (each compiles
+	// Git itself, from the same source).
+	Serving map[string]string `json:"serving,omitempty"`
 }
 
 // ClusterMember is another member as this one sees it: current (seen and

@@ -470,6 +470,24 @@ func printCluster(w io.Writer, c *bhttp.ClusterStatus) {
 		}
 		fmt.Fprintf(w, "; %s %s", status.Printable(m.Name), st)
 	}
+	// The revision each member serves: one when they agree.
+	revs := map[string]bool{}
+	for _, r := range c.Serving {
+		revs[r] = true
+	}
+	switch names := slices.Sorted(maps.Keys(c.Serving)); {
+	case len(revs) == 1:
+		fmt.Fprintf(w, "; serving %s", status.Printable(shortRev(c.Serving[names[0]])))
+	case len(revs) > 1:
+		fmt.Fprintf(w, "; NOT THE SAME REVISION:")
+		for i, n := range names {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(w, "%s %s %s", sep, status.Printable(n), status.Printable(shortRev(c.Serving[n])))
+		}
+	}
 	fmt.Fprintln(w)
 }
 

@@ -88,3 +88,20 @@ func TestStatusSaysASitesMembers(t *testing.T) {
 		t.Errorf("a hub's status:\n%s", out)
 	}
 }
+
+// The revision each member of a site's cluster serves: one when they
+// agree, each member's when they do not.
+func TestStatusSaysWhatEachMemberServes(t *testing.T) {
+	serving := `{"a":"1111111111111111111111111111111111111111","b":"1111111111111111111111111111111111111111"}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"cluster":{"member":"a","leader":"a","size":2,"quorum":true,"members":[{"name":"b","current":true}],"serving":` + serving + `},"nodes":[]}`))
+	}))
+	defer srv.Close()
+	if _, out, _ := bootops(t, nil, "status", "--server", srv.URL); !strings.Contains(out, "; b current; serving 111111111111\n") {
+		t.Errorf("members serving one revision:\n%s", out)
+	}
+	serving = `{"a":"1111111111111111111111111111111111111111","b":"2222222222222222222222222222222222222222"}`
+	if _, out, _ := bootops(t, nil, "status", "--server", srv.URL); !strings.Contains(out, "; NOT THE SAME REVISION: a 111111111111, b 222222222222\n") {
+		t.Errorf("members serving two revisions:\n%s", out)
+	}
+}

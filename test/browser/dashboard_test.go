@@ -433,6 +433,27 @@ func TestDashboard(t *testing.T) {
 	}
 	c.screenshot(t, filepath.Join(outDir(), "refused.png"), false)
 
+	// A site of more than one daemon: the header's cluster line, with the
+	// revision the members serve, and in red when they differ (the
+	// members' document as a cluster's stream carries it).
+	var line struct {
+		Text, Class string
+	}
+	setCluster := func(serving string) {
+		c.eval(t, `(() => { cluster = {member: "b", leader: "c", size: 3, quorum: true, roles: {"dhcp.lab": "c"},
+			members: [{name: "a", offline: true}, {name: "c", current: true}], serving: `+serving+`}; renderCluster();
+			const el = document.querySelector("#cluster"); return {text: el.textContent, class: el.className}; })()`, &line)
+	}
+	one, two := strings.Repeat("1", 40), strings.Repeat("2", 40)
+	setCluster(fmt.Sprintf(`{b: %q, c: %q}`, one, one))
+	if line.Text != "cluster: member b of 3 · leader c · with a majority · dhcp.lab: c · a offline · c current · serving 111111111111" || line.Class != "cluster" {
+		t.Errorf("the cluster's line, one revision: %+v", line)
+	}
+	setCluster(fmt.Sprintf(`{b: %q, c: %q}`, one, two))
+	if !strings.HasSuffix(line.Text, " · NOT THE SAME REVISION: b 111111111111, c 222222222222") || line.Class != "cluster bad" {
+		t.Errorf("the cluster's line, two revisions: %+v", line)
+	}
+
 	t.Log("\n" + timings.String())
 	if err := os.WriteFile(filepath.Join(outDir(), "timings.txt"), []byte(timings.String()), 0o644); err != nil {
 		t.Fatal(err)

@@ -252,8 +252,14 @@ function renderCluster() {
     cluster.quorum ? "with a majority" : "NO MAJORITY: refusing check-ins"];
   for (const [role, who] of Object.entries(cluster.roles || {}).sort()) parts.push(`${role}: ${who}`);
   for (const m of cluster.members || []) parts.push(`${m.name} ${m.offline ? "offline" : m.current ? "current" : "behind by " + (m.lag || 0)}`);
+  // The revision each member serves: one when they agree.
+  const serving = Object.entries(cluster.serving || {}).sort();
+  const revs = new Set(serving.map(([, r]) => r));
+  const short = (r) => (r.length === 40 ? r.slice(0, 12) : r);
+  if (revs.size === 1) parts.push(`serving ${short(serving[0][1])}`);
+  if (revs.size > 1) parts.push("NOT THE SAME REVISION: " + serving.map(([n, r]) => `${n} ${short(r)}`).join(", "));
   el.textContent = "cluster: " + parts.join(" · ");
-  el.className = cluster.quorum ? "cluster" : "cluster bad";
+  el.className = cluster.quorum && revs.size <= 1 ? "cluster" : "cluster bad";
   el.hidden = false;
 }
 

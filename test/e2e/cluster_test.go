@@ -49,16 +49,15 @@ func TestSiteCluster(t *testing.T) {
 	sum := sha256.Sum256(img)
 	os.WriteFile(filepath.Join(images, "sim.raw"), img, 0o644)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", images, "-addr", "198.18.0.254:8081", "-rate", "400000")
-	// The test Micro-OS (Debian's kernel, the test initramfs) for the VM.
+	// The VM's image, the test image, slowly (2 kB/s: its download spans
+	// the kill), from a second image server; the real Micro-OS.
+	vmImages := filepath.Join(l.dir, "vm-images")
+	os.MkdirAll(vmImages, 0o755)
+	gzSHA, rawSHA := osImage(t, vmImages)
+	l.start("vm-images", "ip", "netns", "exec", l.lan, imageServer, "-dir", vmImages, "-addr", "198.18.0.254:8082", "-rate", "2000")
 	repo := filepath.Join(l.dir, "repo")
-	os.MkdirAll(filepath.Join(repo, "microos"), 0o755)
-	if k, err := os.ReadFile(kernel(t)); err != nil {
-		t.Fatal(err)
-	} else {
-		os.WriteFile(filepath.Join(repo, "microos/vmlinuz"), k, 0o644)
-	}
-	initramfs(t, filepath.Join(repo, "microos/initrd.img"))
-	writeRepo(t, repo, vars{"SimSHA": hex.EncodeToString(sum[:])}, "base-testinit", "cluster")
+	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "-o", filepath.Join(repo, "microos"))
+	writeRepo(t, repo, vars{"SimSHA": hex.EncodeToString(sum[:]), "Images": "http://198.18.0.254:8082", "ImageSHA": gzSHA}, "base-provision", "cluster")
 	const sims = 20
 	for i := 1; i <= sims; i++ {
 		testutil.WriteFile(t, repo, fmt.Sprintf("sites/lab/nodes/sim-%02d.yaml", i),
@@ -123,7 +122,7 @@ func TestSiteCluster(t *testing.T) {
 		t.Fatalf("build dhcpflood: %v\n%s", err, out)
 	}
 	discover := func(n int) (replies, multi int) {
-		out := run(t, "ip", "netns", "exec", l.lan, flood, "-i", "br0", "-pxe", "-n", fmt.Sprint(n), "-wait", "3s")
+		out := run(t, "ip", "netns", "exec", l.lan, flood, "-i", "br0", "-pxe", "-server", "198.18.0.1", "-n", fmt.Sprint(n), "-wait", "3s")
 		var sent int
 		if _, err := fmt.Sscanf(strings.TrimSpace(out), "sent %d replies %d multi %d", &sent, &replies, &multi); err != nil {
 			t.Fatalf("dhcpflood: %q", out)
@@ -132,6 +131,25 @@ func TestSiteCluster(t *testing.T) {
 	}
 	if replies, multi := discover(200); replies != 200 || multi != 0 {
 		t.Errorf("200 PXE DISCOVERs to three daemons: %d replies, %d answered more than once", replies, multi)
+	}
+
+	// A UEFI VM PXE-boots through the holder (the site's own DHCP server,
+	// dnsmasq, gives it an address; the holder's proxy answer sends OVMF to
+	// 198.18.0.1 for ipxe.efi over TFTP, then iPXE for the script, kernel
+	// and initrd over HTTP), checks in and starts writing its image.
+	l.start("dnsmasq", "ip", "netns", "exec", l.dhc, "dnsmasq", "--keep-in-foreground", "--no-daemon", "--port=0",
+		"--interface=eth0", "--bind-interfaces", "--dhcp-range=198.18.0.100,198.18.0.199,255.255.255.0,10m",
+		"--dhcp-leasefile="+filepath.Join(l.dir, "leases"), "--log-dhcp", "--pid-file="+filepath.Join(l.dir, "dnsmasq.pid"))
+	l.vms(1)
+	vmStart := time.Now()
+	vmDisk := disk(t, l, "c-vm")
+	v := l.uefiVM("c-vm", "52:54:00:e2:73:09", withDisk(vmDisk)...)
+	if !testutil.Poll(8*time.Minute, time.Second, func() bool { return strings.Contains(l.logs("lab/c-vm"), "started 2/4 image-to-disk") }) {
+		t.Fatalf("c-vm never started its image:\n%s\n%s", l.logs("lab/c-vm"), testutil.Tail(mustRead(v.console), 20))
+	}
+	t.Logf("timing: a UEFI VM through %s (proxy DHCP, TFTP, HTTP, the agent) → writing its image: %s", first, time.Since(vmStart).Round(time.Second))
+	if log := l.log(first); !strings.Contains(log, "file=ipxe.efi") {
+		t.Errorf("ipxe.efi was not fetched over TFTP from %s, the holder:\n%s", first, testutil.Tail(log, 30))
 	}
 
 	// The simulated machines start; once all are writing their images
@@ -173,7 +191,7 @@ func TestSiteCluster(t *testing.T) {
 	}
 	t.Logf("timing: %d simulated machines started → all installing: %s", sims, time.Since(simStarted).Round(100*time.Millisecond))
 	// DISCOVERs all through the takeover, one every 50 ms for 15 s.
-	storm := exec.Command("ip", "netns", "exec", l.lan, flood, "-i", "br0", "-pxe", "-n", "300", "-every", "50ms", "-wait", "3s")
+	storm := exec.Command("ip", "netns", "exec", l.lan, flood, "-i", "br0", "-pxe", "-server", "198.18.0.1", "-n", "300", "-every", "50ms", "-wait", "3s")
 	var floodOut strings.Builder
 	storm.Stdout, storm.Stderr = &floodOut, &floodOut
 	if err := storm.Start(); err != nil {
@@ -192,6 +210,10 @@ func TestSiteCluster(t *testing.T) {
 		if name == first {
 			dead = i
 		}
+	}
+	// The VM is still writing its image as its server dies.
+	if tl := l.logs("lab/c-vm"); strings.Contains(tl, "done 2/4 image-to-disk") {
+		t.Errorf("c-vm wrote its image before the kill: no install across the takeover:\n%s", tl)
 	}
 	killed := time.Now()
 	syscall.Kill(-procs[dead].Process.Pid, syscall.SIGKILL)
@@ -282,25 +304,44 @@ func TestSiteCluster(t *testing.T) {
 		}
 	}
 
-	// A machine PXE-boots through the new holder: the site's own DHCP
-	// server (dnsmasq, started now: the DISCOVERs above counted bootops'
-	// answers only) gives it an address, the holder's proxy answer sends
-	// OVMF to 198.18.0.1 for ipxe.efi over TFTP, then iPXE for the script,
-	// the kernel and the initrd over HTTP: it reaches the Micro-OS.
-	l.start("dnsmasq", "ip", "netns", "exec", l.dhc, "dnsmasq", "--keep-in-foreground", "--no-daemon", "--port=0",
-		"--interface=eth0", "--bind-interfaces", "--dhcp-range=198.18.0.100,198.18.0.199,255.255.255.0,10m",
-		"--dhcp-leasefile="+filepath.Join(l.dir, "leases"), "--log-dhcp", "--pid-file="+filepath.Join(l.dir, "dnsmasq.pid"))
-	l.vms(1)
-	vmStart := time.Now()
-	v := l.uefiVM("c-vm", "52:54:00:e2:73:09", "-smbios", "type=1,serial=E2E-CLUSTER-VM")
-	if out := v.wait(t, "BOOTOPS-MICROOS", 8*time.Minute); !strings.Contains(out, "BOOTOPS-MICROOS node=c-vm") {
-		t.Errorf("the VM booted through %s booted the wrong thing:\n%s", next, testutil.Tail(out, 5))
+	// The VM finishes across the takeover: provisioned, its image on its
+	// disk, told to install once, every event it sent stored once, in
+	// order (the dead member's and the new holder's alike).
+	waitState(t, l, "lab/c-vm", "provisioned", 6*time.Minute)
+	checkDisk(t, vmDisk, rawSHA)
+	t.Logf("timing: the VM, its image written across the takeover → provisioned: %s from its start", time.Since(vmStart).Round(time.Second))
+	var seqs []uint64
+	told := 0
+	for _, e := range timeline(t, l, "lab/c-vm") {
+		if e.Seq != 0 {
+			seqs = append(seqs, e.Seq)
+		}
+		if e.Installing {
+			told++
+		}
 	}
-	t.Logf("timing: after the takeover, a UEFI VM PXE-boots through %s (proxy DHCP, TFTP, HTTP) to the Micro-OS: %s", next, time.Since(vmStart).Round(time.Second))
-	if log := l.log(next); !strings.Contains(log, "file=ipxe.efi") {
-		t.Errorf("ipxe.efi was not fetched over TFTP from %s, the new holder:\n%s", next, testutil.Tail(log, 30))
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Errorf("c-vm's agent events %d and %d stored next to each other: a gap (or a duplicate)", seqs[i-1], seqs[i])
+		}
 	}
-	v.cmd.Process.Kill()
+	if told != 1 || len(seqs) < 8 {
+		t.Errorf("c-vm: told to install %d times (want once), %d agent events stored", told, len(seqs))
+	}
+	// It reboots (QEMU ends: -no-reboot) and boots again: the new holder
+	// sends it to its disk.
+	exited := make(chan struct{})
+	go func() { v.cmd.Wait(); close(exited) }()
+	select {
+	case <-exited:
+	case <-time.After(3 * time.Minute):
+		t.Errorf("c-vm did not reboot within 3 min of its install:\n%s", testutil.Tail(mustRead(v.console), 20))
+		v.cmd.Process.Kill()
+		<-exited
+	}
+	again := l.uefiVM("c-vm-again", "52:54:00:e2:73:09", withDisk(vmDisk)...)
+	again.wait(t, "booting from its disk", 5*time.Minute)
+	again.cmd.Process.Kill()
 	l.releaseSlots()
 
 	// The dead member's token checks in at the new holder; the install is

@@ -31,11 +31,12 @@ func main() {
 	mac := flag.String("mac", "", "client hardware address of every packet (default: a random one each)")
 	opt50 := flag.Int("opt50-len", -1, "send REQUESTs whose option 50 has this length instead of DISCOVERs")
 	wait := flag.Duration("wait", 2*time.Second, "how long to listen for replies after the last packet (at most 30s)")
+	server := flag.String("server", "", "count only the replies of this server (its identifier, option 54): another DHCP server on the LAN answers too")
 	every := flag.Duration("every", time.Millisecond, "the wait between two packets (at most 1s)")
 	pxe := flag.Bool("pxe", false, "DISCOVERs of a PXE client (option 60 PXEClient, arch 0): what a proxy DHCP answers")
 	flag.Parse()
 	if *iface == "" || *n < 1 || *n > 10000 || *wait > 30*time.Second || *every > time.Second || *opt50 > 255 {
-		log.Fatal("usage: dhcpflood -i IF [-n 1..10000] [-mac MAC] [-opt50-len 0..255] [-wait ≤30s] [-every ≤1s] [-pxe]")
+		log.Fatal("usage: dhcpflood -i IF [-n 1..10000] [-mac MAC] [-opt50-len 0..255] [-wait ≤30s] [-every ≤1s] [-pxe] [-server IP]")
 	}
 	conn, err := server4.NewIPv4UDPConn(*iface, &net.UDPAddr{Port: dhcpv4.ClientPort})
 	if err != nil {
@@ -58,7 +59,7 @@ func main() {
 			if err != nil {
 				return // the deadline
 			}
-			if r, err := dhcpv4.FromBytes(buf[:k]); err == nil && r.OpCode == dhcpv4.OpcodeBootReply {
+			if r, err := dhcpv4.FromBytes(buf[:k]); err == nil && r.OpCode == dhcpv4.OpcodeBootReply && (*server == "" || r.ServerIdentifier().String() == *server) {
 				mu.Lock()
 				if xids[r.TransactionID] {
 					replies++

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -137,6 +138,30 @@ type clustered struct {
 // clustered is the daemon's status store as a member of its site's cluster.
 func (d *daemon) clustered() clustered {
 	return clustered{Durable: d.events, m: d.member, sl: d.siteLog, log: d.log}
+}
+
+// powerCycles is the fact that keeps what the power policy cycled each
+// node for.
+const powerCycles = "power-cycles"
+
+// LoadCycles is what the power policy cycled each node for, as the
+// cluster has it.
+func (c clustered) LoadCycles() (map[string]int, error) {
+	b, err := c.m.Fact(powerCycles)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	var out map[string]int
+	return out, json.Unmarshal(b, &out)
+}
+
+// SaveCycles records it, on a majority.
+func (c clustered) SaveCycles(cycles map[string]int) error {
+	b, err := json.Marshal(cycles)
+	if err != nil {
+		return err
+	}
+	return c.m.PutFact(powerCycles, b)
 }
 
 // PutRollout stores a rollout group's state in the cluster.

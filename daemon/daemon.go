@@ -133,6 +133,13 @@ func (d *daemon) startPlanActors(ctx context.Context, g *errgroup.Group) error {
 	if d.power, err = newPower(cfg.Power, cfg.StateDir, d.log, d.overlays.live, d.events, d.reg); err != nil {
 		return configErr(err)
 	}
+	// In a site's cluster one member at a time acts on its own — the
+	// rollouts and the power policy — from the records the cluster keeps.
+	var day2 func() bool
+	if d.member != nil {
+		day2 = d.member.Campaign(ctx, "rollouts", nil).Active
+		d.power.Acts, d.power.Cycles = day2, d.clustered()
+	}
 	routePower(d.http, d.power)
 	if testHTTP != nil {
 		testHTTP(d.http)
@@ -148,7 +155,7 @@ func (d *daemon) startPlanActors(ctx context.Context, g *errgroup.Group) error {
 	if d.member != nil {
 		// One member runs the rollouts at a time; the others answer the
 		// boot plane from the groups it stores.
-		d.rollouts.active = d.member.Campaign(ctx, "rollouts", nil).Active
+		d.rollouts.active = day2
 	}
 	d.http.View.Rollouts = d.rollouts.Status
 	if d.member != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,8 +83,16 @@ type Manager struct {
 	// StateFile keeps the generation each node was cycled for, so a
 	// restart does not cycle it again.
 	StateFile string
-	Log       *slog.Logger
-	Now       func() time.Time // default time.Now
+	// Cycles, when set, keeps that record in place of StateFile: a site's
+	// cluster, where the member acting next must know what another did.
+	// It is read again before each round.
+	Cycles CycleStore
+	// Acts, when set, says whether the policy (power: auto) may act from
+	// here now: in a site's cluster one member at a time does. Polls and
+	// operators' calls are served either way.
+	Acts func() bool
+	Log  *slog.Logger
+	Now  func() time.Time // default time.Now
 	// Allow is where credentials may be sent when their secret file has
 	// no allow: lines, and where age values may (serve --bmc-allow).
 	Allow AllowList
@@ -214,6 +223,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	for {
 		ts := m.targets()
 		m.forget(ts)
+		m.refresh()
 		m.sweep(ctx, ts)
 		for round := false; !round; {
 			var due <-chan time.Time
@@ -351,7 +361,16 @@ func (m *Manager) Round(ctx context.Context) {
 	m.init()
 	ts := m.targets()
 	m.forget(ts)
+	m.refresh()
 	m.visitAll(ctx, ts)
+}
+
+// refresh reads the record of what nodes were cycled for again before a
+// round this member acts in: another member may have acted since.
+func (m *Manager) refresh() {
+	if m.Cycles != nil && (m.Acts == nil || m.Acts()) {
+		m.loadCycles()
+	}
 }
 
 // forget drops nodes no longer in the Plan (or without a BMC).
@@ -427,7 +446,7 @@ func (m *Manager) visitHeld(ctx context.Context, t target, np *nodePower) {
 	if err == nil {
 		m.ejectDone(ctx, t, np)
 	}
-	if t.site.Power != plan.PowerAuto {
+	if t.site.Power != plan.PowerAuto || m.Acts != nil && !m.Acts() {
 		return
 	}
 	m.auto(ctx, t, np, state, err)
@@ -657,7 +676,41 @@ func (m *Manager) bootAndCycle(ctx context.Context, t target, np *nodePower, c C
 	return nil
 }
 
+// CycleStore keeps what the policy cycled each node for (node key →
+// generation; "<key> retire" → 1 for a retirement's boot).
+type CycleStore interface {
+	LoadCycles() (map[string]int, error)
+	SaveCycles(map[string]int) error
+}
+
+// loadCycles takes the record from Cycles (kept as it was when it cannot
+// be read: the policy then acts on what this member last knew).
+func (m *Manager) loadCycles() {
+	c, err := m.Cycles.LoadCycles()
+	if err != nil {
+		m.Log.Warn("power: what the nodes were cycled for, not read", "err", err)
+		return
+	}
+	if c == nil {
+		// None kept yet (the site's first acting member): this member's
+		// own record (its state file, a single daemon's) becomes the site's.
+		if err := m.save(); err != nil {
+			m.Log.Warn("power: what the nodes were cycled for, not recorded", "err", err)
+		}
+		return
+	}
+	m.mu.Lock()
+	m.cycled = c
+	m.mu.Unlock()
+}
+
 func (m *Manager) save() error {
+	if m.Cycles != nil {
+		m.mu.Lock()
+		c := maps.Clone(m.cycled)
+		m.mu.Unlock()
+		return m.Cycles.SaveCycles(c)
+	}
 	if m.StateFile == "" {
 		return nil
 	}

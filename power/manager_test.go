@@ -2,6 +2,7 @@ package power
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -632,5 +633,66 @@ func TestAutoBootsARetirementOnce(t *testing.T) {
 	r.m.Round(ctx)
 	if n := len(b.actions()); n != 4 {
 		t.Errorf("a second retirement was not booted: %v", b.actions())
+	}
+}
+
+// cycleStore is a site cluster's record in memory.
+type cycleStore struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (c *cycleStore) LoadCycles() (map[string]int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.b == nil {
+		return nil, nil
+	}
+	var m map[string]int
+	return m, json.Unmarshal(c.b, &m)
+}
+
+func (c *cycleStore) SaveCycles(m map[string]int) error {
+	b, err := json.Marshal(m)
+	c.mu.Lock()
+	c.b = b
+	c.mu.Unlock()
+	return err
+}
+
+// Two members of a site's cluster, one record: only the member that acts
+// powers a new node on; when the other takes over it knows the node was
+// started and leaves it alone; a raised reprovision is then its to act on.
+func TestAutoActsFromOneMember(t *testing.T) {
+	r := newRig(t, plan.PowerAuto, bmcNode("n1", "10.0.0.1", 0))
+	store := &cycleStore{}
+	var aActs atomic.Bool
+	aActs.Store(true)
+	a, b := r.m, r.manager(filepath.Dir(r.m.StateFile)) // the same secrets
+	b.StateFile = filepath.Join(t.TempDir(), "power.json")
+	a.Cycles, a.Acts = store, aActs.Load
+	b.Cycles, b.Acts = store, func() bool { return !aActs.Load() }
+	ctx := context.Background()
+	bmc := r.bmcs["10.0.0.1"]
+	b.Round(ctx)
+	if n := len(bmc.actions()); n != 0 {
+		t.Fatalf("the member not acting powered the node: %v", bmc.actions())
+	}
+	a.Round(ctx)
+	if got := strings.Join(bmc.actions(), ", "); got != "boot pxe once=true, power on" {
+		t.Fatalf("the acting member: %s", got)
+	}
+	aActs.Store(false) // b acts now
+	b.Round(ctx)
+	a.Round(ctx)
+	if n := len(bmc.actions()); n != 2 {
+		t.Fatalf("after the takeover the node was started again: %v", bmc.actions())
+	}
+	r.p.Sites[0].Nodes[0].Reprovision = 1
+	r.inst["n1"], r.state["n1"] = 0, "running"
+	bmc.power = On
+	b.Round(ctx)
+	if got := strings.Join(bmc.actions()[2:], ", "); got != "boot pxe once=true, power cycle" {
+		t.Errorf("a raised reprovision, the new member acting: %s", got)
 	}
 }

@@ -11,7 +11,8 @@
 //	bootops-tokens    a spent boot token's ID → its expiry; created once (KV Create): the one member whose
 //	                  Create wins is the one whose check-in goes on, whichever members the machine reaches
 //	bootops-sessions  machine key → its current status.Session (JSON)
-//	bootops-site      "boot-secret": the secret every member mints and checks credentials with
+//	bootops-site      "boot-secret": the secret every member mints and checks credentials with; "serving.<member>":
+//	                  the revision each member serves; "fact.<name>": other facts (the power policy's record)
 //	bootops-roles     a role ("dhcp.<site>") → the member that performs it (role.go)
 //	bootops-nodes     site/node → what the node has installed (Installed): the generation and install a
 //	                  member answers "boot from your disk" by, whichever member saw it provisioned
@@ -553,4 +554,22 @@ func (m *Member) Serving() map[string]string {
 		}
 	}
 	return out
+}
+
+// PutFact stores one of the site's facts by name (the power policy's
+// record, …) in the site bucket, on a majority before it returns.
+func (m *Member) PutFact(name string, data []byte) error {
+	ctx, cancel := m.op()
+	defer cancel()
+	if _, err := m.site.Put(ctx, "fact."+key(name), data); err != nil {
+		return fmt.Errorf("the site's cluster did not record %s: %w", name, err)
+	}
+	return nil
+}
+
+// Fact is the site's fact name, read from the bucket's leader (nil: none).
+func (m *Member) Fact(name string) ([]byte, error) {
+	ctx, cancel := m.op()
+	defer cancel()
+	return m.leaderGet(ctx, BucketSite, "fact."+key(name))
 }

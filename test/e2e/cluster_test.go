@@ -140,7 +140,7 @@ func TestSiteCluster(t *testing.T) {
 	l.start("dnsmasq", "ip", "netns", "exec", l.dhc, "dnsmasq", "--keep-in-foreground", "--no-daemon", "--port=0",
 		"--interface=eth0", "--bind-interfaces", "--dhcp-range=198.18.0.100,198.18.0.199,255.255.255.0,10m",
 		"--dhcp-leasefile="+filepath.Join(l.dir, "leases"), "--log-dhcp", "--pid-file="+filepath.Join(l.dir, "dnsmasq.pid"))
-	l.vms(1)
+	l.vms(2)
 	vmStart := time.Now()
 	vmDisk := disk(t, l, "c-vm")
 	v := l.uefiVM("c-vm", "52:54:00:e2:73:09", withDisk(vmDisk)...)
@@ -205,6 +205,42 @@ func TestSiteCluster(t *testing.T) {
 	if code != 200 || m == nil {
 		t.Fatalf("c-1's script from %s: %d\n%s", first, code, script)
 	}
+	// install is a machine's check-in with its boot token and the events of
+	// its whole workflow, at the site's address, as its agent sends them.
+	install := func(token, node, mac string) error {
+		ci, _ := json.Marshal(plan.CheckIn{Site: "lab", Node: node, Identity: plan.Identity{MACs: []string{mac}}})
+		out, _ := exec.Command("ip", "netns", "exec", l.lan, "curl", "-s", "-m", "10", "-H", "Authorization: Bearer "+token, "-H", "Content-Type: application/json",
+			"--data-binary", string(ci), "http://198.18.0.1:8080"+plan.AgentCheckInPath).Output()
+		var r plan.CheckInReply
+		if json.Unmarshal(out, &r) != nil || r.Workflow == nil || r.Session == "" {
+			return fmt.Errorf("check-in: %s", out)
+		}
+		var evs []plan.AgentEvent
+		for i, a := range r.Workflow.Actions {
+			if plan.IsPowerAction(a.Action) {
+				break
+			}
+			evs = append(evs, plan.AgentEvent{Seq: uint64(i + 1), Time: time.Now(), Type: plan.AgentActionDone, Step: i + 1, Steps: len(r.Workflow.Actions), Action: a.Action})
+		}
+		evs = append(evs, plan.AgentEvent{Seq: uint64(len(evs) + 1), Time: time.Now(), Type: plan.AgentProvisioned, Generation: r.Generation})
+		batch, _ := json.Marshal(plan.EventBatch{Site: "lab", Node: node, Events: evs})
+		out, _ = exec.Command("ip", "netns", "exec", l.lan, "curl", "-s", "-m", "10", "-w", "\n%{http_code}", "-H", "Authorization: Bearer "+r.Session, "-H", "Content-Type: application/json",
+			"--data-binary", string(batch), "http://198.18.0.1:8080"+plan.AgentEventsPath).Output()
+		if !strings.HasSuffix(strings.TrimSpace(string(out)), "200") {
+			return fmt.Errorf("install events: %s", out)
+		}
+		return nil
+	}
+	// c-3 installed through the holder: the VM that boots as its server
+	// dies.
+	_, script3 := get("/ipxe?mac=52:54:00:e2:73:03")
+	m3 := regexp.MustCompile(`bootops\.token=([A-Za-z0-9.]+)`).FindStringSubmatch(script3)
+	if m3 == nil {
+		t.Fatalf("c-3's script from %s:\n%s", first, script3)
+	}
+	if err := install(m3[1], "c-3", "52:54:00:e2:73:03"); err != nil {
+		t.Fatalf("c-3 at %s: %v", first, err)
+	}
 	dead := -1
 	for i, name := range names {
 		if name == first {
@@ -218,6 +254,9 @@ func TestSiteCluster(t *testing.T) {
 	killed := time.Now()
 	syscall.Kill(-procs[dead].Process.Pid, syscall.SIGKILL)
 	run(t, "ip", "-n", nss[dead], "link", "set", "eth0", "down") // the server is gone, its address with it
+	// c-3, installed, powers on as the server dies: its firmware's DHCP
+	// and iPXE's script reach whoever holds the site's address.
+	c3 := l.vm("c-3", "52:54:00:e2:73:03")
 	// Which member holds the address, from its namespace, and HTTP there.
 	var next string
 	if !testutil.Poll(60*time.Second, 100*time.Millisecond, func() bool {
@@ -235,6 +274,12 @@ func TestSiteCluster(t *testing.T) {
 		t.Fatalf("no other member answers at 198.18.0.1 within 60 s of %s's death", first)
 	}
 	t.Logf("timing: %s killed → %s holds 198.18.0.1 and answers HTTP there: %s", first, next, time.Since(killed).Round(100*time.Millisecond))
+	c3.wait(t, "booting from its disk", 5*time.Minute)
+	t.Logf("timing: c-3 powered on as %s died → sent to its disk by %s: %s", first, next, time.Since(killed).Round(time.Second))
+	if !strings.Contains(l.log(next), "node=c-3") {
+		t.Errorf("c-3's script was not served by %s, the new holder:\n%s", next, testutil.Tail(l.log(next), 20))
+	}
+	c3.cmd.Process.Kill()
 	if !testutil.Poll(60*time.Second, 200*time.Millisecond, func() bool { return holder() == next }) {
 		t.Fatalf("the status at 198.18.0.1 does not say %s answers the site's DHCP", next)
 	}
@@ -346,26 +391,8 @@ func TestSiteCluster(t *testing.T) {
 
 	// The dead member's token checks in at the new holder; the install is
 	// recorded; the node's next script is its disk.
-	ci, _ := json.Marshal(plan.CheckIn{Site: "lab", Node: "c-1", Identity: plan.Identity{MACs: []string{"52:54:00:e2:73:01"}}})
-	out, _ := exec.Command("ip", "netns", "exec", l.lan, "curl", "-s", "-m", "10", "-H", "Authorization: Bearer "+m[1], "-H", "Content-Type: application/json",
-		"--data-binary", string(ci), "http://198.18.0.1:8080"+plan.AgentCheckInPath).Output()
-	var r plan.CheckInReply
-	if json.Unmarshal(out, &r) != nil || r.Workflow == nil || r.Session == "" {
-		t.Fatalf("%s's token at %s: %s", first, next, out)
-	}
-	var evs []plan.AgentEvent
-	for i, a := range r.Workflow.Actions {
-		if plan.IsPowerAction(a.Action) {
-			break
-		}
-		evs = append(evs, plan.AgentEvent{Seq: uint64(i + 1), Time: time.Now(), Type: plan.AgentActionDone, Step: i + 1, Steps: len(r.Workflow.Actions), Action: a.Action})
-	}
-	evs = append(evs, plan.AgentEvent{Seq: uint64(len(evs) + 1), Time: time.Now(), Type: plan.AgentProvisioned, Generation: r.Generation})
-	batch, _ := json.Marshal(plan.EventBatch{Site: "lab", Node: "c-1", Events: evs})
-	out, _ = exec.Command("ip", "netns", "exec", l.lan, "curl", "-s", "-m", "10", "-w", "\n%{http_code}", "-H", "Authorization: Bearer "+r.Session, "-H", "Content-Type: application/json",
-		"--data-binary", string(batch), "http://198.18.0.1:8080"+plan.AgentEventsPath).Output()
-	if !strings.HasSuffix(strings.TrimSpace(string(out)), "200") {
-		t.Fatalf("c-1's install events at %s: %s", next, out)
+	if err := install(m[1], "c-1", "52:54:00:e2:73:01"); err != nil {
+		t.Fatalf("%s's token for c-1 at %s: %v", first, next, err)
 	}
 	if _, script := get("/ipxe?mac=52:54:00:e2:73:01"); !strings.Contains(script, "booting from its disk") {
 		t.Errorf("c-1's script once installed:\n%s", script)

@@ -16,6 +16,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
 
+	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/plan"
 )
@@ -44,6 +45,10 @@ type Answer struct {
 	Dropped string
 	// Exhausted says an unknown machine got no address: the pool is full.
 	Exhausted bool
+	// Refused: a registered node's firmware announces another processor
+	// family than its profile is for (boot.ArchRefusal, in Why): it is
+	// not booted, and its timeline says why.
+	Refused bool
 }
 
 // Reasons a packet is dropped unanswered as invalid.
@@ -105,8 +110,8 @@ func (a Answer) nodeName() string {
 }
 
 // bootFiles maps client architectures (option 93) to the iPXE build that
-// runs there; Debian's ipxe package ships the x86 ones, an ARM64 snp.efi
-// must be supplied in --ipxe-dir.
+// runs there; Debian's ipxe package ships the x86 ones, the ARM64 one
+// (boot.ARM64File) comes from docs/arm64.md's build, in --ipxe-dir.
 func bootFile(arch iana.Arch) (string, bool) {
 	switch arch {
 	case iana.INTEL_X86PC, iana.NEC_PC98, iana.EFI_ITANIUM, iana.DEC_ALPHA, iana.ARC_X86, iana.INTEL_LEAN_CLIENT:
@@ -114,18 +119,12 @@ func bootFile(arch iana.Arch) (string, bool) {
 	case iana.EFI_IA32, iana.EFI_X86_64, iana.EFI_BC, iana.EFI_X86_HTTP, iana.EFI_X86_64_HTTP, iana.EFI_BC_HTTP:
 		return "ipxe.efi", true
 	case iana.EFI_ARM32, iana.EFI_ARM64, iana.EFI_ARM32_HTTP, iana.EFI_ARM64_HTTP:
-		return "snp.efi", true
+		return boot.ARM64File, true
 	}
 	return "", false
 }
 
-func isHTTPArch(arch iana.Arch) bool {
-	switch arch {
-	case iana.EFI_X86_HTTP, iana.EFI_X86_64_HTTP, iana.EFI_BC_HTTP, iana.EFI_ARM32_HTTP, iana.EFI_ARM64_HTTP, iana.INTEL_X86PC_HTTP:
-		return true
-	}
-	return false
-}
+func isHTTPArch(arch iana.Arch) bool { return boot.IsHTTPArch(arch) }
 
 // Reply answers req, received on port 67 or 4011, for site. It never
 // panics on a well-formed packet and answers nothing it does not
@@ -148,9 +147,21 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, port i
 	}
 	d := p.Decide(site.Name, machine(req))
 	if cfg.Mode == plan.DHCPProxy {
+		if why := archRefusal(p, d, b); why != "" {
+			return Answer{Node: d.Node, Refused: true, Why: why}
+		}
 		return proxy(p, site, cfg, req, port, b, d)
 	}
 	return reservation(p, site, cfg, req, b, d)
+}
+
+// archRefusal is boot.ArchRefusal for a boot request: "" for one that
+// boots nothing or names no architecture.
+func archRefusal(p *plan.Plan, d plan.Decision, b bootInfo) string {
+	if !b.boot() || !b.hasArch {
+		return ""
+	}
+	return boot.ArchRefusal(p, d, b.arch)
 }
 
 // bootInfo is what a request says of the client's boot firmware.
@@ -233,6 +244,11 @@ func reservation(p *plan.Plan, site *plan.Site, cfg Config, req *dhcpv4.DHCPv4, 
 	}
 	a.Reply, a.Why = reply, fmt.Sprintf("%s %s to %s", resp, res.IP, res.Node)
 	if !b.boot() {
+		return a
+	}
+	if why := archRefusal(p, d, b); why != "" {
+		// Its address, as registered; nothing to boot.
+		a.Refused, a.Why = true, a.Why+"; "+why
 		return a
 	}
 	if file, ok := bootTarget(cfg, site, p.MicroOSOf(d), b); ok {

@@ -36,9 +36,10 @@ func testPlan(mode, policy string) *plan.Plan {
 	s.Nodes = []*plan.Node{
 		{Name: "n1", Site: "lab", IP: "198.18.0.11", Hostname: "n1", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:01"}}},
 		{Name: "n2", Site: "lab", Identity: plan.Identity{UUID: "01020304-0506-0708-090a-0b0c0d0e0f10"}},
+		{Name: "n3", Site: "lab", Profile: "arm", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:03"}}},
 	}
 	s.Reservations = []plan.Reservation{{Node: "n1", MACs: []string{"52:54:00:00:00:01"}, IP: "198.18.0.11", Hostname: "n1"}}
-	return &plan.Plan{Sites: []*plan.Site{s}}
+	return &plan.Plan{Sites: []*plan.Site{s}, Profiles: []*plan.Profile{{Name: "arm", OS: plan.OS{Type: "immutable", Arch: "arm64"}}}}
 }
 
 // pxeDiscover is a DISCOVER as a PXE ROM sends it.
@@ -71,7 +72,8 @@ func TestProxyReplies(t *testing.T) {
 		"bios":           {pxeDiscover(t, "52:54:00:00:00:01", iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001"), 67, dhcpv4.MessageTypeOffer, "undionly.kpxe", "PXEClient", "n1"},
 		"uefi x86-64":    {pxeDiscover(t, "52:54:00:00:00:09", iana.EFI_X86_64, "PXEClient:Arch:00007:UNDI:003016", withGUID), 67, dhcpv4.MessageTypeOffer, "ipxe.efi", "PXEClient", "n2"},
 		"uefi bc":        {pxeDiscover(t, "52:54:00:00:00:09", iana.EFI_BC, "PXEClient:Arch:00009:UNDI:003016", withGUID), 67, dhcpv4.MessageTypeOffer, "ipxe.efi", "PXEClient", "n2"},
-		"arm64":          {pxeDiscover(t, "52:54:00:00:00:09", iana.EFI_ARM64, "PXEClient:Arch:00011:UNDI:003000", withGUID), 67, dhcpv4.MessageTypeOffer, "snp.efi", "PXEClient", "n2"},
+		"arm64":          {pxeDiscover(t, "52:54:00:00:00:03", iana.EFI_ARM64, "PXEClient:Arch:00011:UNDI:003000"), 67, dhcpv4.MessageTypeOffer, "snp.efi", "PXEClient", "n3"},
+		"arm64 http":     {pxeDiscover(t, "52:54:00:00:00:03", iana.EFI_ARM64_HTTP, "HTTPClient:Arch:00019:UNDI:003001"), 67, dhcpv4.MessageTypeOffer, "http://198.18.0.1:8080/tftp/snp.efi", "HTTPClient", "n3"},
 		"uefi http boot": {pxeDiscover(t, "52:54:00:00:00:09", iana.EFI_X86_64_HTTP, "HTTPClient:Arch:00016:UNDI:003001", withGUID), 67, dhcpv4.MessageTypeOffer, "http://198.18.0.1:8080/tftp/ipxe.efi", "HTTPClient", "n2"},
 		"ipxe":           {pxeDiscover(t, "52:54:00:00:00:01", iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001", ipxeUC), 67, dhcpv4.MessageTypeOffer, "http://198.18.0.1:8080/boot.ipxe?site=lab", "PXEClient", "n1"},
 		"port 4011":      {pxeDiscover(t, "52:54:00:00:00:01", iana.EFI_X86_64, "PXEClient:Arch:00007:UNDI:003016", dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest)), 4011, dhcpv4.MessageTypeAck, "ipxe.efi", "PXEClient", "n1"},
@@ -231,6 +233,21 @@ func TestServerOnLoopback(t *testing.T) {
 	}
 	if len(ev) == 0 || ev[0].Kind != status.KindDHCP || ev[0].State != status.StateDiscovered {
 		t.Errorf("events: %+v", ev)
+	}
+	// n3, registered arm64, announcing x86: no reply; its timeline says why.
+	client.Write(pxeDiscover(t, "52:54:00:00:00:03", iana.EFI_X86_64, "PXEClient:Arch:00007:UNDI:003016").ToBytes())
+	client.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := client.Read(buf); err == nil {
+		t.Errorf("a reply to n3's x86 firmware: % x", buf[:n])
+	}
+	ev = nil
+	for i := 0; i < 100 && len(ev) == 0; i++ {
+		if ev = mem.Events("lab/n3"); len(ev) == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if len(ev) != 1 || ev[0].State != status.StateMismatch || !ev[0].Error || !strings.Contains(ev[0].Message, "the firmware announces x86_64") {
+		t.Errorf("n3's timeline: %+v", ev)
 	}
 }
 
@@ -833,5 +850,41 @@ func TestHTTPSBootTarget(t *testing.T) {
 		if a := Reply(p, p.Sites[0], cfg, req, 67); a.Reply == nil || a.Reply.BootFileName != want {
 			t.Errorf("httpsPort %d: %v (%s), want %s", port, a.Reply, a.Why, want)
 		}
+	}
+}
+
+// A registered node's firmware that announces another processor family
+// than its profile is for is not booted, and the answer says why: in
+// proxy mode nothing is sent; in reservation mode the node gets its
+// address and no boot file. An unknown machine is answered by its own
+// architecture.
+func TestArchRefused(t *testing.T) {
+	p := testPlan(plan.DHCPProxy, plan.PolicyProvision)
+	cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPProxy}
+	for name, c := range map[string]struct {
+		req  *dhcpv4.DHCPv4
+		want string
+	}{
+		"x86 firmware, arm64 node":   {pxeDiscover(t, "52:54:00:00:00:03", iana.EFI_X86_64, "PXEClient:Arch:00007:UNDI:003016"), "the firmware announces x86_64 (architecture type 7, EFI x86-64) and node n3 is registered arm64 (profile arm, os.arch)"},
+		"bios, arm64 node":           {pxeDiscover(t, "52:54:00:00:00:03", iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001"), "announces x86_64 (architecture type 0"},
+		"arm64 firmware, x86 node":   {pxeDiscover(t, "52:54:00:00:00:01", iana.EFI_ARM64, "PXEClient:Arch:00011:UNDI:003000"), "the firmware announces arm64 (architecture type 11, EFI ARM64) and node n1 is registered x86_64"},
+		"arm32 firmware, arm64 node": {pxeDiscover(t, "52:54:00:00:00:03", iana.EFI_ARM32, "PXEClient:Arch:00010:UNDI:003000"), "announces arm32"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := Reply(p, p.Sites[0], cfg, c.req, 67)
+			if a.Reply != nil || !a.Refused || a.Node == nil || !strings.Contains(a.Why, c.want) {
+				t.Errorf("answer %v, refused %v, node %v, why %q; want no reply, refused, %q", a.Reply, a.Refused, a.Node, a.Why, c.want)
+			}
+		})
+	}
+	if a := Reply(p, p.Sites[0], cfg, pxeDiscover(t, "52:54:00:00:00:77", iana.EFI_ARM64, "PXEClient:Arch:00011:UNDI:003000"), 67); a.Refused || a.Reply == nil || a.Boot != "snp.efi" {
+		t.Errorf("an unknown arm64 machine: refused %v, boot %q (%s)", a.Refused, a.Boot, a.Why)
+	}
+	rp := testPlan(plan.DHCPReservation, plan.PolicyProvision)
+	rcfg := Config{ServerIP: server, HTTPPort: 8080, Mode: plan.DHCPReservation, Leases: &lease.Store{Path: filepath.Join(t.TempDir(), "leases.json")}}
+	a := Reply(rp, rp.Sites[0], rcfg, pxeDiscover(t, "52:54:00:00:00:01", iana.EFI_ARM64, "PXEClient:Arch:00011:UNDI:003000"), 67)
+	if a.Reply == nil || !a.Reply.YourIPAddr.Equal(net.ParseIP("198.18.0.11")) || a.Reply.BootFileName != "" || a.Boot != "" || !a.Refused ||
+		!strings.Contains(a.Why, "OFFER 198.18.0.11 to n1; refused: the firmware announces arm64") {
+		t.Errorf("reservation mode, arm64 firmware on x86 n1: %+v", a)
 	}
 }

@@ -145,6 +145,12 @@ func (s *Server) answer(conn *net.UDPConn, port int, pkt []byte, peer netip.Addr
 	case a.Exhausted:
 		book.Exhausted(site.Name, mac, slog.String("mac", mac))
 	}
+	if a.Refused && a.Reply == nil {
+		// Not booted, and its timeline says why.
+		book.Record(status.Event{Kind: status.KindDHCP, Site: site.Name, MAC: mac, Node: a.nodeName(), State: status.StateMismatch, Error: true, Message: a.Why},
+			mac+"|refused", source(req))
+		return
+	}
 	if a.Reply == nil {
 		log.Debug("dhcp: no answer", "mac", req.ClientHWAddr.String(), "why", a.Why)
 		return
@@ -155,6 +161,9 @@ func (s *Server) answer(conn *net.UDPConn, port int, pkt []byte, peer netip.Addr
 		return
 	}
 	ev := status.Event{Kind: status.KindDHCP, Site: site.Name, MAC: mac, State: status.StateDiscovered, Message: a.Why, Node: a.nodeName()}
+	if a.Refused {
+		ev.State, ev.Error = status.StateMismatch, true
+	}
 	book.Record(ev, ev.MAC+"|"+strconv.Itoa(port), source(req))
 	// One line per reply would cost more than the reply: events keep them.
 	log.Debug("dhcp", "mac", ev.MAC, "node", ev.Node, "type", a.Reply.MessageType().String(), "boot", a.Boot, "to", dst.String())

@@ -20,6 +20,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
 
+	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -94,6 +95,10 @@ type Answer struct {
 	Dropped string
 	// Exhausted says a machine got no address: the pool is full.
 	Exhausted bool
+	// Refused: a registered node's firmware announces another processor
+	// family than its profile is for (boot.ArchRefusal, in Why): no boot
+	// URL, and its timeline says why.
+	Refused bool
 }
 
 // Reasons a packet is dropped unanswered as invalid.
@@ -164,6 +169,9 @@ func Reply(p *plan.Plan, site *plan.Site, cfg Config, d dhcpv6.DHCPv6, peer neti
 	}
 	dec, uuid := decide(p, site.Name, a.Client)
 	a.Node, a.UUID = dec.Node, uuid
+	if b.boot() && b.hasArch {
+		b.refusal = boot.ArchRefusal(p, dec, b.arch)
+	}
 	if dec.Outcome == plan.Unknown && site.UnknownNodes == plan.PolicyIgnore && !p.HasSerialOnlyNodes(site.Name) && cfg.Mode == plan.DHCPProxy {
 		a.Why = "unknown machine and site ignores unknown machines"
 		return a
@@ -336,6 +344,9 @@ type bootInfo struct {
 	http     bool   // vendor class HTTPClient…
 	ipxe     bool   // user class iPXE
 	vendorEN uint32 // the enterprise number of its boot vendor class
+	// refusal: why it is not booted (another processor family than its
+	// node's profile), "" when it is.
+	refusal string
 }
 
 func (b bootInfo) boot() bool { return b.pxe || b.http || b.ipxe }
@@ -370,6 +381,10 @@ func bootRequest(msg *dhcpv6.Message) bootInfo {
 // vendor class echoed (EDK2 takes an offer as an HTTP one only with
 // "HTTPClient" in it).
 func bootOptions(reply *dhcpv6.Message, cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo, a *Answer) {
+	if b.refusal != "" {
+		a.Refused, a.Why = true, a.Why+": "+b.refusal
+		return
+	}
 	mac := a.Client.MAC
 	if b.ipxe && cfg.DualStack && cfg.Firmware != nil && mac != "" && !cfg.Firmware.BootedV6(mac) {
 		a.Why += ": no boot URL: dual-stack site, and this machine's firmware did not boot over IPv6 (its iPXE boots over IPv4)"
@@ -463,18 +478,14 @@ func bootFile(arch iana.Arch) (string, bool) {
 	case iana.EFI_IA32, iana.EFI_X86_64, iana.EFI_BC, iana.EFI_X86_HTTP, iana.EFI_X86_64_HTTP, iana.EFI_BC_HTTP:
 		return UEFIFile, true
 	case iana.EFI_ARM32, iana.EFI_ARM64, iana.EFI_ARM32_HTTP, iana.EFI_ARM64_HTTP:
-		return "snp.efi", true
+		return boot.ARM64File, true
 	}
 	return "", false
 }
 
-func isHTTPArch(arch iana.Arch) bool {
-	switch arch {
-	case iana.EFI_X86_HTTP, iana.EFI_X86_64_HTTP, iana.EFI_BC_HTTP, iana.EFI_ARM32_HTTP, iana.EFI_ARM64_HTTP:
-		return true
-	}
-	return false
-}
+// isHTTPArch: the DHCPv4 server's list less type 20 (x86 BIOS HTTP), which
+// has no IPv6 boot.
+func isHTTPArch(arch iana.Arch) bool { return arch != iana.INTEL_X86PC_HTTP && boot.IsHTTPArch(arch) }
 
 // noAddress is an IA_NA that says no address is given.
 func noAddress(ia *dhcpv6.OptIANA, why string) *dhcpv6.OptIANA {

@@ -24,14 +24,16 @@ var (
 )
 
 // testPlan is a site "lab" with n1 (registered by MAC 52:54:00:00:00:01,
-// reserved 2001:db8::11) and n2 (by SMBIOS UUID).
+// reserved 2001:db8::11), n2 (by SMBIOS UUID) and n3 (by MAC
+// 52:54:00:00:00:03, its profile for arm64).
 func testPlan(policy string) *plan.Plan {
 	s := &plan.Site{Name: "lab", UnknownNodes: policy, Network: plan.Network{ServerAddress: "198.18.0.1", HTTPPort: 8080}}
 	s.Nodes = []*plan.Node{
 		{Name: "n1", Site: "lab", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:01"}}},
 		{Name: "n2", Site: "lab", Identity: plan.Identity{UUID: "01020304-0506-0708-090a-0b0c0d0e0f10"}},
+		{Name: "n3", Site: "lab", Profile: "arm", Identity: plan.Identity{MACs: []string{"52:54:00:00:00:03"}}},
 	}
-	return &plan.Plan{Sites: []*plan.Site{s}}
+	return &plan.Plan{Sites: []*plan.Site{s}, Profiles: []*plan.Profile{{Name: "arm", OS: plan.OS{Type: "immutable", Arch: "arm64"}}}}
 }
 
 var n1Reserved = netip.MustParseAddr("2001:db8::11")
@@ -644,5 +646,30 @@ func TestFirmwareBounded(t *testing.T) {
 	}
 	if len(f.seen) != 76 || f.BootedV6("n24") || !f.BootedV6("n25") || !f.BootedV6("n100") {
 		t.Fatalf("after 101 of max 100: %d kept, n24 %v, n25 %v", len(f.seen), f.BootedV6("n24"), f.BootedV6("n25"))
+	}
+}
+
+// A registered node's firmware announcing another processor family than
+// its profile is for gets no boot URL, and the answer says why (proxy
+// mode: no answer at all; reservation mode: its address only); the right
+// family is answered.
+func TestArchRefused(t *testing.T) {
+	for _, mode := range []string{plan.DHCPReservation, plan.DHCPProxy} {
+		p := testPlan(plan.PolicyProvision)
+		cfg := testConfig(t, mode)
+		a := Reply(p, p.Site("lab"), cfg, solicit(t, "52:54:00:00:00:03", pxe(iana.EFI_X86_64)...), opaquePeer)
+		if !a.Refused || a.Boot != "" || !strings.Contains(a.Why, "refused: the firmware announces x86_64 (architecture type 7, EFI x86-64) and node n3 is registered arm64") {
+			t.Errorf("%s: x86 firmware on arm64 n3: refused %v, boot %q, why %q", mode, a.Refused, a.Boot, a.Why)
+		}
+		if (a.Reply != nil) != (mode == plan.DHCPReservation) {
+			t.Errorf("%s: x86 firmware on arm64 n3: answered %v", mode, a.Reply != nil)
+		}
+		if a.Reply != nil && inner(t, a.Reply).Options.BootFileURL() != "" {
+			t.Errorf("%s: a boot URL for the refused firmware", mode)
+		}
+		a = Reply(p, p.Site("lab"), cfg, solicit(t, "52:54:00:00:00:03", httpBoot(iana.EFI_ARM64_HTTP)...), opaquePeer)
+		if a.Refused || a.Boot != "http://[2001:db8::1]:8080/tftp/snp.efi" {
+			t.Errorf("%s: arm64 firmware on arm64 n3: refused %v, boot %q (%s)", mode, a.Refused, a.Boot, a.Why)
+		}
 	}
 }

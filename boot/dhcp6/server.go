@@ -244,6 +244,10 @@ func (s *Server) answer(ctx context.Context, conn *net.UDPConn, bootService bool
 	case a.Exhausted:
 		book.Exhausted(site.Name, a.Client.MAC, slog.String("client", a.Client.String()))
 	}
+	if a.Reply == nil && a.Refused {
+		s.record(site.Name, a, peer) // not booted, and its timeline says why
+		return
+	}
 	if a.Reply == nil {
 		book.Logger().Debug("dhcp6: no answer", "client", a.Client.String(), "why", a.Why)
 		return
@@ -268,6 +272,9 @@ func (s *Server) answer(ctx context.Context, conn *net.UDPConn, bootService bool
 // saying DHCPv6), within the event gate and the newcomers' budget.
 func (s *Server) record(site string, a Answer, peer netip.AddrPort) {
 	ev := status.Event{Kind: status.KindDHCP, Site: site, MAC: a.Client.MAC, UUID: a.UUID, State: status.StateDiscovered, Message: a.Why}
+	if a.Refused {
+		ev.State, ev.Error = status.StateMismatch, true
+	}
 	if a.Addr.IsValid() {
 		ev.IP = a.Addr.String()
 	}
@@ -279,7 +286,7 @@ func (s *Server) record(site string, a Answer, peer netip.AddrPort) {
 		return // nobody to put on a timeline
 	}
 	src := "link"
-	if a.Reply.IsRelay() {
+	if a.Reply != nil && a.Reply.IsRelay() {
 		src = "relayed" // one budget: a relay's address is the sender's to make up
 	}
 	s.books().Record(ev, a.Client.Key, src)

@@ -552,6 +552,10 @@ var commonParams = schema.CommonActionParams()
 func (r *repo) checkProfile(p *object) {
 	if m := p.str("microOS"); r.microOS[m] == nil && !r.broken["MicroOS"][m] {
 		r.errorf(p.pos("microOS"), "microOS", "unknown MicroOS %q%s", m, DidYouMean(m, sortedKeys(r.microOS)))
+	} else if mo := r.microOS[m]; mo != nil && orArch(mo.str("arch")) != orArch(p.str("os", "arch")) {
+		// At os.arch (its os line when it takes the default, x86_64).
+		r.errorf(p.pos("os", "arch"), "os.arch", "the profile installs for %s and its MicroOS %q runs on %s: its machines could not boot it; name a MicroOS built for %s (bootops microos build --arch %s)",
+			orArch(p.str("os", "arch")), m, orArch(mo.str("arch")), orArch(p.str("os", "arch")), orArch(p.str("os", "arch")))
 	}
 	r.checkURL(p, "image.url", "image", "url")
 	if u := p.str("image", "url"); qcow2URL.MatchString(u) {
@@ -667,6 +671,9 @@ func (r *repo) checkMicroOS(m *object) {
 	}
 	if hb := m.v.get("httpsBoot"); hb != nil && hb.b && m.str("chain") != plan.ChainUKI {
 		r.errorf(m.pos("httpsBoot"), "httpsBoot", "httpsBoot is how the firmware fetches the UKI: it needs chain uki")
+	}
+	if m.str("arch") == "arm64" && m.str("chain") == plan.ChainShim {
+		r.errorf(m.pos("chain"), "chain", "chain shim is Debian's shimx64.efi and grubx64.efi: x86_64 only; an arm64 Micro-OS boots by ipxe or uki")
 	}
 	if m.str("chain") == plan.ChainUKI && m.v.get("uki") == nil {
 		r.errorf(m.pos("chain"), "chain", "chain uki boots the signed unified kernel image: set uki (bootops microos build --uki writes one)")
@@ -793,4 +800,12 @@ func expand(s string, lookup func(string) (string, bool), out *strings.Builder) 
 type owner struct {
 	name string
 	pos  Pos
+}
+
+// orArch is a processor family as Git gives it, x86_64 when it gives none.
+func orArch(a string) string {
+	if a == "" {
+		return "x86_64"
+	}
+	return a
 }

@@ -48,6 +48,9 @@ func (r *repo) renderMicroOS(p *plan.Plan) map[string]*plan.MicroOS {
 		if c := o.str("chain"); c != plan.ChainIPXE {
 			m.Chain = c
 		}
+		if a := o.str("arch"); a != "" && a != "x86_64" {
+			m.Arch = a
+		}
 		if u := o.v.get("uki"); u != nil {
 			a := artifact(u)
 			m.UKI = &a

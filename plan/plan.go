@@ -508,6 +508,8 @@ type MicroOS struct {
 	Kernel  Artifact `json:"kernel"`
 	Initrd  Artifact `json:"initrd"`
 	Cmdline string   `json:"cmdline"`
+	// Arch is the processor family it runs on: "" for x86_64, or "arm64".
+	Arch string `json:"arch,omitempty"`
 	// UKI is the signed unified kernel image (kernel, initramfs and
 	// command line in one PE), for the uki chain.
 	UKI *Artifact `json:"uki,omitempty"`

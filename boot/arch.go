@@ -72,3 +72,17 @@ func ArchRefusal(p *plan.Plan, d plan.Decision, a iana.Arch) string {
 	return fmt.Sprintf("refused: the firmware announces %s (architecture type %d, %s) and node %s is registered %s (profile %s, os.arch): not booted",
 		got, uint16(a), a, d.Node.Name, want, d.Node.Profile)
 }
+
+// AgentArch is the processor family of an agent's check-in (its Go
+// architecture, plan.CheckIn.Arch): "" for none, or one no profile is for.
+func AgentArch(goarch string) string {
+	switch goarch {
+	case "amd64":
+		return ArchX86_64
+	case "arm64":
+		return ArchARM64
+	case "arm":
+		return ArchARM32
+	}
+	return ""
+}

@@ -227,6 +227,9 @@ func admit(f facts, who claimant, req request, ev *status.Event) (*refusal, *pla
 	if reason := verifyIdentity(f.plan, who.site.Name, n, req.body.Identity); reason != "" {
 		return mismatch(reason), nil
 	}
+	if got, want := boot.AgentArch(req.body.Arch), boot.ProfileArch(f.plan.Profile(n.Profile)); got != "" && got != want {
+		return mismatch(fmt.Sprintf("the agent runs on %s (%s) and node %s is registered %s (profile %s, os.arch): its image is not for this machine", got, req.body.Arch, n.Name, want, n.Profile)), nil
+	}
 	gen, ok := f.provisioned(who.site.Name, n.Name)
 	if !ok || gen < n.Reprovision || n.Retire != nil {
 		return nil, nil // a node Git retires is erased, installed or not

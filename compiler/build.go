@@ -672,9 +672,6 @@ func (r *repo) checkMicroOS(m *object) {
 	if hb := m.v.get("httpsBoot"); hb != nil && hb.b && m.str("chain") != plan.ChainUKI {
 		r.errorf(m.pos("httpsBoot"), "httpsBoot", "httpsBoot is how the firmware fetches the UKI: it needs chain uki")
 	}
-	if m.str("arch") == "arm64" && m.str("chain") == plan.ChainShim {
-		r.errorf(m.pos("chain"), "chain", "chain shim is Debian's shimx64.efi and grubx64.efi: x86_64 only; an arm64 Micro-OS boots by ipxe or uki")
-	}
 	if m.str("chain") == plan.ChainUKI && m.v.get("uki") == nil {
 		r.errorf(m.pos("chain"), "chain", "chain uki boots the signed unified kernel image: set uki (bootops microos build --uki writes one)")
 	}

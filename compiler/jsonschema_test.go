@@ -32,7 +32,7 @@ var jsonSchemaCannot = map[string]string{
 	"reservation-ip-rules":      "addresses against the subnet and each other",
 	"site-path-mismatch":        "a node's site against its file's folder",
 	"unknown-microos":           "a reference to another object",
-	"bad-arch":                  "a profile's os.arch against its MicroOS's arch (another object), and a chain against the arch (no if/then)",
+	"bad-arch":                  "a profile's os.arch against its MicroOS's arch (another object)",
 	"unknown-profile-hint":      "a reference to another object",
 	"bad-default-profile":       "a reference to another object",
 	"unknown-site":              "a reference to another object",

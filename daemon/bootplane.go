@@ -230,7 +230,10 @@ func loadBinaries(cfg TFTPConfig, log *slog.Logger) (tftp.Files, error) {
 	if err != nil {
 		return nil, err
 	}
-	for name, file := range map[string]string{dhcp.ShimFile: cfg.Shim, dhcp.GRUBFile: cfg.GRUB} {
+	for name, file := range map[string]string{dhcp.ShimFile: cfg.Shim, dhcp.GRUBFile: cfg.GRUB, dhcp.ShimARM64File: cfg.ShimARM64, dhcp.GRUBARM64File: cfg.GRUBARM64} {
+		if file == "" {
+			continue
+		}
 		if b, err := os.ReadFile(file); err == nil {
 			binaries[name] = b
 		} else {

@@ -96,6 +96,10 @@ type TFTPConfig struct {
 	IPXEDir string
 	Shim    string
 	GRUB    string
+	// ShimARM64 and GRUBARM64: the shim chain's first stages for 64-bit
+	// ARM machines (Debian's arm64 shim-signed and grub-efi-arm64-signed).
+	ShimARM64 string
+	GRUBARM64 string
 }
 
 // PowerConfig is the BMCs': their credentials and how they are asked.

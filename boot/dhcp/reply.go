@@ -387,7 +387,9 @@ func bootTarget(cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo) (strin
 		return "", false
 	}
 	httpBoot := b.http || isHTTPArch(b.arch)
-	if x64 := b.arch == iana.EFI_X86_64 || b.arch == iana.EFI_BC || b.arch == iana.EFI_X86_64_HTTP; x64 {
+	x64 := b.arch == iana.EFI_X86_64 || b.arch == iana.EFI_BC || b.arch == iana.EFI_X86_64_HTTP
+	arm64 := b.arch == iana.EFI_ARM64 || b.arch == iana.EFI_ARM64_HTTP
+	if x64 || arm64 {
 		switch m.UEFIChain() {
 		case plan.ChainShim:
 			// Debian's signed GRUB reads only TFTP: a shim loaded by
@@ -396,6 +398,9 @@ func bootTarget(cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo) (strin
 				return "", false
 			}
 			file = ShimFile
+			if arm64 {
+				file = ShimARM64File
+			}
 		case plan.ChainUKI:
 			if !httpBoot {
 				return "", false
@@ -415,10 +420,13 @@ func bootTarget(cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo) (strin
 }
 
 // The shim chain's files, served over TFTP and HTTP under these names:
-// shim loads GRUB from its own folder as grubx64.efi.
+// shim loads GRUB from its own folder as grubx64.efi, or on 64-bit ARM as
+// grubaa64.efi (Debian's shim-signed and grub-efi-arm64-signed for arm64).
 const (
-	ShimFile = "shimx64.efi"
-	GRUBFile = "grubx64.efi"
+	ShimFile      = "shimx64.efi"
+	GRUBFile      = "grubx64.efi"
+	ShimARM64File = "shimaa64.efi"
+	GRUBARM64File = "grubaa64.efi"
 )
 
 func isIPXE(req *dhcpv4.DHCPv4) bool {

@@ -798,10 +798,12 @@ func counters(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 func TestChainTargets(t *testing.T) {
 	for _, mode := range []string{plan.DHCPProxy, plan.DHCPReservation} {
 		p := testPlan(mode, plan.PolicyIgnore)
-		p.MicroOS = []*plan.MicroOS{{Name: "uki", Chain: plan.ChainUKI, UKI: &plan.Artifact{Path: "microos/bootops.efi"}}, {Name: "shim", Chain: plan.ChainShim}}
-		p.Profiles = []*plan.Profile{{Name: "uki-os", MicroOS: "uki"}, {Name: "shim-os", MicroOS: "shim"}}
+		p.MicroOS = []*plan.MicroOS{{Name: "uki", Chain: plan.ChainUKI, UKI: &plan.Artifact{Path: "microos/bootops.efi"}}, {Name: "shim", Chain: plan.ChainShim},
+			{Name: "shim-arm", Chain: plan.ChainShim, Arch: "arm64"}}
+		p.Profiles = []*plan.Profile{{Name: "uki-os", MicroOS: "uki"}, {Name: "shim-os", MicroOS: "shim"}, {Name: "arm", MicroOS: "shim-arm", OS: plan.OS{Arch: "arm64"}}}
 		p.Sites[0].Nodes[0].Profile = "uki-os"  // n1, by MAC
 		p.Sites[0].Nodes[1].Profile = "shim-os" // n2, by UUID
+		// n3, by MAC, arm64: Debian's arm64 shim, which loads grubaa64.efi.
 		cfg := Config{ServerIP: server, HTTPPort: 8080, Mode: mode}
 		for name, c := range map[string]struct {
 			req  *dhcpv4.DHCPv4
@@ -810,11 +812,13 @@ func TestChainTargets(t *testing.T) {
 			// request in reservation mode still gets its address.
 			proxyOnly bool
 		}{
-			"uki, http boot": {pxeDiscover(t, "52:54:00:00:00:01", iana.EFI_X86_64_HTTP, "HTTPClient:Arch:00016:UNDI:003001"), "http://198.18.0.1:8080/artifacts/microos/uki/uki", false},
-			"uki, pxe":       {pxeDiscover(t, "52:54:00:00:00:01", iana.EFI_X86_64, "PXEClient:Arch:00007:UNDI:003016"), "", true},
-			"uki, bios":      {pxeDiscover(t, "52:54:00:00:00:01", iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001"), "undionly.kpxe", false},
-			"shim, pxe":      {pxeDiscover(t, "52:54:00:00:00:02", iana.EFI_X86_64, "PXEClient:Arch:00007:UNDI:003016", withGUID), ShimFile, true},
-			"shim, http":     {pxeDiscover(t, "52:54:00:00:00:02", iana.EFI_X86_64_HTTP, "HTTPClient:Arch:00016:UNDI:003001", withGUID), "", true},
+			"uki, http boot":   {pxeDiscover(t, "52:54:00:00:00:01", iana.EFI_X86_64_HTTP, "HTTPClient:Arch:00016:UNDI:003001"), "http://198.18.0.1:8080/artifacts/microos/uki/uki", false},
+			"uki, pxe":         {pxeDiscover(t, "52:54:00:00:00:01", iana.EFI_X86_64, "PXEClient:Arch:00007:UNDI:003016"), "", true},
+			"uki, bios":        {pxeDiscover(t, "52:54:00:00:00:01", iana.INTEL_X86PC, "PXEClient:Arch:00000:UNDI:002001"), "undionly.kpxe", false},
+			"shim, pxe":        {pxeDiscover(t, "52:54:00:00:00:02", iana.EFI_X86_64, "PXEClient:Arch:00007:UNDI:003016", withGUID), ShimFile, true},
+			"shim, http":       {pxeDiscover(t, "52:54:00:00:00:02", iana.EFI_X86_64_HTTP, "HTTPClient:Arch:00016:UNDI:003001", withGUID), "", true},
+			"arm64 shim, pxe":  {pxeDiscover(t, "52:54:00:00:00:03", iana.EFI_ARM64, "PXEClient:Arch:00011:UNDI:003000"), ShimARM64File, true},
+			"arm64 shim, http": {pxeDiscover(t, "52:54:00:00:00:03", iana.EFI_ARM64_HTTP, "HTTPClient:Arch:00019:UNDI:003001"), "", true},
 		} {
 			if c.proxyOnly && mode == plan.DHCPReservation {
 				continue

@@ -433,7 +433,7 @@ func bootURL(cfg Config, site *plan.Site, m *plan.MicroOS, b bootInfo) (string, 
 		return "", fmt.Sprintf("no boot file for architecture %s", b.arch)
 	}
 	httpBoot := b.http || isHTTPArch(b.arch)
-	if b.arch == iana.EFI_X86_64 || b.arch == iana.EFI_BC || b.arch == iana.EFI_X86_64_HTTP {
+	if b.arch == iana.EFI_X86_64 || b.arch == iana.EFI_BC || b.arch == iana.EFI_X86_64_HTTP || b.arch == iana.EFI_ARM64 || b.arch == iana.EFI_ARM64_HTTP {
 		switch m.UEFIChain() {
 		case plan.ChainShim:
 			// GRUB's config names the server's IPv4 address, and GRUB

@@ -97,7 +97,7 @@ func (cfg serveConfig) daemonConfig(worker []string) bootopsd.Config {
 			MaxConns: l.maxConns, PerSource: l.perSource, NewBurst: l.newBurst, NewEvery: l.newEvery,
 		},
 		DHCP: bootopsd.DHCPConfig{Mode: cfg.dhcp, Interface: cfg.iface},
-		TFTP: bootopsd.TFTPConfig{Addr: cfg.tftpAddr, IPXEDir: cfg.ipxeDir, Shim: cfg.shim, GRUB: cfg.grub},
+		TFTP: bootopsd.TFTPConfig{Addr: cfg.tftpAddr, IPXEDir: cfg.ipxeDir, Shim: cfg.shim, GRUB: cfg.grub, ShimARM64: cfg.shimARM64, GRUBARM64: cfg.grubARM64},
 		Power: bootopsd.PowerConfig{SecretsDir: cfg.secretsDir, AgeIdentity: cfg.ageIdentity, BMCAllow: cfg.bmcAllow,
 			InsecureTLS: cfg.bmcInsecureTLS, Interval: cfg.powerInterval, Timeout: cfg.bmcTimeout},
 		Swarm:     bootopsd.SwarmConfig{Addr: cfg.swarmAddr, Streams: cfg.swarmStreams},

@@ -17,7 +17,7 @@ type serveConfig struct {
 	source, ref, site, httpAddr, dhcp, iface, ipxeDir, stateDir, tftpAddr, artifactMode, logFormat, logLevel string
 	gitUser, gitPasswordFile, gitSSHKey, gitKnownHosts, gitCAFile                                            string
 	webhookSecretFile, verifyCommits, configFile, uiTokenFile, operatorsFile                                 string
-	httpsAddr, tlsCert, tlsKey, overlayKey, shim, grub                                                       string
+	httpsAddr, tlsCert, tlsKey, overlayKey, shim, grub, shimARM64, grubARM64                                 string
 	secretsDir, ageIdentity, bmcAllow                                                                        string
 	hubURLs, hubSeed, hubCA, pprofAddr, swarmAddr                                                            string
 	peerName, peerListen, peers, peerCert, peerKey, peerCA                                                   string
@@ -117,6 +117,8 @@ func (cfg *serveConfig) bootFlags(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.overlayKey, "overlay-key", "", "ed25519 key that signs the site overlays (default <state-dir>/tls/overlay.key when it exists)")
 	fs.StringVar(&cfg.shim, "shim", "/usr/lib/shim/shimx64.efi.signed", "Debian's signed shim, served as shimx64.efi for the shim chain (package shim-signed)")
 	fs.StringVar(&cfg.grub, "grub", "/usr/lib/grub/x86_64-efi-signed/grubnetx64.efi.signed", "Debian's signed network GRUB, served as grubx64.efi (package grub-efi-amd64-signed)")
+	fs.StringVar(&cfg.shimARM64, "shim-arm64", "/usr/lib/shim/shimaa64.efi.signed", "Debian's signed shim for 64-bit ARM, served as shimaa64.efi (package shim-signed:arm64; docs/arm64.md)")
+	fs.StringVar(&cfg.grubARM64, "grub-arm64", "/usr/lib/grub/arm64-efi-signed/grubnetaa64.efi.signed", "Debian's signed network GRUB for 64-bit ARM, served as grubaa64.efi (package grub-efi-arm64-signed:arm64)")
 	fs.StringVar(&cfg.dhcp, "dhcp", "", "DHCP mode: proxy, reservation or off (default: the site's network.dhcp)")
 	fs.StringVar(&cfg.iface, "interface", "", "network interface of the provisioning LAN (default: the site's network.interface)")
 	fs.StringVar(&cfg.ipxeDir, "ipxe-dir", "/usr/lib/ipxe", "folder with the iPXE binaries served over TFTP")

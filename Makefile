@@ -22,14 +22,14 @@ AGENT    := bin/bootops-agent
 FUZZTIME ?= 2m
 CUE_VERSION := v0.17.1
 # What the tests (a Git server, VMs, BMC simulators) and the demo need: Debian packages only (README, "Two commands").
-LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium sbsigntool systemd-boot-efi efitools shim-signed grub-efi-amd64-signed binutils openssl tcpdump openipmi ipmitool nftables swtpm swtpm-tools osslsigncode radvd kea-dhcp6-server dhcpcd-base tpm2-tools python3-pyghmi xorriso isolinux syslinux-common mtools cryptsetup-bin nvme-cli hdparm clevis clevis-tpm2 clevis-luks jose
+LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium sbsigntool systemd-boot-efi efitools shim-signed grub-efi-amd64-signed binutils openssl tcpdump openipmi ipmitool nftables swtpm swtpm-tools osslsigncode radvd kea-dhcp6-server dhcpcd-base tpm2-tools python3-pyghmi xorriso isolinux syslinux-common mtools cryptsetup-bin nvme-cli hdparm clevis clevis-tpm2 clevis-luks jose qemu-system-arm qemu-efi-aarch64
 
 export GOFLAGS := -buildvcs=false
 # What bootops version prints: -buildvcs=false leaves the build info no
 # commit, so the version comes from Git here ("dev" outside a checkout).
 BUILD_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build agent microos check vet lint test e2e e2e-run browser lab-deps unit-deps demo bench fuzz clean go-check image image-test api-diff package package-test
+.PHONY: build agent microos check vet lint test e2e e2e-run browser lab-deps unit-deps demo bench fuzz clean go-check agent-arm64 microos-arm64 image image-test api-diff package package-test
 
 build: go-check
 	$(GO) build -ldflags "-X main.version=$(BUILD_VERSION)" -o $(BIN) ./cmd/bootops
@@ -38,6 +38,17 @@ build: go-check
 # reproducibly: the same source gives the same binary, so the same initrd.
 agent: go-check
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -buildid=" -o $(AGENT) ./cmd/bootops-agent
+
+# The agent for 64-bit ARM machines' Micro-OS (docs/arm64.md).
+agent-arm64: go-check
+	CGO_ENABLED=0 GOARCH=arm64 $(GO) build -trimpath -ldflags "-s -w -buildid=" -o $(AGENT)-arm64 ./cmd/bootops-agent
+
+# An arm64 Micro-OS from Debian's arm64 packages (unpacked, not installed:
+# test/arm64/root.sh), into sites/microos/arm64/.
+ARM64_ROOT ?= $(HOME)/.cache/bootops/arm64
+microos-arm64: build agent-arm64 lab-deps
+	bash test/arm64/root.sh $(ARM64_ROOT) >/dev/null
+	$(BIN) microos build --arch arm64 --root $(ARM64_ROOT)/root --kernel "$$(ls $(ARM64_ROOT)/root/boot/vmlinuz-* | sort -V | tail -1)" --agent $(AGENT)-arm64 -o sites/microos/arm64
 
 # The default Micro-OS from Debian's kernel, into sites/microos/ (the demo
 # repository's MicroOS object points there).

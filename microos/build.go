@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,10 @@ import (
 
 // Options says what goes into the Micro-OS.
 type Options struct {
+	// Arch is the processor family it is for: ArchX86_64 (default) or
+	// ArchARM64. The kernel, busybox, the agent and the tools must all be
+	// built for it (Build checks each).
+	Arch string
 	// Kernel is the kernel image, e.g. /boot/vmlinuz-6.1.0-56-amd64.
 	Kernel string
 	// Modules is the kernel's modules folder, holding modules.dep; default
@@ -92,11 +97,24 @@ func Build(opt Options, out string) (Result, error) {
 	if opt.Agent == "" {
 		return Result{}, errors.New("microos: no bootops-agent given")
 	}
+	if opt.Root == "" {
+		opt.Root = "/"
+	}
 	if opt.Busybox == "" {
-		opt.Busybox = DefaultBusybox
+		opt.Busybox = filepath.Join(opt.Root, DefaultBusybox)
+	}
+	switch opt.Arch {
+	case "", ArchX86_64:
+		opt.Arch = ArchX86_64
+	case ArchARM64:
+	default:
+		return Result{}, fmt.Errorf("microos: arch %q: want %s or %s", opt.Arch, ArchX86_64, ArchARM64)
 	}
 	if opt.Load == nil {
 		opt.Load = DefaultModules
+		if opt.Arch == ArchARM64 {
+			opt.Load = DefaultModulesARM64
+		}
 	}
 	version, ok := strings.CutPrefix(filepath.Base(opt.Kernel), "vmlinuz-")
 	if !ok {
@@ -106,12 +124,21 @@ func Build(opt Options, out string) (Result, error) {
 		if version == "" {
 			return Result{}, fmt.Errorf("microos: no version in the kernel's file name %s (want vmlinuz-<version>): give the modules folder", opt.Kernel)
 		}
-		opt.Modules = filepath.Join("/lib/modules", version)
+		opt.Modules = filepath.Join(opt.Root, "lib/modules", version)
 	}
 
 	kernel, err := os.ReadFile(opt.Kernel)
 	if err != nil {
 		return Result{}, fmt.Errorf("microos: kernel: %w", err)
+	}
+	if got := kernelArch(kernel); got != "" && got != opt.Arch {
+		return Result{}, fmt.Errorf("microos: kernel %s is for %s, the Micro-OS for %s (--arch)", opt.Kernel, got, opt.Arch)
+	}
+	if err := checkELFArch(opt.Agent, "bootops-agent", opt.Arch); err != nil {
+		return Result{}, err
+	}
+	if err := checkELFArch(opt.Busybox, "busybox", opt.Arch); err != nil {
+		return Result{}, err
 	}
 	initrd, mods, err := image(opt)
 	if err != nil {
@@ -242,4 +269,80 @@ func writeFile(name string, data []byte) error {
 		return fmt.Errorf("microos: write %s: %w", name, err)
 	}
 	return nil
+}
+
+// Processor families a Micro-OS is built for (a MicroOS's arch in Git).
+const (
+	ArchX86_64 = "x86_64"
+	ArchARM64  = "arm64"
+)
+
+// DefaultModulesARM64 are DefaultModules for Debian's linux-image-arm64:
+// the same roles, the NICs of ARM servers (Mellanox, Broadcom, Intel,
+// Marvell) and the ARMv8 Crypto Extensions' AES in place of AES-NI.
+var DefaultModulesARM64 = []string{
+	"virtio_pci", "virtio_net", "virtio_mmio",
+	"e1000e", "igb", "ixgbe", "i40e", "mlx5_core", "bnxt_en", "tg3",
+	"af_packet", "8021q",
+	"virtio_blk", "virtio_scsi", "ahci", "sd_mod", "nvme", "megaraid_sas", "mpt3sas",
+	"ext4", "crc32c_generic", "vfat", "nls_cp437", "nls_ascii", "nls_utf8", "efivarfs",
+	"dm_mod", "dm_crypt", "ecb", "xts", "algif_skcipher", "aes_ce_blk",
+}
+
+// kernelArch is the processor family of a Linux kernel image: an x86
+// bzImage ("HdrS" at 0x202), an arm64 Image ("ARM\x64" at 0x38), gzipped
+// as Debian's arm64 vmlinuz is, or "" when it is neither.
+func kernelArch(b []byte) string {
+	if len(b) > 0x206 && string(b[0x202:0x206]) == "HdrS" {
+		return ArchX86_64
+	}
+	head := b
+	if len(b) > 2 && b[0] == 0x1f && b[1] == 0x8b {
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return ""
+		}
+		head = make([]byte, 0x40)
+		if _, err := io.ReadFull(zr, head); err != nil {
+			return ""
+		}
+	}
+	if len(head) >= 0x3c && string(head[0x38:0x3c]) == "ARM\x64" {
+		return ArchARM64
+	}
+	return ""
+}
+
+// checkELFArch says when the program at name is not built for arch.
+func checkELFArch(name, what, arch string) error {
+	f, err := elf.Open(name)
+	if err != nil {
+		return nil // read (and refused, if it must be) where it is used
+	}
+	defer f.Close()
+	got := ""
+	switch f.Machine {
+	case elf.EM_X86_64:
+		got = ArchX86_64
+	case elf.EM_AARCH64:
+		got = ArchARM64
+	default:
+		got = f.Machine.String()
+	}
+	if got != arch {
+		hint := ""
+		if what == "bootops-agent" {
+			hint = fmt.Sprintf(" (build it with GOARCH=%s: make agent-%s)", goArch(arch), arch)
+		}
+		return fmt.Errorf("microos: %s %s is built for %s, the Micro-OS for %s%s", what, name, got, arch, hint)
+	}
+	return nil
+}
+
+// goArch is Go's name of a processor family.
+func goArch(arch string) string {
+	if arch == ArchX86_64 {
+		return "amd64"
+	}
+	return arch
 }

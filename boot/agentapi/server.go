@@ -220,5 +220,9 @@ func describe(c plan.CheckIn) string {
 			disks = append(disks, fmt.Sprintf("%s %.0f MB", d.Name, float64(d.Size)/1e6))
 		}
 	}
-	return fmt.Sprintf("serial %q, uuid %s, %d NICs, disks [%s]", c.Identity.Serial, c.Identity.UUID, len(c.Identity.MACs), strings.Join(disks, ", "))
+	arch := ""
+	if a := boot.AgentArch(c.Arch); a != "" {
+		arch = a + ", "
+	}
+	return fmt.Sprintf("%sserial %q, uuid %s, %d NICs, disks [%s]", arch, c.Identity.Serial, c.Identity.UUID, len(c.Identity.MACs), strings.Join(disks, ", "))
 }

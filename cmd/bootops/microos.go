@@ -19,7 +19,7 @@ func microosCmd() *command {
 	c := &command{
 		name:    "microos",
 		summary: "Build the Micro-OS a node boots into: the kernel and a reproducible initramfs around bootops-agent.",
-		usage: "build --kernel PATH [--modules DIR] [--busybox PATH] [--agent PATH] [--load LIST]\n" +
+		usage: "build --kernel PATH [--arch x86_64|arm64 [--root DIR]] [--modules DIR] [--busybox PATH] [--agent PATH] [--load LIST]\n" +
 			"       [--server URL --site NAME --ca FILE] [--overlay-key FILE]\n" +
 			"       [--uki [--cmdline ARGS] [--stub PATH] [--sign-key KEY --sign-cert CERT]] -o OUT",
 		example: "  bootops microos build --kernel /boot/vmlinuz-$(uname -r) -o myrepo/microos\n" +
@@ -29,7 +29,12 @@ func microosCmd() *command {
 			"      --server https://198.18.0.1:8443 --site lab --ca /var/lib/bootops/tls/ca.pem \\\n" +
 			"      --sign-key db.key --sign-cert db.pem -o myrepo/microos\n" +
 			"  # also writes myrepo/microos/bootops.efi: kernel, initramfs and command line in one\n" +
-			"  # PE signed for Secure Boot, the agent's server and site CA inside it (keys stay out of Git)",
+			"  # PE signed for Secure Boot, the agent's server and site CA inside it (keys stay out of Git)\n\n" +
+			"  bash test/arm64/root.sh /var/tmp/arm64     # Debian's arm64 packages, unpacked\n" +
+			"  GOARCH=arm64 CGO_ENABLED=0 go build -o bootops-agent-arm64 ./cmd/bootops-agent\n" +
+			"  bootops microos build --arch arm64 --root /var/tmp/arm64/root \\\n" +
+			"      --kernel /var/tmp/arm64/root/boot/vmlinuz-6.1.0-57-arm64 --agent bootops-agent-arm64 -o myrepo/microos/arm64\n" +
+			"  # an arm64 Micro-OS: kernel, modules, busybox and tools read under --root (docs/arm64.md)",
 	}
 	c.run = func(ctx context.Context, e *env, args []string) error {
 		fs := c.flags(e)
@@ -55,7 +60,7 @@ func microosCmd() *command {
 				return err
 			}
 		}
-		printMicroOS(e.stdout, r, m.out)
+		printMicroOS(e.stdout, r, m.out, m.arch)
 		return nil
 	}
 	return c
@@ -64,6 +69,7 @@ func microosCmd() *command {
 // microosSettings are microos build's flags.
 type microosSettings struct {
 	kernel, modules, busybox, agent, load, out string
+	arch, root                                 string
 	server, site, ca, overlayKey               string
 	cmdline, stub, signKey, signCert           string
 	uki                                        bool
@@ -72,7 +78,9 @@ type microosSettings struct {
 func (m *microosSettings) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&m.kernel, "kernel", "", "kernel image, e.g. /boot/vmlinuz-<version> (Debian package linux-image-amd64)")
 	fs.StringVar(&m.modules, "modules", "", "the kernel's modules folder (default /lib/modules/<version>, from the kernel's file name)")
-	fs.StringVar(&m.busybox, "busybox", microos.DefaultBusybox, "static busybox (Debian package busybox-static)")
+	fs.StringVar(&m.arch, "arch", microos.ArchX86_64, "the processor family it is for: x86_64 or arm64 (the kernel, busybox, agent and tools must be built for it)")
+	fs.StringVar(&m.root, "root", "/", "the root the modules, busybox and tools are read under: / for this machine's own, or another architecture's unpacked packages (test/arm64/root.sh)")
+	fs.StringVar(&m.busybox, "busybox", "", "static busybox (Debian package busybox-static; default <root>"+microos.DefaultBusybox+")")
 	fs.StringVar(&m.agent, "agent", "", "static bootops-agent binary (default bootops-agent next to this program)")
 	fs.StringVar(&m.load, "load", "", "comma-separated modules to load instead of the default list:\n"+strings.Join(microos.DefaultModules, ","))
 	fs.StringVar(&m.out, "o", "", "output folder for vmlinuz and initrd.img (created if needed)")
@@ -123,7 +131,10 @@ func (m *microosSettings) options() (microos.Options, error) {
 	if err != nil {
 		return microos.Options{}, err
 	}
-	opt := microos.Options{Kernel: m.kernel, Modules: m.modules, Busybox: m.busybox, Agent: m.agent, Config: cfg}
+	opt := microos.Options{Arch: m.arch, Root: m.root, Kernel: m.kernel, Modules: m.modules, Busybox: m.busybox, Agent: m.agent, Config: cfg}
+	if opt.Busybox == "" {
+		opt.Busybox = filepath.Join(m.root, microos.DefaultBusybox)
+	}
 	if m.load != "" {
 		opt.Load = strings.Split(m.load, ",")
 	}
@@ -211,7 +222,7 @@ func agentBesideMe() (string, error) {
 // printMicroOS shows the files with their sha256s and the MicroOS object
 // that names them, with paths relative to the repository holding out when
 // there is one.
-func printMicroOS(w io.Writer, r microos.Result, out string) {
+func printMicroOS(w io.Writer, r microos.Result, out, arch string) {
 	size := ""
 	if st, err := os.Stat(r.Initrd); err == nil {
 		size = fmt.Sprintf(", %.1f MiB", float64(st.Size())/(1<<20))
@@ -227,14 +238,19 @@ func printMicroOS(w io.Writer, r microos.Result, out string) {
 	} else {
 		fmt.Fprintf(w, "# Copy vmlinuz and initrd.img into microos/ of your repository and commit\n# this MicroOS object beside them (e.g. microos/default.yaml):\n")
 	}
+	name, archLine, console := "default", "", "console=tty0 console=ttyS0,115200"
+	if arch == microos.ArchARM64 {
+		// The PL011 UART of ARM servers and QEMU's virt machine.
+		name, archLine, console = "arm64", "arch: arm64\n", "console=tty0 console=ttyAMA0,115200"
+	}
 	fmt.Fprintf(w, `apiVersion: bootops.dev/v1alpha1
 kind: MicroOS
-name: default
-kernel: {path: %s, sha256: %s}
+name: %s
+%skernel: {path: %s, sha256: %s}
 initrd: {path: %s, sha256: %s}
 # The last console= is /dev/console, where /init and the agent print.
-cmdline: console=tty0 console=ttyS0,115200
-`, kernel, r.KernelSHA256, initrd, r.InitrdSHA256)
+cmdline: %s
+`, name, archLine, kernel, r.KernelSHA256, initrd, r.InitrdSHA256, console)
 	if r.UKI != "" {
 		uki := "microos/bootops.efi"
 		if _, rel, ok := repoOf(out); ok {

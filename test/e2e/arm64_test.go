@@ -1,0 +1,128 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
+)
+
+// A 64-bit ARM machine provisions like an x86 one: QEMU's virt machine
+// (cortex-a57 under TCG) with AAVMF, Debian's UEFI for it, PXE-boots
+// through bootops, the LAN's DHCP server (reservation mode: GRUB takes its
+// network from the DHCP server's answer, and a proxy's goes unread): the
+// answer gives its reserved address and names Debian's signed arm64 shim (shimaa64.efi) for its architecture
+// type (11), shim loads grubaa64.efi, GRUB the node's config over TFTP,
+// then the arm64 Micro-OS (Debian's arm64 kernel, busybox and tools, the
+// agent cross-compiled) installs the test image on its disk. Its timeline
+// shows the arm64 path; its agent checked in as arm64.
+func TestARM64(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	l := newLab(t, false)
+	root := arm64Root(t)
+	agent := filepath.Join(l.dir, "bootops-agent-arm64")
+	build := exec.Command("go", "build", "-trimpath", "-o", agent, "../../cmd/bootops-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH=arm64")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("the arm64 agent: %v\n%s", err, out)
+	}
+	imgDir := t.TempDir()
+	gzSHA, rawSHA := osImage(t, imgDir)
+	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
+	repo := filepath.Join(l.dir, "repo")
+	kernels, _ := filepath.Glob(filepath.Join(root, "boot/vmlinuz-*-arm64"))
+	if len(kernels) != 1 {
+		t.Fatalf("the arm64 kernel under %s: %v", root, kernels)
+	}
+	run(t, bootops, "microos", "build", "--arch", "arm64", "--root", root, "--kernel", kernels[0], "--agent", agent, "-o", filepath.Join(repo, "microos/arm64"))
+	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "-o", filepath.Join(repo, "microos"))
+	writeRepo(t, repo, vars{"Images": images4, "ImageSHA": gzSHA}, "base-provision", "arm64")
+	l.serve(repo, "--shim-arm64", filepath.Join(root, "usr/lib/shim/shimaa64.efi.signed"),
+		"--grub-arm64", filepath.Join(root, "usr/lib/grub/arm64-efi-signed/grubnetaa64.efi.signed"))
+	t.Logf("timing: the arm64 pieces (Debian's packages, the agent, the Micro-OS) ready: %s", time.Since(began).Round(time.Second))
+
+	l.vms(1)
+	vmDisk := disk(t, l, "a1")
+	start := time.Now()
+	v := l.arm64VM("a1", "52:54:00:a6:40:01", withDisk(vmDisk)...)
+	out := v.wait(t, "bootops-microos: starting bootops-agent", 12*time.Minute)
+	if !strings.Contains(out, "starting on kernel 6.") || !strings.Contains(out, "-arm64") {
+		t.Errorf("a1 did not boot the arm64 Micro-OS:\n%s", testutil.Tail(out, 30))
+	}
+	t.Logf("timing: arm64 under TCG, VM start (AAVMF, PXE, shim, GRUB over TFTP) → agent running: %s", time.Since(start).Round(time.Second))
+	waitState(t, l, "lab/a1", "provisioned", 12*time.Minute)
+	t.Logf("timing: arm64 under TCG, VM start → provisioned: %s", time.Since(start).Round(time.Second))
+	checkDisk(t, vmDisk, rawSHA)
+	tl := l.logs("lab/a1")
+	for _, want := range []string{"served the Micro-OS GRUB script of profile arm-os", "agent checked in: arm64, ", "provisioned (generation 0)"} {
+		if !strings.Contains(tl, want) {
+			t.Errorf("a1's timeline lacks %q:\n%s", want, tl)
+		}
+	}
+	if log := l.log("bootops"); !strings.Contains(log, "file=shimaa64.efi") || !strings.Contains(log, "file=grubaa64.efi") {
+		t.Errorf("shimaa64.efi and grubaa64.efi were not fetched over TFTP:\n%s", testutil.Tail(log, 30))
+	}
+	v.cmd.Process.Kill()
+	t.Logf("timing: TestARM64 %s", time.Since(began).Round(time.Second))
+}
+
+// arm64Root is Debian's arm64 packages the Micro-OS and the shim chain
+// come from, unpacked (test/arm64/root.sh, cached by their versions).
+func arm64Root(t *testing.T) string {
+	t.Helper()
+	cache := filepath.Join(cacheDir(), "arm64")
+	if out, err := exec.Command("bash", "../arm64/root.sh", cache).CombinedOutput(); err != nil {
+		t.Fatalf("Debian's arm64 packages (test/arm64/root.sh): %v\n%s", err, out)
+	}
+	return filepath.Join(cache, "root")
+}
+
+// arm64VM boots QEMU's 64-bit ARM virt machine with AAVMF (Debian package
+// qemu-efi-aarch64) from the network: its own UEFI PXE client (no option
+// ROM), its NVRAM kept per MAC, the PL011 UART its console.
+func (l *lab) arm64VM(name, mac string, extra ...string) *vm {
+	l.t.Helper()
+	l.checkSlot(name)
+	vars := filepath.Join(l.dir, "aavmf-"+strings.ReplaceAll(mac, ":", "")+".fd")
+	if _, err := os.Stat(vars); err != nil {
+		b, err := os.ReadFile("/usr/share/AAVMF/AAVMF_VARS.fd")
+		if err != nil {
+			l.t.Fatalf("AAVMF is missing (Debian package qemu-efi-aarch64): %v", err)
+		}
+		os.WriteFile(vars, b, 0o644)
+	}
+	tap := "tap-" + name
+	if len(tap) > 15 {
+		tap = tap[:15]
+	}
+	run(l.t, "ip", "-n", l.lan, "tuntap", "add", "dev", tap, "mode", "tap")
+	run(l.t, "ip", "-n", l.lan, "link", "set", tap, "master", "br0", "up")
+	console := filepath.Join(l.dir, name+".console")
+	args := []string{"netns", "exec", l.lan, "qemu-system-aarch64", "-M", "virt", "-cpu", "cortex-a57", "-accel", "tcg", "-m", "1024", "-nographic", "-no-reboot",
+		"-serial", "file:" + console, "-monitor", "none",
+		"-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/AAVMF/AAVMF_CODE.fd",
+		"-drive", "if=pflash,format=raw,file=" + vars,
+		"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
+		"-device", "virtio-net-pci,netdev=n0,romfile=,mac=" + mac}
+	cmd := l.start(name, append([]string{"ip"}, append(args, extra...)...)...)
+	v := &vm{name: name, console: console, cmd: cmd}
+	l.guests = append(l.guests, v)
+	return v
+}
+
+// cacheDir is the user's cache of bootops' slow builds, as
+// test/image/cached.sh keeps them.
+func cacheDir() string {
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "bootops")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "bootops")
+}

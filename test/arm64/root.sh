@@ -28,7 +28,7 @@ kernel=${kernel%:arm64}
 libs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces --no-enhances \
 	cryptsetup-bin:arm64 nvme-cli:arm64 hdparm:arm64 2>/dev/null | grep -E '^(lib|zlib)[a-z0-9.+-]*:arm64$' | sort -u)
 pkgs=("${top[@]/%/:arm64}" "$kernel:arm64" $libs)
-stamp=$(for p in "${pkgs[@]}"; do apt-cache policy "$p" | awk -v p="$p" '/Candidate:/{print p, $2}'; done | sort)
+stamp=$(apt-cache policy "${pkgs[@]}" | awk '/^[^ ]/{p=$1} /Candidate:/{print p, $2}' | sort)
 if [ -f "$dir/stamp" ] && [ "$(cat "$dir/stamp")" = "$stamp" ] && [ -d "$dir/root/boot" ]; then
 	ls "$dir"/root/boot/vmlinuz-*
 	exit 0

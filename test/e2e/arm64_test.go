@@ -21,7 +21,11 @@ import (
 // type (11), shim loads grubaa64.efi, GRUB the node's config over TFTP,
 // then the arm64 Micro-OS (Debian's arm64 kernel, busybox and tools, the
 // agent cross-compiled) installs the test image on its disk. Its timeline
-// shows the arm64 path; its agent checked in as arm64.
+// shows the arm64 path; its agent checked in as arm64. A mixed site: an
+// x86_64 UEFI VM installs from the same daemon at the same time, by its
+// own chain (ipxe.efi, the x86 Micro-OS); then an x86 VM with the MAC of
+// a node registered arm64 is refused, the reason on that node's timeline.
+// Each VM's power-on to provisioned is printed, side by side.
 func TestARM64(t *testing.T) {
 	t.Parallel()
 	began := time.Now()
@@ -48,10 +52,11 @@ func TestARM64(t *testing.T) {
 		"--grub-arm64", filepath.Join(root, "usr/lib/grub/arm64-efi-signed/grubnetaa64.efi.signed"))
 	t.Logf("timing: the arm64 pieces (Debian's packages, the agent, the Micro-OS) ready: %s", time.Since(began).Round(time.Second))
 
-	l.vms(1)
-	vmDisk := disk(t, l, "a1")
+	l.vms(2)
+	vmDisk, x86Disk := disk(t, l, "a1"), disk(t, l, "x1")
 	start := time.Now()
 	v := l.arm64VM("a1", "52:54:00:a6:40:01", withDisk(vmDisk)...)
+	x1 := l.uefiVM("x1", "52:54:00:a6:40:02", withDisk(x86Disk)...)
 	out := v.wait(t, "bootops-microos: starting bootops-agent", 12*time.Minute)
 	if !strings.Contains(out, "starting on kernel 6.") || !strings.Contains(out, "-arm64") {
 		t.Errorf("a1 did not boot the arm64 Micro-OS:\n%s", testutil.Tail(out, 30))
@@ -70,6 +75,26 @@ func TestARM64(t *testing.T) {
 		t.Errorf("shimaa64.efi and grubaa64.efi were not fetched over TFTP:\n%s", testutil.Tail(log, 30))
 	}
 	v.cmd.Process.Kill()
+	waitState(t, l, "lab/x1", "provisioned", 12*time.Minute)
+	t.Logf("timing: x86_64 under TCG beside it, VM start (OVMF, PXE, ipxe.efi, iPXE) → provisioned: %s", time.Since(start).Round(time.Second))
+	checkDisk(t, x86Disk, rawSHA)
+	if log := l.log("bootops"); !strings.Contains(log, "file=ipxe.efi") {
+		t.Errorf("x1 did not get ipxe.efi, the x86 UEFI chain:\n%s", testutil.Tail(log, 30))
+	}
+	if tl := l.logs("lab/x1"); !strings.Contains(tl, "agent checked in: x86_64, ") {
+		t.Errorf("x1's agent did not check in as x86_64:\n%s", tl)
+	}
+	x1.cmd.Process.Kill()
+
+	// An x86 machine with a3's MAC, a3 registered arm64: refused.
+	liar := l.uefiVM("a3-x86", "52:54:00:a6:40:03")
+	waitFor(t, "a3's refusal on its timeline", 5*time.Minute, func() bool {
+		return strings.Contains(l.logs("lab/a3"), "refused: the firmware announces x86_64 (architecture type 7, EFI x86-64) and node a3 is registered arm64 (profile arm-os, os.arch)")
+	})
+	if s, _ := nodeState(l, "lab/a3"); s != "mismatch" {
+		t.Errorf("a3's state: %q, want mismatch", s)
+	}
+	liar.cmd.Process.Kill()
 	t.Logf("timing: TestARM64 %s", time.Since(began).Round(time.Second))
 }
 

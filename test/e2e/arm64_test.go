@@ -17,9 +17,11 @@ import (
 // (cortex-a57 under TCG) with AAVMF, Debian's UEFI for it, PXE-boots
 // through bootops, the LAN's DHCP server (reservation mode: GRUB takes its
 // network from the DHCP server's answer, and a proxy's goes unread): the
-// answer gives its reserved address and names Debian's signed arm64 shim (shimaa64.efi) for its architecture
-// type (11), shim loads grubaa64.efi, GRUB the node's config over TFTP,
-// then the arm64 Micro-OS (Debian's arm64 kernel, busybox and tools, the
+// answer gives its reserved address and names Debian's signed arm64 shim
+// (shimaa64.efi) for its architecture type (11), shim loads grubaa64.efi,
+// GRUB the node's config over TFTP, all under Secure Boot with the
+// Microsoft keys (shim checks GRUB and Debian's kernel), then the arm64
+// Micro-OS (Debian's arm64 kernel, busybox and tools, the
 // agent cross-compiled) installs the test image on its disk. Its timeline
 // shows the arm64 path; its agent checked in as arm64. A mixed site: an
 // x86_64 UEFI VM installs from the same daemon at the same time, by its
@@ -55,11 +57,16 @@ func TestARM64(t *testing.T) {
 	l.vms(2)
 	vmDisk, x86Disk := disk(t, l, "a1"), disk(t, l, "x1")
 	start := time.Now()
-	v := l.arm64VM("a1", "52:54:00:a6:40:01", withDisk(vmDisk)...)
+	// Secure Boot on, the Microsoft keys enrolled (as ARM servers ship):
+	// shim (signed by Microsoft's UEFI CA) checks GRUB and Debian's kernel.
+	v := l.arm64VM("a1", "52:54:00:a6:40:01", "/usr/share/AAVMF/AAVMF_VARS.ms.fd", withDisk(vmDisk)...)
 	x1 := l.uefiVM("x1", "52:54:00:a6:40:02", withDisk(x86Disk)...)
 	out := v.wait(t, "bootops-microos: starting bootops-agent", 12*time.Minute)
 	if !strings.Contains(out, "starting on kernel 6.") || !strings.Contains(out, "-arm64") {
 		t.Errorf("a1 did not boot the arm64 Micro-OS:\n%s", testutil.Tail(out, 30))
+	}
+	if !strings.Contains(out, "UEFI Secure Boot is enabled") {
+		t.Errorf("a1's kernel did not start under Secure Boot:\n%s", testutil.Tail(out, 40))
 	}
 	t.Logf("timing: arm64 under TCG, VM start (AAVMF, PXE, shim, GRUB over TFTP) → agent running: %s", time.Since(start).Round(time.Second))
 	waitState(t, l, "lab/a1", "provisioned", 12*time.Minute)
@@ -111,13 +118,15 @@ func arm64Root(t *testing.T) string {
 
 // arm64VM boots QEMU's 64-bit ARM virt machine with AAVMF (Debian package
 // qemu-efi-aarch64) from the network: its own UEFI PXE client (no option
-// ROM), its NVRAM kept per MAC, the PL011 UART its console.
-func (l *lab) arm64VM(name, mac string, extra ...string) *vm {
+// ROM), its NVRAM made from varsTemplate (AAVMF_VARS.ms.fd: the Microsoft
+// keys enrolled, Secure Boot on) and kept per MAC, the PL011 UART its
+// console.
+func (l *lab) arm64VM(name, mac, varsTemplate string, extra ...string) *vm {
 	l.t.Helper()
 	l.checkSlot(name)
 	vars := filepath.Join(l.dir, "aavmf-"+strings.ReplaceAll(mac, ":", "")+".fd")
 	if _, err := os.Stat(vars); err != nil {
-		b, err := os.ReadFile("/usr/share/AAVMF/AAVMF_VARS.fd")
+		b, err := os.ReadFile(varsTemplate)
 		if err != nil {
 			l.t.Fatalf("AAVMF is missing (Debian package qemu-efi-aarch64): %v", err)
 		}

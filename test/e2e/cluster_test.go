@@ -49,12 +49,13 @@ func TestSiteCluster(t *testing.T) {
 	sum := sha256.Sum256(img)
 	os.WriteFile(filepath.Join(images, "sim.raw"), img, 0o644)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", images, "-addr", "198.18.0.254:8081", "-rate", "400000")
-	// The VM's image, the test image, slowly (2 kB/s: its download spans
-	// the kill), from a second image server; the real Micro-OS.
+	// The VM's image, the test image, slowly (1 kB/s, about 40 s: its
+	// download spans the kill, with a loaded machine's margin), from a
+	// second image server; the real Micro-OS.
 	vmImages := filepath.Join(l.dir, "vm-images")
 	os.MkdirAll(vmImages, 0o755)
 	gzSHA, rawSHA := osImage(t, vmImages)
-	l.start("vm-images", "ip", "netns", "exec", l.lan, imageServer, "-dir", vmImages, "-addr", "198.18.0.254:8082", "-rate", "2000")
+	l.start("vm-images", "ip", "netns", "exec", l.lan, imageServer, "-dir", vmImages, "-addr", "198.18.0.254:8082", "-rate", "1000")
 	repo := filepath.Join(l.dir, "repo")
 	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "-o", filepath.Join(repo, "microos"))
 	writeRepo(t, repo, vars{"SimSHA": hex.EncodeToString(sum[:]), "Images": "http://198.18.0.254:8082", "ImageSHA": gzSHA}, "base-provision", "cluster")
@@ -121,6 +122,11 @@ func TestSiteCluster(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", flood, "./dhcpflood").CombinedOutput(); err != nil {
 		t.Fatalf("build dhcpflood: %v\n%s", err, out)
 	}
+	// Built now: nothing slow between the VM's image starting and the kill.
+	sim := filepath.Join(l.dir, "simfleet")
+	if out, err := exec.Command("go", "build", "-o", sim, "./simfleet").CombinedOutput(); err != nil {
+		t.Fatalf("build simfleet: %v\n%s", err, out)
+	}
 	discover := func(n int) (replies, multi int) {
 		out := run(t, "ip", "netns", "exec", l.lan, flood, "-i", "br0", "-pxe", "-server", "198.18.0.1", "-n", fmt.Sprint(n), "-wait", "3s")
 		var sent int
@@ -154,10 +160,6 @@ func TestSiteCluster(t *testing.T) {
 
 	// The simulated machines start; once all are writing their images
 	// (provisioning, on the site's status), the holder dies.
-	sim := filepath.Join(l.dir, "simfleet")
-	if out, err := exec.Command("go", "build", "-o", sim, "./simfleet").CombinedOutput(); err != nil {
-		t.Fatalf("build simfleet: %v\n%s", err, out)
-	}
 	simArgs := []string{"netns", "exec", l.lan, sim, "-server", "http://198.18.0.1:8080", "-site", "lab", "-dir", filepath.Join(l.dir, "sim"),
 		"-image-bytes", fmt.Sprint(len(img)), "-disk-bytes", fmt.Sprint(2 * len(img))}
 	for i := 1; i <= sims; i++ {

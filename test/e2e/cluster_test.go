@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/insomniacslk/dhcp/dhcpv4"
+
 	bhttp "github.com/bootops/bootops/boot/http"
 	"github.com/bootops/bootops/boot/status"
 	"github.com/bootops/bootops/internal/testutil"
@@ -122,6 +124,10 @@ func TestSiteCluster(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", flood, "./dhcpflood").CombinedOutput(); err != nil {
 		t.Fatalf("build dhcpflood: %v\n%s", err, out)
 	}
+	// The bridge's DHCP replies, all through the test: a transaction
+	// answered by two members would show as two senders of one xid.
+	pcap := filepath.Join(l.dir, "dhcp.pcap")
+	l.start("tcpdump", "ip", "netns", "exec", l.lan, "tcpdump", "-U", "-i", "br0", "-n", "-w", pcap, "udp and (src port 67 or src port 4011)")
 	// Built now: nothing slow between the VM's image starting and the kill.
 	sim := filepath.Join(l.dir, "simfleet")
 	if out, err := exec.Command("go", "build", "-o", sim, "./simfleet").CombinedOutput(); err != nil {
@@ -399,6 +405,40 @@ func TestSiteCluster(t *testing.T) {
 	if _, script := get("/ipxe?mac=52:54:00:e2:73:01"); !strings.Contains(script, "booting from its disk") {
 		t.Errorf("c-1's script once installed:\n%s", script)
 	}
+
+	// The capture: every OFFER and ACK bootops sent (server identifier
+	// 198.18.0.1) came, for each transaction, from one member alone. A
+	// transaction is an xid within 10 s: a firmware that boots again uses
+	// its xid again (OVMF's comes from its NIC), a minute later, and then
+	// the new holder answers it.
+	time.Sleep(2 * time.Second) // tcpdump -U writes each packet as it goes
+	captured, err := dhcpReplies(pcap)
+	if err != nil {
+		t.Fatalf("the capture: %v", err)
+	}
+	last := map[dhcpv4.TransactionID]dhcpReply{}
+	seen := map[string]int{}
+	transactions, twice := 0, 0
+	for _, r := range captured {
+		if r.serverID != "198.18.0.1" {
+			continue // dnsmasq's
+		}
+		seen[r.src]++
+		prev, ok := last[r.xid]
+		switch {
+		case !ok || r.at.Sub(prev.at) > 10*time.Second:
+			transactions++
+		case prev.src != r.src:
+			twice++
+			t.Errorf("transaction %s answered by two members: %s %s from %s, %s %s from %s (%s after the kill)", r.xid,
+				prev.at.Format("15:04:05.000"), prev.msgType, prev.src, r.at.Format("15:04:05.000"), r.msgType, r.src, r.at.Sub(killed).Round(time.Millisecond))
+		}
+		last[r.xid] = r
+	}
+	if transactions < 300 || len(seen) < 2 {
+		t.Errorf("the capture holds %d of bootops' transactions from %d members; want the DISCOVERs' and the VMs', from the holder before and after the kill", transactions, len(seen))
+	}
+	t.Logf("the bridge's capture: %d transactions answered by bootops, from %d members (replies each: %v), %d answered by two", transactions, len(seen), seen, twice)
 
 	// The third member cut off from the others (its cluster port dropped
 	// both ways), machines still reaching it: it answers no check-in; healed,

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -162,6 +163,10 @@ func (l *siteLog) apply(es []sitecluster.Entry, upTo uint64) error {
 				}
 				r = lease.Record{IP: ip, Expires: *le.Expires}
 			}
+			if !poolName.MatchString(le.Pool) {
+				l.log.Warn("cluster: a lease in the site's log for no pool file, passed over", "entry", e.Seq, "member", e.Member, "pool", le.Pool)
+				continue
+			}
 			if err := l.pools.get(le.Pool).Apply(le.Key, r); err != nil {
 				return fmt.Errorf("lease of %s from %s: %w", le.Key, e.Member, err)
 			}
@@ -178,6 +183,11 @@ func (l *siteLog) apply(es []sitecluster.Entry, upTo uint64) error {
 	}
 	return os.Rename(tmp, l.place)
 }
+
+// poolName is a lease pool's file name, leases-<site>.json or
+// leases6-<site>.json: the only files another member's lease may name
+// (never the status store, a key, or a path out of the state folder).
+var poolName = regexp.MustCompile(`^leases6?-[a-z0-9]([a-z0-9-]{0,62})\.json$`)
 
 // leasePools are the daemon's lease stores by file name, one per site and
 // family, made when first asked for: by the boot plane, or by the site's

@@ -34,7 +34,13 @@ func TestSiteLogApplies(t *testing.T) {
 		{Kind: status.KindAgent, Site: "lab", Node: "n1", Seq: 4, State: status.StateProvisioned, Generation: 2, Message: "provisioned"},
 	})
 	ls, _ := json.Marshal(leaseEntry{Pool: "leases-lab.json", Key: "52:54:00:00:00:01", IP: "198.18.0.50", Expires: &exp})
+	// A lease naming a file that is no pool (the status store, a path out
+	// of the state folder) is passed over: no such file is written.
+	evil, _ := json.Marshal(leaseEntry{Pool: "status.db", Key: "52:54:00:00:00:02", IP: "198.18.0.51", Expires: &exp})
+	out, _ := json.Marshal(leaseEntry{Pool: "../leases-lab.json", Key: "52:54:00:00:00:03", IP: "198.18.0.52", Expires: &exp})
 	entries := []sitecluster.Entry{
+		{Seq: 5, Kind: sitecluster.LogLeases, Member: "m2", Data: evil},
+		{Seq: 6, Kind: sitecluster.LogLeases, Member: "m2", Data: out},
 		{Seq: 7, Kind: sitecluster.LogEvents, Member: "m2", Data: evs},
 		{Seq: 8, Kind: sitecluster.LogEvents, Member: "m2", Data: []byte("{not json")},
 		{Seq: 9, Kind: sitecluster.LogLeases, Member: "m2", Data: ls},
@@ -61,6 +67,12 @@ func TestSiteLogApplies(t *testing.T) {
 	}
 	if got := pools.macs.MACOf("198.18.0.50"); got != "52:54:00:00:00:01" {
 		t.Errorf("MACOf the applied lease: %q", got)
+	}
+	if got := pools.macs.MACOf("198.18.0.51") + pools.macs.MACOf("198.18.0.52"); got != "" {
+		t.Errorf("a lease for no pool file was applied: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "leases-lab.json")); err == nil {
+		t.Error("a lease wrote a pool file out of the state folder")
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "cluster-log.applied")); strings.TrimSpace(string(b)) != "9" {
 		t.Errorf("the place kept: %q, want 9", b)

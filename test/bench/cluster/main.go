@@ -155,8 +155,9 @@ func start(cfgs []sitecluster.Config) []*sitecluster.Member {
 	return ms
 }
 
-// checkIns writes n check-ins' facts, c at once: per second, p50, p99.
-func checkIns(s store, n, c int) map[string]any {
+// timed runs op(i) for i in [0, n), c at once, and gives the count
+// (named what), c, per second, and the p50 and p99 of one op.
+func timed(what string, n, c int, op func(i int) error) map[string]any {
 	lat := make([]time.Duration, n)
 	jobs := make(chan int, n)
 	for i := range n {
@@ -169,14 +170,7 @@ func checkIns(s store, n, c int) map[string]any {
 		wg.Go(func() {
 			for i := range jobs {
 				t := time.Now()
-				id := fmt.Sprintf("tok-%d-%d", start.UnixNano(), i)
-				if _, err := s.UseToken(id, time.Now().Add(time.Hour)); err != nil {
-					log.Fatal(err)
-				}
-				if err := s.PutSession(fmt.Sprintf("lab/n%d", i), status.Session{ID: id, Steps: 4, Started: t}); err != nil {
-					log.Fatal(err)
-				}
-				if err := s.RecordSync(status.Event{Kind: status.KindAgent, Site: "lab", Node: fmt.Sprintf("n%d", i), State: status.StateMicroOS, Installing: true, Message: "agent checked in"}); err != nil {
+				if err := op(i); err != nil {
 					log.Fatal(err)
 				}
 				lat[i] = time.Since(t)
@@ -186,43 +180,38 @@ func checkIns(s store, n, c int) map[string]any {
 	wg.Wait()
 	took := time.Since(start)
 	slices.Sort(lat)
-	return map[string]any{"checkins": n, "at_once": c, "per_second": float64(n) / took.Seconds(),
+	return map[string]any{what: n, "at_once": c, "per_second": float64(n) / took.Seconds(),
 		"p50_ms": millis(lat[n/2]), "p99_ms": millis(lat[n*99/100])}
 }
 
-// leases answers n clients' DISCOVER and REQUEST from pool, c at once:
-// per second, p50, p99 of one client's two answers.
+// checkIns writes n check-ins' facts, c at once.
+func checkIns(s store, n, c int) map[string]any {
+	run := time.Now().UnixNano()
+	return timed("checkins", n, c, func(i int) error {
+		id := fmt.Sprintf("tok-%d-%d", run, i)
+		if _, err := s.UseToken(id, time.Now().Add(time.Hour)); err != nil {
+			return err
+		}
+		if err := s.PutSession(fmt.Sprintf("lab/n%d", i), status.Session{ID: id, Steps: 4, Started: time.Now()}); err != nil {
+			return err
+		}
+		return s.RecordSync(status.Event{Kind: status.KindAgent, Site: "lab", Node: fmt.Sprintf("n%d", i), State: status.StateMicroOS, Installing: true, Message: "agent checked in"})
+	})
+}
+
+// leases answers n clients' DISCOVER and REQUEST from pool, c at once
+// (one op: a client's two answers).
 func leases(pool *lease.Store, n, c int) map[string]any {
 	r := lease.Range{First: netip.MustParseAddr("198.18.16.1"), Last: netip.MustParseAddr("198.18.127.254")}
-	lat := make([]time.Duration, n)
-	jobs := make(chan int, n)
-	for i := range n {
-		jobs <- i
-	}
-	close(jobs)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range c {
-		wg.Go(func() {
-			for i := range jobs {
-				t := time.Now()
-				mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&255, i>>8&255, i&255)
-				a, err := pool.Offer(mac, r)
-				if err != nil {
-					log.Fatal(err)
-				}
-				if _, err := pool.Confirm(mac, a, r, time.Hour); err != nil {
-					log.Fatal(err)
-				}
-				lat[i] = time.Since(t)
-			}
-		})
-	}
-	wg.Wait()
-	took := time.Since(start)
-	slices.Sort(lat)
-	return map[string]any{"clients": n, "at_once": c, "per_second": float64(n) / took.Seconds(),
-		"p50_ms": millis(lat[n/2]), "p99_ms": millis(lat[n*99/100])}
+	return timed("clients", n, c, func(i int) error {
+		mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&255, i>>8&255, i&255)
+		a, err := pool.Offer(mac, r)
+		if err != nil {
+			return err
+		}
+		_, err = pool.Confirm(mac, a, r, time.Hour)
+		return err
+	})
 }
 
 // takeovers closes the role's holder k times and times until another

@@ -5,11 +5,11 @@
 package main
 
 import (
-	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/bootops/bootops/test/pcap"
 )
 
 func main() {
@@ -24,50 +24,16 @@ func main() {
 }
 
 func split(in, out string) error {
-	f, err := os.Open(in)
+	udp, err := pcap.ReadUDP(in)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	var hdr [24]byte
-	if _, err := io.ReadFull(f, hdr[:]); err != nil {
-		return err
-	}
-	var bo binary.ByteOrder = binary.LittleEndian
-	if binary.BigEndian.Uint32(hdr[:4]) == 0xa1b2c3d4 {
-		bo = binary.BigEndian
-	}
-	if bo.Uint32(hdr[20:24]) != 1 {
-		return fmt.Errorf("not an Ethernet capture")
-	}
-	n := 0
-	for {
-		var rec [16]byte
-		if _, err := io.ReadFull(f, rec[:]); err == io.EOF {
-			break
-		} else if err != nil {
+	for n, u := range udp {
+		name := filepath.Join(out, fmt.Sprintf("%03d-%d.bin", n, u.DstPort))
+		if err := os.WriteFile(name, u.Payload, 0o644); err != nil {
 			return err
 		}
-		pkt := make([]byte, bo.Uint32(rec[8:12]))
-		if _, err := io.ReadFull(f, pkt); err != nil {
-			return err
-		}
-		if len(pkt) < 14+20+8 || binary.BigEndian.Uint16(pkt[12:14]) != 0x0800 {
-			continue
-		}
-		ip := pkt[14:]
-		ihl := int(ip[0]&0x0f) * 4
-		if ip[9] != 17 || len(ip) < ihl+8 {
-			continue
-		}
-		udp := ip[ihl:]
-		port := binary.BigEndian.Uint16(udp[2:4])
-		name := filepath.Join(out, fmt.Sprintf("%03d-%d.bin", n, port))
-		if err := os.WriteFile(name, udp[8:], 0o644); err != nil {
-			return err
-		}
-		n++
 	}
-	fmt.Printf("wrote %d packets to %s\n", n, out)
+	fmt.Printf("wrote %d packets to %s\n", len(udp), out)
 	return nil
 }

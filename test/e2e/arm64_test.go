@@ -123,32 +123,11 @@ func arm64Root(t *testing.T) string {
 // console.
 func (l *lab) arm64VM(name, mac, varsTemplate string, extra ...string) *vm {
 	l.t.Helper()
-	l.checkSlot(name)
-	vars := filepath.Join(l.dir, "aavmf-"+strings.ReplaceAll(mac, ":", "")+".fd")
-	if _, err := os.Stat(vars); err != nil {
-		b, err := os.ReadFile(varsTemplate)
-		if err != nil {
-			l.t.Fatalf("AAVMF is missing (Debian package qemu-efi-aarch64): %v", err)
-		}
-		os.WriteFile(vars, b, 0o644)
-	}
-	tap := "tap-" + name
-	if len(tap) > 15 {
-		tap = tap[:15]
-	}
-	run(l.t, "ip", "-n", l.lan, "tuntap", "add", "dev", tap, "mode", "tap")
-	run(l.t, "ip", "-n", l.lan, "link", "set", tap, "master", "br0", "up")
-	console := filepath.Join(l.dir, name+".console")
-	args := []string{"netns", "exec", l.lan, "qemu-system-aarch64", "-M", "virt", "-cpu", "cortex-a57", "-accel", "tcg", "-m", "1024", "-nographic", "-no-reboot",
-		"-serial", "file:" + console, "-monitor", "none",
+	vars := l.nvram("aavmf", mac, varsTemplate, "qemu-efi-aarch64")
+	machine := []string{"qemu-system-aarch64", "-M", "virt", "-cpu", "cortex-a57", "-accel", "tcg", "-m", "1024",
 		"-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/AAVMF/AAVMF_CODE.fd",
-		"-drive", "if=pflash,format=raw,file=" + vars,
-		"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
-		"-device", "virtio-net-pci,netdev=n0,romfile=,mac=" + mac}
-	cmd := l.start(name, append([]string{"ip"}, append(args, extra...)...)...)
-	v := &vm{name: name, console: console, cmd: cmd}
-	l.guests = append(l.guests, v)
-	return v
+		"-drive", "if=pflash,format=raw,file=" + vars}
+	return l.guest(name, machine, "virtio-net-pci,netdev=n0,romfile=,mac="+mac, extra...)
 }
 
 // cacheDir is the user's cache of bootops' slow builds, as

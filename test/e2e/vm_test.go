@@ -35,21 +35,38 @@ func (l *lab) uefiVM(name, mac string, extra ...string) *vm {
 
 func (l *lab) uefiBoot(name, mac, nicOpts string, extra ...string) *vm {
 	l.t.Helper()
-	// One NVRAM per machine (by MAC), kept across its power cycles.
-	vars := filepath.Join(l.dir, "nvram-"+strings.ReplaceAll(mac, ":", "")+".fd")
-	if _, err := os.Stat(vars); err != nil {
-		b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")
-		if err != nil {
-			l.t.Fatalf("OVMF is missing (Debian package ovmf): %v", err)
-		}
-		os.WriteFile(vars, b, 0o644)
-	}
+	vars := l.nvram("nvram", mac, "/usr/share/OVMF/OVMF_VARS_4M.fd", "ovmf")
 	fw := []string{"-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
 		"-drive", "if=pflash,format=raw,file=" + vars}
 	return l.boot(name, mac, nicOpts, append(fw, extra...)...)
 }
 
+// nvram is a machine's UEFI variable store (by MAC), made from template
+// (of Debian package pkg) at its first boot and kept across its power
+// cycles.
+func (l *lab) nvram(prefix, mac, template, pkg string) string {
+	l.t.Helper()
+	vars := filepath.Join(l.dir, prefix+"-"+strings.ReplaceAll(mac, ":", "")+".fd")
+	if _, err := os.Stat(vars); err != nil {
+		b, err := os.ReadFile(template)
+		if err != nil {
+			l.t.Fatalf("%s is missing (Debian package %s): %v", template, pkg, err)
+		}
+		os.WriteFile(vars, b, 0o644)
+	}
+	return vars
+}
+
 func (l *lab) boot(name, mac, nicOpts string, extra ...string) *vm {
+	l.t.Helper()
+	machine := []string{"qemu-system-x86_64", "-accel", "tcg", "-m", "512", "-boot", "n"}
+	return l.guest(name, machine, "virtio-net-pci,netdev=n0,mac="+mac+nicOpts, extra...)
+}
+
+// guest starts a QEMU machine (its program and machine options) on the
+// lab's bridge through a tap of its own, its NIC nic (netdev n0), its
+// serial console in a file, extra options after.
+func (l *lab) guest(name string, machine []string, nic string, extra ...string) *vm {
 	l.t.Helper()
 	l.checkSlot(name)
 	tap := "tap-" + name
@@ -59,12 +76,10 @@ func (l *lab) boot(name, mac, nicOpts string, extra ...string) *vm {
 	run(l.t, "ip", "-n", l.lan, "tuntap", "add", "dev", tap, "mode", "tap")
 	run(l.t, "ip", "-n", l.lan, "link", "set", tap, "master", "br0", "up")
 	console := filepath.Join(l.dir, name+".console")
-	args := []string{"netns", "exec", l.lan, "qemu-system-x86_64", "-accel", "tcg", "-m", "512", "-nographic", "-no-reboot",
-		"-serial", "file:" + console, "-monitor", "none",
-		"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
-		"-device", "virtio-net-pci,netdev=n0,mac=" + mac + nicOpts, "-boot", "n"}
-	args = append(args, extra...)
-	cmd := l.start(name, append([]string{"ip"}, args...)...)
+	args := append([]string{"ip", "netns", "exec", l.lan}, machine...)
+	args = append(args, "-nographic", "-no-reboot", "-serial", "file:"+console, "-monitor", "none",
+		"-netdev", "tap,id=n0,ifname="+tap+",script=no,downscript=no", "-device", nic)
+	cmd := l.start(name, append(args, extra...)...)
 	v := &vm{name: name, console: console, cmd: cmd}
 	l.guests = append(l.guests, v)
 	return v

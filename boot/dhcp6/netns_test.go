@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,11 +20,11 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
-	"golang.org/x/sys/unix"
 
 	"github.com/bootops/bootops/boot"
 	"github.com/bootops/bootops/boot/lease"
 	"github.com/bootops/bootops/boot/status"
+	"github.com/bootops/bootops/internal/testutil"
 	"github.com/bootops/bootops/plan"
 )
 
@@ -539,14 +538,7 @@ func serveIn(t *testing.T, ns string, s *Server) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		f, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+		if err := testutil.EnterNetns(ns); err != nil {
 			done <- err
 			return
 		}
@@ -671,13 +663,7 @@ func TestDhcpcdDuringARequestFlood(t *testing.T) {
 // each naming the next address of cfg's pool, until ctx ends; it counts
 // the Replies, and those that lease an address.
 func requestFlood(ctx context.Context, ns string, cfg Config, n int) (sent, replies, leased, refused int, err error) {
-	runtime.LockOSThread() // the thread stays in ns and ends with its goroutine
-	f, err := os.Open("/run/netns/" + ns)
-	if err != nil {
-		return 0, 0, 0, 0, err
-	}
-	defer f.Close()
-	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+	if err := testutil.EnterNetns(ns); err != nil { // the thread stays in ns and ends with its goroutine
 		return 0, 0, 0, 0, err
 	}
 	conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6unspecified, Zone: "vcli"})

@@ -7,12 +7,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // The site's addresses move between two members on one LAN, as seen by a
@@ -147,14 +146,7 @@ func inNetnsHas(ns string, addr netip.Addr) (has bool, err error) {
 func inNetns(ns string, f func() error) error {
 	done := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		fd, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer fd.Close()
-		if err := unix.Setns(int(fd.Fd()), unix.CLONE_NEWNET); err != nil {
+		if err := testutil.EnterNetns(ns); err != nil {
 			done <- err
 			return
 		}

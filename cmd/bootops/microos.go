@@ -231,17 +231,17 @@ func printMicroOS(w io.Writer, r microos.Result, out, arch string) {
 	fmt.Fprintf(w, "initrd  %s  sha256:%s  (%d modules%s)\n", r.Initrd, r.InitrdSHA256, len(r.Modules), size)
 	fmt.Fprintf(w, "modules, in load order: %s\n\n", strings.Join(r.Modules, " "))
 
-	kernel, initrd := "microos/vmlinuz", "microos/initrd.img"
-	if root, rel, ok := repoOf(out); ok {
-		kernel, initrd = filepath.ToSlash(filepath.Join(rel, "vmlinuz")), filepath.ToSlash(filepath.Join(rel, "initrd.img"))
-		fmt.Fprintf(w, "# A MicroOS object for the repository %s (e.g. microos/default.yaml):\n", root)
-	} else {
-		fmt.Fprintf(w, "# Copy vmlinuz and initrd.img into microos/ of your repository and commit\n# this MicroOS object beside them (e.g. microos/default.yaml):\n")
-	}
 	name, archLine, console := "default", "", "console=tty0 console=ttyS0,115200"
 	if arch == microos.ArchARM64 {
 		// The PL011 UART of ARM servers and QEMU's virt machine.
 		name, archLine, console = "arm64", "arch: arm64\n", "console=tty0 console=ttyAMA0,115200"
+	}
+	kernel, initrd := "microos/vmlinuz", "microos/initrd.img"
+	if root, rel, ok := repoOf(out); ok {
+		kernel, initrd = filepath.ToSlash(filepath.Join(rel, "vmlinuz")), filepath.ToSlash(filepath.Join(rel, "initrd.img"))
+		fmt.Fprintf(w, "# A MicroOS object for the repository %s (e.g. microos/%s.yaml):\n", root, name)
+	} else {
+		fmt.Fprintf(w, "# Copy vmlinuz and initrd.img into microos/ of your repository and commit\n# this MicroOS object beside them (e.g. microos/%s.yaml):\n", name)
 	}
 	fmt.Fprintf(w, `apiVersion: bootops.dev/v1alpha1
 kind: MicroOS

@@ -11,8 +11,8 @@ import (
 // Processor families, as Git names them (a profile's os.arch) and as the
 // boot plane reads a firmware's architecture type.
 const (
-	ArchX86_64 = "x86_64"
-	ArchARM64  = "arm64"
+	ArchX86_64 = plan.ArchX86_64
+	ArchARM64  = plan.ArchARM64
 	ArchARM32  = "arm32" // announced by some firmware; no profile is for it
 )
 
@@ -49,10 +49,10 @@ const ARM64File = "snp.efi"
 // ProfileArch is the processor family a profile installs for (its
 // os.arch; x86_64 when it says none).
 func ProfileArch(pr *plan.Profile) string {
-	if pr == nil || pr.OS.Arch == "" {
+	if pr == nil {
 		return ArchX86_64
 	}
-	return pr.OS.Arch
+	return plan.ArchOr(pr.OS.Arch)
 }
 
 // ArchRefusal says why a registered node's firmware gets no answer: it

@@ -552,10 +552,10 @@ var commonParams = schema.CommonActionParams()
 func (r *repo) checkProfile(p *object) {
 	if m := p.str("microOS"); r.microOS[m] == nil && !r.broken["MicroOS"][m] {
 		r.errorf(p.pos("microOS"), "microOS", "unknown MicroOS %q%s", m, DidYouMean(m, sortedKeys(r.microOS)))
-	} else if mo := r.microOS[m]; mo != nil && orArch(mo.str("arch")) != orArch(p.str("os", "arch")) {
+	} else if mo := r.microOS[m]; mo != nil && plan.ArchOr(mo.str("arch")) != plan.ArchOr(p.str("os", "arch")) {
 		// At os.arch (its os line when it takes the default, x86_64).
 		r.errorf(p.pos("os", "arch"), "os.arch", "the profile installs for %s and its MicroOS %q runs on %s: its machines could not boot it; name a MicroOS built for %s (bootops microos build --arch %s)",
-			orArch(p.str("os", "arch")), m, orArch(mo.str("arch")), orArch(p.str("os", "arch")), orArch(p.str("os", "arch")))
+			plan.ArchOr(p.str("os", "arch")), m, plan.ArchOr(mo.str("arch")), plan.ArchOr(p.str("os", "arch")), plan.ArchOr(p.str("os", "arch")))
 	}
 	r.checkURL(p, "image.url", "image", "url")
 	if u := p.str("image", "url"); qcow2URL.MatchString(u) {
@@ -797,12 +797,4 @@ func expand(s string, lookup func(string) (string, bool), out *strings.Builder) 
 type owner struct {
 	name string
 	pos  Pos
-}
-
-// orArch is a processor family as Git gives it, x86_64 when it gives none.
-func orArch(a string) string {
-	if a == "" {
-		return "x86_64"
-	}
-	return a
 }

@@ -48,7 +48,7 @@ func (r *repo) renderMicroOS(p *plan.Plan) map[string]*plan.MicroOS {
 		if c := o.str("chain"); c != plan.ChainIPXE {
 			m.Chain = c
 		}
-		if a := o.str("arch"); a != "" && a != "x86_64" {
+		if a := plan.ArchOr(o.str("arch")); a != plan.ArchX86_64 {
 			m.Arch = a
 		}
 		if u := o.v.get("uki"); u != nil {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/bootops/bootops/plan"
 	"github.com/bootops/bootops/trust"
 )
 
@@ -273,8 +274,8 @@ func writeFile(name string, data []byte) error {
 
 // Processor families a Micro-OS is built for (a MicroOS's arch in Git).
 const (
-	ArchX86_64 = "x86_64"
-	ArchARM64  = "arm64"
+	ArchX86_64 = plan.ArchX86_64
+	ArchARM64  = plan.ArchARM64
 )
 
 // DefaultModulesARM64 are DefaultModules for Debian's linux-image-arm64:

@@ -487,6 +487,21 @@ type Profile struct {
 	Encryption *Encryption `json:"encryption,omitempty"`
 }
 
+// Processor families: what a profile's os.arch installs for and a
+// MicroOS's arch runs on.
+const (
+	ArchX86_64 = "x86_64"
+	ArchARM64  = "arm64"
+)
+
+// ArchOr is a processor family as Git gives it: x86_64 when it gives none.
+func ArchOr(a string) string {
+	if a == "" {
+		return ArchX86_64
+	}
+	return a
+}
+
 // OS describes the operating system a profile installs.
 type OS struct {
 	Type    string `json:"type"`

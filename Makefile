@@ -82,10 +82,11 @@ VET_TAGS := e2e:./test/e2e e2e,edgebench:./test/e2e e2e,fdebench:./test/e2e e2e,
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := .cache/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The end-to-end tests run side by side (each in namespaces of its own),
-# their VMs within the run's VM slots (test/e2e/slots_test.go); -v prints
+# their VMs within the run's VM slots (test/e2e/slots_test.go; -parallel
+# lets more tests wait in its line than it has slots); -v prints
 # each one's time. The timeouts leave wide margins: a warm run
 # takes a fraction of them.
-E2E_FLAGS := -count=1 -tags e2e -timeout 70m -parallel 5 -v
+E2E_FLAGS := -count=1 -tags e2e -timeout 70m -parallel 10 -v
 
 # The inner loop: what a change must pass before it is pushed.
 check: go-check unit-deps lint

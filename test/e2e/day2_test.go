@@ -88,6 +88,10 @@ func TestRollout(t *testing.T) {
 	// power: auto installs the three new nodes at once: all running v1.
 	waitFor(t, "three nodes running v1", 20*time.Minute, func() bool { return allSync(l, "in sync") })
 	t.Logf("timing: daemon start → three nodes running v1 (installed at once through IPMI): %s", time.Since(start).Round(time.Second))
+	// From here one reinstall at a time (maxUnavailable 1): one machine
+	// busy, the other two idle at their login prompts.
+	l.resting(2)
+	l.vms(1)
 
 	// v2: every node out of date, then reinstalled one at a time.
 	v2At := time.Now()

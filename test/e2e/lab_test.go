@@ -56,6 +56,7 @@ type lab struct {
 	procs    []*exec.Cmd
 	guests   []*vm // the VMs lab.boot started
 	slots    int   // the VM slots it holds (lab.vms)
+	rest     int   // its live guests at rest, not counted (lab.resting)
 }
 
 func run(t *testing.T, name string, args ...string) string {

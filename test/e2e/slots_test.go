@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -18,30 +20,47 @@ import (
 // that together run more VMs than the machine can carry slow each other
 // until their deadlines fail (CI saw an image written at 1 MB/s with eight
 // guests on two cores). So a test reserves, before its first VM, as many
-// slots as it runs VMs at once (its own and those its BMC simulators
+// slots as it runs busy VMs at once (its own and those its BMC simulators
 // start), and waits for them; its deadlines count from there. lab.boot
-// fails a test that runs more VMs at once than it reserved.
+// fails a test that runs more VMs at once than it reserved and declared
+// at rest (lab.resting).
 //
-// A test takes its slots as soon as they are free, whoever asked first:
-// the machine stays busy. Both ways of waiting in line were measured and
-// left slots idle for most of a run: first come first served, and the same
-// with an impatient waiter blocking the others (one or two VMs running
-// while a four-VM test waited for its four). A test that needs many may
-// wait until the others are done; the run's tests are finite, so it runs.
+// A guest at rest costs almost nothing: an installed Debian at its login
+// prompt, or a refused machine waiting, took 1 % of a core (measured), a
+// busy one all of one. A test whose phase leaves guests at rest says so
+// (lab.resting) and keeps fewer slots (lab.vms with a smaller n gives the
+// rest back at once, without waiting): TestRollout's two machines are
+// installed at once, then reinstalled one at a time while the other runs.
+// Counting every live guest made the tests that hold three or four slots
+// for a long time exclude each other: CI's e2e stage ran past 70 min.
+//
+// Who gets free slots: the tests in longFirst, in its order (the longest,
+// measured: started last they make the run's tail), then the others,
+// the largest request first. A waiting long test is not passed by others;
+// among the rest, a request that does not fit lets a smaller one in.
 //
 // BOOTOPS_E2E_VM_SLOTS sets how many (default: two per CPU and one, at
-// least 5: on two CPUs the four VMs of TestEdgeOverTheInternet and one
-// more, or TestRollout's three and TestEncryptedInstall's two).
+// least 5).
 var (
 	slotsOnce sync.Once
 	pool      *slotPool
 )
 
+// longFirst are the run's longest VM tests, longest first (CI's summary
+// lists each test's time).
+var longFirst = []string{"TestRollout", "TestEncryptedInstall", "TestEdgeOverTheInternet", "TestRunning"}
+
 type slotPool struct {
-	mu   sync.Mutex
-	cond *sync.Cond
-	cap  int
-	free int
+	mu      sync.Mutex
+	cap     int
+	free    int
+	waiting []*slotWaiter
+	seq     int
+}
+
+type slotWaiter struct {
+	n, rank, seq int
+	granted      chan struct{}
 }
 
 func vmSlots() *slotPool {
@@ -53,50 +72,95 @@ func vmSlots() *slotPool {
 			}
 		}
 		pool = &slotPool{cap: n, free: n}
-		pool.cond = sync.NewCond(&pool.mu)
 	})
 	return pool
 }
 
-// acquire waits until n slots are free, then takes them.
-func (p *slotPool) acquire(n int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for p.free < n {
-		p.cond.Wait()
+// rank orders a test's requests: the long tests by their place in
+// longFirst, all others after them.
+func rank(test string) int {
+	test, _, _ = strings.Cut(test, "/")
+	if i := slices.Index(longFirst, test); i >= 0 {
+		return i
 	}
-	p.free -= n
+	return len(longFirst)
+}
+
+// acquire waits until n slots are given to the test, in the order above.
+func (p *slotPool) acquire(test string, n int) {
+	p.mu.Lock()
+	p.seq++
+	w := &slotWaiter{n: n, rank: rank(test), seq: p.seq, granted: make(chan struct{})}
+	p.waiting = append(p.waiting, w)
+	p.grant()
+	p.mu.Unlock()
+	<-w.granted
 }
 
 func (p *slotPool) release(n int) {
 	p.mu.Lock()
 	p.free += n
+	p.grant()
 	p.mu.Unlock()
-	p.cond.Broadcast()
+}
+
+// grant gives free slots to the waiters in line; p.mu is held.
+func (p *slotPool) grant() {
+	slices.SortFunc(p.waiting, func(a, b *slotWaiter) int {
+		if a.rank != b.rank {
+			return a.rank - b.rank
+		}
+		if a.n != b.n {
+			return b.n - a.n
+		}
+		return a.seq - b.seq
+	})
+	kept := p.waiting[:0]
+	blocked := false
+	for _, w := range p.waiting {
+		if !blocked && w.n <= p.free {
+			p.free -= w.n
+			close(w.granted)
+			continue
+		}
+		if w.rank < len(longFirst) {
+			blocked = true // nobody passes a waiting long test
+		}
+		kept = append(kept, w)
+	}
+	p.waiting = kept
 }
 
 // vms reserves n VM slots for the lab's test until the lab closes (after
 // its VMs are killed), waiting for them in line. Called again between two
-// phases of a test (n the next phase's VMs at once), it gives back what it
-// holds before it waits: a test never waits in line while it holds slots,
-// which could leave the line stuck behind it.
+// phases of a test (n the next phase's busy VMs at once): fewer than it
+// holds are kept and the rest given back at once; more are waited for
+// after it gives back what it holds: a test never waits in line while it
+// holds slots, which could leave the line stuck behind it.
 func (l *lab) vms(n int) {
 	l.t.Helper()
 	p := vmSlots()
 	if n > p.cap {
 		l.t.Fatalf("the test runs %d VMs at once; the run has %d slots (BOOTOPS_E2E_VM_SLOTS)", n, p.cap)
 	}
-	if l.slots == n {
+	if n <= l.slots {
+		p.release(l.slots - n)
+		l.slots = n
 		return
 	}
 	l.releaseSlots()
 	t0 := time.Now()
-	p.acquire(n)
+	p.acquire(l.t.Name(), n)
 	l.slots = n
 	if w := time.Since(t0); w > time.Second {
 		l.t.Logf("timing: waited %s for %d of the run's %d VM slots", w.Round(time.Second), n, p.cap)
 	}
 }
+
+// resting says that n of the test's live guests are at rest from now on
+// (an installed OS idle at its prompt, a refused machine waiting): they
+// do not count against its slots.
+func (l *lab) resting(n int) { l.rest = n }
 
 // releaseSlots gives the lab's slots back; lab.close calls it once its
 // processes are dead.
@@ -125,11 +189,11 @@ func (l *lab) checkSlot(name string) {
 	}
 	// A VM killed a moment ago may take that moment to end.
 	deadline := time.Now().Add(5 * time.Second)
-	for live() >= l.slots && time.Now().Before(deadline) {
+	for live() >= l.slots+l.rest && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if live := live(); live >= l.slots {
-		l.t.Fatalf("VM %s would be the test's %d. running at once; it reserved %d slots (lab.vms)", name, live+1, l.slots)
+	if live := live(); live >= l.slots+l.rest {
+		l.t.Fatalf("VM %s would be the test's %d. running at once; it reserved %d slots (lab.vms) and has %d at rest (lab.resting)", name, live+1, l.slots, l.rest)
 	}
 }
 
@@ -147,4 +211,74 @@ func alive(cmd *exec.Cmd) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// The line's order: a long test first, a waiting long test not passed,
+// the others largest first, a smaller one let in when a larger does not
+// fit; a test that shrinks gives back at once.
+func TestSlotLine(t *testing.T) {
+	p := &slotPool{cap: 5, free: 1}
+	var got []string
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	ask := func(test string, n int) {
+		p.mu.Lock()
+		before := len(p.waiting)
+		p.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.acquire(test, n)
+			mu.Lock()
+			got = append(got, test)
+			mu.Unlock()
+		}()
+		// in line before the next one asks
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			p.mu.Lock()
+			n := len(p.waiting)
+			p.mu.Unlock()
+			if n > before || time.Now().After(deadline) {
+				break
+			}
+		}
+	}
+	granted := func(want ...string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			mu.Lock()
+			n := len(got)
+			mu.Unlock()
+			if n >= len(want) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // nothing more than wanted
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(got, want) {
+			t.Fatalf("granted %v, want %v", got, want)
+		}
+	}
+	ask("TestSmall", 2)
+	ask("TestBig", 3)
+	ask("TestRunning", 2)
+	granted()
+	p.release(1) // 2 free: TestRunning (long) first
+	granted("TestRunning")
+	ask("TestEdgeOverTheInternet/x", 3) // long, ranked before TestRunning
+	p.release(2)                        // 2 free: the waiting long test (3) does not fit and is not passed
+	granted("TestRunning")
+	p.release(1) // 3 free
+	granted("TestRunning", "TestEdgeOverTheInternet/x")
+	p.release(3) // 3 free: TestBig (3) before TestSmall (2)
+	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig")
+	p.release(1) // 1 free: TestSmall does not fit
+	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig")
+	p.release(1)
+	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig", "TestSmall")
+	wg.Wait()
+	if p.free != 0 || len(p.waiting) != 0 {
+		t.Errorf("free %d, waiting %d; want 0, 0", p.free, len(p.waiting))
+	}
 }

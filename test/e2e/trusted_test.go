@@ -69,7 +69,7 @@ func noSecretsOnTheWire(t *testing.T, l *lab, pcap string, userData string) {
 func TestSecureBootUKI(t *testing.T) {
 	t.Parallel()
 	l, state, pcap := trustedLab(t, true)
-	l.vms(4)
+	l.vms(3) // the tampered UKI's VM first, alone; then the other three
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
@@ -108,21 +108,21 @@ func TestSecureBootUKI(t *testing.T) {
 	fw := append([]string{"-fw_cfg", "name=etc/edk2/https/cacerts,file=" + esl}, httpBootOnly...)
 	code, vars := "/usr/share/OVMF/OVMF_CODE_4M.snakeoil.fd", "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd"
 	sbDisk, rogueDisk := disk(t, l, "sb"), disk(t, l, "rogue")
+	tampered := l.secureVM("tampered", "52:54:00:e2:30:03", code, vars, fw...)
+	tampered.wait(t, "Access Denied", 5*time.Minute)
+	tampered.cmd.Process.Kill()
 	start := time.Now()
 	// vm-sb and vm-other have TPMs; sb-os requires attestation.
 	sb := l.secureVM("sb", "52:54:00:e2:30:01", code, vars, append(append(withDisk(sbDisk), fw...), l.tpmArgs(l.tpm("sb"))...)...)
 	otherVM := l.secureVM("other", "52:54:00:e2:30:04", code, vars, append(l.tpmArgs(l.tpm("other")),
 		"-kernel", filepath.Join(other, "bootops.efi"), "-append", "console=ttyS0,115200 panic=-1 no_timer_check bootops.other=1")...)
 	rogue := l.secureVM("rogue", "52:54:00:e2:30:02", code, vars, append(withDisk(rogueDisk), fw...)...)
-	tampered := l.secureVM("tampered", "52:54:00:e2:30:03", code, vars, fw...)
 
 	out := sb.wait(t, "secureboot: Secure boot enabled", 8*time.Minute)
 	if !strings.Contains(out, "bootops-agent") {
 		sb.wait(t, "bootops-agent", 3*time.Minute)
 	}
 	t.Logf("timing: uki chain under TCG, VM start → agent running: %s", time.Since(start).Round(time.Second))
-	tampered.wait(t, "Access Denied", 5*time.Minute)
-	tampered.cmd.Process.Kill()
 	waitState(t, l, "lab/vm-sb", "provisioned", 8*time.Minute)
 	t.Logf("timing: uki chain under TCG, VM start → provisioned: %s", time.Since(start).Round(time.Second))
 	checkDisk(t, sbDisk, rawSHA)

@@ -22,7 +22,7 @@ AGENT    := bin/bootops-agent
 FUZZTIME ?= 2m
 CUE_VERSION := v0.17.1
 # What the tests (a Git server, VMs, BMC simulators) and the demo need: Debian packages only (README, "Two commands").
-LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium sbsigntool systemd-boot-efi efitools shim-signed grub-efi-amd64-signed binutils openssl tcpdump openipmi ipmitool nftables swtpm swtpm-tools osslsigncode radvd kea-dhcp6-server dhcpcd-base tpm2-tools python3-pyghmi xorriso isolinux syslinux-common mtools cryptsetup-bin nvme-cli hdparm clevis clevis-tpm2 clevis-luks jose qemu-system-arm qemu-efi-aarch64
+LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium sbsigntool systemd-boot-efi efitools shim-signed grub-efi-amd64-signed binutils openssl tcpdump openipmi ipmitool nftables swtpm swtpm-tools osslsigncode radvd kea-dhcp6-server dhcpcd-base tpm2-tools python3-pyghmi xorriso isolinux syslinux-common mtools cryptsetup-bin nvme-cli hdparm clevis clevis-tpm2 clevis-luks jose qemu-system-arm qemu-efi-aarch64 qemu-user-static binfmt-support arch-test
 
 export GOFLAGS := -buildvcs=false
 # What bootops version prints: -buildvcs=false leaves the build info no
@@ -77,16 +77,16 @@ empty :=
 space := $(empty) $(empty)
 OTHER_PKGS = $$($(GO) list ./... | grep -v -E '^$(MODULE)/($(subst $(space),|,$(RACE_DIRS)))(/|$$)')
 # Each build tag with the packages that have files behind it.
-VET_TAGS := e2e:./test/e2e e2e,edgebench:./test/e2e e2e,fdebench:./test/e2e e2e,erasebench:./test/e2e e2e:./test/redfishvm e2e:./test/ovmfvars e2e:./boot/dhcp6 e2e:./boot/floatip browser:./test/browser image:./packaging/image \
+VET_TAGS := e2e:./test/e2e e2e,edgebench:./test/e2e e2e,fdebench:./test/e2e e2e,erasebench:./test/e2e e2e,armbench:./test/e2e e2e:./test/redfishvm e2e:./test/ovmfvars e2e:./boot/dhcp6 e2e:./boot/floatip browser:./test/browser image:./packaging/image \
 	package:./test/package swtpm:./tpm swtpm:./boot/agentapi ipmi:./daemon
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := .cache/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The end-to-end tests run side by side (each in namespaces of its own),
-# their VMs within the run's VM slots (test/e2e/slots_test.go; -parallel
-# lets more tests wait in its line than it has slots); -v prints
+# their VMs within the run's VM slots (test/e2e/slots_test.go; -parallel 40
+# puts every test in its line at once, so the longest go first); -v prints
 # each one's time. The timeouts leave wide margins: a warm run
 # takes a fraction of them.
-E2E_FLAGS := -count=1 -tags e2e -timeout 70m -parallel 10 -v
+E2E_FLAGS := -count=1 -tags e2e -timeout 70m -parallel 40 -v
 
 # The inner loop: what a change must pass before it is pushed.
 check: go-check unit-deps lint
@@ -105,11 +105,12 @@ lint: vet $(STATICCHECK)
 $(STATICCHECK): | go-check
 	GOBIN=$(CURDIR)/$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-# The Debian test image (13–21 min on a fresh machine) starts first, in the
-# background and niced: it is ready when the end-to-end tests need it.
+# The Debian test images (amd64 13–21 min on a fresh machine, then arm64,
+# its packages' scripts under qemu-user) start first, in the background and
+# niced: they are ready when the end-to-end tests need them.
 test: go-check lab-deps
-	@mkdir -p .cache; if [ "$$(id -u)" = 0 ]; then echo "the Debian test image: building (or cached) in the background, log in .cache/debian-image.log"; \
-		(nice -n 10 bash test/image/cached.sh > .cache/debian-image.log 2>&1 &); fi
+	@mkdir -p .cache; if [ "$$(id -u)" = 0 ]; then echo "the Debian test images: building (or cached) in the background, log in .cache/debian-image.log"; \
+		(nice -n 10 sh -c 'bash test/image/cached.sh && bash test/image/cached.sh arm64' > .cache/debian-image.log 2>&1 &); fi
 	@$(MAKE) --no-print-directory check
 	$(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
 	$(GO) test -count=1 -race -tags ipmi -timeout 10m -run IPMI ./daemon

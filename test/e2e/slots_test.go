@@ -36,8 +36,11 @@ import (
 //
 // Who gets free slots: the tests in longFirst, in its order (the longest,
 // measured: started last they make the run's tail), then the others,
-// the largest request first. A waiting long test is not passed by others;
-// among the rest, a request that does not fit lets a smaller one in.
+// the largest request first. Nobody passes a waiting long test or a
+// request for three slots or more: let in whenever fewer were free, the
+// one- and two-VM tests kept them from the three-VM ones until the end of
+// a run, which then ran one after another (measured: the last 20 min).
+// A smaller request passes a two-slot one that does not fit.
 //
 // BOOTOPS_E2E_VM_SLOTS sets how many (default: two per CPU and one, at
 // least 5).
@@ -123,8 +126,8 @@ func (p *slotPool) grant() {
 			close(w.granted)
 			continue
 		}
-		if w.rank < len(longFirst) {
-			blocked = true // nobody passes a waiting long test
+		if w.rank < len(longFirst) || w.n >= 3 {
+			blocked = true
 		}
 		kept = append(kept, w)
 	}
@@ -213,9 +216,9 @@ func alive(cmd *exec.Cmd) bool {
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
-// The line's order: a long test first, a waiting long test not passed,
-// the others largest first, a smaller one let in when a larger does not
-// fit; a test that shrinks gives back at once.
+// The line's order: a long test first, a waiting long test or one of
+// three slots not passed, the others largest first, a smaller one let in
+// when a two-slot one does not fit.
 func TestSlotLine(t *testing.T) {
 	p := &slotPool{cap: 5, free: 1}
 	var got []string
@@ -271,12 +274,18 @@ func TestSlotLine(t *testing.T) {
 	granted("TestRunning")
 	p.release(1) // 3 free
 	granted("TestRunning", "TestEdgeOverTheInternet/x")
-	p.release(3) // 3 free: TestBig (3) before TestSmall (2)
+	p.release(2) // 2 free: TestBig (3) does not fit, and TestSmall (2) does not pass it
+	granted("TestRunning", "TestEdgeOverTheInternet/x")
+	p.release(1) // 3 free: TestBig
 	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig")
-	p.release(1) // 1 free: TestSmall does not fit
-	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig")
-	p.release(1)
-	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig", "TestSmall")
+	ask("TestPair", 2)
+	ask("TestOne", 1)
+	p.release(1) // 1 free: TestPair (2) does not fit, TestOne passes it
+	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig", "TestOne")
+	p.release(2) // 2 free: TestSmall and TestPair (2 each), the first asked first
+	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig", "TestOne", "TestSmall")
+	p.release(2)
+	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig", "TestOne", "TestSmall", "TestPair")
 	wg.Wait()
 	if p.free != 0 || len(p.waiting) != 0 {
 		t.Errorf("free %d, waiting %d; want 0, 0", p.free, len(p.waiting))

@@ -195,6 +195,17 @@ func (l *lab) close() {
 	exec.Command("ip", "netns", "del", l.lan).Run()
 	exec.Command("ip", "netns", "del", l.dhc).Run()
 	l.releaseSlots()
+	// What its guests cost the machine: the e2e stage is CPU-bound (TCG),
+	// so this, not the wall clock, is what a test adds to CI's time.
+	var cpu time.Duration
+	for _, v := range l.guests {
+		if ps := v.cmd.ProcessState; ps != nil {
+			cpu += ps.UserTime() + ps.SystemTime()
+		}
+	}
+	if len(l.guests) > 0 {
+		l.t.Logf("timing: its %d VMs used %s of CPU (a BMC's own QEMU not counted)", len(l.guests), cpu.Round(time.Second))
+	}
 	if l.t.Failed() {
 		// Every process's log: bootops first, then the rest (DHCP
 		// servers, radvd, BMCs, image servers) by name.

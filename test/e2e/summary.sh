@@ -11,6 +11,13 @@ echo "e2e tests by time:"
 { grep -E '^\s*--- (PASS|FAIL)' "$log" || true; } | sed -E 's/^\s*--- (PASS|FAIL): (\S+) \(([0-9.]+)s\)/\3 \1 \2/' | sort -rn |
 	awk '{ printf "  %8.1f s  %-4s  %s\n", $1, $2, $3 }'
 
+# What each test's VMs cost the machine's CPU (lab.close), most first.
+if grep -q 'timing: its .* VMs used' "$log"; then
+	echo
+	echo "VMs' CPU by test (the e2e stage is CPU-bound):"
+	awk '/^=== (RUN|CONT|NAME) / { cur = $3 } /timing: its .* VMs used/ { sub(/^.*timing: its /, ""); print "  " cur ": " $0 }' "$log"
+fi
+
 # Which tests waited for VM slots (test/e2e/slots_test.go), and how long.
 if grep -q 'timing: waited .* VM slots' "$log"; then
 	echo

@@ -21,18 +21,25 @@ import (
 // (shimaa64.efi) for its architecture type (11), shim loads grubaa64.efi,
 // GRUB the node's config over TFTP, all under Secure Boot with the
 // Microsoft keys (shim checks GRUB and Debian's kernel), then the arm64
-// Micro-OS (Debian's arm64 kernel, busybox and tools, the
-// agent cross-compiled) installs the test image on its disk. Its timeline
-// shows the arm64 path; its agent checked in as arm64. A mixed site: an
-// x86_64 UEFI VM installs from the same daemon at the same time, by its
-// own chain (ipxe.efi, the x86 Micro-OS); then an x86 VM with the MAC of
-// a node registered arm64 is refused, the reason on that node's timeline.
-// Each VM's power-on to provisioned is printed, side by side.
+// Micro-OS (Debian's arm64 kernel, busybox and tools, the agent
+// cross-compiled) installs the Debian arm64 image on its disk. Powered on
+// again, network first, bootops' GRUB script sends it to its disk, where
+// shimaa64 at the removable path starts Debian (Secure Boot still on),
+// whose cloud-init and report make it running; powered on once more, the
+// network is still tried first: nothing the install or the OS did put the
+// disk ahead of it, so a reinstall by rollout works. Its timeline shows the
+// arm64 path; its agent checked in as arm64. A mixed site: an x86_64 UEFI
+// VM installs from the same daemon at the same time, by its own chain
+// (ipxe.efi, the x86 Micro-OS) — the small test image in make test; with
+// the tag armbench (test/bench/arm64.sh) the Debian amd64 image, run to
+// running, so power-on to running is timed for both families in one run;
+// then an x86 VM with the MAC of a node registered arm64 is refused, the
+// reason on that node's timeline.
 func TestARM64(t *testing.T) {
 	t.Parallel()
 	began := time.Now()
-	l := newLab(t, false)
 	root := arm64Root(t)
+	l := newLab(t, false)
 	agent := filepath.Join(l.dir, "bootops-agent-arm64")
 	build := exec.Command("go", "build", "-trimpath", "-o", agent, "../../cmd/bootops-agent")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH=arm64")
@@ -41,6 +48,16 @@ func TestARM64(t *testing.T) {
 	}
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
+	// make test: both install the test image. armbench: each its Debian.
+	armProfile, armSHA, x86Profile, x86SHA := "arm-os", gzSHA, "test-os", gzSHA
+	if armRunning {
+		armDir, sum := debianImageARM64(t)
+		armProfile, armSHA = "arm-debian", sum
+		os.Symlink(filepath.Join(armDir, "debian.raw.gz"), filepath.Join(imgDir, "debian-arm64.raw.gz"))
+		x86Dir, sum := debianImage(t)
+		x86Profile, x86SHA = "x86-debian", sum
+		os.Symlink(filepath.Join(x86Dir, "debian.raw.gz"), filepath.Join(imgDir, "debian-amd64.raw.gz"))
+	}
 	l.start("images", "ip", "netns", "exec", l.lan, imageServer, "-dir", imgDir, "-addr", "198.18.0.1:8081")
 	repo := filepath.Join(l.dir, "repo")
 	kernels, _ := filepath.Glob(filepath.Join(root, "boot/vmlinuz-*-arm64"))
@@ -49,18 +66,31 @@ func TestARM64(t *testing.T) {
 	}
 	run(t, bootops, "microos", "build", "--arch", "arm64", "--root", root, "--kernel", kernels[0], "--agent", agent, "-o", filepath.Join(repo, "microos/arm64"))
 	run(t, bootops, "microos", "build", "--kernel", kernel(t), "--agent", agentBin, "-o", filepath.Join(repo, "microos"))
-	writeRepo(t, repo, vars{"Images": images4, "ImageSHA": gzSHA}, "base-provision", "arm64")
+	writeRepo(t, repo, vars{"Images": images4, "ImageSHA": gzSHA, "ARMProfile": armProfile, "ARMSHA": armSHA, "X86Profile": x86Profile, "X86SHA": x86SHA}, "base-provision", "arm64")
 	l.serve(repo, "--shim-arm64", filepath.Join(root, "usr/lib/shim/shimaa64.efi.signed"),
 		"--grub-arm64", filepath.Join(root, "usr/lib/grub/arm64-efi-signed/grubnetaa64.efi.signed"))
-	t.Logf("timing: the arm64 pieces (Debian's packages, the agent, the Micro-OS) ready: %s", time.Since(began).Round(time.Second))
+	t.Logf("timing: the arm64 pieces (Debian's packages and image, the agent, the Micro-OS) ready: %s", time.Since(began).Round(time.Second))
 
 	l.vms(2)
-	vmDisk, x86Disk := disk(t, l, "a1"), disk(t, l, "x1")
+	armDisk, x86Disk := disk(t, l, "a1"), disk(t, l, "x1")
+	if armRunning { // Debian's root grows into the rest
+		os.Truncate(armDisk, 3<<30)
+		os.Truncate(x86Disk, 3<<30)
+	}
+	// Each power-on: the network first, then the disk, the NVRAM kept (a
+	// machine's). Secure Boot on, the Microsoft keys enrolled (as ARM
+	// servers ship): shim (signed by Microsoft's UEFI CA) checks GRUB and
+	// Debian's kernel. x1 without IPv6, so OVMF does not wait for a PXEv6
+	// answer before its disk.
+	noV6 := []string{"-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=n"}
+	arm := func(round string) *vm {
+		return l.arm64VM("a1"+round, "52:54:00:a6:40:01", "/usr/share/AAVMF/AAVMF_VARS.ms.fd", bootDisk(armDisk)...)
+	}
+	x86 := func(round string) *vm {
+		return l.uefiBoot("x1"+round, "52:54:00:a6:40:02", ",romfile=,bootindex=1", append(noV6, bootDisk(x86Disk)...)...)
+	}
 	start := time.Now()
-	// Secure Boot on, the Microsoft keys enrolled (as ARM servers ship):
-	// shim (signed by Microsoft's UEFI CA) checks GRUB and Debian's kernel.
-	v := l.arm64VM("a1", "52:54:00:a6:40:01", "/usr/share/AAVMF/AAVMF_VARS.ms.fd", withDisk(vmDisk)...)
-	x1 := l.uefiVM("x1", "52:54:00:a6:40:02", withDisk(x86Disk)...)
+	v, x := arm("-install"), x86("-install")
 	out := v.wait(t, "bootops-microos: starting bootops-agent", 12*time.Minute)
 	if !strings.Contains(out, "starting on kernel 6.") || !strings.Contains(out, "-arm64") {
 		t.Errorf("a1 did not boot the arm64 Micro-OS:\n%s", testutil.Tail(out, 30))
@@ -69,29 +99,89 @@ func TestARM64(t *testing.T) {
 		t.Errorf("a1's kernel did not start under Secure Boot:\n%s", testutil.Tail(out, 40))
 	}
 	t.Logf("timing: arm64 under TCG, VM start (AAVMF, PXE, shim, GRUB over TFTP) → agent running: %s", time.Since(start).Round(time.Second))
-	waitState(t, l, "lab/a1", "provisioned", 12*time.Minute)
-	t.Logf("timing: arm64 under TCG, VM start → provisioned: %s", time.Since(start).Round(time.Second))
-	checkDisk(t, vmDisk, rawSHA)
+	provisioned := map[string]time.Duration{}
+	running := map[string]time.Duration{}
+	vms := map[string]*vm{"a1": v, "x1": x}
+	boot := map[string]func(string) *vm{"a1": arm, "x1": x86}
+	// Each node: provisioned (its agent's reboot ends QEMU), powered on
+	// again, running (x1: in make test, provisioned is its end).
+	runs := map[string]bool{"a1": armRunning, "x1": armRunning}
+	waitFor(t, "a1 and x1 "+map[bool]string{true: "running", false: "provisioned"}[armRunning], 30*time.Minute, func() bool {
+		done := true
+		for _, n := range []string{"a1", "x1"} {
+			s, _ := nodeState(l, "lab/"+n)
+			if provisioned[n] == 0 && (s == "provisioned" || s == "running") {
+				provisioned[n] = time.Since(start).Round(time.Second)
+				if runs[n] {
+					waitVMs(2*time.Minute, vms[n]) // the agent's reboot ends QEMU (-no-reboot)
+					vms[n] = boot[n]("-disk")
+				} else {
+					vms[n].cmd.Process.Kill()
+				}
+			}
+			if running[n] == 0 && s == "running" {
+				running[n] = time.Since(start).Round(time.Second)
+			}
+			done = done && provisioned[n] > 0 && (running[n] > 0 || !runs[n])
+		}
+		return done
+	})
+	if armRunning {
+		t.Logf("timing: under TCG, same run, power-on → provisioned: arm64 %s, x86_64 %s; power-on → running (install, power-on again, Debian's first boot): arm64 %s, x86_64 %s",
+			provisioned["a1"], provisioned["x1"], running["a1"], running["x1"])
+	} else {
+		t.Logf("timing: under TCG, same run, power-on → provisioned (the test image): arm64 %s, x86_64 %s", provisioned["a1"], provisioned["x1"])
+		checkDisk(t, armDisk, rawSHA)
+		checkDisk(t, x86Disk, rawSHA)
+	}
+	for n, arch := range map[string]string{"a1": "arm64", "x1": "amd64"} {
+		if !runs[n] {
+			continue
+		}
+		m, _ := l.machine("lab/" + n)
+		if m.Hostname != "e2e-"+map[string]string{"a1": "arm", "x1": "x86"}[n] || !strings.HasSuffix(m.Kernel, "-"+arch) {
+			t.Errorf("%s: hostname %q, kernel %q in the status, want Debian's %s kernel", n, m.Hostname, m.Kernel, arch)
+		}
+		if tl := l.logs("lab/" + n); !strings.Contains(tl, "served local-disk script") {
+			t.Errorf("%s: its boot from disk is not on its timeline:\n%s", n, tl)
+		}
+	}
+	if c := mustRead(vms["a1"].console); armRunning && (!strings.Contains(c, "UEFI Secure Boot is enabled") || !strings.Contains(c, "Debian GNU/Linux 12")) {
+		t.Errorf("a1's installed Debian did not boot with Secure Boot on:\n%s", testutil.Tail(c, 40))
+	}
 	tl := l.logs("lab/a1")
-	for _, want := range []string{"served the Micro-OS GRUB script of profile arm-os", "agent checked in: arm64, ", "provisioned (generation 0)"} {
+	for _, want := range []string{"served the Micro-OS GRUB script of profile " + armProfile, "agent checked in: arm64, ", "provisioned (generation 0)"} {
 		if !strings.Contains(tl, want) {
 			t.Errorf("a1's timeline lacks %q:\n%s", want, tl)
 		}
 	}
-	if log := l.log("bootops"); !strings.Contains(log, "file=shimaa64.efi") || !strings.Contains(log, "file=grubaa64.efi") {
-		t.Errorf("shimaa64.efi and grubaa64.efi were not fetched over TFTP:\n%s", testutil.Tail(log, 30))
-	}
-	v.cmd.Process.Kill()
-	waitState(t, l, "lab/x1", "provisioned", 12*time.Minute)
-	t.Logf("timing: x86_64 under TCG beside it, VM start (OVMF, PXE, ipxe.efi, iPXE) → provisioned: %s", time.Since(start).Round(time.Second))
-	checkDisk(t, x86Disk, rawSHA)
-	if log := l.log("bootops"); !strings.Contains(log, "file=ipxe.efi") {
-		t.Errorf("x1 did not get ipxe.efi, the x86 UEFI chain:\n%s", testutil.Tail(log, 30))
+	if log := l.log("bootops"); !strings.Contains(log, "file=shimaa64.efi") || !strings.Contains(log, "file=grubaa64.efi") || !strings.Contains(log, "file=ipxe.efi") {
+		t.Errorf("shimaa64.efi, grubaa64.efi (a1) and ipxe.efi (x1) were not all fetched over TFTP:\n%s", testutil.Tail(log, 30))
 	}
 	if tl := l.logs("lab/x1"); !strings.Contains(tl, "agent checked in: x86_64, ") {
 		t.Errorf("x1's agent did not check in as x86_64:\n%s", tl)
 	}
-	x1.cmd.Process.Kill()
+	for _, v := range vms {
+		v.cmd.Process.Kill()
+	}
+	waitVMs(time.Minute, vms["a1"], vms["x1"])
+	if tl := l.logs("lab/x1"); !strings.Contains(tl, "provisioned (generation 0)") {
+		t.Errorf("x1 was not provisioned:\n%s", tl)
+	}
+
+	// The boot order after Debian ran: a1 powered on once more tries the
+	// network first (a second local-disk script), then its disk.
+	l.vms(1)
+	if armRunning {
+		before := strings.Count(l.logs("lab/a1"), "served local-disk script")
+		again := arm("-again")
+		waitFor(t, "a1's network boot before its disk", 8*time.Minute, func() bool {
+			return strings.Count(l.logs("lab/a1"), "served local-disk script") > before
+		})
+		again.wait(t, "Debian 12 e2e image", 5*time.Minute) // its ESP's GRUB config
+		again.cmd.Process.Kill()
+		waitVMs(time.Minute, again)
+	}
 
 	// An x86 machine with a3's MAC, a3 registered arm64: refused.
 	liar := l.uefiVM("a3-x86", "52:54:00:a6:40:03")
@@ -103,6 +193,29 @@ func TestARM64(t *testing.T) {
 	}
 	liar.cmd.Process.Kill()
 	t.Logf("timing: TestARM64 %s", time.Since(began).Round(time.Second))
+}
+
+// debianImageARM64 is the Debian arm64 test image (test/image/cached.sh
+// arm64, cached by the script's version) and its sha256.
+func debianImageARM64(t *testing.T) (dir, gzSHA string) {
+	t.Helper()
+	t0 := time.Now()
+	cmd := exec.Command("bash", "../image/cached.sh", "arm64")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the Debian arm64 image (test/image/cached.sh arm64): %v\n%s", err, testutil.Tail(stderr.String(), 40))
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Logf("timing: the Debian arm64 image ready after %s (built, or waited for)", d.Round(time.Second))
+	}
+	dir = strings.TrimSpace(string(out))
+	sum, err := fileDigest(filepath.Join(dir, "debian.raw.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, sum
 }
 
 // arm64Root is Debian's arm64 packages the Micro-OS and the shim chain
@@ -118,7 +231,8 @@ func arm64Root(t *testing.T) string {
 
 // arm64VM boots QEMU's 64-bit ARM virt machine with AAVMF (Debian package
 // qemu-efi-aarch64) from the network: its own UEFI PXE client (no option
-// ROM), its NVRAM made from varsTemplate (AAVMF_VARS.ms.fd: the Microsoft
+// ROM; first in the boot order, a disk given with bootDisk after it), its
+// NVRAM made from varsTemplate (AAVMF_VARS.ms.fd: the Microsoft
 // keys enrolled, Secure Boot on) and kept per MAC, the PL011 UART its
 // console.
 func (l *lab) arm64VM(name, mac, varsTemplate string, extra ...string) *vm {
@@ -127,7 +241,7 @@ func (l *lab) arm64VM(name, mac, varsTemplate string, extra ...string) *vm {
 	machine := []string{"qemu-system-aarch64", "-M", "virt", "-cpu", "cortex-a57", "-accel", "tcg", "-m", "1024",
 		"-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/AAVMF/AAVMF_CODE.fd",
 		"-drive", "if=pflash,format=raw,file=" + vars}
-	return l.guest(name, machine, "virtio-net-pci,netdev=n0,romfile=,mac="+mac, extra...)
+	return l.guest(name, machine, "virtio-net-pci,netdev=n0,romfile=,bootindex=1,mac="+mac, extra...)
 }
 
 // cacheDir is the user's cache of bootops' slow builds, as

@@ -34,7 +34,8 @@ const fdeMarker = "BOOTOPS-E2E-PLAINTEXT-MARKER-7f3a9c"
 // Debian image encrypted: LUKS2 on its root, the recovery key escrowed to
 // an age recipient in Git. Its first boot, with Secure Boot, unlocks with
 // the key the Micro-OS sealed to the TPM and seals a new one to PCR 7;
-// the next boot unlocks unattended. The disk read from the host shows
+// the next boot unlocks unattended (with fdebench; in make test the reset
+// below shows it). The disk read from the host shows
 // nothing of the image's root; the same disk with another TPM, or the
 // machine with Secure Boot off, stops at cryptsetup's prompt; the
 // recovery key from `bootops recovery-key` opens it. Then a rolling
@@ -178,7 +179,14 @@ func TestEncryptedInstall(t *testing.T) {
 	if enc := encryptionOf(l, "lab/vm-fde"); !strings.Contains(enc, "sealed to PCRs 7") || !strings.Contains(enc, "escrowed") {
 		t.Errorf("vm-fde's status after its first boot: encryption %q", enc)
 	}
-	t.Logf("timing: boot 3, unattended unlock → running: %s", bootRunning("3"))
+	// Boot 3, unattended, with the seal to PCR 7 of a Secure Boot on boot:
+	// timed with fdebench (BENCHMARKS.md). In make test the unattended
+	// unlock by a PCR 7 seal is the reset's at the end (after the
+	// reinstall's first boot sealed it): a Debian boot under TCG less in
+	// CI's CPU-bound e2e stage.
+	if fdeCompare {
+		t.Logf("timing: boot 3, unattended unlock → running: %s", bootRunning("3"))
+	}
 
 	// The container on the disk: one Clevis token left, sealed to PCR 7;
 	// the first-boot key gone.

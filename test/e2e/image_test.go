@@ -186,12 +186,20 @@ func buildDebianImage() (dir, gzSHA string, built time.Duration, err error) {
 	if d := time.Since(start); d > 5*time.Second { // built, or waited for `make test`'s head start
 		built = d
 	}
-	f, err := os.Open(filepath.Join(dir, "debian.raw.gz"))
+	sum, err := fileDigest(filepath.Join(dir, "debian.raw.gz"))
+	return dir, sum, built, err
+}
+
+// fileDigest is the sha256 of a file's bytes, in hex, read as a stream.
+func fileDigest(path string) (string, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return "", "", 0, err
+		return "", err
 	}
 	defer f.Close()
 	h := sha256.New()
-	io.Copy(h, f)
-	return dir, hex.EncodeToString(h.Sum(nil)), built, nil
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

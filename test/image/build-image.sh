@@ -2,7 +2,8 @@
 # build-image.sh OUT_DIR
 #
 # Builds a small bootable Debian 12 (bookworm) amd64 GPT disk image from
-# Debian packages only, for end-to-end tests of the provisioning tool:
+# Debian packages only, for end-to-end tests of the provisioning tool
+# (ARCH=arm64: the same for 64-bit ARM, see below):
 #
 #   OUT_DIR/debian.raw     sparse raw GPT disk image (~1070 MiB, ~750 MiB allocated)
 #   OUT_DIR/debian.raw.gz  the same, gzip -1
@@ -28,6 +29,17 @@
 # (written by the provisioning agent after it wrote the image); the image
 # ships without a seed (datasource_list: [ NoCloud, None ]).
 #
+# ARCH=arm64 builds it for 64-bit ARM UEFI machines (QEMU's virt with
+# AAVMF): mmdebstrap runs the arm64 packages' scripts under qemu-user
+# (binfmt_misc; host packages qemu-user-static, binfmt-support, arch-test);
+# Debian's signed shimaa64 at \EFI\BOOT\BOOTAA64.EFI, then grubaa64 (Secure
+# Boot possible with the Microsoft keys); root partition type Linux root
+# arm64; console ttyAMA0 (PL011); no BIOS boot, no encryption tools. Its
+# initramfs lists the few modules a virt machine's disk needs (virtio, ext4)
+# and is made once, after the packages: made under emulation with
+# MODULES=most, as the kernel and initramfs-tools each would, it took
+# about 12 min each time.
+#
 # Partition layout (512-byte sectors; fixed GUIDs so the output is stable):
 #   p1  ESP   start 2048, FAT, type EFI System, attr LegacyBIOSBootable
 #   p2  root  ext4 (label "root"), type Linux root x86-64, last partition
@@ -44,6 +56,7 @@
 # debugfs, e2fsck) fdisk gzip. The output also depends on the mirror content.
 #
 # Environment knobs (all optional):
+#   ARCH                   amd64 (default) or arm64
 #   SOURCE_DATE_EPOCH      timestamp for all files/filesystems (default below)
 #   DEBIAN_MIRROR          default http://deb.debian.org/debian
 #   DEBIAN_SECURITY_MIRROR default http://deb.debian.org/debian-security
@@ -72,13 +85,23 @@ ROOT_LABEL=root
 ESP_LABEL=ESP
 TYPE_ESP=C12A7328-F81F-11D2-BA4B-00A0C93EC93B
 TYPE_ROOT_X86_64=4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709
+TYPE_ROOT_ARM64=B921B045-1DF0-41C3-AF44-4C6F280D3FAE
 
-KERNEL_CMDLINE="root=PARTUUID=$ROOT_PARTUUID ro console=tty0 console=ttyS0,115200n8 panic=10 no_timer_check"
+ARCH=${ARCH:-amd64}
+case $ARCH in
+amd64)
+  TYPE_ROOT=$TYPE_ROOT_X86_64 CONSOLE=ttyS0
+  KERNEL_CMDLINE="root=PARTUUID=$ROOT_PARTUUID ro console=tty0 console=ttyS0,115200n8 panic=10 no_timer_check" ;;
+arm64)
+  TYPE_ROOT=$TYPE_ROOT_ARM64 CONSOLE=ttyAMA0
+  KERNEL_CMDLINE="root=PARTUUID=$ROOT_PARTUUID ro console=ttyAMA0,115200n8 panic=10" ;;
+*) echo "ARCH=$ARCH: amd64 or arm64" >&2; exit 2 ;;
+esac
 
 # Packages on top of --variant=minbase. Recommends are NOT installed, so
 # everything needed is listed explicitly.
 PACKAGES=(
-  linux-image-amd64 initramfs-tools zstd   # kernel + initrd (zstd-compressed)
+  linux-image-$ARCH initramfs-tools zstd   # kernel + initrd (zstd-compressed)
   systemd-sysv udev                        # init
   cloud-init cloud-guest-utils             # NoCloud seed; growpart for the root fs
   ifupdown isc-dhcp-client iproute2        # cloud-init's "eni" renderer + DHCP
@@ -88,6 +111,11 @@ PACKAGES=(
   clevis-tpm2 clevis-luks                  #   with Clevis's TPM2 pin; sealed anew at first boot (report script)
   e2fsprogs                                # resize2fs for cloud-init resizefs
 )
+if [ "$ARCH" = arm64 ]; then
+  # No encrypted installs on arm64 (yet): without the TPM and LUKS tools.
+  PACKAGES=(linux-image-arm64 initramfs-tools zstd systemd-sysv udev cloud-init cloud-guest-utils
+            ifupdown isc-dhcp-client iproute2 python3 ca-certificates e2fsprogs)
+fi
 INCLUDE=$(IFS=,; echo "${PACKAGES[*]}")${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}
 
 # ---------------------------------------------------------------- helpers
@@ -98,18 +126,28 @@ now() { date +%s; }
 [ "$(id -u)" = 0 ] || die "must run as root (mmdebstrap root mode, root-owned files)"
 
 ensure_host_tools() {
-  local missing=() c p
+  local missing=() c p cmds files
   # command:package
-  for c in mmdebstrap:mmdebstrap mcopy:mtools mkfs.vfat:dosfstools \
-           syslinux:syslinux mkfs.ext4:e2fsprogs sfdisk:fdisk gzip:gzip \
-           sha256sum:coreutils; do
+  cmds=(mmdebstrap:mmdebstrap mcopy:mtools mkfs.vfat:dosfstools mkfs.ext4:e2fsprogs sfdisk:fdisk gzip:gzip sha256sum:coreutils)
+  files=()
+  if [ "$ARCH" = amd64 ]; then
+    cmds+=(syslinux:syslinux)
+    files+=(/usr/lib/syslinux/mbr/gptmbr.bin:syslinux-common
+            /usr/lib/shim/shimx64.efi.signed:shim-signed
+            /usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed:grub-efi-amd64-signed)
+  else
+    cmds+=(arch-test:arch-test update-binfmts:binfmt-support qemu-aarch64-static:qemu-user-static)
+  fi
+  for c in "${cmds[@]}"; do
     command -v "${c%%:*}" >/dev/null || missing+=("${c#*:}")
   done
-  for p in /usr/lib/syslinux/mbr/gptmbr.bin:syslinux-common \
-           /usr/lib/shim/shimx64.efi.signed:shim-signed \
-           /usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed:grub-efi-amd64-signed; do
+  for p in "${files[@]}"; do
     [ -e "${p%%:*}" ] || missing+=("${p#*:}")
   done
+  if [ "$ARCH" = arm64 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    log "dpkg --add-architecture arm64 (the ESP's signed shim and GRUB are arm64 packages)"
+    dpkg --add-architecture arm64 && apt-get update -qq >&2
+  fi
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing host packages: ${missing[*]}"
     apt-get install -y --no-install-recommends "${missing[@]}" >&2 ||
@@ -139,10 +177,24 @@ EARLY=$WORK/early
 mkdir -p "$EARLY/etc/initramfs-tools/conf.d"
 chmod 755 "$EARLY"
 printf 'MODULES=most\nCOMPRESS=zstd\nFSTYPE=ext4\n' > "$EARLY/etc/initramfs-tools/conf.d/e2e-image.conf"
+ARCH_OPTS=()
+if [ "$ARCH" = arm64 ]; then
+  # A few modules, listed (not a conffile: modules.d is read as well as
+  # /etc/initramfs-tools/modules); update-initramfs diverted to a no-op
+  # while the packages install, then run once.
+  printf 'MODULES=list\nCOMPRESS=zstd\nFSTYPE=ext4\n' > "$EARLY/etc/initramfs-tools/conf.d/e2e-image.conf"
+  mkdir -p "$EARLY/usr/share/initramfs-tools/modules.d"
+  printf '%s\n' virtio_pci virtio_mmio virtio_blk ext4 crc32c_generic > "$EARLY/usr/share/initramfs-tools/modules.d/e2e-image"
+  ARCH_OPTS=(--architectures=arm64
+    --essential-hook='chroot "$1" dpkg-divert --quiet --local --rename --divert /usr/sbin/update-initramfs.e2e --add /usr/sbin/update-initramfs'
+    --essential-hook='printf "#!/bin/sh\nexit 0\n" > "$1/usr/sbin/update-initramfs" && chmod 755 "$1/usr/sbin/update-initramfs"'
+    --customize-hook='rm "$1/usr/sbin/update-initramfs" && chroot "$1" dpkg-divert --quiet --local --rename --remove /usr/sbin/update-initramfs'
+    --customize-hook='chroot "$1" update-initramfs -c -k all')
+fi
 
 log "mmdebstrap $SUITE (minbase + $INCLUDE)"
 T0=$(now)
-mmdebstrap --variant=minbase --mode=root --format=directory \
+mmdebstrap --variant=minbase --mode=root --format=directory "${ARCH_OPTS[@]}" \
   --aptopt='APT::Install-Recommends "false"' \
   --dpkgopt='path-exclude=/usr/share/man/*' \
   --dpkgopt='path-exclude=/usr/share/doc/*' \
@@ -186,10 +238,10 @@ source /etc/network/interfaces.d/*
 EOF
 mkdir -p "$R/etc/network/interfaces.d"
 
-# Serial getty on ttyS0 (systemd would also derive it from console=ttyS0).
+# Serial getty on the console (systemd would also derive it from console=).
 mkdir -p "$R/etc/systemd/system/getty.target.wants"
 ln -sf /lib/systemd/system/serial-getty@.service \
-  "$R/etc/systemd/system/getty.target.wants/serial-getty@ttyS0.service"
+  "$R/etc/systemd/system/getty.target.wants/serial-getty@$CONSOLE.service"
 
 # cloud-init: only NoCloud (seed dir on the root fs), else None (fallback
 # network config = DHCP on the first NIC).
@@ -239,15 +291,28 @@ E2FSPROGS_FAKE_TIME=$SOURCE_DATE_EPOCH e2fsck -fn "$WORK/root.img" >&2 || die "e
 # 4. ESP (FAT) with syslinux + shim/GRUB + kernel (no mount) -------------
 ESP=$WORK/esp.img
 ESP_STAGE=$WORK/esp
-mkdir -p "$ESP_STAGE/EFI/BOOT" "$ESP_STAGE/EFI/debian" "$ESP_STAGE/syslinux"
+mkdir -p "$ESP_STAGE/EFI/BOOT" "$ESP_STAGE/EFI/debian"
 cp "$R/boot/vmlinuz-$KVER" "$ESP_STAGE/vmlinuz"
 cp "$R/boot/initrd.img-$KVER" "$ESP_STAGE/initrd.img"
-# UEFI: shim at the removable-media fallback path loads grubx64.efi beside
-# it (no fbx64: no boot entry is written); Debian's signed GRUB reads
-# /EFI/debian/grub.cfg (its prefix), else the one beside it.
-cp /usr/lib/shim/shimx64.efi.signed "$ESP_STAGE/EFI/BOOT/BOOTX64.EFI"
-cp /usr/lib/shim/mmx64.efi.signed "$ESP_STAGE/EFI/BOOT/mmx64.efi"
-cp /usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed "$ESP_STAGE/EFI/BOOT/grubx64.efi"
+# UEFI: shim at the removable-media fallback path loads grub<arch>.efi
+# beside it (no fb<arch>: no boot entry is written); Debian's signed GRUB
+# reads /EFI/debian/grub.cfg (its prefix), else the one beside it.
+if [ "$ARCH" = amd64 ]; then
+  mkdir -p "$ESP_STAGE/syslinux"
+  cp /usr/lib/shim/shimx64.efi.signed "$ESP_STAGE/EFI/BOOT/BOOTX64.EFI"
+  cp /usr/lib/shim/mmx64.efi.signed "$ESP_STAGE/EFI/BOOT/mmx64.efi"
+  cp /usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed "$ESP_STAGE/EFI/BOOT/grubx64.efi"
+else
+  # The arm64 signed binaries, from Debian's arm64 packages (downloaded,
+  # unpacked aside, not installed).
+  mkdir -p "$WORK/efi-debs" "$WORK/efi"
+  (cd "$WORK/efi-debs" && apt-get download -qq shim-signed:arm64 grub-efi-arm64-signed:arm64 >&2)
+  for d in "$WORK"/efi-debs/*.deb; do dpkg-deb -x "$d" "$WORK/efi"; done
+  cp "$WORK/efi/usr/lib/shim/shimaa64.efi.signed" "$ESP_STAGE/EFI/BOOT/BOOTAA64.EFI"
+  cp "$WORK/efi/usr/lib/shim/mmaa64.efi.signed" "$ESP_STAGE/EFI/BOOT/mmaa64.efi"
+  cp "$WORK/efi/usr/lib/grub/arm64-efi-signed/grubaa64.efi.signed" "$ESP_STAGE/EFI/BOOT/grubaa64.efi"
+  apt-cache policy shim-signed:arm64 grub-efi-arm64-signed:arm64 | awk '/^[^ ]/{p=$1} /Candidate:/{print p, $2}' >> "$WORK/packages.txt"
+fi
 for cfg in "$ESP_STAGE/EFI/debian/grub.cfg" "$ESP_STAGE/EFI/BOOT/grub.cfg"; do
   cat > "$cfg" <<EOF
 set timeout=0
@@ -259,7 +324,7 @@ boot
 EOF
 done
 # BIOS: syslinux (ldlinux.sys/.c32 are added by `syslinux --install` below).
-cat > "$ESP_STAGE/syslinux/syslinux.cfg" <<EOF
+[ "$ARCH" = amd64 ] && cat > "$ESP_STAGE/syslinux/syslinux.cfg" <<EOF
 SERIAL 0 115200
 DEFAULT debian
 PROMPT 0
@@ -294,14 +359,16 @@ first-lba: 2048
 sector-size: 512
 
 start=$ESP_START, size=$ESP_SECTORS, type=$TYPE_ESP, uuid=$ESP_PARTUUID, name="$ESP_LABEL", attrs="LegacyBIOSBootable"
-start=$ROOT_START, size=$ROOT_SECTORS, type=$TYPE_ROOT_X86_64, uuid=$ROOT_PARTUUID, name="$ROOT_LABEL"
+start=$ROOT_START, size=$ROOT_SECTORS, type=$TYPE_ROOT, uuid=$ROOT_PARTUUID, name="$ROOT_LABEL"
 EOF
 dd if="$ESP" of="$DISK" bs=1M seek=$(( ESP_START / 2048 )) conv=notrunc,sparse status=none
 dd if="$WORK/root.img" of="$DISK" bs=1M seek=$(( ROOT_START / 2048 )) conv=notrunc,sparse status=none
 # Legacy BIOS: syslinux's GPT-aware MBR boot code (first 440 bytes only, the
 # protective MBR partition entry stays), then ldlinux into the ESP in place.
-dd if=/usr/lib/syslinux/mbr/gptmbr.bin of="$DISK" bs=440 count=1 conv=notrunc status=none
-syslinux --install --offset $(( ESP_START * 512 )) --directory /syslinux "$DISK"
+if [ "$ARCH" = amd64 ]; then
+  dd if=/usr/lib/syslinux/mbr/gptmbr.bin of="$DISK" bs=440 count=1 conv=notrunc status=none
+  syslinux --install --offset $(( ESP_START * 512 )) --directory /syslinux "$DISK"
+fi
 sfdisk --verify "$DISK" >&2 || die "sfdisk --verify failed"
 
 # 6. Outputs ---------------------------------------------------------------
@@ -314,7 +381,7 @@ cp "$WORK/packages.txt" "$OUT_DIR/packages.txt"
 
 T_TOTAL=$(( $(now) - T_START ))
 {
-  echo "suite: $SUITE  kernel: $KVER  SOURCE_DATE_EPOCH: $SOURCE_DATE_EPOCH"
+  echo "suite: $SUITE  arch: $ARCH  kernel: $KVER  SOURCE_DATE_EPOCH: $SOURCE_DATE_EPOCH"
   echo "cmdline: $KERNEL_CMDLINE"
   echo "mmdebstrap_seconds: $T_MMDEBSTRAP  total_seconds: $T_TOTAL"
   echo "raw_bytes: $(stat -c %s "$OUT_DIR/debian.raw")  raw_allocated_kib: $(du -k "$OUT_DIR/debian.raw" | cut -f1)  gz_bytes: $(stat -c %s "$OUT_DIR/debian.raw.gz")"

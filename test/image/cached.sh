@@ -1,14 +1,18 @@
 #!/bin/bash
-# cached.sh: the Debian test image (build-image.sh), built once for each
-# version of that script and kept in the user's cache:
+# cached.sh [ARCH]: the Debian test image (build-image.sh) for ARCH (amd64,
+# the default, or arm64), built once for each version of that script and
+# kept in the user's cache:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/bootops/debian-image/<key>/debian.raw.gz
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/bootops/debian-image-arm64/<key>/debian.raw.gz
 # where <key> is the first 16 hex digits of the script's sha256. Prints
 # that folder. Callers at once build it once: `make test` starts it first,
 # in the background, and the e2e tests (TestMain) wait on its lock.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 key=$(sha256sum "$here/build-image.sh" | cut -c1-16)
+arch=${1:-amd64}
 base=${XDG_CACHE_HOME:-$HOME/.cache}/bootops/debian-image
+[ "$arch" = amd64 ] || base=$base-$arch
 dir=$base/$key
 mkdir -p "$base"
 exec 9>"$dir.lock"
@@ -17,7 +21,7 @@ if [ ! -f "$dir/debian.raw.gz" ]; then
 	tmp=$dir.tmp-$$
 	rm -rf "$tmp"
 	start=$(date +%s)
-	bash "$here/build-image.sh" "$tmp" >&2
+	ARCH=$arch bash "$here/build-image.sh" "$tmp" >&2
 	rm -f "$tmp/debian.raw" # the gzip is what is served
 	rm -rf "$dir"
 	mv "$tmp" "$dir"

@@ -1,0 +1,8 @@
+//go:build e2e && armbench
+
+package e2e
+
+// armRunning: TestARM64's x86_64 machine installs the Debian amd64 image
+// and runs it too, so power-on to running is timed for both families in
+// one run (test/bench/arm64.sh).
+const armRunning = true

@@ -167,6 +167,19 @@ cleanup() { [ "${IMG_KEEP_WORK:-0}" = 1 ] && log "work dir kept: $WORK" || rm -r
 trap cleanup EXIT
 ROOTFS=$WORK/rootfs
 
+# The arm64 ESP's signed shim, MokManager and GRUB, from Debian's arm64
+# packages (downloaded, unpacked aside, not installed): first, so a missing
+# one fails the build before the long part.
+if [ "$ARCH" = arm64 ]; then
+  mkdir -p "$WORK/efi-debs" "$WORK/efi"
+  EFI_DEBS=(shim-signed:arm64 shim-helpers-arm64-signed:arm64 grub-efi-arm64-signed:arm64)
+  (cd "$WORK/efi-debs" && apt-get download -qq "${EFI_DEBS[@]}" >&2)
+  for d in "$WORK"/efi-debs/*.deb; do dpkg-deb -x "$d" "$WORK/efi"; done
+  for f in shim/shimaa64.efi.signed shim/mmaa64.efi.signed grub/arm64-efi-signed/grubaa64.efi.signed; do
+    [ -f "$WORK/efi/usr/lib/$f" ] || die "$f is not in ${EFI_DEBS[*]}"
+  done
+fi
+
 # 1. Root filesystem tree with mmdebstrap --------------------------------
 # The initramfs config must exist before the kernel package builds the
 # initramfs, so it is synced in by an --essential-hook (runs before the
@@ -303,15 +316,11 @@ if [ "$ARCH" = amd64 ]; then
   cp /usr/lib/shim/mmx64.efi.signed "$ESP_STAGE/EFI/BOOT/mmx64.efi"
   cp /usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed "$ESP_STAGE/EFI/BOOT/grubx64.efi"
 else
-  # The arm64 signed binaries, from Debian's arm64 packages (downloaded,
-  # unpacked aside, not installed).
-  mkdir -p "$WORK/efi-debs" "$WORK/efi"
-  (cd "$WORK/efi-debs" && apt-get download -qq shim-signed:arm64 grub-efi-arm64-signed:arm64 >&2)
-  for d in "$WORK"/efi-debs/*.deb; do dpkg-deb -x "$d" "$WORK/efi"; done
+  # The arm64 signed binaries (fetched before mmdebstrap, below).
   cp "$WORK/efi/usr/lib/shim/shimaa64.efi.signed" "$ESP_STAGE/EFI/BOOT/BOOTAA64.EFI"
   cp "$WORK/efi/usr/lib/shim/mmaa64.efi.signed" "$ESP_STAGE/EFI/BOOT/mmaa64.efi"
   cp "$WORK/efi/usr/lib/grub/arm64-efi-signed/grubaa64.efi.signed" "$ESP_STAGE/EFI/BOOT/grubaa64.efi"
-  apt-cache policy shim-signed:arm64 grub-efi-arm64-signed:arm64 | awk '/^[^ ]/{p=$1} /Candidate:/{print p, $2}' >> "$WORK/packages.txt"
+  apt-cache policy "${EFI_DEBS[@]}" | awk '/^[^ ]/{p=$1} /Candidate:/{print p, $2}' >> "$WORK/packages.txt"
 fi
 for cfg in "$ESP_STAGE/EFI/debian/grub.cfg" "$ESP_STAGE/EFI/BOOT/grub.cfg"; do
   cat > "$cfg" <<EOF

@@ -40,7 +40,11 @@ import (
 // request for three slots or more: let in whenever fewer were free, the
 // one- and two-VM tests kept them from the three-VM ones until the end of
 // a run, which then ran one after another (measured: the last 20 min).
-// A smaller request passes a two-slot one that does not fit.
+// One exception: while such a request waits, one one-slot test at a time
+// may take a free slot it cannot use (a short test, its slot back within
+// minutes; the long tests' guests often wait on a WAN or sit idle, and
+// the one-VM tests had waited for the end of the run). A smaller request
+// passes a two-slot one that does not fit.
 //
 // BOOTOPS_E2E_VM_SLOTS sets how many (default: two per CPU and one, at
 // least 5).
@@ -54,14 +58,16 @@ var (
 var longFirst = []string{"TestRollout", "TestEncryptedInstall", "TestEdgeOverTheInternet", "TestRunning"}
 
 type slotPool struct {
-	mu      sync.Mutex
-	cap     int
-	free    int
-	waiting []*slotWaiter
-	seq     int
+	mu       sync.Mutex
+	cap      int
+	free     int
+	waiting  []*slotWaiter
+	seq      int
+	backfill string // the one-slot test let past a waiting request, or ""
 }
 
 type slotWaiter struct {
+	test         string
 	n, rank, seq int
 	granted      chan struct{}
 }
@@ -93,15 +99,19 @@ func rank(test string) int {
 func (p *slotPool) acquire(test string, n int) {
 	p.mu.Lock()
 	p.seq++
-	w := &slotWaiter{n: n, rank: rank(test), seq: p.seq, granted: make(chan struct{})}
+	w := &slotWaiter{test: test, n: n, rank: rank(test), seq: p.seq, granted: make(chan struct{})}
 	p.waiting = append(p.waiting, w)
 	p.grant()
 	p.mu.Unlock()
 	<-w.granted
 }
 
-func (p *slotPool) release(n int) {
+// release gives back n of test's slots.
+func (p *slotPool) release(test string, n int) {
 	p.mu.Lock()
+	if test == p.backfill {
+		p.backfill = ""
+	}
 	p.free += n
 	p.grant()
 	p.mu.Unlock()
@@ -121,7 +131,10 @@ func (p *slotPool) grant() {
 	kept := p.waiting[:0]
 	blocked := false
 	for _, w := range p.waiting {
-		if !blocked && w.n <= p.free {
+		if w.n <= p.free && (!blocked || w.n == 1 && p.backfill == "") {
+			if blocked {
+				p.backfill = w.test
+			}
 			p.free -= w.n
 			close(w.granted)
 			continue
@@ -147,7 +160,7 @@ func (l *lab) vms(n int) {
 		l.t.Fatalf("the test runs %d VMs at once; the run has %d slots (BOOTOPS_E2E_VM_SLOTS)", n, p.cap)
 	}
 	if n <= l.slots {
-		p.release(l.slots - n)
+		p.release(l.t.Name(), l.slots-n)
 		l.slots = n
 		return
 	}
@@ -169,7 +182,7 @@ func (l *lab) resting(n int) { l.rest = n }
 // processes are dead.
 func (l *lab) releaseSlots() {
 	if l.slots > 0 {
-		vmSlots().release(l.slots)
+		vmSlots().release(l.t.Name(), l.slots)
 		l.slots = 0
 	}
 }
@@ -217,8 +230,8 @@ func alive(cmd *exec.Cmd) bool {
 }
 
 // The line's order: a long test first, a waiting long test or one of
-// three slots not passed, the others largest first, a smaller one let in
-// when a two-slot one does not fit.
+// three slots not passed but by one one-slot test at a time, the others
+// largest first, a smaller one let in when a two-slot one does not fit.
 func TestSlotLine(t *testing.T) {
 	p := &slotPool{cap: 5, free: 1}
 	var got []string
@@ -267,25 +280,37 @@ func TestSlotLine(t *testing.T) {
 	ask("TestBig", 3)
 	ask("TestRunning", 2)
 	granted()
-	p.release(1) // 2 free: TestRunning (long) first
+	p.release("", 1) // 2 free: TestRunning (long) first
 	granted("TestRunning")
 	ask("TestEdgeOverTheInternet/x", 3) // long, ranked before TestRunning
-	p.release(2)                        // 2 free: the waiting long test (3) does not fit and is not passed
+	p.release("", 2)                    // 2 free: the waiting long test (3) does not fit and is not passed
 	granted("TestRunning")
-	p.release(1) // 3 free
+	p.release("", 1) // 3 free
 	granted("TestRunning", "TestEdgeOverTheInternet/x")
-	p.release(2) // 2 free: TestBig (3) does not fit, and TestSmall (2) does not pass it
+	p.release("", 2) // 2 free: TestBig (3) does not fit, and TestSmall (2) does not pass it
 	granted("TestRunning", "TestEdgeOverTheInternet/x")
-	p.release(1) // 3 free: TestBig
+	p.release("", 1) // 3 free: TestBig
 	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig")
 	ask("TestPair", 2)
 	ask("TestOne", 1)
-	p.release(1) // 1 free: TestPair (2) does not fit, TestOne passes it
+	p.release("", 1) // 1 free: TestPair (2) does not fit, TestOne passes it
 	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig", "TestOne")
-	p.release(2) // 2 free: TestSmall and TestPair (2 each), the first asked first
+	p.release("", 2) // 2 free: TestSmall and TestPair (2 each), the first asked first
 	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig", "TestOne", "TestSmall")
-	p.release(2)
+	p.release("", 2)
 	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig", "TestOne", "TestSmall", "TestPair")
+	// One one-slot test at a time past a waiting long test.
+	ask("TestEncryptedInstall", 2)
+	ask("TestA", 1)
+	ask("TestB", 1)
+	p.release("", 1) // 1 free: TestA passes the waiting long test
+	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig", "TestOne", "TestSmall", "TestPair", "TestA")
+	p.release("", 1) // 1 free: TestB does not, while TestA holds its slot
+	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig", "TestOne", "TestSmall", "TestPair", "TestA")
+	p.release("TestA", 1) // 2 free: the long test
+	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig", "TestOne", "TestSmall", "TestPair", "TestA", "TestEncryptedInstall")
+	p.release("", 1)
+	granted("TestRunning", "TestEdgeOverTheInternet/x", "TestBig", "TestOne", "TestSmall", "TestPair", "TestA", "TestEncryptedInstall", "TestB")
 	wg.Wait()
 	if p.free != 0 || len(p.waiting) != 0 {
 		t.Errorf("free %d, waiting %d; want 0, 0", p.free, len(p.waiting))

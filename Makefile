@@ -86,7 +86,7 @@ STATICCHECK := .cache/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # puts every test in its line at once, so the longest go first); -v prints
 # each one's time. The timeouts leave wide margins: a warm run
 # takes a fraction of them.
-E2E_FLAGS := -count=1 -tags e2e -timeout 70m -parallel 40 -v
+E2E_FLAGS := -count=1 -tags e2e -timeout 74m -parallel 40 -v
 
 # The inner loop: what a change must pass before it is pushed.
 check: go-check unit-deps lint

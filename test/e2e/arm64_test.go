@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,12 +83,11 @@ func TestARM64(t *testing.T) {
 	// servers ship): shim (signed by Microsoft's UEFI CA) checks GRUB and
 	// Debian's kernel. x1 without IPv6, so OVMF does not wait for a PXEv6
 	// answer before its disk.
-	noV6 := []string{"-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=n"}
 	arm := func(round string) *vm {
 		return l.arm64VM("a1"+round, "52:54:00:a6:40:01", "/usr/share/AAVMF/AAVMF_VARS.ms.fd", bootDisk(armDisk)...)
 	}
 	x86 := func(round string) *vm {
-		return l.uefiBoot("x1"+round, "52:54:00:a6:40:02", ",romfile=,bootindex=1", append(noV6, bootDisk(x86Disk)...)...)
+		return l.uefiBoot("x1"+round, "52:54:00:a6:40:02", ",romfile=,bootindex=1", slices.Concat(noIPv6, bootDisk(x86Disk))...)
 	}
 	start := time.Now()
 	v, x := arm("-install"), x86("-install")

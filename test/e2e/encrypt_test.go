@@ -84,10 +84,9 @@ func TestEncryptedInstall(t *testing.T) {
 		f.Truncate(3 << 30)
 		f.Close()
 	}
-	noV6 := []string{"-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=n"}
 	// The install: OVMF's PXE, then the Micro-OS, as TestRunning's UEFI VM.
 	install := func(name, mac, round string, tpmArgs []string) *vm {
-		return l.uefiBoot(name+round, mac, ",romfile=,bootindex=1", append(append(tpmArgs, noV6...), bootDisk(disks[name])...)...)
+		return l.uefiBoot(name+round, mac, ",romfile=,bootindex=1", append(append(tpmArgs, noIPv6...), bootDisk(disks[name])...)...)
 	}
 	// Secure Boot on (Microsoft's keys enrolled: Debian's shim boots),
 	// from the disk.
@@ -226,7 +225,7 @@ func TestEncryptedInstall(t *testing.T) {
 	l.vms(2) // the other TPM's VM and the BMC's
 	otherVM := l.secureVM("fde-other", "52:54:00:e2:50:03", "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd",
 		append(l.tpmArgs(other), snapshot...)...)
-	bmc := l.redfishFDE(tp, disks["fde"], fdeMAC, noV6)
+	bmc := l.redfishFDE(tp, disks["fde"], fdeMAC, noIPv6)
 	bmc.reset(t, "On")
 	refused := map[string]*vm{"another TPM": otherVM, "Secure Boot off": bmc.vm}
 	for _, v := range refused {

@@ -52,6 +52,10 @@ var (
 // pxeV6Only makes PXE over IPv6 OVMF's first network boot (its fw_cfg
 // knobs, opt/org.tianocore/*): PXE over IPv4 off, IPv6 on; its UEFI HTTP
 // boot options come after PXE in the boot order.
+// noIPv6 turns OVMF's IPv6 off, so it does not wait for a PXEv6 answer
+// before the next boot option (a disk).
+var noIPv6 = []string{"-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=n"}
+
 var pxeV6Only = []string{"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=y", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=y"}
 
 // newLab6 is a lab whose bridge has IPv6: br0 holds server6/64 and radvd

@@ -49,8 +49,7 @@ func TestRunning(t *testing.T) {
 		if name == "vm-uefi" {
 			// OVMF's own PXE and HTTP boot (romfile=: no iPXE ROM on the
 			// NIC), as on a machine from the factory.
-			noV6 := []string{"-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=n"}
-			return l.uefiBoot("uefi"+round, nodes[name], ",romfile=,bootindex=1", slices.Concat(l.tpmArgs(tp), noV6, bootDisk(disks[name]))...)
+			return l.uefiBoot("uefi"+round, nodes[name], ",romfile=,bootindex=1", slices.Concat(l.tpmArgs(tp), noIPv6, bootDisk(disks[name]))...)
 		}
 		return l.boot("bios"+round, nodes[name], ",bootindex=1", bootDisk(disks[name])...)
 	}

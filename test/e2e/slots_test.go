@@ -159,7 +159,10 @@ func (l *lab) vms(n int) {
 	if n > p.cap {
 		l.t.Fatalf("the test runs %d VMs at once; the run has %d slots (BOOTOPS_E2E_VM_SLOTS)", n, p.cap)
 	}
-	if n <= l.slots {
+	if n == l.slots {
+		return
+	}
+	if n < l.slots {
 		p.release(l.t.Name(), l.slots-n)
 		l.slots = n
 		return

@@ -128,7 +128,32 @@ func TestEncryptedInstall(t *testing.T) {
 		t.Errorf("the marker of the image's root is on the encrypted install's disk, in the clear")
 	}
 
-	// The first boot (Secure Boot on): unlocked by the key the Micro-OS
+	// The recovery key, as an operator gets it.
+	recoveryKey := func() string {
+		t.Helper()
+		cmd := exec.Command("ip", "netns", "exec", l.lan, "env", "BOOTOPS_TOKEN_FILE="+token, bootops, "recovery-key", "vm-fde",
+			"--site", "lab", "--identity", idFile, "--server", url4)
+		out, err := cmd.Output() // the key alone on stdout; what it is on stderr
+		if err != nil {
+			t.Fatalf("bootops recovery-key: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	// waitRunning waits (at most d) for a running report of vm-fde past
+	// before; when none comes it ends the VMs and fails the test with
+	// what the installed system logged (read from its disk).
+	waitRunning := func(what string, d time.Duration, cond func() bool, vms ...*vm) {
+		t.Helper()
+		if testutil.Poll(d, every, cond) {
+			return
+		}
+		for _, v := range vms {
+			v.cmd.Process.Kill()
+		}
+		waitVMs(time.Minute, vms...)
+		t.Errorf("timed out after %s waiting for %s; vm-fde's console:\n%s", d, what, testutil.Tail(mustRead(vms[len(vms)-1].console), 20))
+		t.Fatalf("what vm-fde's installed system logged:\n%s", installedLogs(t, disks["fde"], recoveryKey()))
+	}
 	// sealed, sealed anew to PCR 7 of this boot, running.
 	reports := func() int { return strings.Count(l.logs("lab/vm-fde"), "running: hostname") }
 	// unlocked checks cryptsetup unlocked the root on v's console, and
@@ -146,7 +171,7 @@ func TestEncryptedInstall(t *testing.T) {
 		t.Helper()
 		before, t0 := reports(), time.Now()
 		v := secure("fde", fdeMAC, round, l.tpmArgs(tp))
-		waitFor(t, "vm-fde running after boot "+round, 15*time.Minute, func() bool { return reports() > before })
+		waitRunning("vm-fde running after boot "+round, 15*time.Minute, func() bool { return reports() > before }, v)
 		took := time.Since(t0).Round(time.Second)
 		unlocked(v, round)
 		return took
@@ -160,7 +185,11 @@ func TestEncryptedInstall(t *testing.T) {
 	}
 	fdeVM := secure("fde", fdeMAC, "2", l.tpmArgs(tp))
 	var fdeFirst, plainFirst time.Duration
-	waitFor(t, "the first boots running", 15*time.Minute, func() bool {
+	first := []*vm{fdeVM}
+	if plainVM != nil {
+		first = []*vm{plainVM, fdeVM}
+	}
+	waitRunning("the first boots running", 15*time.Minute, func() bool {
 		if fdeFirst == 0 && reports() > before {
 			fdeFirst = time.Since(t0).Round(time.Second)
 		}
@@ -168,7 +197,7 @@ func TestEncryptedInstall(t *testing.T) {
 			plainFirst = time.Since(t0).Round(time.Second)
 		}
 		return fdeFirst > 0 && (plainFirst > 0 || !fdeCompare)
-	})
+	}, first...)
 	t.Logf("timing: first boot (power-on → running report): encrypted %s (unlock, seal to PCR 7), in the clear %s", fdeFirst, plainFirst)
 	unlocked(fdeVM, "2")
 	if plainVM != nil {
@@ -195,17 +224,6 @@ func TestEncryptedInstall(t *testing.T) {
 		t.Errorf("Clevis tokens after the first boot: %v, want one sealed to PCR 7", tokens)
 	}
 
-	// The recovery key, as an operator gets it.
-	recoveryKey := func() string {
-		t.Helper()
-		cmd := exec.Command("ip", "netns", "exec", l.lan, "env", "BOOTOPS_TOKEN_FILE="+token, bootops, "recovery-key", "vm-fde",
-			"--site", "lab", "--identity", idFile, "--server", url4)
-		out, err := cmd.Output() // the key alone on stdout; what it is on stderr
-		if err != nil {
-			t.Fatalf("bootops recovery-key: %v\n%s", err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
 	recovery := recoveryKey()
 	if !regexp.MustCompile(`^[0-9]{6}(-[0-9]{6}){7}$`).MatchString(recovery) {
 		t.Fatalf("bootops recovery-key printed %q", recovery)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bootops/bootops/internal/testutil"
 )
 
 // A BIOS VM and a UEFI VM install a real Debian at once, reboot into it
@@ -88,7 +90,7 @@ func TestRunning(t *testing.T) {
 	vms = bootAll("2")
 	seen := map[string]map[string]bool{"vm-bios": {}, "vm-uefi": {}}
 	running := map[string]time.Duration{}
-	waitFor(t, "both nodes running", 25*time.Minute, func() bool {
+	if !testutil.Poll(25*time.Minute, every, func() bool {
 		for name := range nodes {
 			s, _ := nodeState(l, "lab/"+name)
 			seen[name][s] = true
@@ -97,7 +99,17 @@ func TestRunning(t *testing.T) {
 			}
 		}
 		return len(running) == len(nodes)
-	})
+	}) {
+		// Why not: what each installed system logged, from its disk.
+		killAll(vms)
+		for name := range nodes {
+			if running[name] == 0 {
+				t.Errorf("%s not running after 25m0s; its console:\n%s\nwhat its installed system logged:\n%s",
+					name, testutil.Tail(mustRead(vms[name].console), 20), installedLogs(t, disks[name], ""))
+			}
+		}
+		t.FailNow()
+	}
 	t.Logf("timing: power-on → running (install, reboot, first boot of the installed OS), both at once: BIOS %s, UEFI %s", running["vm-bios"], running["vm-uefi"])
 	for name, v := range vms {
 		if len(seen[name]) != 2 || !seen[name]["provisioned"] {

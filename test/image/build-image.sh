@@ -256,6 +256,15 @@ mkdir -p "$R/etc/systemd/system/getty.target.wants"
 ln -sf /lib/systemd/system/serial-getty@.service \
   "$R/etc/systemd/system/getty.target.wants/serial-getty@$CONSOLE.service"
 
+# cloud-init always runs. Debian enables it from a systemd generator
+# (ds-identify, a long shell script), and systemd kills the generators
+# still running after 90 s: a first boot on a loaded TCG host (CI's e2e
+# stage) then came up with cloud-init off — hostname localhost, no seed
+# read, no report. With a single datasource ds-identify would enable it
+# anyway; the link makes that not depend on the host's load.
+mkdir -p "$R/etc/systemd/system/multi-user.target.wants"
+ln -sf /lib/systemd/system/cloud-init.target "$R/etc/systemd/system/multi-user.target.wants/cloud-init.target"
+
 # cloud-init: only NoCloud (seed dir on the root fs), else None (fallback
 # network config = DHCP on the first NIC).
 cat > "$R/etc/cloud/cloud.cfg.d/90-e2e-image.cfg" <<'EOF'

@@ -105,11 +105,12 @@ lint: vet $(STATICCHECK)
 $(STATICCHECK): | go-check
 	GOBIN=$(CURDIR)/$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-# The Debian test image (13–21 min on a fresh machine) starts first, in the
-# background and niced: it is ready when the end-to-end tests need it.
+# The Debian test images (amd64: 13–21 min on a fresh machine; then arm64)
+# start first, in the background and niced, one after the other: they are
+# ready when the end-to-end tests need them.
 test: go-check lab-deps
-	@mkdir -p .cache; if [ "$$(id -u)" = 0 ]; then echo "the Debian test image: building (or cached) in the background, log in .cache/debian-image.log"; \
-		(nice -n 10 bash test/image/cached.sh > .cache/debian-image.log 2>&1 &); fi
+	@mkdir -p .cache; if [ "$$(id -u)" = 0 ]; then echo "the Debian test images: building (or cached) in the background, log in .cache/debian-image.log"; \
+		(nice -n 10 bash -c 'bash test/image/cached.sh; bash test/image/cached.sh arm64' > .cache/debian-image.log 2>&1 &); fi
 	@$(MAKE) --no-print-directory check
 	$(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
 	$(GO) test -count=1 -race -tags ipmi -timeout 10m -run IPMI ./daemon

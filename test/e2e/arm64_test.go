@@ -23,19 +23,20 @@ import (
 // GRUB the node's config over TFTP, all under Secure Boot with the
 // Microsoft keys (shim checks GRUB and Debian's kernel), then the arm64
 // Micro-OS (Debian's arm64 kernel, busybox and tools, the agent
-// cross-compiled) installs the Debian arm64 image on its disk. Powered on
-// again, network first, bootops' GRUB script sends it to its disk, where
-// shimaa64 at the removable path starts Debian (Secure Boot still on),
-// whose cloud-init and report make it running; powered on once more, the
-// network is still tried first: nothing the install or the OS did put the
-// disk ahead of it, so a reinstall by rollout works. Its timeline shows the
-// arm64 path; its agent checked in as arm64. A mixed site: an x86_64 UEFI
-// VM installs from the same daemon at the same time, by its own chain
-// (ipxe.efi, the x86 Micro-OS) — the small test image in make test; with
-// the tag armbench (test/bench/arm64.sh) the Debian amd64 image, run to
-// running, so power-on to running is timed for both families in one run;
-// then an x86 VM with the MAC of a node registered arm64 is refused, the
-// reason on that node's timeline.
+// cross-compiled) installs the Debian arm64 image (test/image, arm64.sh)
+// on its disk. Powered on again, network first, bootops' GRUB script sends
+// it to its disk, where shimaa64 at the removable path starts Debian
+// (Secure Boot still on), whose cloud-init and report make it running;
+// powered on once more, the network is still tried first: nothing the
+// install or the OS did put the disk ahead of it, so a reinstall by
+// rollout works. Its timeline shows the arm64 path; its agent checked in
+// as arm64. A mixed site: an x86_64 UEFI VM installs from the same daemon
+// at the same time, by its own chain (ipxe.efi, the x86 Micro-OS) — the
+// small test image in make test; with the tag armbench
+// (test/bench/arm64.sh) the Debian amd64 image, run to running, so
+// power-on to running is timed for both families in one run; then an x86
+// VM with the MAC of a node registered arm64 is refused, the reason on
+// that node's timeline.
 func TestARM64(t *testing.T) {
 	t.Parallel()
 	began := time.Now()
@@ -49,12 +50,12 @@ func TestARM64(t *testing.T) {
 	}
 	imgDir := t.TempDir()
 	gzSHA, rawSHA := osImage(t, imgDir)
-	// make test: both install the test image. armbench: each its Debian.
-	armProfile, armSHA, x86Profile, x86SHA := "arm-os", gzSHA, "test-os", gzSHA
-	if armRunning {
-		armDir, sum := debianImageARM64(t)
-		armProfile, armSHA = "arm-debian", sum
-		os.Symlink(filepath.Join(armDir, "debian.raw.gz"), filepath.Join(imgDir, "debian-arm64.raw.gz"))
+	// a1: the Debian arm64 image. x1: the test image in make test, with
+	// armbench the Debian amd64 image.
+	armDir, armSHA := debianImageARM64(t)
+	armProfile, x86Profile, x86SHA := "arm-debian", "test-os", gzSHA
+	os.Symlink(filepath.Join(armDir, "debian.raw.gz"), filepath.Join(imgDir, "debian-arm64.raw.gz"))
+	if x86Running {
 		x86Dir, sum := debianImage(t)
 		x86Profile, x86SHA = "x86-debian", sum
 		os.Symlink(filepath.Join(x86Dir, "debian.raw.gz"), filepath.Join(imgDir, "debian-amd64.raw.gz"))
@@ -74,8 +75,8 @@ func TestARM64(t *testing.T) {
 
 	l.vms(2)
 	armDisk, x86Disk := disk(t, l, "a1"), disk(t, l, "x1")
-	if armRunning { // Debian's root grows into the rest
-		os.Truncate(armDisk, 3<<30)
+	os.Truncate(armDisk, 3<<30) // Debian's root grows into the rest
+	if x86Running {
 		os.Truncate(x86Disk, 3<<30)
 	}
 	// Each power-on: the network first, then the disk, the NVRAM kept (a
@@ -104,9 +105,10 @@ func TestARM64(t *testing.T) {
 	vms := map[string]*vm{"a1": v, "x1": x}
 	boot := map[string]func(string) *vm{"a1": arm, "x1": x86}
 	// Each node: provisioned (its agent's reboot ends QEMU), powered on
-	// again, running (x1: in make test, provisioned is its end).
-	runs := map[string]bool{"a1": armRunning, "x1": armRunning}
-	waitFor(t, "a1 and x1 "+map[bool]string{true: "running", false: "provisioned"}[armRunning], 30*time.Minute, func() bool {
+	// again, running (x1: in make test, provisioned is its end, and its
+	// VM slot goes back).
+	runs := map[string]bool{"a1": true, "x1": x86Running}
+	if !testutil.Poll(40*time.Minute, every, func() bool {
 		done := true
 		for _, n := range []string{"a1", "x1"} {
 			s, _ := nodeState(l, "lab/"+n)
@@ -117,6 +119,8 @@ func TestARM64(t *testing.T) {
 					vms[n] = boot[n]("-disk")
 				} else {
 					vms[n].cmd.Process.Kill()
+					waitVMs(time.Minute, vms[n])
+					l.vms(1)
 				}
 			}
 			if running[n] == 0 && s == "running" {
@@ -125,13 +129,23 @@ func TestARM64(t *testing.T) {
 			done = done && provisioned[n] > 0 && (running[n] > 0 || !runs[n])
 		}
 		return done
-	})
-	if armRunning {
+	}) {
+		for n, v := range vms {
+			v.cmd.Process.Kill()
+			waitVMs(time.Minute, v)
+			if runs[n] && provisioned[n] > 0 && running[n] == 0 {
+				t.Errorf("%s provisioned, not running after 40m0s; its console:\n%s\nwhat its installed system logged:\n%s",
+					n, testutil.Tail(mustRead(v.console), 20), installedLogs(t, map[string]string{"a1": armDisk, "x1": x86Disk}[n], ""))
+			}
+		}
+		t.Fatalf("a1 and x1 not done after 40m0s: provisioned %v, running %v", provisioned, running)
+	}
+	if x86Running {
 		t.Logf("timing: under TCG, same run, power-on → provisioned: arm64 %s, x86_64 %s; power-on → running (install, power-on again, Debian's first boot): arm64 %s, x86_64 %s",
 			provisioned["a1"], provisioned["x1"], running["a1"], running["x1"])
 	} else {
-		t.Logf("timing: under TCG, same run, power-on → provisioned (the test image): arm64 %s, x86_64 %s", provisioned["a1"], provisioned["x1"])
-		checkDisk(t, armDisk, rawSHA)
+		t.Logf("timing: under TCG, same run, power-on → provisioned: arm64 (Debian) %s, x86_64 (the test image) %s; power-on → running (install, power-on again, Debian's first boot): arm64 %s",
+			provisioned["a1"], provisioned["x1"], running["a1"])
 		checkDisk(t, x86Disk, rawSHA)
 	}
 	for n, arch := range map[string]string{"a1": "arm64", "x1": "amd64"} {
@@ -146,7 +160,7 @@ func TestARM64(t *testing.T) {
 			t.Errorf("%s: its boot from disk is not on its timeline:\n%s", n, tl)
 		}
 	}
-	if c := mustRead(vms["a1"].console); armRunning && (!strings.Contains(c, "UEFI Secure Boot is enabled") || !strings.Contains(c, "Debian GNU/Linux 12")) {
+	if c := mustRead(vms["a1"].console); !strings.Contains(c, "UEFI Secure Boot is enabled") || !strings.Contains(c, "Debian GNU/Linux 12") {
 		t.Errorf("a1's installed Debian did not boot with Secure Boot on:\n%s", testutil.Tail(c, 40))
 	}
 	tl := l.logs("lab/a1")
@@ -163,8 +177,8 @@ func TestARM64(t *testing.T) {
 	}
 	for _, v := range vms {
 		v.cmd.Process.Kill()
+		waitVMs(time.Minute, v)
 	}
-	waitVMs(time.Minute, vms["a1"], vms["x1"])
 	if tl := l.logs("lab/x1"); !strings.Contains(tl, "provisioned (generation 0)") {
 		t.Errorf("x1 was not provisioned:\n%s", tl)
 	}
@@ -172,16 +186,14 @@ func TestARM64(t *testing.T) {
 	// The boot order after Debian ran: a1 powered on once more tries the
 	// network first (a second local-disk script), then its disk.
 	l.vms(1)
-	if armRunning {
-		before := strings.Count(l.logs("lab/a1"), "served local-disk script")
-		again := arm("-again")
-		waitFor(t, "a1's network boot before its disk", 8*time.Minute, func() bool {
-			return strings.Count(l.logs("lab/a1"), "served local-disk script") > before
-		})
-		again.wait(t, "Debian 12 e2e image", 5*time.Minute) // its ESP's GRUB config
-		again.cmd.Process.Kill()
-		waitVMs(time.Minute, again)
-	}
+	before := strings.Count(l.logs("lab/a1"), "served local-disk script")
+	again := arm("-again")
+	waitFor(t, "a1's network boot before its disk", 8*time.Minute, func() bool {
+		return strings.Count(l.logs("lab/a1"), "served local-disk script") > before
+	})
+	again.wait(t, "Debian 12 e2e image", 5*time.Minute) // its ESP's GRUB config
+	again.cmd.Process.Kill()
+	waitVMs(time.Minute, again)
 
 	// An x86 machine with a3's MAC, a3 registered arm64: refused.
 	liar := l.uefiVM("a3-x86", "52:54:00:a6:40:03")

@@ -34,11 +34,8 @@
 # (binfmt_misc; host packages qemu-user-static, binfmt-support, arch-test);
 # Debian's signed shimaa64 at \EFI\BOOT\BOOTAA64.EFI, then grubaa64 (Secure
 # Boot possible with the Microsoft keys); root partition type Linux root
-# arm64; console ttyAMA0 (PL011); no BIOS boot, no encryption tools. Its
-# initramfs lists the few modules a virt machine's disk needs (virtio, ext4)
-# and is made once, after the packages: made under emulation with
-# MODULES=most, as the kernel and initramfs-tools each would, it took
-# about 12 min each time.
+# arm64; console ttyAMA0 (PL011); no BIOS boot, no encryption tools.
+# arm64.sh has what differs, and why (what runs natively, what is left out).
 #
 # Partition layout (512-byte sectors; fixed GUIDs so the output is stable):
 #   p1  ESP   start 2048, FAT, type EFI System, attr LegacyBIOSBootable
@@ -111,11 +108,9 @@ PACKAGES=(
   clevis-tpm2 clevis-luks                  #   with Clevis's TPM2 pin; sealed anew at first boot (report script)
   e2fsprogs                                # resize2fs for cloud-init resizefs
 )
-if [ "$ARCH" = arm64 ]; then
-  # No encrypted installs on arm64 (yet): without the TPM and LUKS tools.
-  PACKAGES=(linux-image-arm64 initramfs-tools zstd systemd-sysv udev cloud-init cloud-guest-utils
-            ifupdown isc-dhcp-client iproute2 python3 ca-certificates e2fsprogs)
-fi
+ARCH_OPTS=()
+# shellcheck source=arm64.sh
+[ "$ARCH" = arm64 ] && . "$(dirname "$0")/arm64.sh"   # its PACKAGES, ARCH_OPTS, arm64_early, arm64_native
 INCLUDE=$(IFS=,; echo "${PACKAGES[*]}")${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}
 
 # ---------------------------------------------------------------- helpers
@@ -190,20 +185,7 @@ EARLY=$WORK/early
 mkdir -p "$EARLY/etc/initramfs-tools/conf.d"
 chmod 755 "$EARLY"
 printf 'MODULES=most\nCOMPRESS=zstd\nFSTYPE=ext4\n' > "$EARLY/etc/initramfs-tools/conf.d/e2e-image.conf"
-ARCH_OPTS=()
-if [ "$ARCH" = arm64 ]; then
-  # A few modules, listed (not a conffile: modules.d is read as well as
-  # /etc/initramfs-tools/modules); update-initramfs diverted to a no-op
-  # while the packages install, then run once.
-  printf 'MODULES=list\nCOMPRESS=zstd\nFSTYPE=ext4\n' > "$EARLY/etc/initramfs-tools/conf.d/e2e-image.conf"
-  mkdir -p "$EARLY/usr/share/initramfs-tools/modules.d"
-  printf '%s\n' virtio_pci virtio_mmio virtio_blk ext4 crc32c_generic > "$EARLY/usr/share/initramfs-tools/modules.d/e2e-image"
-  ARCH_OPTS=(--architectures=arm64
-    --essential-hook='chroot "$1" dpkg-divert --quiet --local --rename --divert /usr/sbin/update-initramfs.e2e --add /usr/sbin/update-initramfs'
-    --essential-hook='printf "#!/bin/sh\nexit 0\n" > "$1/usr/sbin/update-initramfs" && chmod 755 "$1/usr/sbin/update-initramfs"'
-    --customize-hook='rm "$1/usr/sbin/update-initramfs" && chroot "$1" dpkg-divert --quiet --local --rename --remove /usr/sbin/update-initramfs'
-    --customize-hook='chroot "$1" update-initramfs -c -k all')
-fi
+[ "$ARCH" = arm64 ] && arm64_early "$EARLY"
 
 log "mmdebstrap $SUITE (minbase + $INCLUDE)"
 T0=$(now)
@@ -219,7 +201,10 @@ mmdebstrap --variant=minbase --mode=root --format=directory "${ARCH_OPTS[@]}" \
   "$SUITE" "$ROOTFS" \
   "deb $DEBIAN_MIRROR $SUITE main" \
   "deb $DEBIAN_MIRROR $SUITE-updates main" \
-  "deb $DEBIAN_SECURITY_MIRROR $SUITE-security main" >&2
+  "deb $DEBIAN_SECURITY_MIRROR $SUITE-security main" 2>&1 |
+  while IFS= read -r line; do printf '[%(%H:%M:%S)T] %s\n' -1 "$line"; done >&2   # each line's time: where a build's time goes
+[ "${PIPESTATUS[0]}" = 0 ] || die "mmdebstrap failed"
+[ "$ARCH" = arm64 ] && arm64_native "$ROOTFS"
 T_MMDEBSTRAP=$(( $(now) - T0 ))
 log "mmdebstrap took ${T_MMDEBSTRAP}s"
 

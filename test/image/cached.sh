@@ -4,13 +4,16 @@
 # kept in the user's cache:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/bootops/debian-image/<key>/debian.raw.gz
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/bootops/debian-image-arm64/<key>/debian.raw.gz
-# where <key> is the first 16 hex digits of the script's sha256. Prints
+# where <key> is the first 16 hex digits of the script's sha256 (for arm64,
+# of build-image.sh and arm64.sh together). Prints
 # that folder. Callers at once build it once: `make test` starts it first,
 # in the background, and the e2e tests (TestMain) wait on its lock.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-key=$(sha256sum "$here/build-image.sh" | cut -c1-16)
 arch=${1:-amd64}
+files=("$here/build-image.sh")
+[ "$arch" = amd64 ] || files+=("$here/$arch.sh")
+key=$(cat "${files[@]}" | sha256sum | cut -c1-16)
 base=${XDG_CACHE_HOME:-$HOME/.cache}/bootops/debian-image
 [ "$arch" = amd64 ] || base=$base-$arch
 dir=$base/$key

@@ -32,6 +32,7 @@ type Follower struct {
 	ref      plumbing.ReferenceName // the ref as the remote named it last
 	seen     plumbing.Hash          // the last commit compiled (served or refused)
 	blobs    Blobs                  // the files the compiler saw last
+	asked    time.Time              // when the pending trigger came (zero: none)
 }
 
 // Configure sets the poll interval (0: 30 s) and the armored OpenPGP
@@ -86,6 +87,11 @@ func (f *Follower) Ref() string {
 func (f *Follower) Trigger(reason string) {
 	select {
 	case f.ch() <- reason:
+		f.mu.Lock()
+		if f.asked.IsZero() {
+			f.asked = time.Now()
+		}
+		f.mu.Unlock()
 	default: // one is already pending: it will see this push too
 	}
 }
@@ -141,7 +147,15 @@ func (f *Follower) Sync(ctx context.Context, reason string) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
+	var stages Stages
+	f.mu.Lock()
+	if !f.asked.IsZero() {
+		stages.QueuedMS, f.asked = ms(start.Sub(f.asked)), time.Time{}
+	}
+	f.mu.Unlock()
 	ref, h, err := f.Git.Head(ctx)
+	listed := time.Now()
+	stages.ListMS = ms(listed.Sub(start))
 	if err != nil {
 		f.R.Checked("", err)
 		f.log().Warn("source: cannot list the remote", "reason", reason, "err", err)
@@ -164,18 +178,21 @@ func (f *Follower) Sync(ctx context.Context, reason string) error {
 	}
 	defer co.Close()
 	fetched := time.Since(start)
+	stages.FetchMS = ms(fetched - listed.Sub(start))
 	rev := co.Commit.Hash.String()
 	f.R.Checked(rev, nil)
-	snap := Snapshot{Revision: rev, Message: subject(co.Commit.Message), FS: co.FS, Materialize: true}
+	snap := Snapshot{Revision: rev, Message: subject(co.Commit.Message), FS: co.FS, Materialize: true, Stages: &stages}
 	if keyring != "" {
 		snap.Refused = verifyCommit(co.Commit, keyring)
 	}
+	read := time.Now()
 	blobs := co.FS.blobs()
 	f.mu.Lock()
 	if f.blobs != nil {
 		snap.Changed = blobs.Changed(f.blobs)
 	}
 	f.mu.Unlock()
+	stages.ReadMS = ms(time.Since(read))
 	_, err = f.R.Apply(snap)
 	f.mu.Lock()
 	if snap.Refused == nil {

@@ -94,6 +94,7 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	req.Header.Set("X-GitHub-Event", "push")
 	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
 	rec := httptest.NewRecorder()
+	posted := time.Now()
 	hook.ServeHTTP(rec, req)
 	if rec.Code != http.StatusAccepted {
 		t.Fatalf("webhook: %d %s", rec.Code, rec.Body)
@@ -101,6 +102,14 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	testutil.WaitFor(t, "the pushed node", 10*time.Second, func() bool { return served(live, "S2") })
 	if st := f.R.Status(); st.Applied.Revision != sha || st.Applied.Message != "add n2" || st.Stale {
 		t.Errorf("status after push: %+v", st)
+	}
+	// Where its time went: the look's stages, each measured (the list
+	// and the fetch talk to a server: never 0), within what the daemon
+	// took from the webhook's trigger.
+	if sg := f.R.Status().Applied.Stages; sg == nil || sg.ListMS <= 0 || sg.FetchMS <= 0 || sg.CompileMS <= 0 || sg.QueuedMS < 0 {
+		t.Errorf("stages of the pushed revision: %+v", sg)
+	} else if sum := sg.QueuedMS + sg.ListMS + sg.FetchMS + sg.ReadMS + sg.CompileMS + sg.SwapMS; sum > float64(time.Since(posted).Microseconds())/1000 {
+		t.Errorf("stages %+v add up to %.1f ms, more than the %s since the webhook", sg, sum, time.Since(posted))
 	}
 
 	// A broken commit: the old Plan stays; status names the file and line

@@ -41,7 +41,25 @@ type Snapshot struct {
 	// state folder before the Plan is served (a Git snapshot has no
 	// folder to serve them from).
 	Materialize bool
+	// Stages, when set, holds where the time went before Apply (the
+	// source's side); Apply adds its own and keeps them on the Attempt.
+	Stages *Stages
 }
+
+// Stages is where one revision's time went, in milliseconds, from what
+// triggered the look (a webhook, a poll) to the Plan served: the push to
+// live breakdown (BENCHMARKS.md, test/bench/pushlive).
+type Stages struct {
+	QueuedMS  float64 `json:"queuedMs"`  // trigger → the look began (another look running)
+	ListMS    float64 `json:"listMs"`    // the remote's refs listed
+	FetchMS   float64 `json:"fetchMs"`   // the commit's new objects fetched into the kept clone
+	ReadMS    float64 `json:"readMs"`    // the tree read: every file's blob, to know what changed
+	CompileMS float64 `json:"compileMs"` // compiled (the changed files), checked, materialized
+	SwapMS    float64 `json:"swapMs"`    // swapped in: the boot plane answers from it
+}
+
+// ms is d in milliseconds, to the microsecond.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // Results of one reconcile.
 const (
@@ -64,6 +82,8 @@ type Attempt struct {
 	Error  string   `json:"error,omitempty"`
 	Errors []string `json:"errors,omitempty"`
 	Total  int      `json:"errorCount,omitempty"`
+	// Stages is where its time went (a revision from Git).
+	Stages *Stages `json:"stages,omitempty"`
 }
 
 // Check is the last look at the source (listing the remote, fetching).
@@ -186,6 +206,7 @@ func (r *Reconciler) Restore() (*Saved, error) {
 func (r *Reconciler) Apply(snap Snapshot) (*plan.Plan, error) {
 	start := time.Now()
 	p, full, prev, err := r.build(snap)
+	compiled := time.Now()
 	rev := snap.Revision
 	if rev == "" && p != nil {
 		rev = "dir:" + p.Hash[:12]
@@ -207,7 +228,12 @@ func (r *Reconciler) Apply(snap Snapshot) (*plan.Plan, error) {
 		// Same content or not, the newest revision is now the one served.
 		r.Live.Swap(p)
 	}
-	a.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	if snap.Stages != nil {
+		st := *snap.Stages
+		st.CompileMS, st.SwapMS = ms(compiled.Sub(start)), ms(time.Since(compiled))
+		a.Stages = &st
+	}
+	a.DurationMS = ms(time.Since(start))
 	r.mu.Lock()
 	r.status.Attempted = a
 	if err == nil {

@@ -5,7 +5,9 @@
 // as served is recorded. In the same run, the reference: what a cron job
 // would do per push — `git clone --depth 1` of the same remote and
 // `bootops validate` of the checkout. At the end the daemon's RSS is read
-// from /proc.
+// from /proc. It prints the machine it ran on and, per push, where the time
+// went: the daemon's stages from its status (queued, list, fetch, read,
+// compile, swap) and the rest (the webhook's POST, the poll).
 //
 //	go run ./test/bench/pushlive -bootops bin/bootops -nodes 1000 -pushes 50
 package main
@@ -24,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,8 +96,9 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 	defer serve.Process.Kill()
 	api := "http://127.0.0.1:" + httpPort
 	head, _ := git("-C", repo, "rev-parse", "HEAD")
+	fmt.Println("machine:", machine())
 	start := time.Now()
-	if err := awaitServed(api, head, 5*time.Minute); err != nil {
+	if _, err := awaitServed(api, head, 5*time.Minute); err != nil {
 		return err
 	}
 	first := time.Since(start)
@@ -103,6 +107,7 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 	fmt.Printf("repository: %d nodes, %d sites; git daemon on loopback; first revision served %.2f s after start; then RSS %d MB, peak so far %d MB\n", nodes, sites, first.Seconds(), rss0>>10, hwm0>>10)
 
 	var live, ref []time.Duration
+	var breakdown []stages
 	profiled := make(chan error, 1)
 	if cpuProfile != "" {
 		// The daemon's CPU over the pushes (one per 100 ms or so, with the
@@ -146,10 +151,14 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 		if err := hook(api, "bench-secret", sha); err != nil {
 			return err
 		}
-		if err := awaitServed(api, sha, time.Minute); err != nil {
+		posted := time.Since(t0)
+		st, err := awaitServed(api, sha, time.Minute)
+		if err != nil {
 			return err
 		}
 		live = append(live, time.Since(t0))
+		st.post, st.total = posted, live[len(live)-1]
+		breakdown = append(breakdown, st)
 		if reference {
 			d, err := cronJob(bin, url, work)
 			if err != nil {
@@ -162,6 +171,27 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 		return fmt.Errorf("cpu profile: %w", err)
 	}
 	fmt.Printf("bootops webhook → served, %d pushes: %s\n", pushes, summary(live))
+	fmt.Println("where the time went (p50 of each part over the pushes; the daemon's from its status):")
+	for _, part := range []struct {
+		name string
+		of   func(stages) time.Duration
+	}{
+		{"webhook POST answered (202)", func(s stages) time.Duration { return s.post }},
+		{"daemon: queued (trigger → look)", func(s stages) time.Duration { return msDur(s.QueuedMS) }},
+		{"daemon: list the remote's refs", func(s stages) time.Duration { return msDur(s.ListMS) }},
+		{"daemon: fetch the commit", func(s stages) time.Duration { return msDur(s.FetchMS) }},
+		{"daemon: read the tree (blobs)", func(s stages) time.Duration { return msDur(s.ReadMS) }},
+		{"daemon: compile, check, materialize", func(s stages) time.Duration { return msDur(s.CompileMS) }},
+		{"daemon: swap in", func(s stages) time.Duration { return msDur(s.SwapMS) }},
+		{"daemon: trigger → served, all stages", func(s stages) time.Duration { return s.daemon() }},
+		{"the rest (POST to trigger, status, poll every 5 ms)", func(s stages) time.Duration { return s.total - s.daemon() }},
+	} {
+		var d []time.Duration
+		for _, s := range breakdown {
+			d = append(d, part.of(s))
+		}
+		fmt.Printf("  %-52s %s\n", part.name, summary(d))
+	}
 	if reference {
 		fmt.Printf("reference git clone --depth 1 + bootops validate, per push: %s\n", summary(ref))
 	}
@@ -189,7 +219,7 @@ func summary(d []time.Duration) string {
 	slices.Sort(s)
 	pct := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
 	ms := func(d time.Duration) string {
-		return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 0, 64) + " ms"
+		return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) + " ms"
 	}
 	return fmt.Sprintf("p50 %s, p90 %s, p99 %s, max %s", ms(pct(0.50)), ms(pct(0.90)), ms(pct(0.99)), ms(s[len(s)-1]))
 }
@@ -212,8 +242,48 @@ func hook(api, secret, sha string) error {
 	return nil
 }
 
-// awaitServed polls the status API (every 5 ms) until sha is served.
-func awaitServed(api, sha string, timeout time.Duration) error {
+// stages is one push's breakdown: the daemon's (Attempt.Stages in its
+// status) and what the client saw.
+type stages struct {
+	QueuedMS, ListMS, FetchMS, ReadMS, CompileMS, SwapMS float64
+	post, total                                          time.Duration
+}
+
+func (s stages) daemon() time.Duration {
+	return msDur(s.QueuedMS + s.ListMS + s.FetchMS + s.ReadMS + s.CompileMS + s.SwapMS)
+}
+
+func msDur(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+// machine says what the benchmark ran on: CPU model and count, memory,
+// kernel, load, Go and Git.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 1 {
+			kb, _ := strconv.Atoi(f[1])
+			mem = fmt.Sprintf(", %d GB", (kb+(1<<19))>>20)
+		}
+	}
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	load, _ := os.ReadFile("/proc/loadavg")
+	gitV, _ := git("version")
+	return fmt.Sprintf("%s × %d%s; Linux %s; load %s; %s; %s", model, runtime.NumCPU(), mem,
+		strings.TrimSpace(string(kernel)), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "), runtime.Version(), gitV)
+}
+
+// awaitServed polls the status API (every 5 ms) until sha is served, and
+// gives the stages the daemon recorded for it.
+func awaitServed(api, sha string, timeout time.Duration) (stages, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	client := &http.Client{Timeout: 5 * time.Second}
@@ -223,22 +293,28 @@ func awaitServed(api, sha string, timeout time.Duration) error {
 		if err == nil {
 			var doc struct {
 				Source struct {
-					Applied   struct{ Revision string }
+					Applied struct {
+						Revision string
+						Stages   *stages
+					}
 					Attempted struct{ Revision, Error string }
 				}
 			}
 			err = json.NewDecoder(resp.Body).Decode(&doc)
 			resp.Body.Close()
-			if err == nil && doc.Source.Applied.Revision == sha {
-				return nil
+			if a := doc.Source.Applied; err == nil && a.Revision == sha {
+				if a.Stages == nil {
+					return stages{}, nil
+				}
+				return *a.Stages, nil
 			}
 			if err == nil && doc.Source.Attempted.Revision == sha && doc.Source.Attempted.Error != "" {
-				return fmt.Errorf("%s refused: %s", sha, doc.Source.Attempted.Error)
+				return stages{}, fmt.Errorf("%s refused: %s", sha, doc.Source.Attempted.Error)
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not served within %s (last error: %v)", sha, timeout, err)
+			return stages{}, fmt.Errorf("%s not served within %s (last error: %v)", sha, timeout, err)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

@@ -37,10 +37,30 @@ echo "bootops: the boot server gave no config for this machine"
 sleep 10
 `
 
+// grubLocal boots the machine's disk from GRUB: it chainloads the disk's
+// loader at the removable path for GRUB's CPU (\EFI\BOOT\BOOTAA64.EFI,
+// BOOTX64.EFI: shim in the images bootops installs, checked under Secure
+// Boot against the firmware's db through shim's protocol), and hands back
+// to the firmware only when no disk has one. Not exit first: Debian's GRUB
+// (2.06) exits with EFI_SUCCESS, and EDK2's boot manager (OVMF, AAVMF and
+// the firmware built on it) takes a boot option that returned success as
+// done and opens its menu instead of the next option, the disk (measured:
+// TestARM64).
+const grubLocal = `if [ "$grub_cpu" = arm64 ]; then set bootops_loader=/EFI/BOOT/BOOTAA64.EFI; else set bootops_loader=/EFI/BOOT/BOOTX64.EFI; fi
+search --no-floppy --file --set=bootops_disk "$bootops_loader"
+if [ -n "$bootops_disk" ]; then
+  echo "bootops: starting ($bootops_disk)$bootops_loader"
+  chainloader "($bootops_disk)$bootops_loader"
+  boot
+fi
+echo "bootops: no disk has $bootops_loader: back to the firmware's next boot option"
+exit
+`
+
 var grubFlavor = flavor{
 	name:  "GRUB",
 	of:    func(a *plan.Artifacts) string { return a.GRUB },
-	local: func(why string) string { return "echo " + grubQuote("bootops: "+why) + "\nexit\n" },
+	local: func(why string) string { return "echo " + grubQuote("bootops: "+why) + "\n" + grubLocal },
 	refuse: func(why string) string {
 		return grubStop("REFUSED, this machine does not match its registration: " + why)
 	},

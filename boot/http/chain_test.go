@@ -54,6 +54,18 @@ func TestGRUBOverTFTP(t *testing.T) {
 	if !strings.Contains(string(cfg), "has no GRUB script") || !strings.Contains(string(cfg), "halt") {
 		t.Errorf("node b (an iPXE Micro-OS):\n%s", cfg)
 	}
+	// A provisioned machine: its disk's loader chainloaded (EDK2 takes a
+	// GRUB exit for a success and opens its menu), exit only without one.
+	local := grubFlavor.local("node a is provisioned (generation 0): booting from its disk")
+	for _, want := range []string{"echo 'bootops: node a is provisioned", `search --no-floppy --file --set=bootops_disk "$bootops_loader"`,
+		`chainloader "($bootops_disk)$bootops_loader"`, "/EFI/BOOT/BOOTAA64.EFI", "/EFI/BOOT/BOOTX64.EFI"} {
+		if !strings.Contains(local, want) {
+			t.Errorf("the local-disk GRUB script lacks %q:\n%s", want, local)
+		}
+	}
+	if i, j := strings.Index(local, "chainloader"), strings.LastIndex(local, "\nexit\n"); j < i {
+		t.Errorf("the local-disk GRUB script exits before it chainloads the disk:\n%s", local)
+	}
 	if k, ok := s.TFTPFile("artifacts/microos/default/kernel", "198.18.0.100"); !ok || string(k) != "0123456789abcdef" {
 		t.Errorf("kernel over TFTP: %q %v", k, ok)
 	}

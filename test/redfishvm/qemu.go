@@ -190,8 +190,10 @@ func (m *QEMU) start(ctx context.Context) (*QMP, error) {
 	return q, nil
 }
 
-// dialWhileRunning connects to QMP at sock once QEMU made it, giving up
-// when QEMU exits or ctx ends.
+// dialWhileRunning connects to QMP at sock once QEMU listens there,
+// giving up when QEMU exits or ctx ends. The socket's file is there from
+// QEMU's bind, a moment before its listen: a connection refused in
+// between is tried again (a loaded host made that moment 0.4 s long).
 func dialWhileRunning(ctx context.Context, sock string, exited chan struct{}) (*QMP, error) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -200,7 +202,9 @@ func dialWhileRunning(ctx context.Context, sock string, exited chan struct{}) (*
 			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			q, err := DialQMP(dctx, sock)
 			cancel()
-			return q, err
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				return q, err
+			}
 		}
 		select {
 		case <-exited:

@@ -55,7 +55,7 @@ var (
 
 // longFirst are the run's longest VM tests, longest first (CI's summary
 // lists each test's time).
-var longFirst = []string{"TestRollout", "TestEncryptedInstall", "TestEdgeOverTheInternet", "TestRunning"}
+var longFirst = []string{"TestRollout", "TestEncryptedInstall", "TestEdgeOverTheInternet", "TestRunning", "TestARM64"}
 
 type slotPool struct {
 	mu       sync.Mutex

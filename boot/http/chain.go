@@ -40,7 +40,9 @@ sleep 10
 // grubLocal boots the machine's disk from GRUB: it chainloads the disk's
 // loader at the removable path for GRUB's CPU (\EFI\BOOT\BOOTAA64.EFI,
 // BOOTX64.EFI: shim in the images bootops installs, checked under Secure
-// Boot against the firmware's db through shim's protocol), and hands back
+// Boot against the firmware's db through shim's protocol) with root set to
+// that disk (GRUB gives the loaded image root's device, not the path's: a
+// shim started with the network's looked for its GRUB there), and hands back
 // to the firmware only when no disk has one. Not exit first: Debian's GRUB
 // (2.06) exits with EFI_SUCCESS, and EDK2's boot manager (OVMF, AAVMF and
 // the firmware built on it) takes a boot option that returned success as
@@ -50,7 +52,8 @@ const grubLocal = `if [ "$grub_cpu" = arm64 ]; then set bootops_loader=/EFI/BOOT
 search --no-floppy --file --set=bootops_disk "$bootops_loader"
 if [ -n "$bootops_disk" ]; then
   echo "bootops: starting ($bootops_disk)$bootops_loader"
-  chainloader "($bootops_disk)$bootops_loader"
+  set root="$bootops_disk"
+  chainloader "$bootops_loader"
   boot
 fi
 echo "bootops: no disk has $bootops_loader: back to the firmware's next boot option"

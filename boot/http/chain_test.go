@@ -58,10 +58,13 @@ func TestGRUBOverTFTP(t *testing.T) {
 	// GRUB exit for a success and opens its menu), exit only without one.
 	local := grubFlavor.local("node a is provisioned (generation 0): booting from its disk")
 	for _, want := range []string{"echo 'bootops: node a is provisioned", `search --no-floppy --file --set=bootops_disk "$bootops_loader"`,
-		`chainloader "($bootops_disk)$bootops_loader"`, "/EFI/BOOT/BOOTAA64.EFI", "/EFI/BOOT/BOOTX64.EFI"} {
+		`set root="$bootops_disk"`, `chainloader "$bootops_loader"`, "/EFI/BOOT/BOOTAA64.EFI", "/EFI/BOOT/BOOTX64.EFI"} {
 		if !strings.Contains(local, want) {
 			t.Errorf("the local-disk GRUB script lacks %q:\n%s", want, local)
 		}
+	}
+	if i, j := strings.Index(local, "set root="), strings.Index(local, "chainloader"); i < 0 || j < i {
+		t.Errorf("the local-disk GRUB script chainloads before it sets root to the disk (GRUB gives the image root's device):\n%s", local)
 	}
 	if i, j := strings.Index(local, "chainloader"), strings.LastIndex(local, "\nexit\n"); j < i {
 		t.Errorf("the local-disk GRUB script exits before it chainloads the disk:\n%s", local)

@@ -138,7 +138,11 @@ func (f *Follower) Run(ctx context.Context) error {
 }
 
 // Sync looks at the remote once: when the ref moved, it fetches the
-// commit and hands it to the Reconciler.
+// commit and hands it to the Reconciler. A webhook's push is fetched
+// straight into the clone kept from the last fetch of the ref (one
+// connection to the remote: the fetch's own listing says where the ref
+// is); a poll, a first look, or a kept clone that cannot fetch lists the
+// remote first (which also follows a remote HEAD moved to another branch).
 func (f *Follower) Sync(ctx context.Context, reason string) error {
 	timeout := f.Timeout
 	if timeout <= 0 {
@@ -152,7 +156,18 @@ func (f *Follower) Sync(ctx context.Context, reason string) error {
 	if !f.asked.IsZero() {
 		stages.QueuedMS, f.asked = ms(start.Sub(f.asked)), time.Time{}
 	}
+	known := f.ref
 	f.mu.Unlock()
+	if strings.HasPrefix(reason, "webhook") && known != "" {
+		co, ok, err := f.Git.FetchKept(ctx, known)
+		if ok && err == nil {
+			stages.FetchMS = ms(time.Since(start))
+			return f.apply(co, reason, start, &stages)
+		}
+		if ok {
+			f.log().Debug("source: the kept clone did not fetch; listing the remote", "reason", reason, "err", err)
+		}
+	}
 	ref, h, err := f.Git.Head(ctx)
 	listed := time.Now()
 	stages.ListMS = ms(listed.Sub(start))
@@ -162,7 +177,7 @@ func (f *Follower) Sync(ctx context.Context, reason string) error {
 		return err
 	}
 	f.mu.Lock()
-	seen, keyring := f.seen, f.keyring
+	seen := f.seen
 	f.ref = ref
 	f.mu.Unlock()
 	if h == seen {
@@ -176,12 +191,26 @@ func (f *Follower) Sync(ctx context.Context, reason string) error {
 		f.log().Warn("source: cannot fetch", "reason", reason, "revision", h.String(), "err", err)
 		return err
 	}
+	stages.FetchMS = ms(time.Since(listed))
+	return f.apply(co, reason, start, &stages)
+}
+
+// apply hands the fetched commit to the Reconciler (unless it is the one
+// compiled last) and closes the checkout.
+func (f *Follower) apply(co *Checkout, reason string, start time.Time, stages *Stages) error {
 	defer co.Close()
 	fetched := time.Since(start)
-	stages.FetchMS = ms(fetched - listed.Sub(start))
+	f.mu.Lock()
+	seen, keyring := f.seen, f.keyring
+	f.mu.Unlock()
 	rev := co.Commit.Hash.String()
+	if co.Commit.Hash == seen {
+		f.R.Checked(rev, nil)
+		f.log().Debug("source: unchanged", "reason", reason, "revision", rev)
+		return nil
+	}
 	f.R.Checked(rev, nil)
-	snap := Snapshot{Revision: rev, Message: subject(co.Commit.Message), FS: co.FS, Materialize: true, Stages: &stages}
+	snap := Snapshot{Revision: rev, Message: subject(co.Commit.Message), FS: co.FS, Materialize: true, Stages: stages}
 	if keyring != "" {
 		snap.Refused = verifyCommit(co.Commit, keyring)
 	}
@@ -193,7 +222,7 @@ func (f *Follower) Sync(ctx context.Context, reason string) error {
 	}
 	f.mu.Unlock()
 	stages.ReadMS = ms(time.Since(read))
-	_, err = f.R.Apply(snap)
+	_, err := f.R.Apply(snap)
 	f.mu.Lock()
 	if snap.Refused == nil {
 		f.blobs = blobs // what the compiler saw, compiled or not

@@ -257,6 +257,27 @@ func (g *Git) Fetch(ctx context.Context, ref plumbing.ReferenceName, want plumbi
 	return &Checkout{Commit: commit, FS: tfs, dir: dir, store: st}, nil
 }
 
+// FetchKept fetches ref into the clone kept from the last fetch of it and
+// opens the commit it now names: one connection to the remote, whose
+// answer to the fetch says where the ref is (no listing first). ok is
+// false when there is no such clone (pinned, none yet, another ref, or
+// due for a fresh clone); a kept clone that fails to fetch is dropped, so
+// the next look clones afresh.
+func (g *Git) FetchKept(ctx context.Context, ref plumbing.ReferenceName) (co *Checkout, ok bool, err error) {
+	if g.Pinned() || g.kept == nil || g.kept.ref != ref || g.keptFresh >= keptFetches {
+		return nil, false, nil
+	}
+	auth, err := g.authMethod()
+	if err != nil {
+		return nil, true, err
+	}
+	if co, err = g.fetchKept(ctx, auth); err != nil {
+		g.dropKept()
+		return nil, true, err
+	}
+	return co, true, nil
+}
+
 // newClone makes a folder in WorkDir for a new clone, and its object
 // store. On disk, not in memory: a big file or a big pack does not grow
 // the daemon; objects above 1 MiB are read from the pack when needed.

@@ -2,7 +2,7 @@
 # ARM64 beside x86_64 (BENCHMARKS.md): TestARM64 with its x86_64 machine
 # installing the Debian amd64 image too (tag armbench), so one run times
 # power-on → provisioned and power-on → running for both families under
-# TCG, side by side from one daemon. Root, QEMU, about 15 min warm (the
+# TCG, side by side from one daemon. Root, QEMU, about 6 min warm (the
 # Debian images cached by test/image/cached.sh; the first arm64 one builds
 # under qemu-user). Run from the repository's root:
 #

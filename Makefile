@@ -22,7 +22,7 @@ AGENT    := bin/bootops-agent
 FUZZTIME ?= 2m
 CUE_VERSION := v0.17.1
 # What the tests (a Git server, VMs, BMC simulators) and the demo need: Debian packages only (README, "Two commands").
-LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium sbsigntool systemd-boot-efi efitools shim-signed grub-efi-amd64-signed binutils openssl tcpdump openipmi ipmitool nftables swtpm swtpm-tools osslsigncode radvd kea-dhcp6-server dhcpcd-base tpm2-tools python3-pyghmi xorriso isolinux syslinux-common mtools cryptsetup-bin nvme-cli hdparm clevis clevis-tpm2 clevis-luks jose qemu-system-arm qemu-efi-aarch64 qemu-user-static binfmt-support arch-test
+LAB_DEBS := git python3-yaml openssh-server openssh-client e2fsprogs fdisk iproute2 qemu-system-x86 ipxe-qemu ipxe ovmf dnsmasq-base busybox-static linux-image-amd64 isc-dhcp-server isc-dhcp-client kea-dhcp4-server chromium sbsigntool systemd-boot-efi efitools shim-signed grub-efi-amd64-signed binutils openssl tcpdump openipmi ipmitool nftables swtpm swtpm-tools osslsigncode radvd kea-dhcp6-server dhcpcd-base tpm2-tools python3-pyghmi xorriso isolinux syslinux-common mtools cryptsetup-bin nvme-cli hdparm clevis clevis-tpm2 clevis-luks jose qemu-system-arm qemu-efi-aarch64 qemu-user-static binfmt-support arch-test ca-certificates
 
 export GOFLAGS := -buildvcs=false
 # What bootops version prints: -buildvcs=false leaves the build info no

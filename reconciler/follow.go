@@ -158,7 +158,7 @@ func (f *Follower) Sync(ctx context.Context, reason string) error {
 	}
 	known := f.ref
 	f.mu.Unlock()
-	if strings.HasPrefix(reason, "webhook") && known != "" {
+	if strings.HasPrefix(reason, HookReason) && known != "" {
 		co, ok, err := f.Git.FetchKept(ctx, known)
 		if ok && err == nil {
 			stages.FetchMS = ms(time.Since(start))

@@ -109,7 +109,7 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 	// took from the webhook's trigger.
 	if sg := f.R.Status().Applied.Stages; sg == nil || sg.ListMS != 0 || sg.FetchMS <= 0 || sg.CompileMS <= 0 || sg.QueuedMS < 0 {
 		t.Errorf("stages of the pushed revision: %+v", sg)
-	} else if sum := sg.QueuedMS + sg.ListMS + sg.FetchMS + sg.ReadMS + sg.CompileMS + sg.SwapMS; sum > float64(time.Since(posted).Microseconds())/1000 {
+	} else if sum := sg.QueuedMS + sg.ListMS + sg.FetchMS + sg.ReadMS + sg.CompileMS + sg.SwapMS; sum > ms(time.Since(posted)) {
 		t.Errorf("stages %+v add up to %.1f ms, more than the %s since the webhook", sg, sum, time.Since(posted))
 	}
 
@@ -172,7 +172,7 @@ func TestGitPushTriggerPollBrokenRewind(t *testing.T) {
 		t.Fatal(err)
 	}
 	healed := rem.Commit("c", map[string]string{"sites/s1/nodes/n6.yaml": nodeYAML("n6", "S6")})
-	f.Trigger("webhook test push refs/heads/main") // the kept clone first, then a listing and a fresh clone
+	f.Trigger(HookReason + " test push refs/heads/main") // the kept clone first, then a listing and a fresh clone
 	testutil.WaitFor(t, "the push after the kept clone broke", 10*time.Second, func() bool { return f.R.Status().Applied.Revision == healed })
 	if !served(live, "S6") || f.Git.keptFresh != 0 {
 		t.Errorf("after a broken kept clone: served %v, fetches into the new one %d", served(live, "S6"), f.Git.keptFresh)

@@ -29,6 +29,10 @@ const (
 // caps its payloads at 25 MB but a push notification is a few KiB.
 const hookMaxBody = 5 << 20
 
+// HookReason begins the reason of every look a webhook's push asks for
+// (Follower.Sync fetches those straight into the kept clone).
+const HookReason = "webhook"
+
 // hookAccepted names the headers a sender must sign with, for the 401
 // message: a misconfigured hook should say what to fix.
 const hookAccepted = "X-Hub-Signature-256 (GitHub), X-Gitlab-Token (GitLab), X-Gitea-Signature (Gitea), X-Forgejo-Signature (Forgejo) or X-Bootops-Signature-256 (generic)"
@@ -120,7 +124,7 @@ func (h *Webhook) serve(w http.ResponseWriter, r *http.Request) hookReply {
 		return rep
 	}
 
-	reason := strings.Join(hookNonEmpty("webhook", p.name, "push", ev.Ref, hookShort(ev.After)), " ")
+	reason := strings.Join(hookNonEmpty(HookReason, p.name, "push", ev.Ref, hookShort(ev.After)), " ")
 	if h.Trigger != nil {
 		h.Trigger(reason)
 	}

@@ -541,6 +541,28 @@ func openWithRecovery(t *testing.T, hdr, key string) []byte {
 // reads its UUID.
 func rootFSUUID(t *testing.T, disk, hdr string, key []byte) string {
 	t.Helper()
+	c, start := rootCipher(t, disk, hdr, key)
+	f, _ := os.Open(disk)
+	defer f.Close()
+	sb := make([]byte, 1024) // sectors 2 and 3: the ext4 superblock
+	if _, err := f.ReadAt(sb, start+1024); err != nil {
+		t.Fatal(err)
+	}
+	plain := make([]byte, 1024)
+	c.Decrypt(plain[:512], sb[:512], 2)
+	c.Decrypt(plain[512:], sb[512:], 3)
+	if plain[56] != 0x53 || plain[57] != 0xEF {
+		t.Fatalf("no ext4 magic in the decrypted superblock: %x", plain[56:58])
+	}
+	u := plain[104:120]
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[:4], u[4:6], u[6:8], u[8:10], u[10:])
+}
+
+// rootCipher is the cipher of disk's LUKS2 root as the agent makes it
+// (aes-xts-plain64 in 512-byte sectors, numbered from the data segment)
+// with the volume key key, and where on the disk that segment starts.
+func rootCipher(t *testing.T, disk, hdr string, key []byte) (*xts.Cipher, int64) {
+	t.Helper()
 	dump := run(t, "cryptsetup", "luksDump", hdr)
 	if !strings.Contains(dump, "aes-xts-plain64") || !strings.Contains(dump, "sector: 512 [bytes]") {
 		t.Fatalf("not aes-xts-plain64 in 512-byte sectors:\n%s", dump)
@@ -554,20 +576,7 @@ func rootFSUUID(t *testing.T, disk, hdr string, key []byte) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _ := os.Open(disk)
-	defer f.Close()
-	sb := make([]byte, 1024) // sectors 2 and 3: the ext4 superblock
-	if _, err := f.ReadAt(sb, partitionStart(t, disk, 2)+off+1024); err != nil {
-		t.Fatal(err)
-	}
-	plain := make([]byte, 1024)
-	c.Decrypt(plain[:512], sb[:512], 2)
-	c.Decrypt(plain[512:], sb[512:], 3)
-	if plain[56] != 0x53 || plain[57] != 0xEF {
-		t.Fatalf("no ext4 magic in the decrypted superblock: %x", plain[56:58])
-	}
-	u := plain[104:120]
-	return fmt.Sprintf("%x-%x-%x-%x-%x", u[:4], u[4:6], u[6:8], u[8:10], u[10:])
+	return c, partitionStart(t, disk, 2) + off
 }
 
 // noKeyMaterial looks for the recovery key and the volume key (raw and in

@@ -4,17 +4,12 @@ package e2e
 
 import (
 	"bytes"
-	"crypto/aes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
-
-	"golang.org/x/crypto/xts"
 
 	"github.com/bootops/bootops/internal/testutil"
 )
@@ -76,22 +71,13 @@ func installedLogs(t *testing.T, disk, recoveryKey string) string {
 	return out.String()
 }
 
-// decryptRoot writes the plaintext of disk's LUKS2 root (partition 2,
-// aes-xts-plain64 in 512-byte sectors, as the agent makes it) to out,
-// sparse: a block that decrypts to zeros is not written.
+// decryptRoot writes the plaintext of disk's LUKS2 root (partition 2, as
+// the agent makes it: rootCipher) to out, sparse: a block that decrypts to
+// zeros is not written.
 func decryptRoot(t *testing.T, disk, out, recoveryKey string) error {
 	t.Helper()
 	hdr := luksHeader(t, disk)
-	key := openWithRecovery(t, hdr, recoveryKey)
-	m := regexp.MustCompile(`offset: ([0-9]+) \[bytes\]`).FindStringSubmatch(run(t, "cryptsetup", "luksDump", hdr))
-	if m == nil {
-		return fmt.Errorf("no data offset in the LUKS header")
-	}
-	off, _ := strconv.ParseInt(m[1], 10, 64)
-	c, err := xts.NewCipher(aes.NewCipher, key)
-	if err != nil {
-		return err
-	}
+	c, start := rootCipher(t, disk, hdr, openWithRecovery(t, hdr, recoveryKey))
 	in, err := os.Open(disk)
 	if err != nil {
 		return err
@@ -102,7 +88,6 @@ func decryptRoot(t *testing.T, disk, out, recoveryKey string) error {
 		return err
 	}
 	defer o.Close()
-	start := partitionStart(t, disk, 2) + off
 	buf, plain := make([]byte, 1<<20), make([]byte, 1<<20)
 	zero := make([]byte, len(buf))
 	var pos int64

@@ -276,9 +276,11 @@ func machine() string {
 	}
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	load, _ := os.ReadFile("/proc/loadavg")
+	avg := strings.Fields(string(load))
+	avg = avg[:min(3, len(avg))] // 1, 5 and 15 min
 	gitV, _ := git("version")
 	return fmt.Sprintf("%s × %d%s; Linux %s; load %s; %s; %s", model, runtime.NumCPU(), mem,
-		strings.TrimSpace(string(kernel)), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "), runtime.Version(), gitV)
+		strings.TrimSpace(string(kernel)), strings.Join(avg, " "), runtime.Version(), gitV)
 }
 
 // awaitServed polls the status API (every 5 ms) until sha is served, and

@@ -202,8 +202,8 @@ mmdebstrap --variant=minbase --mode=root --format=directory "${ARCH_OPTS[@]}" \
   "deb $DEBIAN_MIRROR $SUITE main" \
   "deb $DEBIAN_MIRROR $SUITE-updates main" \
   "deb $DEBIAN_SECURITY_MIRROR $SUITE-security main" 2>&1 |
-  while IFS= read -r line; do printf '[%(%H:%M:%S)T] %s\n' -1 "$line"; done >&2   # each line's time: where a build's time goes
-[ "${PIPESTATUS[0]}" = 0 ] || die "mmdebstrap failed"
+  while IFS= read -r line; do printf '[%(%H:%M:%S)T] %s\n' -1 "$line"; done >&2 ||   # each line's time: where a build's time goes
+  die "mmdebstrap failed (its lines above)"   # pipefail: the pipeline fails with it
 [ "$ARCH" = arm64 ] && arm64_native "$ROOTFS"
 T_MMDEBSTRAP=$(( $(now) - T0 ))
 log "mmdebstrap took ${T_MMDEBSTRAP}s"

@@ -75,6 +75,7 @@ func TestARM64(t *testing.T) {
 
 	l.vms(2)
 	armDisk, x86Disk := disk(t, l, "a1"), disk(t, l, "x1")
+	disks := map[string]string{"a1": armDisk, "x1": x86Disk}
 	os.Truncate(armDisk, 3<<30) // Debian's root grows into the rest
 	if x86Running {
 		os.Truncate(x86Disk, 3<<30)
@@ -135,7 +136,7 @@ func TestARM64(t *testing.T) {
 			waitVMs(time.Minute, v)
 			if runs[n] && provisioned[n] > 0 && running[n] == 0 {
 				t.Errorf("%s provisioned, not running after 40m0s; its console:\n%s\nwhat its installed system logged:\n%s",
-					n, testutil.Tail(mustRead(v.console), 20), installedLogs(t, map[string]string{"a1": armDisk, "x1": x86Disk}[n], ""))
+					n, testutil.Tail(mustRead(v.console), 20), installedLogs(t, disks[n], ""))
 			}
 		}
 		t.Fatalf("a1 and x1 not done after 40m0s: provisioned %v, running %v", provisioned, running)

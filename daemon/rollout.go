@@ -58,6 +58,13 @@ type rollouts struct {
 	// the round touches them, from one goroutine.
 	groups map[string]*rollout.Group
 	poke   chan struct{}
+	// byPlan is the served Plan's nodes by site and profile, made once per
+	// Plan; in is each group's planner input, reused round to round (at
+	// 50,000 nodes these were most of what a round allocated).
+	byPlan   *plan.Plan
+	bySite   map[string]map[string][]*plan.Node
+	in       map[string][]rollout.Node
+	lastPoke time.Time
 
 	mu sync.Mutex
 	// published is a copy of each group as last stored, for the boot
@@ -137,6 +144,11 @@ func (r *rollouts) Poke() {
 	}
 }
 
+// pokeGap is the least time between two rounds a new Plan asks for: a
+// burst of pushes (each a new Plan) costs one round a second, not one a
+// push, and a rollout still starts within a second of its commit.
+const pokeGap = time.Second
+
 // Run looks every RolloutInterval and when poked, until ctx ends.
 func (r *rollouts) Run(ctx context.Context) error {
 	t := time.NewTicker(RolloutInterval)
@@ -148,6 +160,14 @@ func (r *rollouts) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-r.poke:
+			if wait := pokeGap - time.Since(r.lastPoke); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(wait):
+				}
+			}
+			r.lastPoke = time.Now()
 		}
 	}
 }
@@ -189,13 +209,27 @@ func (r *rollouts) Round(ctx context.Context) {
 	r.syncBudget = syncEventsPerRound
 	var groups []*shownGroup
 	waves := &waves{sem: make(chan struct{}, parallelWaves)}
-	for _, site := range servedSites(r.sites, p) {
-		byProfile := map[string][]*plan.Node{}
-		for _, n := range site.Nodes {
-			byProfile[n.Profile] = append(byProfile[n.Profile], n)
+	if r.byPlan != p {
+		r.byPlan, r.bySite = p, map[string]map[string][]*plan.Node{}
+		for _, site := range p.Sites {
+			byProfile := map[string][]*plan.Node{}
+			for _, n := range site.Nodes {
+				byProfile[n.Profile] = append(byProfile[n.Profile], n)
+			}
+			r.bySite[site.Name] = byProfile
 		}
+	}
+	ran := map[string]bool{}
+	for _, site := range servedSites(r.sites, p) {
+		byProfile := r.bySite[site.Name]
 		for _, profile := range sortedProfiles(byProfile) {
 			groups = append(groups, r.group(ctx, site, profile, byProfile[profile], machines, waves))
+			ran[site.Name+"/"+profile] = true
+		}
+	}
+	for key := range r.in {
+		if !ran[key] {
+			delete(r.in, key) // a group gone keeps no buffer
 		}
 	}
 	waves.wg.Wait()
@@ -252,7 +286,10 @@ func (w *waves) run(f func()) {
 func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, nodes []*plan.Node, machines map[string]*status.Machine, waves *waves) *shownGroup {
 	key := site.Name + "/" + profile
 	pol := site.Rollout(profile)
-	in := make([]rollout.Node, 0, len(nodes))
+	if r.in == nil {
+		r.in = map[string][]rollout.Node{}
+	}
+	in := r.in[key][:0]
 	stale := 0
 	for _, n := range nodes {
 		m := machines[site.Name+"/"+n.Name]
@@ -271,6 +308,8 @@ func (r *rollouts) group(ctx context.Context, site *plan.Site, profile string, n
 			}
 		}
 	}
+	clear(in[len(in):cap(in)]) // nothing of an earlier Plan kept reachable
+	r.in[key] = in
 	r.outOfDate.WithLabelValues(site.Name, profile).Set(float64(stale))
 	g := r.groups[key]
 	if g == nil {

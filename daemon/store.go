@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -64,13 +65,13 @@ func retainNodes(ctx context.Context, log *slog.Logger, plans boot.Plans, store 
 	defer tick.Stop()
 	for {
 		if p := plans.Current(); p != nil {
-			keys := map[string]bool{}
-			for _, s := range p.Sites {
-				for _, n := range s.Nodes {
-					keys[s.Name+"/"+n.Name] = true
-				}
+			// The Plan's own index, not a set of every node's key per
+			// revision: at 50,000 nodes that set was a push's garbage.
+			inPlan := func(k string) bool {
+				site, name, _ := strings.Cut(k, "/")
+				return p.Node(site, name) != nil
 			}
-			if err := store.Retain(func(k string) bool { return keys[k] }, grace); err != nil {
+			if err := store.Retain(inPlan, grace); err != nil {
 				log.Warn("status: forgetting nodes removed from Git", "err", err)
 			}
 		}

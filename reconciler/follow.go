@@ -31,7 +31,7 @@ type Follower struct {
 	trigger  chan string
 	ref      plumbing.ReferenceName // the ref as the remote named it last
 	seen     plumbing.Hash          // the last commit compiled (served or refused)
-	blobs    Blobs                  // the files the compiler saw last
+	tree     *treeFS                // the tree the compiler saw last
 	asked    time.Time              // when the pending trigger came (zero: none)
 }
 
@@ -215,17 +215,16 @@ func (f *Follower) apply(co *Checkout, reason string, start time.Time, stages *S
 		snap.Refused = verifyCommit(co.Commit, keyring)
 	}
 	read := time.Now()
-	blobs := co.FS.blobs()
 	f.mu.Lock()
-	if f.blobs != nil {
-		snap.Changed = blobs.Changed(f.blobs)
+	if f.tree != nil {
+		snap.Changed = co.FS.changed(f.tree)
 	}
 	f.mu.Unlock()
 	stages.ReadMS = ms(time.Since(read))
 	_, err := f.R.Apply(snap)
 	f.mu.Lock()
 	if snap.Refused == nil {
-		f.blobs = blobs // what the compiler saw, compiled or not
+		f.tree = co.FS.folders() // what the compiler saw, compiled or not
 	}
 	f.seen = co.Commit.Hash
 	f.mu.Unlock()

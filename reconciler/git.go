@@ -49,6 +49,9 @@ type Git struct {
 	// not the whole tree again.
 	kept      *keptClone
 	keptFresh int // fetches into kept since it was cloned
+	// tree is the tree opened last: the next one takes its unchanged
+	// folders' indexes from it (by tree hash, whatever clone it came from).
+	tree *treeFS
 }
 
 // keptClone is the clone Fetch reuses.
@@ -327,10 +330,11 @@ func (g *Git) cloneCommit(ctx context.Context, st *filesystem.Storage, ref plumb
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("git: commit %s: %w", h, err)
 	}
-	tfs, err := newTreeFS(repo.Storer, tree)
+	tfs, err := newTreeFS(repo.Storer, tree, g.tree)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("git: commit %s: %w", h, err)
 	}
+	g.tree = tfs.folders()
 	return repo, commit, tfs, nil
 }
 
@@ -382,10 +386,11 @@ func (g *Git) fetchKept(ctx context.Context, auth transport.AuthMethod) (*Checko
 	if err != nil {
 		return nil, err
 	}
-	tfs, err := newTreeFS(k.repo.Storer, tree)
+	tfs, err := newTreeFS(k.repo.Storer, tree, g.tree)
 	if err != nil {
 		return nil, err
 	}
+	g.tree = tfs.folders()
 	return &Checkout{Commit: commit, FS: tfs, dir: k.dir, store: k.store, kept: true}, nil
 }
 

@@ -124,7 +124,7 @@ func (l *Local) FS(c *object.Commit) (fs.FS, Blobs, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := newTreeFS(l.repo.Storer, tree)
+	t, err := newTreeFS(l.repo.Storer, tree, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"path"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -21,18 +23,31 @@ import (
 // objects are small); a file's size comes from the object header and its
 // content is read only when opened, so a 100 MB blob that the compiler
 // refuses by size is never loaded.
+//
+// A folder's index is immutable once made and named by its tree hash, so
+// the next commit's treeFS shares every folder whose hash did not change
+// (newTreeFS's prev): a push that edits one node file of 50,000 decodes the
+// few trees on its path, not all of them, and what changed between two
+// trees (changed) is found the same way.
 type treeFS struct {
 	mu    sync.Mutex // the object store is read by one goroutine at a time
 	store storer.EncodedObjectStorer
-	dirs  map[string][]*treeEntry // folder → entries sorted by name
-	files map[string]*treeEntry   // path → entry, folders included
+	root  *treeEntry
+	dirs  map[string]*dirIndex // folder path → its index
+}
+
+// dirIndex is one folder: its tree's hash, its entries sorted by name.
+type dirIndex struct {
+	hash    plumbing.Hash
+	entries []*treeEntry
+	byName  map[string]*treeEntry
 }
 
 type treeEntry struct {
 	name string
 	mode filemode.FileMode
 	hash plumbing.Hash
-	size int64 // -1 until asked
+	size atomic.Int64 // -1 until asked; shared by the treeFSs that share the folder
 }
 
 // sizer is what the filesystem storage offers to size an object without
@@ -41,41 +56,74 @@ type sizer interface {
 	EncodedObjectSize(plumbing.Hash) (int64, error)
 }
 
-func newTreeFS(s storer.EncodedObjectStorer, root *object.Tree) (*treeFS, error) {
-	t := &treeFS{store: s, dirs: map[string][]*treeEntry{}, files: map[string]*treeEntry{}}
-	t.files["."] = &treeEntry{name: ".", mode: filemode.Dir, hash: root.Hash}
-	if err := t.index(".", root); err != nil {
+// newTreeFS indexes root's folders, taking from prev (nil: none) every
+// folder whose tree hash is the same at the same path.
+func newTreeFS(s storer.EncodedObjectStorer, root *object.Tree, prev *treeFS) (*treeFS, error) {
+	t := &treeFS{store: s, dirs: map[string]*dirIndex{}}
+	t.root = &treeEntry{name: ".", mode: filemode.Dir, hash: root.Hash}
+	if err := t.index(".", root, prev); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-func (t *treeFS) index(dir string, tree *object.Tree) error {
-	entries := make([]*treeEntry, 0, len(tree.Entries))
+func (t *treeFS) index(dir string, tree *object.Tree, prev *treeFS) error {
+	d := &dirIndex{hash: tree.Hash, entries: make([]*treeEntry, 0, len(tree.Entries)), byName: make(map[string]*treeEntry, len(tree.Entries))}
 	for _, e := range tree.Entries {
 		if e.Mode == filemode.Submodule {
 			continue // a gitlink: nothing of this repository to read
 		}
-		te := &treeEntry{name: e.Name, mode: e.Mode, hash: e.Hash, size: -1}
-		entries = append(entries, te)
-		p := e.Name
-		if dir != "." {
-			p = dir + "/" + e.Name
+		te := &treeEntry{name: e.Name, mode: e.Mode, hash: e.Hash}
+		te.size.Store(-1)
+		d.entries = append(d.entries, te)
+		d.byName[e.Name] = te
+		if e.Mode != filemode.Dir {
+			continue
 		}
-		t.files[p] = te
-		if e.Mode == filemode.Dir {
-			sub, err := object.GetTree(t.store, e.Hash)
-			if err != nil {
-				return err
-			}
-			if err := t.index(p, sub); err != nil {
-				return err
-			}
+		p := join(dir, e.Name)
+		if prev != nil && prev.shareInto(t, p, e.Hash) {
+			continue
+		}
+		sub, err := object.GetTree(t.store, e.Hash)
+		if err != nil {
+			return err
+		}
+		if err := t.index(p, sub, prev); err != nil {
+			return err
 		}
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
-	t.dirs[dir] = entries
+	sort.Slice(d.entries, func(i, j int) bool { return d.entries[i].name < d.entries[j].name })
+	t.dirs[dir] = d
 	return nil
+}
+
+// shareInto gives t the folder p and every folder under it when prev has p
+// with tree hash h; false when it has not.
+func (prev *treeFS) shareInto(t *treeFS, p string, h plumbing.Hash) bool {
+	d := prev.dirs[p]
+	if d == nil || d.hash != h {
+		return false
+	}
+	t.dirs[p] = d
+	for _, e := range d.entries {
+		if e.mode == filemode.Dir {
+			prev.shareInto(t, join(p, e.name), e.hash)
+		}
+	}
+	return true
+}
+
+// folders is t's index without its object store: what the next tree
+// shares and compares against, keeping no clone open or reachable.
+func (t *treeFS) folders() *treeFS {
+	return &treeFS{root: t.root, dirs: t.dirs}
+}
+
+func join(dir, name string) string {
+	if dir == "." {
+		return name
+	}
+	return dir + "/" + name
 }
 
 // Blobs are a tree's files (not folders) by path, with their blob hashes:
@@ -101,38 +149,121 @@ func (b Blobs) Changed(old Blobs) []string {
 }
 
 func (t *treeFS) blobs() Blobs {
-	out := make(Blobs, len(t.files))
-	for p, e := range t.files {
-		if e.mode != filemode.Dir {
-			out[p] = e.hash
+	out := Blobs{}
+	for dir, d := range t.dirs {
+		for _, e := range d.entries {
+			if e.mode != filemode.Dir {
+				out[join(dir, e.name)] = e.hash
+			}
 		}
 	}
 	return out
+}
+
+// changed lists the files that differ between old and t (added, removed,
+// other content or mode), sorted, the same as Blobs.Changed of the two; it
+// descends only into folders whose tree hash differs.
+func (t *treeFS) changed(old *treeFS) []string {
+	var out []string
+	t.diff(old, ".", &out)
+	sort.Strings(out)
+	return out
+}
+
+func (t *treeFS) diff(old *treeFS, dir string, out *[]string) {
+	nd, od := t.dirs[dir], old.dirs[dir]
+	if nd != nil && od != nil && nd.hash == od.hash {
+		return
+	}
+	if nd != nil {
+		for _, e := range nd.entries {
+			p := join(dir, e.name)
+			var o *treeEntry
+			if od != nil {
+				o = od.byName[e.name]
+			}
+			switch {
+			case e.mode == filemode.Dir:
+				if o != nil && o.mode != filemode.Dir {
+					*out = append(*out, p) // a file became a folder
+				}
+				if o == nil || o.hash != e.hash || o.mode != filemode.Dir {
+					t.diff(old, p, out)
+				}
+			case o != nil && o.mode == filemode.Dir:
+				*out = append(*out, p)
+				old.files(p, out) // a folder became a file: its files went
+			case o == nil || o.hash != e.hash:
+				*out = append(*out, p)
+			}
+		}
+	}
+	if od != nil {
+		for _, o := range od.entries {
+			if nd != nil && nd.byName[o.name] != nil {
+				continue
+			}
+			if o.mode == filemode.Dir {
+				old.files(join(dir, o.name), out)
+			} else {
+				*out = append(*out, join(dir, o.name))
+			}
+		}
+	}
+}
+
+// files appends every file under folder dir.
+func (t *treeFS) files(dir string, out *[]string) {
+	d := t.dirs[dir]
+	if d == nil {
+		return
+	}
+	for _, e := range d.entries {
+		if e.mode == filemode.Dir {
+			t.files(join(dir, e.name), out)
+		} else {
+			*out = append(*out, join(dir, e.name))
+		}
+	}
 }
 
 func (t *treeFS) lookup(op, name string) (*treeEntry, error) {
 	if !fs.ValidPath(name) {
 		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
-	e := t.files[name]
-	if e == nil {
-		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	if e := t.entry(name); e != nil {
+		return e, nil
 	}
-	return e, nil
+	return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+}
+
+// entry is the file or folder at a valid path, or nil.
+func (t *treeFS) entry(name string) *treeEntry {
+	if name == "." {
+		return t.root
+	}
+	dir, base := ".", name
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		dir, base = name[:i], name[i+1:]
+	}
+	if d := t.dirs[dir]; d != nil {
+		return d.byName[base]
+	}
+	return nil
 }
 
 func (t *treeFS) info(e *treeEntry) *entryInfo {
-	if e.mode != filemode.Dir && e.size < 0 {
+	if e.mode != filemode.Dir && e.size.Load() < 0 {
 		t.mu.Lock()
-		if e.size < 0 {
+		if e.size.Load() < 0 {
 			if s, ok := t.store.(sizer); ok {
 				if n, err := s.EncodedObjectSize(e.hash); err == nil {
-					e.size = n
+					e.size.Store(n)
 				}
 			}
-			if e.size < 0 {
+			if e.size.Load() < 0 {
 				if o, err := t.store.EncodedObject(plumbing.BlobObject, e.hash); err == nil {
-					e.size = o.Size()
+					e.size.Store(o.Size())
 				}
 			}
 		}
@@ -177,7 +308,10 @@ func (t *treeFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	if e.mode != filemode.Dir {
 		return nil, &fs.PathError{Op: "readdir", Path: name, Err: errors.New("not a directory")}
 	}
-	list := t.dirs[name]
+	var list []*treeEntry
+	if d := t.dirs[name]; d != nil {
+		list = d.entries
+	}
 	out := make([]fs.DirEntry, len(list))
 	for i, c := range list {
 		out[i] = dirEntry{fs: t, e: c}
@@ -237,7 +371,7 @@ func (t *treeFS) read(e *treeEntry) ([]byte, error) {
 
 // BlobID names a file's content (its blob hash); "" if there is none.
 func (t *treeFS) BlobID(name string) string {
-	if e := t.files[name]; e != nil && e.mode != filemode.Dir {
+	if e := t.entry(name); e != nil && e.mode != filemode.Dir {
 		return e.hash.String()
 	}
 	return ""
@@ -273,7 +407,7 @@ func (t *treeFS) CopyTo(name string, w io.Writer) (int64, error) {
 type entryInfo struct{ e *treeEntry }
 
 func (i *entryInfo) Name() string { return i.e.name }
-func (i *entryInfo) Size() int64  { return max(i.e.size, 0) }
+func (i *entryInfo) Size() int64  { return max(i.e.size.Load(), 0) }
 
 // ModTime is the Unix epoch: a tree has no file times, and a zero
 // UnixNano tells the compiler to trust content, never size and time.
@@ -315,8 +449,8 @@ func (f *treeFile) object() (plumbing.EncodedObject, error) {
 	if f.obj == nil {
 		f.fs.mu.Lock()
 		o, err := f.fs.store.EncodedObject(plumbing.BlobObject, f.info.e.hash)
-		if err == nil && f.info.e.size < 0 {
-			f.info.e.size = o.Size()
+		if err == nil && f.info.e.size.Load() < 0 {
+			f.info.e.size.Store(o.Size())
 		}
 		f.fs.mu.Unlock()
 		if err != nil {

@@ -43,6 +43,7 @@ func main() {
 	pushes := flag.Int("pushes", 50, "pushes to measure")
 	reference := flag.Bool("reference", true, "also time the reference (git clone --depth 1 + bootops validate) per push")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write the daemon's CPU profile during the pushes to this file (serve --pprof-addr)")
+	flag.StringVar(&allocProfile, "allocprofile", "", "write what the daemon allocated during the pushes to this file (a delta of /debug/pprof/allocs)")
 	flag.Parse()
 	if err := run(*bin, *nodes, *sites, *pushes, *reference); err != nil {
 		fmt.Fprintln(os.Stderr, "pushlive:", err)
@@ -50,7 +51,7 @@ func main() {
 	}
 }
 
-var cpuProfile string
+var cpuProfile, allocProfile string
 
 // run is long on purpose: a benchmark reads best top to bottom, step by
 // step as BENCHMARKS.md ("Reconciler: push to live") describes it.
@@ -86,7 +87,7 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 	serve := exec.Command(bin, "serve", "--open-reads", "--source", url, "--interval", "1h", "--webhook-secret-file", secret,
 		"--state-dir", filepath.Join(work, "state"), "--http-addr", "127.0.0.1:"+httpPort, "--dhcp", "off", "--tftp-addr", "",
 		"--log-level", "warn")
-	if cpuProfile != "" {
+	if cpuProfile != "" || allocProfile != "" {
 		serve.Args = append(serve.Args, "--pprof-addr", "127.0.0.1:"+pprofPort)
 	}
 	serve.Stderr = os.Stderr
@@ -108,27 +109,30 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 
 	var live, ref []time.Duration
 	var breakdown []stages
-	profiled := make(chan error, 1)
-	if cpuProfile != "" {
-		// The daemon's CPU over the pushes (one per 100 ms or so, with the
-		// reference off): where the time goes.
-		secs := max(2, pushes/3)
+	// The daemon's CPU and allocations over the pushes (one per 100 ms or
+	// so, with the reference off): where the time goes.
+	secs := max(2, pushes/3)
+	profiles := map[string]string{"profile": cpuProfile, "allocs": allocProfile}
+	profiled := make(chan error, len(profiles))
+	for kind, file := range profiles {
+		if file == "" {
+			profiled <- nil
+			continue
+		}
 		go func() {
-			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%s/debug/pprof/profile?seconds=%d", pprofPort, secs))
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%s/debug/pprof/%s?seconds=%d", pprofPort, kind, secs))
 			if err != nil {
 				profiled <- err
 				return
 			}
 			defer resp.Body.Close()
-			f, err := os.Create(cpuProfile)
+			f, err := os.Create(file)
 			if err == nil {
 				_, err = io.Copy(f, resp.Body)
 				f.Close()
 			}
 			profiled <- err
 		}()
-	} else {
-		profiled <- nil
 	}
 	node := filepath.Join(repo, "sites", "site-000", "nodes")
 	files, _ := filepath.Glob(filepath.Join(node, "*.yaml"))
@@ -167,8 +171,10 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 			ref = append(ref, d)
 		}
 	}
-	if err := <-profiled; err != nil {
-		return fmt.Errorf("cpu profile: %w", err)
+	for range profiles {
+		if err := <-profiled; err != nil {
+			return fmt.Errorf("profile: %w", err)
+		}
 	}
 	fmt.Printf("bootops webhook → served, %d pushes: %s\n", pushes, summary(live))
 	fmt.Println("where the time went (p50 of each part over the pushes; the daemon's from its status):")

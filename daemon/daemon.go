@@ -400,14 +400,14 @@ func tuneGC(ctx context.Context) {
 	}
 }
 
-// followHeap keeps the soft memory limit above what the runtime holds for
-// the live heap — the live objects, the heap's own overhead (metadata,
-// stacks, the unused room in its spans) — by 40 MiB or an eighth of the
-// live heap, whichever is more, and at least 64 MiB, checking every 5 s:
-// room for a compilation's garbage, not a multiple of the Plan. Counting
-// the overhead matters at scale: at 50,000 nodes it is about 90 MB, and a
-// limit of live + 40 MiB sat below what the runtime already held, so it
-// collected back to back (a third of the CPU, BENCHMARKS.md "Push to live").
+// followHeap keeps the soft memory limit 40 MiB above the live heap, or
+// the heap's own overhead (metadata, stacks, the unused room in its spans)
+// and an eighth of the live heap above it when that is more, and at least
+// 64 MiB, checking every 5 s: room for a compilation's garbage, not a
+// multiple of the Plan. The overhead matters at scale: at 50,000 nodes it
+// is about 90 MB, and a limit of live + 40 MiB sat below what the runtime
+// already held, so it collected back to back (a third of the CPU,
+// BENCHMARKS.md "Push to live"); at 10,000 nodes the 40 MiB rule holds.
 func followHeap(ctx context.Context) {
 	sample := []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"},
@@ -438,5 +438,5 @@ func followHeap(ctx context.Context) {
 // heapLimit is the soft memory limit for a live heap and the runtime's
 // overhead beside it.
 func heapLimit(live, overhead int64) int64 {
-	return max(64<<20, live+overhead+max(40<<20, live/8))
+	return max(64<<20, live+max(40<<20, overhead+live/8))
 }

@@ -48,34 +48,34 @@ func newRegistry() *prometheus.Registry {
 
 // afterReconcile is the reconciler's Done: the dashboard shows the
 // source's news, and (unless GOMEMLIMIT rules) a compilation's garbage
-// goes back to the system at once when there is much of it (a full
-// compile): the daemon's resident size is its Plan, not its last
-// compilation. A push that recompiled a few files leaves little, and a
-// forced collection of a 50,000-node heap costs 0.7 s of CPU: that is left
-// to the collector's own pace.
+// goes back to the system at once when there is enough of it
+// (worthFreeing): the daemon's resident size is its Plan, not its last
+// compilation. A forced collection of a 50,000-node heap costs 0.7 s of
+// CPU, too much for the few MB a one-file push leaves.
 func afterReconcile(notify func()) func() {
 	freeMemory := os.Getenv("GOMEMLIMIT") == ""
 	var freeing atomic.Bool
 	return func() {
 		notify()
-		if freeMemory && garbage() > freeAbove && freeing.CompareAndSwap(false, true) {
+		if freeMemory && worthFreeing() && freeing.CompareAndSwap(false, true) {
 			go func() { debug.FreeOSMemory(); freeing.Store(false) }()
 		}
 	}
 }
 
-// freeAbove is the garbage past which a revision's end returns memory.
-const freeAbove = 32 << 20
-
-// garbage is what the heap holds beyond the live bytes of the last
-// collection.
-func garbage() int64 {
+// worthFreeing: the heap holds garbage past a sixteenth of the live bytes
+// of the last collection (and past 4 MiB). A forced collection marks the
+// whole live heap, so its cost per byte returned stays bounded: at 10,000
+// nodes nearly every revision's garbage goes back at once (the resident
+// size stays the Plan's), at 50,000 a push's few MB wait for the next.
+func worthFreeing() bool {
 	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/live:bytes"}}
 	metrics.Read(sample)
 	if sample[0].Value.Kind() != metrics.KindUint64 || sample[1].Value.Kind() != metrics.KindUint64 {
-		return freeAbove + 1 // unknown: free, as before
+		return true // unknown: free, as before
 	}
-	return int64(sample[0].Value.Uint64()) - int64(sample[1].Value.Uint64())
+	objects, live := int64(sample[0].Value.Uint64()), int64(sample[1].Value.Uint64())
+	return objects-live > max(4<<20, live/16)
 }
 
 // source is what the reconciler follows: a Git remote or a folder.

@@ -12,7 +12,7 @@
 #   make package the Debian package, to out/ (docs/install.md)
 #   make image   the container image, to out/image/ (docs/container.md)
 #   make api-diff  breaking changes of api/openapi.json since BASE
-#   make bench   benchmarks, written to test/bench/results/ (see BENCHMARKS.md)
+#   make bench   benchmarks, written to test/bench/results/ (see BENCHMARKS.md); the goals last (goals.md)
 #   make fuzz    every fuzz target for a while (FUZZTIME=2m each; FUZZ=regexp)
 
 GO       ?= go
@@ -189,6 +189,7 @@ bench: build
 	@bash test/bench/erase.sh
 	@bash test/bench/cluster.sh
 	$(GO) run ./test/fleet/sim -bootops $(BIN) -nodes 1000 -concurrency 100 -rounds 2
+	@bash test/bench/goals.sh
 
 fuzz: go-check
 	@FUZZTIME=$(FUZZTIME) bash test/fuzz.sh

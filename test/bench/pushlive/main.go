@@ -30,6 +30,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/bootops/bootops/test/fleet"
@@ -77,10 +78,13 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 	}
 	gitPort, httpPort, pprofPort := procstat.FreePort(), procstat.FreePort(), procstat.FreePort()
 	daemon := exec.Command("git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1", "--port="+gitPort, "--base-path="+filepath.Dir(bare), filepath.Dir(bare))
+	// git daemon runs its listener as a child: the group goes, not only
+	// the parent (it was left listening after every run).
+	daemon.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := daemon.Start(); err != nil {
 		return err
 	}
-	defer daemon.Process.Kill()
+	defer syscall.Kill(-daemon.Process.Pid, syscall.SIGKILL)
 	url := "git://127.0.0.1:" + gitPort + "/fleet.git"
 	secret := filepath.Join(work, "secret")
 	os.WriteFile(secret, []byte("bench-secret\n"), 0o600)

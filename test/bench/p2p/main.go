@@ -1262,17 +1262,23 @@ func (b *bench) torrentMode(ctx context.Context) (*result, error) {
 	return r, nil
 }
 
-// cpuTimes is the host's CPU time, all CPUs: busy and in all, in ticks
-// (/proc/stat).
-func cpuTimes() (busy, total int64) {
+// cpuLine is /proc/stat's first line, the CPUs' times in ticks: user,
+// nice, system, idle, iowait, irq, softirq, steal (guest times are counted
+// in user already, and left out).
+func cpuLine() [8]int64 {
+	var out [8]int64
 	b, _ := os.ReadFile("/proc/stat")
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
-	for i, v := range f[1:] {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		if i >= 8 { // guest times are counted in user already
-			break
-		}
+	for i := 1; i < len(f) && i <= len(out); i++ {
+		out[i-1], _ = strconv.ParseInt(f[i], 10, 64)
+	}
+	return out
+}
+
+// cpuTimes is the host's CPU time, all CPUs: busy and in all, in ticks.
+func cpuTimes() (busy, total int64) {
+	for i, n := range cpuLine() {
 		total += n
 		if i != 3 && i != 4 { // idle, iowait
 			busy += n
@@ -1284,19 +1290,8 @@ func cpuTimes() (busy, total int64) {
 // cpuSplit is the host's busy CPU time in ticks: in user space (user,
 // nice) and in the kernel (system, irq, softirq).
 func cpuSplit() (user, sys int64) {
-	b, _ := os.ReadFile("/proc/stat")
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	for i, v := range f[1:] {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		switch i {
-		case 0, 1:
-			user += n
-		case 2, 5, 6:
-			sys += n
-		}
-	}
-	return user, sys
+	c := cpuLine()
+	return c[0] + c[1], c[2] + c[5] + c[6]
 }
 
 // cpuSplitSince is the host's CPU-seconds in user space and in the kernel

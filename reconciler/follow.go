@@ -31,7 +31,7 @@ type Follower struct {
 	trigger  chan string
 	ref      plumbing.ReferenceName // the ref as the remote named it last
 	seen     plumbing.Hash          // the last commit compiled (served or refused)
-	tree     *treeFS                // the tree the compiler saw last
+	files    Files                  // the tree the compiler saw last (zero: none yet)
 	asked    time.Time              // when the pending trigger came (zero: none)
 }
 
@@ -216,15 +216,13 @@ func (f *Follower) apply(co *Checkout, reason string, start time.Time, stages *S
 	}
 	read := time.Now()
 	f.mu.Lock()
-	if f.tree != nil {
-		snap.Changed = co.FS.changed(f.tree)
-	}
+	snap.Changed = co.FS.Changed(f.files)
 	f.mu.Unlock()
 	stages.ReadMS = ms(time.Since(read))
 	_, err := f.R.Apply(snap)
 	f.mu.Lock()
 	if snap.Refused == nil {
-		f.tree = co.FS.folders() // what the compiler saw, compiled or not
+		f.files = co.FS.Files // what the compiler saw, compiled or not
 	}
 	f.seen = co.Commit.Hash
 	f.mu.Unlock()

@@ -49,9 +49,9 @@ type Git struct {
 	// not the whole tree again.
 	kept      *keptClone
 	keptFresh int // fetches into kept since it was cloned
-	// tree is the tree opened last: the next one takes its unchanged
+	// files are the tree opened last: the next one takes its unchanged
 	// folders' indexes from it (by tree hash, whatever clone it came from).
-	tree *treeFS
+	files Files
 }
 
 // keptClone is the clone Fetch reuses.
@@ -330,11 +330,11 @@ func (g *Git) cloneCommit(ctx context.Context, st *filesystem.Storage, ref plumb
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("git: commit %s: %w", h, err)
 	}
-	tfs, err := newTreeFS(repo.Storer, tree, g.tree)
+	tfs, err := newTreeFS(repo.Storer, tree, g.files)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("git: commit %s: %w", h, err)
 	}
-	g.tree = tfs.folders()
+	g.files = tfs.Files
 	return repo, commit, tfs, nil
 }
 
@@ -386,11 +386,11 @@ func (g *Git) fetchKept(ctx context.Context, auth transport.AuthMethod) (*Checko
 	if err != nil {
 		return nil, err
 	}
-	tfs, err := newTreeFS(k.repo.Storer, tree, g.tree)
+	tfs, err := newTreeFS(k.repo.Storer, tree, g.files)
 	if err != nil {
 		return nil, err
 	}
-	g.tree = tfs.folders()
+	g.files = tfs.Files
 	return &Checkout{Commit: commit, FS: tfs, dir: k.dir, store: k.store, kept: true}, nil
 }
 

@@ -118,31 +118,27 @@ func (l *Local) shallow() (bool, error) {
 }
 
 // FS is a commit's tree (the folder asked for, within it), read from the
-// object store, and its files' blob hashes (for what changed between two).
-func (l *Local) FS(c *object.Commit) (fs.FS, Blobs, error) {
+// object store, and its Files (for what changed between two: Changed).
+func (l *Local) FS(c *object.Commit) (fs.FS, Files, error) {
 	tree, err := c.Tree()
 	if err != nil {
-		return nil, nil, err
+		return nil, Files{}, err
 	}
-	t, err := newTreeFS(l.repo.Storer, tree, nil)
+	t, err := newTreeFS(l.repo.Storer, tree, Files{})
 	if err != nil {
-		return nil, nil, err
+		return nil, Files{}, err
 	}
 	if l.sub == "." {
-		return t, t.blobs(), nil
+		return t, t.Files, nil
 	}
 	if _, err := t.lookup("stat", l.sub); err != nil {
-		return nil, nil, fmt.Errorf("%s is not in commit %s", l.sub, c.Hash.String()[:7])
+		return nil, Files{}, fmt.Errorf("%s is not in commit %s", l.sub, c.Hash.String()[:7])
 	}
 	sub, err := fs.Sub(t, l.sub)
 	if err != nil {
-		return nil, nil, err
+		return nil, Files{}, err
 	}
-	blobs := Blobs{}
-	for p, h := range t.blobs() {
-		if rest, ok := strings.CutPrefix(p, l.sub+"/"); ok {
-			blobs[rest] = h
-		}
-	}
-	return sub, blobs, nil
+	files := t.Files
+	files.sub = l.sub
+	return sub, files, nil
 }

@@ -24,16 +24,25 @@ import (
 // content is read only when opened, so a 100 MB blob that the compiler
 // refuses by size is never loaded.
 //
-// A folder's index is immutable once made and named by its tree hash, so
-// the next commit's treeFS shares every folder whose hash did not change
-// (newTreeFS's prev): a push that edits one node file of 50,000 decodes the
-// few trees on its path, not all of them, and what changed between two
-// trees (changed) is found the same way.
+// Its folders (Files) are kept apart from the object store: see Files.
 type treeFS struct {
+	Files
 	mu    sync.Mutex // the object store is read by one goroutine at a time
 	store storer.EncodedObjectStorer
-	root  *treeEntry
-	dirs  map[string]*dirIndex // folder path → its index
+}
+
+// Files is a commit's tree as folders of names and blob hashes, without
+// its object store: what the next tree shares and two trees are compared
+// by (Changed), keeping no clone open or reachable. A folder's index is
+// immutable once made and named by its tree hash, so the next commit's
+// tree shares every folder whose hash did not change (newTreeFS's prev): a
+// push that edits one node file of 50,000 decodes the few trees on its
+// path, not all of them, and what changed is found the same way. The zero
+// Files is no tree.
+type Files struct {
+	root *treeEntry
+	dirs map[string]*dirIndex // folder path → its index
+	sub  string               // the folder the files are seen from ("": the root)
 }
 
 // dirIndex is one folder: its tree's hash, its entries sorted by name.
@@ -56,10 +65,10 @@ type sizer interface {
 	EncodedObjectSize(plumbing.Hash) (int64, error)
 }
 
-// newTreeFS indexes root's folders, taking from prev (nil: none) every
-// folder whose tree hash is the same at the same path.
-func newTreeFS(s storer.EncodedObjectStorer, root *object.Tree, prev *treeFS) (*treeFS, error) {
-	t := &treeFS{store: s, dirs: map[string]*dirIndex{}}
+// newTreeFS indexes root's folders, taking from prev (the zero Files:
+// none) every folder whose tree hash is the same at the same path.
+func newTreeFS(s storer.EncodedObjectStorer, root *object.Tree, prev Files) (*treeFS, error) {
+	t := &treeFS{store: s, Files: Files{dirs: map[string]*dirIndex{}}}
 	t.root = &treeEntry{name: ".", mode: filemode.Dir, hash: root.Hash}
 	if err := t.index(".", root, prev); err != nil {
 		return nil, err
@@ -67,7 +76,7 @@ func newTreeFS(s storer.EncodedObjectStorer, root *object.Tree, prev *treeFS) (*
 	return t, nil
 }
 
-func (t *treeFS) index(dir string, tree *object.Tree, prev *treeFS) error {
+func (t *treeFS) index(dir string, tree *object.Tree, prev Files) error {
 	d := &dirIndex{hash: tree.Hash, entries: make([]*treeEntry, 0, len(tree.Entries)), byName: make(map[string]*treeEntry, len(tree.Entries))}
 	for _, e := range tree.Entries {
 		if e.Mode == filemode.Submodule {
@@ -81,7 +90,7 @@ func (t *treeFS) index(dir string, tree *object.Tree, prev *treeFS) error {
 			continue
 		}
 		p := join(dir, e.Name)
-		if prev != nil && prev.shareInto(t, p, e.Hash) {
+		if prev.shareInto(&t.Files, p, e.Hash) {
 			continue
 		}
 		sub, err := object.GetTree(t.store, e.Hash)
@@ -99,7 +108,7 @@ func (t *treeFS) index(dir string, tree *object.Tree, prev *treeFS) error {
 
 // shareInto gives t the folder p and every folder under it when prev has p
 // with tree hash h; false when it has not.
-func (prev *treeFS) shareInto(t *treeFS, p string, h plumbing.Hash) bool {
+func (prev Files) shareInto(t *Files, p string, h plumbing.Hash) bool {
 	d := prev.dirs[p]
 	if d == nil || d.hash != h {
 		return false
@@ -113,12 +122,6 @@ func (prev *treeFS) shareInto(t *treeFS, p string, h plumbing.Hash) bool {
 	return true
 }
 
-// folders is t's index without its object store: what the next tree
-// shares and compares against, keeping no clone open or reachable.
-func (t *treeFS) folders() *treeFS {
-	return &treeFS{root: t.root, dirs: t.dirs}
-}
-
 func join(dir, name string) string {
 	if dir == "." {
 		return name
@@ -126,52 +129,31 @@ func join(dir, name string) string {
 	return dir + "/" + name
 }
 
-// Blobs are a tree's files (not folders) by path, with their blob hashes:
-// what changed between two trees is a comparison of these.
-type Blobs map[string]plumbing.Hash
-
-// Changed lists the paths that differ from old: added, removed or with
-// other content.
-func (b Blobs) Changed(old Blobs) []string {
-	var out []string
-	for p, h := range b {
-		if old[p] != h {
-			out = append(out, p)
-		}
+// Changed lists the files that differ between old and f (added, removed,
+// other content), sorted, as paths from the folder they are seen from. It
+// descends only into folders whose tree hash differs. Against the zero
+// Files (no tree before) it lists nothing: the caller compiles everything.
+func (f Files) Changed(old Files) []string {
+	if f.dirs == nil || old.dirs == nil {
+		return nil
 	}
-	for p := range old {
-		if _, ok := b[p]; !ok {
-			out = append(out, p)
+	dir := f.sub
+	if dir == "" {
+		dir = "."
+	}
+	var out []string
+	f.diff(old, dir, &out)
+	if dir != "." {
+		for i, p := range out {
+			out[i] = strings.TrimPrefix(p, dir+"/")
 		}
 	}
 	sort.Strings(out)
 	return out
 }
 
-func (t *treeFS) blobs() Blobs {
-	out := Blobs{}
-	for dir, d := range t.dirs {
-		for _, e := range d.entries {
-			if e.mode != filemode.Dir {
-				out[join(dir, e.name)] = e.hash
-			}
-		}
-	}
-	return out
-}
-
-// changed lists the files that differ between old and t (added, removed,
-// other content or mode), sorted, the same as Blobs.Changed of the two; it
-// descends only into folders whose tree hash differs.
-func (t *treeFS) changed(old *treeFS) []string {
-	var out []string
-	t.diff(old, ".", &out)
-	sort.Strings(out)
-	return out
-}
-
-func (t *treeFS) diff(old *treeFS, dir string, out *[]string) {
-	nd, od := t.dirs[dir], old.dirs[dir]
+func (f Files) diff(old Files, dir string, out *[]string) {
+	nd, od := f.dirs[dir], old.dirs[dir]
 	if nd != nil && od != nil && nd.hash == od.hash {
 		return
 	}
@@ -188,7 +170,7 @@ func (t *treeFS) diff(old *treeFS, dir string, out *[]string) {
 					*out = append(*out, p) // a file became a folder
 				}
 				if o == nil || o.hash != e.hash || o.mode != filemode.Dir {
-					t.diff(old, p, out)
+					f.diff(old, p, out)
 				}
 			case o != nil && o.mode == filemode.Dir:
 				*out = append(*out, p)
@@ -213,14 +195,14 @@ func (t *treeFS) diff(old *treeFS, dir string, out *[]string) {
 }
 
 // files appends every file under folder dir.
-func (t *treeFS) files(dir string, out *[]string) {
-	d := t.dirs[dir]
+func (f Files) files(dir string, out *[]string) {
+	d := f.dirs[dir]
 	if d == nil {
 		return
 	}
 	for _, e := range d.entries {
 		if e.mode == filemode.Dir {
-			t.files(join(dir, e.name), out)
+			f.files(join(dir, e.name), out)
 		} else {
 			*out = append(*out, join(dir, e.name))
 		}

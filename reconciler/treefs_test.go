@@ -3,6 +3,7 @@ package reconciler
 import (
 	"io/fs"
 	"slices"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -32,7 +33,7 @@ func writeTree(t *testing.T, st *memory.Storage, files map[string]string) *objec
 			t.Fatal(err)
 		}
 		n := root
-		parts := splitPath(p)
+		parts := strings.Split(p, "/")
 		for _, d := range parts[:len(parts)-1] {
 			if n.dirs[d] == nil {
 				n.dirs[d] = &node{files: map[string]plumbing.Hash{}, dirs: map[string]*node{}}
@@ -59,7 +60,7 @@ func writeTree(t *testing.T, st *memory.Storage, files map[string]string) *objec
 			if b.Mode == filemode.Dir {
 				kb += "/"
 			}
-			return cmpString(ka, kb)
+			return strings.Compare(ka, kb)
 		})
 		o := st.NewEncodedObject()
 		if err := tr.Encode(o); err != nil {
@@ -78,33 +79,40 @@ func writeTree(t *testing.T, st *memory.Storage, files map[string]string) *objec
 	return tr
 }
 
-func splitPath(p string) []string {
+// changedFiles is what changed between two file maps, from the maps
+// alone: the answer Files.Changed must give, found another way. Paths
+// under sub (not ".") are listed from it.
+func changedFiles(base, next map[string]string, sub string) []string {
 	var out []string
-	start := 0
-	for i := 0; i < len(p); i++ {
-		if p[i] == '/' {
-			out = append(out, p[start:i])
-			start = i + 1
+	for _, m := range []map[string]string{base, next} {
+		for p := range m {
+			c1, in1 := base[p]
+			c2, in2 := next[p]
+			if in1 && in2 && c1 == c2 {
+				continue
+			}
+			if sub != "." {
+				rest, ok := strings.CutPrefix(p, sub+"/")
+				if !ok {
+					continue
+				}
+				p = rest
+			}
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
 		}
 	}
-	return append(out, p[start:])
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	slices.Sort(out)
+	return out
 }
 
 // TestTreeFSSharesAndDiffs: a tree indexed after another shares the
 // folders whose hash did not change (the same index, not a copy), reads
 // the same as one indexed alone, and what changed between the two is what
-// comparing every file's blob says — for edits, additions, removals, a
-// folder that became a file and a file that became a folder.
+// comparing the two sets of files says — for edits, additions, removals, a
+// folder that became a file and a file that became a folder, from the root
+// and from a folder within (as `bootops diff --dir` sees it).
 func TestTreeFSSharesAndDiffs(t *testing.T) {
 	base := map[string]string{
 		"site.yaml":                 "site",
@@ -131,16 +139,16 @@ func TestTreeFSSharesAndDiffs(t *testing.T) {
 	next["becomes-dir/inside.yaml"] = "in"
 
 	st := memory.NewStorage()
-	oldFS, err := newTreeFS(st, writeTree(t, st, base), nil)
+	oldFS, err := newTreeFS(st, writeTree(t, st, base), Files{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	newTree := writeTree(t, st, next)
-	shared, err := newTreeFS(st, newTree, oldFS.folders())
+	shared, err := newTreeFS(st, newTree, oldFS.Files)
 	if err != nil {
 		t.Fatal(err)
 	}
-	alone, err := newTreeFS(st, newTree, nil)
+	alone, err := newTreeFS(st, newTree, Files{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,10 +160,21 @@ func TestTreeFSSharesAndDiffs(t *testing.T) {
 		t.Error("sites/a/nodes changed and was shared")
 	}
 
-	want := alone.blobs().Changed(oldFS.blobs())
-	got := shared.changed(oldFS.folders())
+	want := changedFiles(base, next, ".")
+	got := shared.Changed(oldFS.Files)
 	if !slices.Equal(got, want) {
 		t.Errorf("changed = %q, want %q", got, want)
+	}
+	if again := alone.Changed(oldFS.Files); !slices.Equal(again, want) {
+		t.Errorf("changed, indexed alone = %q, want %q", again, want)
+	}
+	oldSub, newSub := oldFS.Files, shared.Files
+	oldSub.sub, newSub.sub = "sites", "sites"
+	if got, want := newSub.Changed(oldSub), changedFiles(base, next, "sites"); !slices.Equal(got, want) {
+		t.Errorf("changed within sites = %q, want %q", got, want)
+	}
+	if got := shared.Changed(Files{}); got != nil {
+		t.Errorf("against no tree before: %q, want nothing (the caller compiles everything)", got)
 	}
 	for _, p := range []string{"sites/a/nodes/n1.yaml", "sites/a/nodes/n9.yaml", "sites/b/nodes/deep/x.yaml", "gone", "gone/one.yaml", "gone/sub/two.yaml", "becomes-dir", "becomes-dir/inside.yaml"} {
 		if !slices.Contains(got, p) {
@@ -165,7 +184,7 @@ func TestTreeFSSharesAndDiffs(t *testing.T) {
 	if slices.Contains(got, "profiles/p.yaml") || slices.Contains(got, "sites/a/nodes/n2.yaml") {
 		t.Errorf("changed lists unchanged files: %q", got)
 	}
-	if d := shared.changed(shared.folders()); len(d) != 0 {
+	if d := shared.Changed(shared.Files); len(d) != 0 {
 		t.Errorf("a tree against itself: %q", d)
 	}
 

@@ -117,7 +117,7 @@ func computeDiff(e *env, dir, baseRef, headRef string) (*reconciler.ChangeSet, e
 	if err != nil {
 		return nil, err
 	}
-	baseFS, baseBlobs, err := repo.FS(baseCommit)
+	baseFS, baseFiles, err := repo.FS(baseCommit)
 	if err != nil {
 		return nil, err
 	}
@@ -134,10 +134,10 @@ func computeDiff(e *env, dir, baseRef, headRef string) (*reconciler.ChangeSet, e
 	} else {
 		headLabel = headRev.Short()
 		var headFS fs.FS
-		var headBlobs reconciler.Blobs
-		headFS, headBlobs, err = repo.FS(headRev.Commit)
+		var headFiles reconciler.Files
+		headFS, headFiles, err = repo.FS(headRev.Commit)
 		if err == nil {
-			hp, err = comp.CompileChanged(headFS, headBlobs.Changed(baseBlobs))
+			hp, err = comp.CompileChanged(headFS, headFiles.Changed(baseFiles))
 		}
 	}
 	if err != nil {

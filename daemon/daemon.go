@@ -409,30 +409,40 @@ func tuneGC(ctx context.Context) {
 // already held, so it collected back to back (a third of the CPU,
 // BENCHMARKS.md "Push to live"); at 10,000 nodes the 40 MiB rule holds.
 func followHeap(ctx context.Context) {
-	sample := []metrics.Sample{
-		{Name: "/gc/heap/live:bytes"},
-		{Name: "/memory/classes/total:bytes"},
-		{Name: "/memory/classes/heap/objects:bytes"},
-		{Name: "/memory/classes/heap/free:bytes"},
-		{Name: "/memory/classes/heap/released:bytes"},
-	}
 	for {
-		metrics.Read(sample)
-		var v [5]int64
-		for i, s := range sample {
-			if s.Value.Kind() == metrics.KindUint64 {
-				v[i] = int64(s.Value.Uint64())
-			}
-		}
-		live, total, objects, free, released := v[0], v[1], v[2], v[3], v[4]
-		overhead := max(0, total-objects-free-released)
-		debug.SetMemoryLimit(heapLimit(live, overhead))
+		h := readHeap()
+		debug.SetMemoryLimit(heapLimit(h.live, h.overhead))
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(5 * time.Second):
 		}
 	}
+}
+
+// heap is what the runtime says of the heap, in bytes.
+type heap struct {
+	live     int64 // marked live by the last collection
+	objects  int64 // in objects now, live or not yet collected
+	overhead int64 // held beside the objects: metadata, stacks, unused room in spans
+}
+
+func readHeap() heap {
+	sample := []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+	}
+	metrics.Read(sample)
+	var v [5]int64
+	for i, s := range sample {
+		if s.Value.Kind() == metrics.KindUint64 {
+			v[i] = int64(s.Value.Uint64())
+		}
+	}
+	return heap{live: v[0], objects: v[1], overhead: max(0, v[2]-v[1]-v[3]-v[4])}
 }
 
 // heapLimit is the soft memory limit for a live heap and the runtime's

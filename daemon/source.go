@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"runtime/metrics"
 	"sync/atomic"
 	"time"
 
@@ -69,13 +68,8 @@ func afterReconcile(notify func()) func() {
 // nodes nearly every revision's garbage goes back at once (the resident
 // size stays the Plan's), at 50,000 a push's few MB wait for the next.
 func worthFreeing() bool {
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/live:bytes"}}
-	metrics.Read(sample)
-	if sample[0].Value.Kind() != metrics.KindUint64 || sample[1].Value.Kind() != metrics.KindUint64 {
-		return true // unknown: free, as before
-	}
-	objects, live := int64(sample[0].Value.Uint64()), int64(sample[1].Value.Uint64())
-	return objects-live > max(4<<20, live/16)
+	h := readHeap()
+	return h.objects-h.live > max(4<<20, h.live/16)
 }
 
 // source is what the reconciler follows: a Git remote or a folder.

@@ -1,6 +1,9 @@
 package daemon
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+)
 
 // TestHeapLimit: the soft limit leaves a compilation's room above what the
 // runtime already holds for the live heap, at a 10,000-node Plan (the
@@ -25,4 +28,19 @@ func TestHeapLimit(t *testing.T) {
 			t.Errorf("%s: %d MiB above what the runtime holds: the collector would run back to back", c.name, room/mib)
 		}
 	}
+}
+
+// TestReadHeap: the runtime knows every metric the soft limit and the free
+// read (a misspelt name reads as zero, and would silently stop both).
+func TestReadHeap(t *testing.T) {
+	keep := make([][]byte, 64)
+	for i := range keep {
+		keep[i] = make([]byte, 64<<10)
+	}
+	runtime.GC()
+	h := readHeap()
+	if h.live < 4<<20 || h.objects < h.live/2 || h.overhead <= 0 {
+		t.Errorf("heap figures %+v with 4 MiB held", h)
+	}
+	runtime.KeepAlive(keep)
 }

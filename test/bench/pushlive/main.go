@@ -190,7 +190,7 @@ func run(bin string, nodes, sites, pushes int, reference bool) error {
 		{"daemon: queued (trigger → look)", func(s stages) time.Duration { return msDur(s.QueuedMS) }},
 		{"daemon: list the remote's refs", func(s stages) time.Duration { return msDur(s.ListMS) }},
 		{"daemon: fetch the commit", func(s stages) time.Duration { return msDur(s.FetchMS) }},
-		{"daemon: read the tree (blobs)", func(s stages) time.Duration { return msDur(s.ReadMS) }},
+		{"daemon: read the tree, find what changed", func(s stages) time.Duration { return msDur(s.ReadMS) }},
 		{"daemon: compile, check, materialize", func(s stages) time.Duration { return msDur(s.CompileMS) }},
 		{"daemon: swap in", func(s stages) time.Duration { return msDur(s.SwapMS) }},
 		{"daemon: trigger → served, all stages", func(s stages) time.Duration { return s.daemon() }},
